@@ -1,0 +1,82 @@
+// swift-tools-version: 6.0
+import PackageDescription
+
+/// One settings list for every target (STYLE.md rule 11).
+let swiftSettings: [SwiftSetting] = [
+    .swiftLanguageMode(.v6),
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("InternalImportsByDefault"),
+]
+
+let package = Package(
+    name: "PushWorker",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "push-worker", targets: ["push-worker"]),
+        .library(name: "PushCore", targets: ["PushCore"]),
+        .library(name: "PushQueue", targets: ["PushQueue"]),
+        .library(name: "PushQueueTesting", targets: ["PushQueueTesting"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
+    ],
+    targets: [
+        .target(
+            name: "PushCore",
+            dependencies: [.product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "PushQueue",
+            dependencies: [
+                "PushCore",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
+            resources: [.embedInCode("Migrations/0001_schema.sql")],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "PushQueueTesting",
+            dependencies: [
+                "PushQueue",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "push-worker",
+            dependencies: [
+                "PushCore",
+                "PushQueue",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "PushCoreTests",
+            dependencies: ["PushCore"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "PushQueueTests",
+            dependencies: [
+                "PushCore",
+                "PushQueue",
+                "PushQueueTesting",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+    ]
+)

@@ -1,0 +1,9 @@
+/// Where a job is in its life, as stored in `push.jobs.state` (dead letters live in `push.dead_jobs`).
+public enum JobState: String, Sendable, Hashable, CaseIterable, Codable {
+    /// Waiting for `run_at`, or for a worker.
+    case pending
+    /// Claimed by a worker that holds its lease.
+    case running
+    /// APNs answered 200.
+    case delivered
+}

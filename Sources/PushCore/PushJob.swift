@@ -1,0 +1,72 @@
+public import Foundation
+
+/// One push job as a producer enqueued it, plus the worker-maintained fields a send needs.
+///
+/// This is the value that travels from the queue to the transport. It carries no secrets: the device
+/// token is in it, so never log it whole; use ``tokenFingerprint``.
+public struct PushJob: Sendable, Hashable {
+    /// The job's row id in `push.jobs`.
+    public var id: Int64
+    /// The request's `apns-id`, the same on every attempt.
+    public var apnsID: UUID
+    /// The app's bundle id, bare (no push-type suffix).
+    public var topic: String
+    /// Hex device, push-to-start or per-activity token; `nil` for a broadcast.
+    public var deviceToken: String?
+    /// iOS 18 broadcast channel id (base64); `nil` for a device send.
+    public var channelID: String?
+    /// The complete APNs JSON body.
+    public var payload: String
+    /// Apple's `apns-push-type` as the producer wrote it.
+    public var pushType: String
+    /// The producer's priority, or `nil` for the push type's default.
+    public var priority: Int?
+    /// `production` or `development`.
+    public var environment: String
+    /// Which configured signing key sends it.
+    public var credential: String
+    /// `apns-collapse-id`, if any.
+    public var collapseID: String?
+    /// Not sent after this instant; `nil` for the worker's default.
+    public var expiresAt: Date?
+    /// Not before this instant.
+    public var runAt: Date
+    /// The producer's narrowing of the retry budget, if any.
+    public var maxAttempts: Int?
+    /// Attempts made so far, counting the one now in progress for a claimed job.
+    public var attempts: Int
+    /// Every distinct trap id met so far, first seen first.
+    public var trapIDs: [String]
+    /// When the producer inserted it.
+    public var createdAt: Date
+    /// When the first attempt was claimed.
+    public var firstAttemptAt: Date?
+
+    /// Creates a job value; every field is as stored in `push.jobs`.
+    public init(
+        id: Int64, apnsID: UUID, topic: String, deviceToken: String? = nil, channelID: String? = nil,
+        payload: String, pushType: String = "alert", priority: Int? = nil, environment: String = "production",
+        credential: String = "default", collapseID: String? = nil, expiresAt: Date? = nil, runAt: Date = Date(),
+        maxAttempts: Int? = nil, attempts: Int = 0, trapIDs: [String] = [], createdAt: Date = Date(),
+        firstAttemptAt: Date? = nil
+    ) {
+        self.id = id
+        self.apnsID = apnsID
+        self.topic = topic
+        self.deviceToken = deviceToken
+        self.channelID = channelID
+        self.payload = payload
+        self.pushType = pushType
+        self.priority = priority
+        self.environment = environment
+        self.credential = credential
+        self.collapseID = collapseID
+        self.expiresAt = expiresAt
+        self.runAt = runAt
+        self.maxAttempts = maxAttempts
+        self.attempts = attempts
+        self.trapIDs = trapIDs
+        self.createdAt = createdAt
+        self.firstAttemptAt = firstAttemptAt
+    }
+}

@@ -1,0 +1,39 @@
+/// A Mobile Surfaces trap id: the name of a known APNs mistake, as recorded in `push.jobs.trap_ids`.
+public struct TrapID: RawRepresentable, Sendable, Hashable, Codable, CustomStringConvertible {
+    /// The wire form, e.g. `MS015`.
+    public var rawValue: String
+
+    /// Wraps a trap id as stored.
+    public init(rawValue: String) { self.rawValue = rawValue }
+
+    public var description: String { self.rawValue }
+
+    /// Payload size ceiling (4 KB, 5 KB for VoIP and broadcast).
+    public static let payloadTooLarge = TrapID(rawValue: "MS011")
+    /// The token's environment must match the build's (BadDeviceToken).
+    public static let tokenEnvironment = TrapID(rawValue: "MS014")
+    /// Priority 5 vs 10 budget rules (429 TooManyRequests).
+    public static let priorityBudget = TrapID(rawValue: "MS015")
+    /// The bundle id must not carry the push-type suffix.
+    public static let topicSuffix = TrapID(rawValue: "MS018")
+    /// Tokens rotate: drop a token after 410.
+    public static let tokenUnregistered = TrapID(rawValue: "MS020")
+    /// APNs credentials must be configured before sending.
+    public static let credentialsMissing = TrapID(rawValue: "MS028")
+    /// The provider token must be valid and current.
+    public static let providerToken = TrapID(rawValue: "MS030")
+    /// Channel id missing, malformed or unregistered.
+    public static let channel = TrapID(rawValue: "MS031")
+    /// Timestamps must be unix-seconds integers.
+    public static let timestamps = TrapID(rawValue: "MS032")
+    /// The broadcast capability must be enabled on the key.
+    public static let broadcastNotEnabled = TrapID(rawValue: "MS034")
+    /// apns-topic missing.
+    public static let topicMissing = TrapID(rawValue: "MS035")
+
+    /// Every trap id in the catalog, in catalog order.
+    public static let all: [TrapID] = [
+        .payloadTooLarge, .tokenEnvironment, .priorityBudget, .topicSuffix, .tokenUnregistered,
+        .credentialsMissing, .providerToken, .channel, .timestamps, .broadcastNotEnabled, .topicMissing,
+    ]
+}

@@ -1,0 +1,47 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Runs a command to completion with `posix_spawn` and `waitpid`, its output captured in a temporary file.
+///
+/// Foundation's `Process` on Linux can miss a child's exit when the caller blocks a cooperative thread;
+/// this does not depend on a run loop, and a file (not a pipe) cannot be held open by a daemon the
+/// command leaves running (`pg_ctl start`).
+enum ChildProcess {
+    struct Result {
+        var status: Int32
+        var output: String
+    }
+
+    static func run(_ executable: String, _ arguments: [String]) throws -> Result {
+        let outputPath = FileManager.default.temporaryDirectory
+            .appendingPathComponent("push-worker-cmd-\(getpid())-\(UInt64.random(in: 0...UInt64.max)).log").path
+        defer { unlink(outputPath) }
+
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, outputPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+
+        let argv: [UnsafeMutablePointer<CChar>?] = ([executable] + arguments).map { strdup($0) } + [nil]
+        defer { for pointer in argv { free(pointer) } }
+
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, executable, &actions, nil, argv, environ)
+        guard spawned == 0 else {
+            throw QueueError(
+                code: .embeddedPostgresFailed,
+                message: "could not start \(executable): \(String(cString: strerror(spawned)))"
+            )
+        }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        let output = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
+        let exitCode: Int32 = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+        return Result(status: exitCode, output: output)
+    }
+}

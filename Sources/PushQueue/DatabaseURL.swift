@@ -1,0 +1,113 @@
+public import Foundation
+public import PostgresNIO
+import NIOSSL
+
+/// A parsed `DATABASE_URL` (`postgres://user:password@host:port/database?sslmode=…`).
+///
+/// `sslmode` follows libpq: `disable`; `prefer` (the default) and `require` encrypt without checking
+/// the server's certificate; `verify-ca` and `verify-full` check it against the system's trust roots.
+public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
+    public var host: String
+    public var port: Int
+    public var username: String
+    public var password: String?
+    public var database: String
+    public var sslMode: String
+
+    /// Parses a URL; the error names what is wrong and shows the expected form.
+    public init(_ string: String) throws {
+        func fail(_ what: String) -> QueueError {
+            QueueError(
+                code: .invalidDatabaseURL,
+                message: "DATABASE_URL \(what); expected postgres://USER:PASSWORD@HOST:PORT/DATABASE (password and port optional)"
+            )
+        }
+        guard let components = URLComponents(string: string) else { throw fail("is not a URL") }
+        guard let scheme = components.scheme, ["postgres", "postgresql"].contains(scheme.lowercased()) else {
+            throw fail("must start with postgres:// or postgresql://")
+        }
+        guard let host = components.host, !host.isEmpty else { throw fail("has no host") }
+        self.host = host
+        self.port = components.port ?? 5432
+        self.username = components.user.flatMap { $0.removingPercentEncoding } ?? "postgres"
+        self.password = components.password.flatMap { $0.removingPercentEncoding }
+        let path = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
+        self.database = path.isEmpty ? self.username : path
+        let mode = components.queryItems?.first { $0.name == "sslmode" }?.value ?? "prefer"
+        guard ["disable", "allow", "prefer", "require", "verify-ca", "verify-full"].contains(mode) else {
+            throw fail("has sslmode=\(mode); use disable, prefer, require, verify-ca or verify-full")
+        }
+        self.sslMode = mode
+    }
+
+    /// Builds a URL from parts (the embedded cluster uses this).
+    public init(host: String, port: Int, username: String, password: String? = nil, database: String, sslMode: String = "disable") {
+        self.host = host
+        self.port = port
+        self.username = username
+        self.password = password
+        self.database = database
+        self.sslMode = sslMode
+    }
+
+    /// The same server and user, another database.
+    public func with(database: String) -> DatabaseURL {
+        var copy = self
+        copy.database = database
+        return copy
+    }
+
+    /// The URL with the password masked, safe to print.
+    public var description: String {
+        let credentials = self.password == nil ? self.username : "\(self.username):***"
+        return "postgres://\(credentials)@\(self.host):\(self.port)/\(self.database)?sslmode=\(self.sslMode)"
+    }
+
+    /// The URL with its password, for handing to psql or another process.
+    public var connectionString: String {
+        var components = URLComponents()
+        components.scheme = "postgres"
+        components.host = self.host
+        components.port = self.port
+        components.user = self.username
+        components.password = self.password
+        components.path = "/" + self.database
+        components.queryItems = [URLQueryItem(name: "sslmode", value: self.sslMode)]
+        return components.string ?? self.description
+    }
+
+    var tlsConfiguration: TLSConfiguration {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        if !["verify-ca", "verify-full"].contains(self.sslMode) { tls.certificateVerification = .none }
+        if self.sslMode == "verify-ca" { tls.certificateVerification = .noHostnameVerification }
+        return tls
+    }
+
+    /// Configuration for a pooled `PostgresClient`.
+    public var clientConfiguration: PostgresClient.Configuration {
+        let tls: PostgresClient.Configuration.TLS
+        switch self.sslMode {
+        case "disable": tls = .disable
+        case "allow", "prefer": tls = .prefer(self.tlsConfiguration)
+        default: tls = .require(self.tlsConfiguration)
+        }
+        return PostgresClient.Configuration(
+            host: self.host, port: self.port, username: self.username, password: self.password,
+            database: self.database, tls: tls
+        )
+    }
+
+    /// Configuration for a single `PostgresConnection` (the LISTEN connection).
+    public func connectionConfiguration() throws -> PostgresConnection.Configuration {
+        let tls: PostgresConnection.Configuration.TLS
+        switch self.sslMode {
+        case "disable": tls = .disable
+        case "allow", "prefer": tls = .prefer(try NIOSSLContext(configuration: self.tlsConfiguration))
+        default: tls = .require(try NIOSSLContext(configuration: self.tlsConfiguration))
+        }
+        return PostgresConnection.Configuration(
+            host: self.host, port: self.port, username: self.username, password: self.password,
+            database: self.database, tls: tls
+        )
+    }
+}

@@ -1,0 +1,149 @@
+public import Foundation
+import PostgresNIO
+import PushCore
+
+extension JobQueue {
+    /// Dead letters matching `filter`, newest first.
+    public func deadLetters(matching filter: DeadLetterFilter) async throws -> [DeadLetter] {
+        var query: PostgresQuery = """
+            SELECT \(unescaped: Self.deadColumns) FROM push.dead_jobs AS j WHERE
+            """
+        query.sql += " " + Self.appendFilter(filter, to: &query.binds)
+        query.sql += " ORDER BY j.dead_at DESC, j.id DESC LIMIT \(max(filter.limit, 0))"
+        var letters: [DeadLetter] = []
+        for try await row in try await self.client.query(query, logger: self.logger) {
+            letters.append(try Self.decodeDeadLetter(row))
+        }
+        return letters
+    }
+
+    /// One dead letter by id, or `nil`.
+    public func deadLetter(id: Int64) async throws -> DeadLetter? {
+        try await self.deadLetters(matching: DeadLetterFilter(ids: [id], limit: 1)).first
+    }
+
+    /// Moves matching dead letters back to `push.jobs` as `pending`, due now, with attempts, status,
+    /// reason and trap ids reset, the history kept (plus a `replayed` entry) and the same `apns_id`
+    /// unless `newAPNsID`. With `dryRun` nothing moves and the result lists what would.
+    ///
+    /// A dead letter whose id or `apns_id` is already in `push.jobs` is skipped, never dropped.
+    public func replay(matching filter: DeadLetterFilter, newAPNsID: Bool = false, dryRun: Bool = false) async throws -> ReplayResult {
+        var binds = PostgresBindings()
+        let condition = Self.appendFilter(filter, to: &binds)
+        let conflict = "EXISTS (SELECT 1 FROM push.jobs AS x WHERE x.id = j.id OR (NOT \(newAPNsID) AND x.apns_id = j.apns_id))"
+        var candidates = PostgresQuery(
+            unsafeSQL: """
+                SELECT j.id, j.apns_id, j.reason, \(conflict) AS conflicted FROM push.dead_jobs AS j
+                 WHERE \(condition) ORDER BY j.id LIMIT \(max(filter.limit, 0))
+                """,
+            binds: binds
+        )
+        if dryRun {
+            var moved: [ReplayResult.Moved] = [], skipped: [Int64] = []
+            for try await (id, apnsID, reason, conflicted) in try await self.client.query(candidates, logger: self.logger)
+                .decode((Int64, UUID, String, Bool).self) {
+                if conflicted { skipped.append(id) } else { moved.append(.init(id: id, apnsID: apnsID, reason: reason)) }
+            }
+            return ReplayResult(moved: moved, skippedConflicts: skipped, dryRun: true)
+        }
+        candidates.sql = """
+            WITH candidates AS (
+                SELECT j.id, \(conflict) AS conflicted FROM push.dead_jobs AS j
+                 WHERE \(condition) ORDER BY j.id LIMIT \(max(filter.limit, 0))
+                 FOR UPDATE OF j SKIP LOCKED
+            ), moved AS (
+                DELETE FROM push.dead_jobs AS d USING candidates AS c
+                 WHERE d.id = c.id AND NOT c.conflicted
+                RETURNING d.*
+            ), inserted AS (
+                INSERT INTO push.jobs (
+                    id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
+                    collapse_id, expires_at, run_at, apns_id, max_attempts, created_at, history)
+                SELECT id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
+                       collapse_id, expires_at, now(),
+                       CASE WHEN \(newAPNsID) THEN gen_random_uuid() ELSE apns_id END,
+                       max_attempts, created_at,
+                       history || jsonb_build_array(jsonb_build_object(
+                           'outcome', 'replayed', 'at', now(), 'dead_reason', reason,
+                           'previous_apns_id', apns_id, 'attempts_before', attempts))
+                  FROM moved
+                RETURNING id, apns_id
+            )
+            SELECT i.id, i.apns_id, m.reason, false FROM inserted AS i JOIN moved AS m USING (id)
+            UNION ALL
+            SELECT c.id, NULL, NULL, true FROM candidates AS c WHERE c.conflicted
+            """
+        var moved: [ReplayResult.Moved] = [], skipped: [Int64] = []
+        for try await (id, apnsID, reason, conflicted) in try await self.client.query(candidates, logger: self.logger)
+            .decode((Int64, UUID?, String?, Bool).self) {
+            if conflicted {
+                skipped.append(id)
+            } else if let apnsID {
+                moved.append(.init(id: id, apnsID: apnsID, reason: reason ?? ""))
+            }
+        }
+        moved.sort { $0.id < $1.id }
+        return ReplayResult(moved: moved, skippedConflicts: skipped.sorted(), dryRun: false)
+    }
+
+    /// Deletes dead letters that died more than `age` ago, in bounded batches.
+    ///
+    /// - Returns: how many were deleted.
+    @discardableResult
+    public func purgeDeadLetters(olderThan age: Duration, batchSize: Int = 5_000) async throws -> Int {
+        let seconds = Double(age.components.seconds)
+        var total = 0
+        while true {
+            var deleted = 0
+            for try await _ in try await self.client.query(
+                """
+                DELETE FROM push.dead_jobs WHERE id IN (
+                    SELECT id FROM push.dead_jobs WHERE dead_at < now() - make_interval(secs => \(seconds))
+                     LIMIT \(Int64(batchSize)) FOR UPDATE SKIP LOCKED)
+                RETURNING id
+                """,
+                logger: self.logger
+            ) {
+                deleted += 1
+            }
+            total += deleted
+            if deleted < batchSize { return total }
+        }
+    }
+
+    /// Appends the binds of `filter` and returns the SQL condition over alias `j` that uses them.
+    static func appendFilter(_ filter: DeadLetterFilter, to binds: inout PostgresBindings) -> String {
+        var conditions = ["true"]
+        func bind<T: PostgresDynamicTypeEncodable>(_ value: T) -> String {
+            binds.append(value)
+            return "$\(binds.count)"
+        }
+        if !filter.ids.isEmpty { conditions.append("j.id = ANY (\(bind(filter.ids))::bigint[])") }
+        if let trap = filter.trapID { conditions.append("\(bind(trap))::text = ANY (j.trap_ids)") }
+        if let reason = filter.reason { conditions.append("j.reason = \(bind(reason))::text") }
+        if let topic = filter.topic { conditions.append("j.topic = \(bind(topic))::text") }
+        if let since = filter.since { conditions.append("j.dead_at >= \(bind(since))::timestamptz") }
+        if let before = filter.before { conditions.append("j.dead_at < \(bind(before))::timestamptz") }
+        return conditions.joined(separator: " AND ")
+    }
+
+    static let deadColumns = jobColumns + """
+        , j.status, j.reason, j.apns_unique_id, j.dead_at, j.error, j.history::text, to_jsonb(j)::text
+        """
+
+    static func decodeDeadLetter(_ row: PostgresRow) throws -> DeadLetter {
+        let job = try decodeJob(row)
+        let cells = row.makeRandomAccess()
+        let base = 18
+        return DeadLetter(
+            job: job,
+            status: try cells[base].decode(Int16?.self).map(Int.init),
+            reason: try cells[base + 1].decode(String.self),
+            apnsUniqueID: try cells[base + 2].decode(String?.self),
+            deadAt: try cells[base + 3].decode(Date.self),
+            error: try cells[base + 4].decode(String.self),
+            historyJSON: try cells[base + 5].decode(String.self),
+            rowJSON: try cells[base + 6].decode(String.self)
+        )
+    }
+}

@@ -1,0 +1,80 @@
+public import Foundation
+import PostgresNIO
+import PushCore
+
+extension JobQueue {
+    /// One job by id with its outcome, or `nil` (it may have moved to `push.dead_jobs`).
+    public func job(id: Int64) async throws -> JobRecord? {
+        let rows = try await self.client.query(
+            """
+            SELECT \(unescaped: Self.jobColumns), j.state, j.status, j.reason, j.apns_unique_id, j.delivered_at,
+                   j.last_attempt_at, j.latency_ms, j.locked_by, j.locked_until, j.history::text,
+                   (to_jsonb(j) - 'send_priority')::text
+              FROM push.jobs AS j WHERE j.id = \(id)
+            """,
+            logger: self.logger
+        )
+        for try await row in rows {
+            let job = try Self.decodeJob(row)
+            let c = row.makeRandomAccess()
+            let base = 18
+            return JobRecord(
+                job: job,
+                state: JobState(rawValue: try c[base].decode(String.self)) ?? .pending,
+                status: try c[base + 1].decode(Int16?.self).map(Int.init),
+                reason: try c[base + 2].decode(String?.self),
+                apnsUniqueID: try c[base + 3].decode(String?.self),
+                deliveredAt: try c[base + 4].decode(Date?.self),
+                lastAttemptAt: try c[base + 5].decode(Date?.self),
+                latencyMs: try c[base + 6].decode(Int32?.self).map(Int.init),
+                lockedBy: try c[base + 7].decode(String?.self),
+                lockedUntil: try c[base + 8].decode(Date?.self),
+                historyJSON: try c[base + 9].decode(String.self),
+                rowJSON: try c[base + 10].decode(String.self)
+            )
+        }
+        return nil
+    }
+
+    /// Counts by state, the oldest due job's age, dead letters by trap and last-minute throughput, in one
+    /// statement.
+    public func stats() async throws -> QueueStats {
+        let rows = try await self.client.query(
+            """
+            SELECT
+              (SELECT coalesce(jsonb_object_agg(state, n), '{}')::text
+                 FROM (SELECT state, count(*) AS n FROM push.jobs GROUP BY state) AS s),
+              (SELECT count(*) FROM push.jobs WHERE state = 'pending' AND run_at <= now()),
+              (SELECT coalesce(extract(epoch FROM now() - min(run_at)), 0)::double precision
+                 FROM push.jobs WHERE state = 'pending' AND run_at <= now()),
+              (SELECT count(*) FROM push.dead_jobs),
+              (SELECT coalesce(jsonb_object_agg(trap, n), '{}')::text FROM (
+                  SELECT coalesce(t.trap, 'none') AS trap, count(*) AS n
+                    FROM push.dead_jobs AS d LEFT JOIN LATERAL unnest(d.trap_ids) AS t(trap) ON true
+                   GROUP BY 1) AS x),
+              (SELECT count(*) FROM push.jobs
+                WHERE state = 'delivered' AND delivered_at > now() - interval '1 minute'),
+              (SELECT count(*) FROM push.dead_jobs WHERE dead_at > now() - interval '1 minute'),
+              (SELECT count(*) FROM push.invalid_tokens)
+            """,
+            logger: self.logger
+        )
+        for try await r in rows.decode((String, Int64, Double, Int64, String, Int64, Int64, Int64).self) {
+            var byState = Dictionary(uniqueKeysWithValues: JobState.allCases.map { ($0.rawValue, 0) })
+            for (state, count) in try JSONDecoder().decode([String: Int].self, from: Data(r.0.utf8)) {
+                byState[state] = count
+            }
+            return QueueStats(
+                byState: byState,
+                pendingDue: Int(r.1),
+                oldestPendingAgeSeconds: r.2,
+                deadLetters: Int(r.3),
+                deadByTrap: try JSONDecoder().decode([String: Int].self, from: Data(r.4.utf8)),
+                deliveredLastMinute: Int(r.5),
+                deadLastMinute: Int(r.6),
+                invalidTokens: Int(r.7)
+            )
+        }
+        throw QueueError(code: .schemaMissing, message: "stats returned no row; run `push-worker migrate`")
+    }
+}

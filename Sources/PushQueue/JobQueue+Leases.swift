@@ -1,0 +1,102 @@
+import PostgresNIO
+
+extension JobQueue {
+    /// Returns jobs this worker claimed but never sent to `pending`, as if never claimed: the attempt is
+    /// not counted and `run_at` is kept. Used on shutdown. Fenced like an outcome write.
+    ///
+    /// - Returns: how many jobs were released.
+    @discardableResult
+    public func release(_ jobs: [(id: Int64, attempt: Int)], workerID: String) async throws -> Int {
+        guard !jobs.isEmpty else { return 0 }
+        let ids = jobs.map(\.id)
+        let attempts = jobs.map { Int16(clamping: $0.attempt) }
+        var count = 0
+        for try await _ in try await self.client.query(
+            """
+            UPDATE push.jobs AS j
+               SET state = 'pending', attempts = j.attempts - 1, locked_by = NULL, locked_until = NULL,
+                   first_attempt_at = CASE WHEN j.attempts = 1 THEN NULL ELSE j.first_attempt_at END
+              FROM unnest(\(ids)::bigint[], \(attempts)::smallint[]) AS i(id, attempt)
+             WHERE j.id = i.id AND j.attempts = i.attempt AND j.locked_by = \(workerID) AND j.state = 'running'
+            RETURNING j.id
+            """,
+            logger: self.logger
+        ) {
+            count += 1
+        }
+        return count
+    }
+
+    /// Returns every job whose lease has expired to `pending`, due at once, with the same `apns_id`: its
+    /// worker died or hung. The attempt stays counted (its outcome is unknown) and is noted in the history.
+    ///
+    /// - Returns: the ids of the jobs reclaimed.
+    @discardableResult
+    public func reapExpiredLeases() async throws -> [Int64] {
+        var ids: [Int64] = []
+        for try await id in try await self.client.query(
+            """
+            UPDATE push.jobs AS j
+               SET state = 'pending', run_at = now(), locked_by = NULL, locked_until = NULL,
+                   history = j.history || jsonb_build_array(jsonb_build_object(
+                       'attempt', j.attempts, 'at', now(), 'outcome', 'lease_expired',
+                       'worker', j.locked_by, 'sent', NULL))
+             WHERE j.state = 'running' AND j.locked_until < now()
+            RETURNING j.id
+            """,
+            logger: self.logger
+        ).decode(Int64.self) {
+            ids.append(id)
+        }
+        return ids
+    }
+
+    /// Extends the lease of jobs this worker still holds (for sends that wait on a paused connection).
+    ///
+    /// - Returns: how many leases were extended.
+    @discardableResult
+    public func extendLeases(_ ids: [Int64], workerID: String, lease: Duration) async throws -> Int {
+        guard !ids.isEmpty else { return 0 }
+        let seconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
+        var count = 0
+        for try await _ in try await self.client.query(
+            """
+            UPDATE push.jobs SET locked_until = now() + make_interval(secs => \(seconds))
+             WHERE id = ANY (\(ids)::bigint[]) AND locked_by = \(workerID) AND state = 'running'
+            RETURNING id
+            """,
+            logger: self.logger
+        ) {
+            count += 1
+        }
+        return count
+    }
+
+    /// Deletes delivered jobs older than `retention`, at most `batchSize` rows per statement, until none
+    /// are left, so no statement holds many locks or a long transaction.
+    ///
+    /// - Returns: how many rows were deleted.
+    @discardableResult
+    public func pruneDelivered(olderThan retention: Duration, batchSize: Int = 5_000) async throws -> Int {
+        let seconds = Double(retention.components.seconds)
+        var total = 0
+        while true {
+            var deleted = 0
+            for try await _ in try await self.client.query(
+                """
+                DELETE FROM push.jobs WHERE id IN (
+                    SELECT id FROM push.jobs
+                     WHERE state = 'delivered' AND delivered_at < now() - make_interval(secs => \(seconds))
+                     LIMIT \(Int64(batchSize))
+                     FOR UPDATE SKIP LOCKED)
+                RETURNING id
+                """,
+                logger: self.logger
+            ) {
+                deleted += 1
+            }
+            total += deleted
+            if deleted < batchSize { return total }
+        }
+    }
+}

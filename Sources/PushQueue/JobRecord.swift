@@ -1,0 +1,50 @@
+public import Foundation
+public import PushCore
+
+/// One row of `push.jobs` with its outcome, for `push-worker jobs show`.
+public struct JobRecord: Sendable, Hashable {
+    /// The job as the producer enqueued it.
+    public var job: PushJob
+    /// `pending`, `running` or `delivered`.
+    public var state: JobState
+    /// HTTP status of the last attempt.
+    public var status: Int?
+    /// Reason of the last failed attempt.
+    public var reason: String?
+    /// `apns-unique-id` of the last attempt, where given.
+    public var apnsUniqueID: String?
+    /// When APNs accepted it.
+    public var deliveredAt: Date?
+    /// When the last attempt was recorded.
+    public var lastAttemptAt: Date?
+    /// How long the last request took.
+    public var latencyMs: Int?
+    /// The worker holding the lease, while running.
+    public var lockedBy: String?
+    /// When the lease runs out, while running.
+    public var lockedUntil: Date?
+    /// The attempt history as JSON: one object per attempt.
+    public var historyJSON: String
+    /// The whole row as a JSON object, every column by its SQL name (for `--json`).
+    public var rowJSON: String
+}
+
+/// The queue at a glance, for `push-worker stats`.
+public struct QueueStats: Sendable, Hashable, Codable {
+    /// Jobs by state (`pending`, `running`, `delivered`), zero included.
+    public var byState: [String: Int]
+    /// Pending jobs due now (the rest wait for a retry time or `run_at`).
+    public var pendingDue: Int
+    /// Age in seconds of the oldest due pending job; 0 when none.
+    public var oldestPendingAgeSeconds: Double
+    /// Dead letters in all.
+    public var deadLetters: Int
+    /// Dead letters by trap id; those without one under `none`.
+    public var deadByTrap: [String: Int]
+    /// Jobs delivered in the last minute.
+    public var deliveredLastMinute: Int
+    /// Jobs dead-lettered in the last minute.
+    public var deadLastMinute: Int
+    /// Rows in `push.invalid_tokens`.
+    public var invalidTokens: Int
+}

@@ -1,0 +1,14 @@
+/// One numbered schema file from `sql/`, embedded in the binary.
+public struct Migration: Sendable, Hashable {
+    /// The number the file name starts with; migrations apply in this order.
+    public var version: Int
+    /// The file name, e.g. `0001_schema.sql`.
+    public var name: String
+    /// The file's text.
+    public var sql: String
+
+    /// Every migration this build knows, in order.
+    public static let all: [Migration] = [
+        Migration(version: 1, name: "0001_schema.sql", sql: String(decoding: PackageResources._001_schema_sql, as: UTF8.self)),
+    ]
+}

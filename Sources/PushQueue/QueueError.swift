@@ -1,0 +1,74 @@
+public import PostgresNIO
+
+/// An error from the queue: what went wrong, in a sentence that says what to do, and never a token,
+/// payload or password.
+public struct QueueError: Error, Sendable, CustomStringConvertible {
+    /// What kind of failure this is; compare with the static members.
+    public struct Code: Sendable, Hashable, CustomStringConvertible {
+        private enum Base: Sendable, Hashable {
+            case migrationFailed, schemaMissing, invalidDatabaseURL, postgresNotInstalled, embeddedPostgresFailed
+            case invalidArgument
+        }
+        private let base: Base
+        private init(_ base: Base) { self.base = base }
+
+        /// A migration could not be applied; nothing of it was kept.
+        public static let migrationFailed = Code(.migrationFailed)
+        /// The `push` schema is missing or older than this build.
+        public static let schemaMissing = Code(.schemaMissing)
+        /// `DATABASE_URL` could not be parsed.
+        public static let invalidDatabaseURL = Code(.invalidDatabaseURL)
+        /// The Postgres server binaries needed for the embedded cluster are not on this machine.
+        public static let postgresNotInstalled = Code(.postgresNotInstalled)
+        /// The embedded cluster could not be created or started.
+        public static let embeddedPostgresFailed = Code(.embeddedPostgresFailed)
+        /// A caller passed a value the queue cannot use.
+        public static let invalidArgument = Code(.invalidArgument)
+
+        public var description: String { "\(self.base)" }
+    }
+
+    /// The kind of failure.
+    public var code: Code
+    /// A sentence saying what went wrong and what to do.
+    public var message: String
+    /// The error underneath, if any (a `PSQLError` prints no binds in its `description`).
+    public var underlying: (any Error)?
+
+    /// Creates an error with its sentence.
+    public init(code: Code, message: String, underlying: (any Error)? = nil) {
+        self.code = code
+        self.message = message
+        self.underlying = underlying
+    }
+
+    public var description: String {
+        guard let underlying else { return self.message }
+        return "\(self.message) (\(Self.summary(of: underlying)))"
+    }
+
+    /// A one-line summary of a database error: Postgres' own message and hint, no SQL, no binds.
+    public static func summary(of error: any Error) -> String {
+        if let psql = error as? PSQLError {
+            if let server = psql.serverInfo {
+                var text = server[.message] ?? "server error"
+                if let constraint = server[.constraintName] { text += " [constraint \(constraint)]" }
+                if let hint = server[.hint] { text += "; hint: \(hint)" }
+                return text
+            }
+            return "\(psql.code)"
+        }
+        if let transaction = error as? PostgresTransactionError {
+            return summary(of: transaction.closureError ?? transaction.commitError ?? transaction.beginError ?? error)
+        }
+        return "\(error)"
+    }
+
+    static func migrationFailed(underlying: any Error) -> QueueError {
+        QueueError(
+            code: .migrationFailed,
+            message: "could not apply the push schema migrations; nothing was changed. Check that the database user may create schemas, tables and functions",
+            underlying: underlying
+        )
+    }
+}

@@ -1,0 +1,129 @@
+public import Foundation
+public import Logging
+public import PostgresNIO
+public import PushQueue
+import Synchronization
+
+/// Real Postgres for tests: the server named by `DATABASE_URL`, or else a throwaway cluster started once
+/// per test process (in a temporary directory, fsync off, stopped and removed at exit). Each test gets a
+/// database of its own, migrated, and dropped afterwards, so tests run in parallel without sharing rows.
+public enum TestPostgres {
+    private static let server = Mutex<Result<DatabaseURL, any Error>?>(nil)
+
+    /// The server every test database lives on; starts the embedded cluster on first use.
+    public static func serverURL() throws -> DatabaseURL {
+        try self.server.withLock { state in
+            if let state { return try state.get() }
+            let result = Result { try Self.startServer() }
+            state = result
+            return try result.get()
+        }
+    }
+
+    private static func startServer() throws -> DatabaseURL {
+        if let url = ProcessInfo.processInfo.environment["DATABASE_URL"], !url.isEmpty {
+            return try DatabaseURL(url)
+        }
+        let directory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("pushworker-test-\(getpid())-\(UInt32.random(in: 0...UInt32.max))").path
+        var logger = Logger(label: "push.test.postgres")
+        logger.logLevel = .warning
+        let cluster = EmbeddedPostgres(
+            configuration: .init(dataDirectory: directory + "/data", fsync: false),
+            logger: logger
+        )
+        let url = try cluster.start()
+        EmbeddedClusterRegistry.register(cluster, directory: directory)
+        return url
+    }
+
+    /// Runs `body` against a fresh, migrated database, then drops it.
+    public static func withDatabase<T: Sendable>(
+        maxConnections: Int = 20,
+        _ body: @Sendable (TestDatabase) async throws -> T
+    ) async throws -> T {
+        let server = try self.serverURL()
+        let name = "pw_test_\(UInt64.random(in: 0...UInt64.max))"
+        try await self.admin(server) { client in
+            try await client.query("CREATE DATABASE \(unescaped: name)")
+        }
+        let url = server.with(database: name)
+        var logger = Logger(label: "push.test")
+        logger.logLevel = .error
+        var configuration = url.clientConfiguration
+        configuration.options.maximumConnections = maxConnections
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        let result: Result<T, any Error> = await withTaskGroup(of: Void.self) { group in
+            group.addTask { await client.run() }
+            defer { group.cancelAll() }
+            do {
+                try await Migrator(client: client, logger: logger).migrate()
+                let database = TestDatabase(url: url, client: client, logger: logger)
+                return .success(try await body(database))
+            } catch {
+                return .failure(error)
+            }
+        }
+        try? await self.admin(server) { client in
+            try await client.query("DROP DATABASE IF EXISTS \(unescaped: name) WITH (FORCE)")
+        }
+        return try result.get()
+    }
+
+    /// Runs `body` with a short-lived client on the server's maintenance database.
+    private static func admin(_ server: DatabaseURL, _ body: @Sendable (PostgresClient) async throws -> Void) async throws {
+        let client = PostgresClient(configuration: server.clientConfiguration)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await client.run() }
+            defer { group.cancelAll() }
+            try await body(client)
+        }
+    }
+}
+
+/// One test's database: its URL (for psql or a second connection), a running client and a queue on it.
+public struct TestDatabase: Sendable {
+    /// The database's URL.
+    public let url: DatabaseURL
+    /// A running client.
+    public let client: PostgresClient
+    /// A logger at warning level.
+    public let logger: Logger
+
+    /// A queue on this database.
+    public var queue: JobQueue { JobQueue(client: self.client, logger: self.logger) }
+
+    /// Runs one statement given as plain SQL text (as a producer would send it).
+    public func execute(_ sql: String) async throws {
+        try await self.client.query(PostgresQuery(unsafeSQL: sql), logger: self.logger)
+    }
+
+    /// Runs a query and decodes its single `bigint` column.
+    public func int64s(_ query: PostgresQuery) async throws -> [Int64] {
+        var values: [Int64] = []
+        for try await value in try await self.client.query(query, logger: self.logger).decode(Int64.self) {
+            values.append(value)
+        }
+        return values
+    }
+
+    /// Runs a query that returns one `bigint` (e.g. a count).
+    public func int64(_ query: PostgresQuery) async throws -> Int64 {
+        try await self.int64s(query).first ?? 0
+    }
+}
+
+/// Stops the embedded cluster when the test process exits.
+enum EmbeddedClusterRegistry {
+    private static let cluster = Mutex<(EmbeddedPostgres, String)?>(nil)
+
+    static func register(_ cluster: EmbeddedPostgres, directory: String) {
+        self.cluster.withLock { $0 = (cluster, directory) }
+        atexit {
+            if let (cluster, directory) = EmbeddedClusterRegistry.cluster.withLock({ $0 }) {
+                cluster.stop()
+                try? FileManager.default.removeItem(atPath: directory)
+            }
+        }
+    }
+}

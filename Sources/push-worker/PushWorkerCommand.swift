@@ -1,0 +1,3 @@
+import ArgumentParser
+import PushQueue
+@main struct Main: ParsableCommand { func run() {} }

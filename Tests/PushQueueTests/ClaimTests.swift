@@ -1,0 +1,82 @@
+import Foundation
+import PostgresNIO
+import PushCore
+import PushQueue
+import PushQueueTesting
+import Testing
+
+@Suite("Claiming jobs")
+struct ClaimTests {
+    @Test("8 concurrent claimers over 10,000 jobs never get the same job")
+    func noDoubleClaims() async throws {
+        try await TestPostgres.withDatabase(maxConnections: 12) { db in
+            _ = try await db.int64s("""
+                INSERT INTO push.jobs (topic, device_token, payload)
+                SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{}}' FROM generate_series(1, 10000) g
+                RETURNING id
+                """)
+            let queue = db.queue
+            let claimed = try await withThrowingTaskGroup(of: [Int64].self) { group in
+                for claimer in 0..<8 {
+                    group.addTask {
+                        let worker = "claimer-\(claimer)"
+                        var mine: [Int64] = []
+                        while true {
+                            let jobs = try await queue.claim(limit: 97, workerID: worker, lease: .seconds(60))
+                            if jobs.isEmpty { return mine }
+                            mine += jobs.map(\.id)
+                            let outcomes = jobs.map { JobOutcome(jobID: $0.id, attempt: $0.attempts, disposition: .delivered, status: 200) }
+                            let result = try await queue.record(outcomes, workerID: worker)
+                            #expect(result.fenced.isEmpty)
+                        }
+                    }
+                }
+                var all: [[Int64]] = []
+                for try await ids in group { all.append(ids) }
+                return all
+            }
+            let flat = claimed.flatMap { $0 }
+            #expect(flat.count == 10_000)
+            #expect(Set(flat).count == 10_000)
+            #expect(claimed.filter { !$0.isEmpty }.count > 1, "the work should spread over several claimers")
+            #expect(try await db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered' AND attempts = 1") == 10_000)
+        }
+    }
+
+    @Test("claims highest send priority first, then oldest run_at, and never a job not yet due")
+    func ordering() async throws {
+        try await TestPostgres.withDatabase { db in
+            let p5old = try await enqueue(db, priority: 5, runAt: "now() - interval '10 minutes'")[0]
+            let p10new = try await enqueue(db, priority: 10, runAt: "now() - interval '1 minute'")[0]
+            let p10old = try await enqueue(db, priority: 10, runAt: "now() - interval '5 minutes'")[0]
+            let backgroundDefault = try await enqueue(db, pushType: "background", runAt: "now() - interval '20 minutes'")[0]
+            let alertDefault = try await enqueue(db, runAt: "now() - interval '2 minutes'")[0]
+            _ = try await enqueue(db, priority: 10, runAt: "now() + interval '1 hour'")
+            let jobs = try await db.queue.claim(limit: 10, workerID: workerName(), lease: .seconds(30))
+            #expect(jobs.map(\.id) == [p10old, alertDefault, p10new, backgroundDefault, p5old])
+            #expect(jobs.allSatisfy { $0.attempts == 1 })
+            #expect(try await db.int64("SELECT count(*) FROM push.jobs WHERE state = 'pending'") == 1)
+        }
+    }
+
+    @Test("a claim sets running, the lease and the worker; excluded credentials stay pending")
+    func claimFields() async throws {
+        try await TestPostgres.withDatabase { db in
+            try await db.execute("""
+                INSERT INTO push.jobs (topic, device_token, payload, credential) VALUES
+                ('com.example.app', 'aa', '{"aps":{}}', 'paused'), ('com.example.app', 'bb', '{"aps":{}}', 'default')
+                """)
+            let worker = workerName()
+            let jobs = try await db.queue.claim(limit: 10, workerID: worker, lease: .seconds(30), excludingCredentials: ["paused"])
+            #expect(jobs.map(\.credential) == ["default"])
+            let rows = try await db.client.query(
+                "SELECT state, locked_by, extract(epoch FROM locked_until - now())::float8 FROM push.jobs WHERE id = \(jobs[0].id)"
+            ).decode((String, String, Double).self)
+            for try await (state, lockedBy, leaseLeft) in rows {
+                #expect(state == "running")
+                #expect(lockedBy == worker)
+                #expect(leaseLeft > 20 && leaseLeft <= 30)
+            }
+        }
+    }
+}

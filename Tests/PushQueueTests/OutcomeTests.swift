@@ -1,0 +1,247 @@
+import Foundation
+import PostgresNIO
+import PushCore
+import PushQueue
+import PushQueueTesting
+import Testing
+
+@Suite("Recording outcomes")
+struct OutcomeTests {
+    @Test("a worker whose lease was lost cannot overwrite the newer attempt")
+    func fencedWrite() async throws {
+        try await TestPostgres.withDatabase { db in
+            let id = try await enqueue(db)[0]
+            let queue = db.queue
+            let stale = try await queue.claim(limit: 1, workerID: "stale", lease: .milliseconds(1))[0]
+            // Wait for the lease to run out, then let the reaper return the job.
+            var reaped: [Int64] = []
+            for _ in 0..<200 where reaped.isEmpty {
+                reaped = try await queue.reapExpiredLeases()
+                if reaped.isEmpty { try await Task.sleep(for: .milliseconds(10)) }
+            }
+            #expect(reaped == [id])
+            let fresh = try await queue.claim(limit: 1, workerID: "fresh", lease: .seconds(30))[0]
+            #expect(fresh.attempts == 2)
+            #expect(fresh.apnsID == stale.apnsID)
+
+            let late = try await queue.record(
+                [JobOutcome(jobID: id, attempt: stale.attempts, disposition: .dead(error: "stale"), status: 410, reason: "Unregistered")],
+                workerID: "stale"
+            )
+            #expect(late.recorded.isEmpty)
+            #expect(late.fenced == [id])
+            // The same attempt number from the wrong worker is refused too.
+            let impostor = try await queue.record(
+                [JobOutcome(jobID: id, attempt: fresh.attempts, disposition: .delivered, status: 200)], workerID: "stale"
+            )
+            #expect(impostor.fenced == [id])
+            #expect(try await db.int64("SELECT count(*) FROM push.dead_jobs") == 0)
+
+            let current = try await queue.record(
+                [JobOutcome(jobID: id, attempt: fresh.attempts, disposition: .delivered, status: 200, apnsUniqueID: "u-1", latencyMs: 12)],
+                workerID: "fresh"
+            )
+            #expect(current.recorded == [id])
+            let record = try #require(try await queue.job(id: id))
+            #expect(record.state == .delivered)
+            #expect(record.status == 200)
+            #expect(record.apnsUniqueID == "u-1")
+            #expect(record.latencyMs == 12)
+            #expect(record.deliveredAt != nil)
+            #expect(record.lockedBy == nil)
+            // A second write of the same outcome is fenced: the job is no longer running.
+            let again = try await queue.record(
+                [JobOutcome(jobID: id, attempt: fresh.attempts, disposition: .delivered, status: 200)], workerID: "fresh"
+            )
+            #expect(again.fenced == [id])
+        }
+    }
+
+    @Test("a retry returns the job to pending at the given time with the same apns_id, trap ids merged")
+    func retry() async throws {
+        try await TestPostgres.withDatabase { db in
+            let id = try await enqueue(db)[0]
+            let queue = db.queue
+            let worker = workerName()
+            let first = try await queue.claim(limit: 1, workerID: worker, lease: .seconds(30))[0]
+            let retryAt = Date().addingTimeInterval(3600).rounded()
+            let result = try await queue.record(
+                [JobOutcome(jobID: id, attempt: 1, disposition: .retry(at: retryAt), status: 429, reason: "TooManyRequests", trapIDs: ["MS015"], latencyMs: 5)],
+                workerID: worker
+            )
+            #expect(result.recorded == [id])
+            let record = try #require(try await queue.job(id: id))
+            #expect(record.state == .pending)
+            #expect(record.job.runAt == retryAt)
+            #expect(record.job.apnsID == first.apnsID)
+            #expect(record.status == 429)
+            #expect(record.reason == "TooManyRequests")
+            #expect(record.job.trapIDs == ["MS015"])
+            #expect(record.job.attempts == 1)
+            // Not due yet: nothing to claim.
+            #expect(try await queue.claim(limit: 10, workerID: worker, lease: .seconds(30)).isEmpty)
+
+            // Due again: the second attempt carries the same apns_id; trap ids stay distinct, first seen first.
+            try await db.execute("UPDATE push.jobs SET run_at = now() WHERE id = \(id)")
+            let second = try await queue.claim(limit: 1, workerID: worker, lease: .seconds(30))[0]
+            #expect(second.apnsID == first.apnsID)
+            #expect(second.attempts == 2)
+            _ = try await queue.record(
+                [JobOutcome(jobID: id, attempt: 2, disposition: .retry(at: Date()), status: 503, reason: "ServiceUnavailable", trapIDs: ["MS015", "MS011"])],
+                workerID: worker
+            )
+            let third = try await queue.claim(limit: 1, workerID: worker, lease: .seconds(30))[0]
+            _ = try await queue.record([JobOutcome(jobID: id, attempt: third.attempts, disposition: .delivered, status: 200)], workerID: worker)
+            let done = try #require(try await queue.job(id: id))
+            #expect(done.state == .delivered)
+            #expect(done.job.trapIDs == ["MS015", "MS011"])
+            #expect(done.reason == "ServiceUnavailable", "reason keeps the last failure")
+            let history = try JSONSerialization.jsonObject(with: Data(done.historyJSON.utf8)) as? [[String: Any]]
+            #expect(history?.map { $0["outcome"] as? String } == ["retry", "retry", "delivered"])
+            #expect(history?.map { $0["attempt"] as? Int } == [1, 2, 3])
+        }
+    }
+
+    @Test("a dead-letter move keeps every producer column, the apns_id and the history, and leaves nothing in push.jobs")
+    func deadLetterMove() async throws {
+        try await TestPostgres.withDatabase { db in
+            let apnsID = UUID()
+            let id = try await db.int64("""
+                INSERT INTO push.jobs (topic, device_token, payload, push_type, priority, environment, credential,
+                                       collapse_id, expires_at, run_at, apns_id, max_attempts)
+                VALUES ('com.example.app', 'abcdef0123', '{"aps":{"alert":"x"},"k":1}', 'alert', 10, 'development',
+                        'team-b', 'order-42', '2030-01-01T00:00:00Z', now() - interval '1 second', \(apnsID), 3)
+                RETURNING id
+                """)
+            let before = try await db.int64s("SELECT 1") // keep the connection warm
+            #expect(before == [1])
+            // run_at is the producer's until the first retry reschedules it (CONTRACT.md), so it is not compared.
+            let producerColumns = "topic, device_token, channel_id, payload, push_type, priority, environment, credential, collapse_id, expires_at, apns_id, max_attempts, created_at"
+            let original = try await db.client.query(PostgresQuery(unsafeSQL:
+                "SELECT row_to_json(x)::text FROM (SELECT id, \(producerColumns) FROM push.jobs WHERE id = \(id)) x"
+            )).decode(String.self).collect()
+
+            let queue = db.queue
+            let worker = workerName()
+            _ = try await queue.claim(limit: 1, workerID: worker, lease: .seconds(30))
+            _ = try await queue.record([JobOutcome(jobID: id, attempt: 1, disposition: .retry(at: Date()), status: 500, reason: "InternalServerError")], workerID: worker)
+            _ = try await queue.claim(limit: 1, workerID: worker, lease: .seconds(30))
+            let result = try await queue.record(
+                [JobOutcome(jobID: id, attempt: 2, disposition: .dead(error: "The device token is no longer valid: drop it."),
+                            status: 410, reason: "Unregistered", trapIDs: ["MS020"], latencyMs: 7,
+                            invalidatesToken: true, apnsTimestampMs: 1_700_000_000_123)],
+                workerID: worker
+            )
+            #expect(result.recorded == [id])
+            #expect(try await db.int64("SELECT count(*) FROM push.jobs") == 0)
+
+            let moved = try await db.client.query(PostgresQuery(unsafeSQL:
+                "SELECT row_to_json(x)::text FROM (SELECT id, \(producerColumns) FROM push.dead_jobs WHERE id = \(id)) x"
+            )).decode(String.self).collect()
+            #expect(moved == original)
+
+            let letter = try #require(try await queue.deadLetter(id: id))
+            #expect(letter.job.apnsID == apnsID)
+            #expect(letter.job.attempts == 2)
+            #expect(letter.status == 410)
+            #expect(letter.reason == "Unregistered")
+            #expect(letter.job.trapIDs == ["MS020"])
+            #expect(letter.error == "The device token is no longer valid: drop it.")
+            let history = try JSONSerialization.jsonObject(with: Data(letter.historyJSON.utf8)) as? [[String: Any]]
+            #expect(history?.map { $0["status"] as? Int } == [500, 410])
+            #expect(history?.last?["trap_ids"] as? [String] == ["MS020"])
+
+            let token = try await db.client.query("""
+                SELECT reason, apns_timestamp_ms, (extract(epoch FROM invalidated_at) * 1000)::bigint, job_id, environment
+                  FROM push.invalid_tokens WHERE device_token = 'abcdef0123' AND topic = 'com.example.app'
+                """).decode((String, Int64, Int64, Int64, String).self).collect()
+            #expect(token.count == 1)
+            #expect(token.first?.0 == "Unregistered")
+            #expect(token.first?.1 == 1_700_000_000_123)
+            #expect(token.first?.2 == 1_700_000_000_123, "invalidated_at holds APNs' timestamp to the millisecond")
+            #expect(token.first?.3 == id)
+            #expect(token.first?.4 == "development")
+        }
+    }
+
+    @Test("invalid tokens: one row per token, the newest invalidation wins, BadDeviceToken gets now()")
+    func invalidTokenUpsert() async throws {
+        try await TestPostgres.withDatabase { db in
+            try await db.execute("""
+                INSERT INTO push.jobs (topic, device_token, payload) VALUES
+                ('com.example.app', 'feed', '{"aps":{}}'), ('com.example.app', 'feed', '{"aps":{}}'),
+                ('com.example.app', 'beef', '{"aps":{}}')
+                """)
+            let worker = workerName()
+            let jobs = try await db.queue.claim(limit: 3, workerID: worker, lease: .seconds(30))
+            let outcomes = jobs.map { job in
+                job.deviceToken == "beef"
+                    ? JobOutcome(jobID: job.id, attempt: 1, disposition: .dead(error: "bad"), status: 400, reason: "BadDeviceToken", trapIDs: ["MS014"], invalidatesToken: true)
+                    : JobOutcome(jobID: job.id, attempt: 1, disposition: .dead(error: "gone"), status: 410, reason: "Unregistered", trapIDs: ["MS020"], invalidatesToken: true, apnsTimestampMs: job.id == jobs[0].id ? 1_000 : 2_000)
+            }
+            let result = try await db.queue.record(outcomes, workerID: worker)
+            #expect(result.recorded.count == 3)
+            let rows = try await db.client.query(
+                "SELECT device_token, reason, coalesce(apns_timestamp_ms, -1), invalidated_at > now() - interval '1 minute' FROM push.invalid_tokens ORDER BY device_token"
+            ).decode((String, String, Int64, Bool).self).collect()
+            #expect(rows.count == 2)
+            #expect(rows[0].0 == "beef" && rows[0].1 == "BadDeviceToken" && rows[0].2 == -1 && rows[0].3)
+            #expect(rows[1].0 == "feed" && rows[1].2 == 2_000)
+        }
+    }
+
+    @Test("expired leases are reclaimed with the same apns_id; a worker's unsent claims are released uncounted")
+    func leases() async throws {
+        try await TestPostgres.withDatabase { db in
+            let ids = try await enqueue(db, count: 4)
+            let queue = db.queue
+            let dead = try await queue.claim(limit: 2, workerID: "crashed", lease: .milliseconds(1))
+            let alive = try await queue.claim(limit: 2, workerID: "alive", lease: .seconds(60))
+            var reaped: [Int64] = []
+            for _ in 0..<200 where reaped.isEmpty {
+                reaped = try await queue.reapExpiredLeases()
+                if reaped.isEmpty { try await Task.sleep(for: .milliseconds(10)) }
+            }
+            #expect(Set(reaped) == Set(dead.map(\.id)))
+            let released = try await queue.release(alive.map { ($0.id, $0.attempts) }, workerID: "alive")
+            #expect(released == 2)
+            let again = try await queue.claim(limit: 10, workerID: "next", lease: .seconds(60))
+            #expect(Set(again.map(\.id)) == Set(ids))
+            for job in again {
+                let previous = (dead + alive).first { $0.id == job.id }
+                #expect(job.apnsID == previous?.apnsID)
+                // Reaped jobs keep their unknown attempt counted; released ones were never sent.
+                #expect(job.attempts == (dead.contains { $0.id == job.id } ? 2 : 1))
+            }
+            #expect(try await db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running' AND locked_by = 'next'") == 4)
+        }
+    }
+
+    @Test("delivered rows past retention are pruned in bounded batches; recent and pending ones stay")
+    func prune() async throws {
+        try await TestPostgres.withDatabase { db in
+            _ = try await enqueue(db, count: 25)
+            let worker = workerName()
+            let jobs = try await db.queue.claim(limit: 20, workerID: worker, lease: .seconds(30))
+            _ = try await db.queue.record(jobs.map { JobOutcome(jobID: $0.id, attempt: 1, disposition: .delivered, status: 200) }, workerID: worker)
+            try await db.execute("UPDATE push.jobs SET delivered_at = now() - interval '8 days' WHERE id IN (SELECT id FROM push.jobs WHERE state = 'delivered' ORDER BY id LIMIT 15)")
+            let pruned = try await db.queue.pruneDelivered(olderThan: .seconds(7 * 86_400), batchSize: 4)
+            #expect(pruned == 15)
+            #expect(try await db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == 5)
+            #expect(try await db.int64("SELECT count(*) FROM push.jobs WHERE state = 'pending'") == 5)
+        }
+    }
+}
+
+extension Date {
+    /// Whole seconds, so a round trip through timestamptz compares equal.
+    func rounded() -> Date { Date(timeIntervalSince1970: self.timeIntervalSince1970.rounded(.down)) }
+}
+
+extension AsyncSequence where Self: Sendable {
+    func collect() async throws -> [Element] {
+        var values: [Element] = []
+        for try await value in self { values.append(value) }
+        return values
+    }
+}

@@ -1,0 +1,1 @@
+Sources/PushQueue/Migrations

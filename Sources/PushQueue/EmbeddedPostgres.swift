@@ -99,10 +99,11 @@ public struct EmbeddedPostgres: Sendable {
             try handle.write(contentsOf: Data(("\n# PushWorker embedded cluster\n" + text).utf8))
             try handle.close()
         }
-        let port = self.configuration.port == 0 ? try Self.freePort() : self.configuration.port
-        if self.isRunning(bin: bin, asRoot: asRoot) {
-            try self.run(bin + "/pg_ctl", ["-D", data, "-m", "fast", "-w", "stop"], asPostgres: asRoot)
+        if self.isRunning(bin: bin, asRoot: asRoot), let port = self.runningPort() {
+            // Another push-worker process started it: share it.
+            return DatabaseURL(host: "127.0.0.1", port: port, username: "postgres", database: "postgres")
         }
+        let port = self.configuration.port == 0 ? try Self.freePort() : self.configuration.port
         try self.run(
             bin + "/pg_ctl",
             ["-D", data, "-l", data + "/server.log", "-o", "-p \(port)", "-w", "-t", "60", "start"],
@@ -110,6 +111,19 @@ public struct EmbeddedPostgres: Sendable {
         )
         self.logger.info("embedded Postgres started", metadata: ["push.data_dir": "\(data)", "push.port": "\(port)"])
         return DatabaseURL(host: "127.0.0.1", port: port, username: "postgres", database: "postgres")
+    }
+
+    /// Whether the cluster in the data directory is running now.
+    public var isRunning: Bool {
+        guard let bin = try? self.configuration.binDirectory ?? Self.findBinDirectory() else { return false }
+        return self.isRunning(bin: bin, asRoot: geteuid() == 0)
+    }
+
+    /// The port a running cluster listens on, from its `postmaster.pid` (line 4).
+    func runningPort() -> Int? {
+        guard let text = try? String(contentsOfFile: self.configuration.dataDirectory + "/postmaster.pid", encoding: .utf8) else { return nil }
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+        return lines.count > 3 ? Int(lines[3].trimmingCharacters(in: .whitespaces)) : nil
     }
 
     /// Stops the cluster (fast shutdown: open connections are closed); does nothing if it is not running.

@@ -1,3 +1,25 @@
 import ArgumentParser
-import PushQueue
-@main struct Main: ParsableCommand { func run() {} }
+
+/// `push-worker`: the durable APNs push worker and its operator tools.
+@main
+struct PushWorkerCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "push-worker",
+        abstract: "A durable Apple push-notification worker: jobs in Postgres, sent over HTTP/2, outcomes written back.",
+        discussion: """
+            Producers enqueue with SQL:
+              INSERT INTO push.jobs (topic, device_token, payload)
+              VALUES ('com.example.app', '<hex token>', '{"aps":{"alert":"Hello"}}');
+
+            The database is DATABASE_URL (or --database-url). With neither, every verb uses an embedded \
+            Postgres cluster in --data-dir (default .pushworker/postgres), started on first use. \
+            Every listing takes --json for scripts.
+            """,
+        subcommands: [
+            MigrateCommand.self,
+            StatsCommand.self,
+            JobsCommand.self,
+            DeadCommand.self,
+        ]
+    )
+}

@@ -1,0 +1,78 @@
+import ArgumentParser
+import Foundation
+import Logging
+import PostgresNIO
+import PushQueue
+
+/// Where the database is: flags, then the environment, then the embedded cluster.
+struct DatabaseOptions: ParsableArguments {
+    @Option(name: .customLong("database-url"), help: ArgumentHelp(
+        "Postgres URL, postgres://USER:PASSWORD@HOST:PORT/DATABASE?sslmode=… (default: $DATABASE_URL, else the embedded cluster).",
+        valueName: "url"))
+    var databaseURL: String?
+
+    @Option(name: .customLong("data-dir"), help: ArgumentHelp(
+        "Data directory of the embedded Postgres cluster, used when no database URL is given.",
+        valueName: "path"))
+    var dataDirectory: String = ".pushworker/postgres"
+
+    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
+    var logLevel: String = "warning"
+
+    func makeLogger() throws -> Logger {
+        guard let level = Logger.Level(rawValue: self.logLevel) else {
+            throw ValidationError("--log-level \(self.logLevel) is not a level: use trace, debug, info, notice, warning, error or critical")
+        }
+        var logger = Logger(label: "push-worker")
+        logger.logLevel = level
+        return logger
+    }
+
+    /// The database to use, starting the embedded cluster when none is configured.
+    func resolve(logger: Logger) throws -> DatabaseURL {
+        if let url = self.databaseURL ?? ProcessInfo.processInfo.environment["DATABASE_URL"], !url.isEmpty {
+            return try DatabaseURL(url)
+        }
+        let directory = URL(fileURLWithPath: self.dataDirectory).standardizedFileURL.path
+        let cluster = EmbeddedPostgres(configuration: .init(dataDirectory: directory), logger: logger)
+        if !cluster.isRunning {
+            printError("no DATABASE_URL: starting the embedded Postgres cluster in \(directory)")
+        }
+        return try cluster.start()
+    }
+
+    /// Runs `body` with a queue on a running client, and turns database errors into sentences.
+    func withQueue<T: Sendable>(_ body: @Sendable (JobQueue, PostgresClient, Logger) async throws -> T) async throws -> T {
+        let logger = try self.makeLogger()
+        let url = try self.resolve(logger: logger)
+        var configuration = url.clientConfiguration
+        configuration.options.maximumConnections = 4
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        let result: Result<T, any Error> = await withTaskGroup(of: Void.self) { group in
+            group.addTask { await client.run() }
+            defer { group.cancelAll() }
+            do {
+                return .success(try await body(JobQueue(client: client, logger: logger), client, logger))
+            } catch {
+                return .failure(error)
+            }
+        }
+        do {
+            return try result.get()
+        } catch let error as PSQLError where error.serverInfo?[.sqlState] == "42P01" || error.serverInfo?[.sqlState] == "3F000" {
+            throw CLIError("the push schema is missing in \(url): run `push-worker migrate` first")
+        } catch let error as PSQLError {
+            throw CLIError("database error at \(url): \(QueueError.summary(of: error))")
+        }
+    }
+}
+
+/// An error the CLI prints as one sentence and exits 1 for.
+struct CLIError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+func printError(_ message: String) {
+    FileHandle.standardError.write(Data(("push-worker: " + message + "\n").utf8))
+}

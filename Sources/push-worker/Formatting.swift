@@ -1,0 +1,94 @@
+import ArgumentParser
+import Foundation
+import PushCore
+
+/// Prints an `Encodable` value as pretty JSON with snake_case keys.
+func printJSON(_ value: some Encodable) {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+    encoder.keyEncodingStrategy = .convertToSnakeCase
+    encoder.dateEncodingStrategy = .iso8601
+    if let data = try? encoder.encode(value) { print(String(decoding: data, as: UTF8.self)) }
+}
+
+/// Prints JSON texts (objects from Postgres) as one JSON array.
+func printJSONArray(_ objects: [String]) {
+    print(objects.isEmpty ? "[]" : "[\n" + objects.joined(separator: ",\n") + "\n]")
+}
+
+/// Prints rows as a table with a header, columns padded to their widest cell.
+func printTable(_ header: [String], _ rows: [[String]]) {
+    let widths = header.indices.map { column in
+        ([header[column]] + rows.map { $0[column] }).map(\.count).max() ?? 0
+    }
+    func line(_ cells: [String]) -> String {
+        cells.enumerated().map { index, cell in
+            index == cells.count - 1 ? cell : cell.padding(toLength: widths[index], withPad: " ", startingAt: 0)
+        }.joined(separator: "  ")
+    }
+    print(line(header))
+    for row in rows { print(line(row)) }
+}
+
+/// A short timestamp in UTC, to the second.
+func formatDate(_ date: Date?) -> String {
+    guard let date else { return "-" }
+    let formatter = ISO8601DateFormatter()
+    formatter.formatOptions = [.withFullDate, .withTime, .withColonSeparatorInTime, .withSpaceBetweenDateAndTime]
+    formatter.timeZone = TimeZone(identifier: "UTC")
+    return formatter.string(from: date) + "Z"
+}
+
+/// A human duration: 850 ms, 4.2 s, 3 min, 5 h, 2 d.
+func formatSeconds(_ seconds: Double) -> String {
+    switch seconds {
+    case ..<1: return "\(Int(seconds * 1000)) ms"
+    case ..<60: return String(format: "%.1f s", seconds)
+    case ..<3600: return String(format: "%.0f min", seconds / 60)
+    case ..<172_800: return String(format: "%.1f h", seconds / 3600)
+    default: return String(format: "%.1f d", seconds / 86_400)
+    }
+}
+
+/// Cuts a text to `length` characters with an ellipsis.
+func truncate(_ text: String, _ length: Int) -> String {
+    text.count <= length ? text : String(text.prefix(length - 1)) + "…"
+}
+
+/// A duration typed by an operator: `90s`, `15m`, `12h`, `30d`, `2w`.
+struct HumanDuration: ExpressibleByArgument, Sendable {
+    var seconds: Int
+
+    init?(argument: String) {
+        let units: [Character: Int] = ["s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800]
+        guard let unit = argument.last, let scale = units[unit], let value = Int(argument.dropLast()), value >= 0 else {
+            return nil
+        }
+        self.seconds = value * scale
+    }
+
+    var duration: Duration { .seconds(self.seconds) }
+
+    static var defaultCompletionKind: CompletionKind { .default }
+}
+
+/// A point in time typed by an operator: an age (`1h`, `7d`: that long ago) or an ISO 8601 timestamp.
+struct HumanTime: ExpressibleByArgument, Sendable {
+    var date: Date
+
+    init?(argument: String) {
+        if let age = HumanDuration(argument: argument) {
+            self.date = Date().addingTimeInterval(-Double(age.seconds))
+            return
+        }
+        let formatter = ISO8601DateFormatter()
+        for options: ISO8601DateFormatter.Options in [[.withInternetDateTime], [.withInternetDateTime, .withFractionalSeconds], [.withFullDate]] {
+            formatter.formatOptions = options
+            if let date = formatter.date(from: argument) {
+                self.date = date
+                return
+            }
+        }
+        return nil
+    }
+}

@@ -9,13 +9,13 @@ import Glibc
 /// Foundation's `Process` on Linux can miss a child's exit when the caller blocks a cooperative thread;
 /// this does not depend on a run loop, and a file (not a pipe) cannot be held open by a daemon the
 /// command leaves running (`pg_ctl start`).
-enum ChildProcess {
-    struct Result {
-        var status: Int32
-        var output: String
+package enum ChildProcess {
+    package struct Result {
+        package var status: Int32
+        package var output: String
     }
 
-    static func run(_ executable: String, _ arguments: [String]) throws -> Result {
+    package static func run(_ executable: String, _ arguments: [String]) throws -> Result {
         let outputPath = FileManager.default.temporaryDirectory
             .appendingPathComponent("push-worker-cmd-\(getpid())-\(UInt64.random(in: 0...UInt64.max)).log").path
         defer { unlink(outputPath) }

@@ -1,0 +1,31 @@
+import Foundation
+import NIOHPACK
+
+extension APNsSimulator {
+    /// Broadcast channel management: create (POST …/channels), list (GET …/all-channels), delete
+    /// (DELETE …/channels with apns-channel-id).
+    func manageChannels(method: String, bundle: String, resource: String, headers: HPACKHeaders, body: [UInt8]) -> SimulatorAnswer {
+        switch (method, resource) {
+        case ("POST", "channels"):
+            guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
+                  let policy = (object["message-storage-policy"] as? NSNumber)?.intValue, [0, 1].contains(policy),
+                  object["push-type"] as? String == "LiveActivity"
+            else {
+                return .error(400, "BadRequest")
+            }
+            let id = Data((0..<16).map { _ in UInt8.random(in: 0...255) }).base64EncodedString()
+            self.state.withLock { $0.channels[bundle, default: [:]][id] = policy }
+            return SimulatorAnswer(status: 201, reason: nil, headers: [("apns-channel-id", id)])
+        case ("GET", "all-channels"):
+            let ids = self.state.withLock { $0.channels[bundle].map { Array($0.keys).sorted() } ?? [] }
+            let data = (try? JSONSerialization.data(withJSONObject: ["channels": ids])).map(Array.init) ?? []
+            return SimulatorAnswer(status: 200, reason: nil, headers: [("content-type", "application/json")], body: data)
+        case ("DELETE", "channels"):
+            guard let id = headers.first(name: "apns-channel-id") else { return .error(400, "MissingChannelId") }
+            let removed = self.state.withLock { $0.channels[bundle]?.removeValue(forKey: id) != nil }
+            return removed ? SimulatorAnswer(status: 204, reason: nil) : .error(404, "ChannelNotRegistered")
+        default:
+            return .error(405, "MethodNotAllowed")
+        }
+    }
+}

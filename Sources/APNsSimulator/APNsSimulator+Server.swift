@@ -1,0 +1,82 @@
+import NIOCore
+import NIOHTTP2
+import NIOPosix
+import NIOSSL
+
+extension APNsSimulator {
+    typealias Stream = NIOAsyncChannel<HTTP2Frame.FramePayload, HTTP2Frame.FramePayload>
+    typealias Connection = (channel: any Channel, multiplexer: NIOHTTP2Handler.AsyncStreamMultiplexer<Stream>)
+
+    func bind(group: any EventLoopGroup) async throws -> NIOAsyncChannel<Connection, Never> {
+        var tls = TLSConfiguration.makeServerConfiguration(
+            certificateChain: [.certificate(self.certificates.serverCertificate)],
+            privateKey: .privateKey(self.certificates.serverKey)
+        )
+        tls.applicationProtocols = ["h2"]
+        tls.minimumTLSVersion = .tlsv12
+        let sslContext = try NIOSSLContext(configuration: tls)
+        let initialStreams = self.configuration.fastMode ? self.configuration.authenticatedMaxStreams : 1
+        return try await ServerBootstrap(group: group)
+            .serverChannelOption(ChannelOptions.backlog, value: 256)
+            .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
+            .bind(host: self.configuration.host, port: self.configuration.port) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let sync = channel.pipeline.syncOperations
+                    try sync.addHandler(NIOSSLServerHandler(context: sslContext))
+                    var configuration = NIOHTTP2Handler.Configuration()
+                    configuration.connection.initialSettings = [
+                        HTTP2Setting(parameter: .maxConcurrentStreams, value: initialStreams),
+                        HTTP2Setting(parameter: .initialWindowSize, value: 1 << 20),
+                        HTTP2Setting(parameter: .maxHeaderListSize, value: 8_192),
+                    ]
+                    configuration.stream.targetWindowSize = 1 << 20
+                    let multiplexer = try sync.configureAsyncHTTP2Pipeline(mode: .server, configuration: configuration) { stream in
+                        stream.eventLoop.makeCompletedFuture { try Stream(wrappingChannelSynchronously: stream) }
+                    }
+                    return (channel, multiplexer)
+                }
+            }
+    }
+
+    func serve(_ server: NIOAsyncChannel<Connection, Never>) async throws {
+        try await server.executeThenClose { connections in
+            await withDiscardingTaskGroup { group in
+                do {
+                    for try await connection in connections {
+                        group.addTask { await self.serveConnection(connection) }
+                    }
+                } catch {
+                    self.logger.debug("simulator stopped accepting", metadata: ["push.error": "\(error)"])
+                }
+            }
+        }
+    }
+
+    func serveConnection(_ connection: Connection) async {
+        let id = self.state.withLock { state -> Int in
+            state.connectionCount += 1
+            state.connections[state.connectionCount] = connection.channel
+            return state.connectionCount
+        }
+        defer { self.state.withLock { _ = $0.connections.removeValue(forKey: id) } }
+        await withDiscardingTaskGroup { group in
+            do {
+                for try await stream in connection.multiplexer.inbound {
+                    group.addTask { await self.serveStream(stream, connectionID: id, connection: connection.channel) }
+                }
+            } catch {
+                self.logger.debug("simulator connection ended", metadata: ["push.connection": "\(id)", "push.error": "\(error)"])
+            }
+        }
+    }
+
+    /// After the first success with a valid token on a connection, raise its stream limit (once).
+    func authenticate(connectionID: Int, channel: any Channel) {
+        let first = self.state.withLock { $0.authenticatedConnections.insert(connectionID).inserted }
+        guard first, !self.configuration.fastMode else { return }
+        let value = self.state.withLock { $0.announcedMaxStreams } ?? self.configuration.authenticatedMaxStreams
+        let frame = HTTP2Frame(streamID: .rootStream, payload: .settings(.settings([HTTP2Setting(parameter: .maxConcurrentStreams, value: value)])))
+        channel.writeAndFlush(frame, promise: nil)
+    }
+}

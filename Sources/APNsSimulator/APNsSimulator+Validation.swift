@@ -1,0 +1,137 @@
+import Foundation
+import NIOCore
+import NIOHPACK
+import PushCore
+
+extension APNsSimulator {
+    /// Validates a request in Apple's order and decides the answer (faithful mode).
+    func answer(headers: HPACKHeaders, body: [UInt8], connectionID: Int, connection: any Channel) -> SimulatorAnswer {
+        let method = headers.first(name: ":method") ?? ""
+        let path = headers.first(name: ":path") ?? ""
+        let segments = path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+
+        // Channel management: /1/apps/<bundle>/channels, /1/apps/<bundle>/all-channels.
+        if segments.count == 5, segments[1] == "1", segments[2] == "apps" {
+            if let failure = self.authenticateRequest(headers) { return failure }
+            return self.manageChannels(method: method, bundle: segments[3], resource: segments[4], headers: headers, body: body)
+        }
+        let isDevice = segments.count == 4 && segments[1] == "3" && segments[2] == "device"
+        let isBroadcast = segments.count == 5 && segments[1] == "4" && segments[2] == "broadcasts" && segments[3] == "apps"
+        guard isDevice || isBroadcast else { return .error(404, "BadPath") }
+        guard method == "POST" else { return .error(405, "MethodNotAllowed") }
+        if let failure = self.authenticateRequest(headers) { return failure }
+
+        guard let pushTypeName = headers.first(name: "apns-push-type"), let pushType = PushType(rawValue: pushTypeName) else {
+            return .error(400, "InvalidPushType")
+        }
+        let bundle: String
+        if isDevice {
+            guard let topic = headers.first(name: "apns-topic"), !topic.isEmpty else { return .error(400, "MissingTopic") }
+            guard topic.hasSuffix(pushType.topicSuffix) else { return .error(400, "BadTopic") }
+            bundle = String(topic.dropLast(pushType.topicSuffix.count))
+            guard PushType.suffix(in: bundle) == nil else { return .error(400, "BadTopic") }
+        } else {
+            bundle = segments[4]
+            guard pushType == .liveactivity else { return .error(400, "InvalidPushType") }
+        }
+        if let allowed = self.configuration.allowedTopics, !allowed.contains(bundle) { return .error(400, "TopicDisallowed") }
+        if let priority = headers.first(name: "apns-priority") {
+            guard let value = Int(priority), pushType.allowedPriorities.contains(value) else { return .error(400, "BadPriority") }
+        }
+        if let id = headers.first(name: "apns-id"), UUID(uuidString: id) == nil { return .error(400, "BadMessageId") }
+        if let expiration = headers.first(name: "apns-expiration"), Int64(expiration) == nil { return .error(400, "BadExpirationDate") }
+        if let collapse = headers.first(name: "apns-collapse-id"), collapse.utf8.count > 64 { return .error(400, "BadCollapseId") }
+
+        let target: String
+        if isDevice {
+            target = segments[3]
+            guard !target.isEmpty else { return .error(400, "MissingDeviceToken") }
+            guard target.count % 2 == 0, target.count >= 16, target.allSatisfy(\.isHexDigit) else { return .error(400, "BadDeviceToken") }
+        } else {
+            guard let channel = headers.first(name: "apns-channel-id"), !channel.isEmpty else { return .error(400, "MissingChannelId") }
+            guard Data(base64Encoded: channel) != nil else { return .error(400, "BadChannelId") }
+            guard self.state.withLock({ $0.channels[bundle]?[channel] != nil }) else { return .error(400, "ChannelNotRegistered") }
+            target = channel
+        }
+        guard !body.isEmpty else { return .error(400, "PayloadEmpty") }
+        let limit = isBroadcast ? PushType.broadcastPayloadLimit : pushType.payloadLimit
+        guard body.count <= limit else { return .error(413, "PayloadTooLarge") }
+
+        if let behaviour = self.state.withLock({ $0.behaviour(for: target) }) {
+            let scripted = self.scripted(behaviour)
+            if scripted.status == 200 && scripted.action == .respond { return self.success(headers, isDevice: isDevice, connectionID: connectionID, connection: connection, delay: scripted.delay) }
+            return scripted
+        }
+        return self.success(headers, isDevice: isDevice, connectionID: connectionID, connection: connection)
+    }
+
+    func success(_ headers: HPACKHeaders, isDevice: Bool, connectionID: Int, connection: any Channel, delay: Duration = .zero) -> SimulatorAnswer {
+        self.authenticate(connectionID: connectionID, channel: connection)
+        var answer = SimulatorAnswer(status: 200, reason: nil)
+        answer.headers.append(("apns-id", headers.first(name: "apns-id") ?? UUID().uuidString.lowercased()))
+        if isDevice && self.configuration.uniqueIDs { answer.headers.append(("apns-unique-id", UUID().uuidString.lowercased())) }
+        answer.delay = delay
+        return answer
+    }
+
+    func scripted(_ behaviour: SimulatorBehaviour) -> SimulatorAnswer {
+        switch behaviour {
+        case .respond(let status, let reason):
+            if status == 200 { return SimulatorAnswer(status: 200, reason: nil) }
+            return reason.map { .error(status, $0) } ?? SimulatorAnswer(status: status, reason: nil)
+        case .failThenSucceed(_, let status, let reason):
+            return .error(status, reason)
+        case .retryAfter(let seconds, _):
+            var answer = SimulatorAnswer.error(429, "TooManyRequests")
+            answer.headers.append(("retry-after", String(seconds)))
+            return answer
+        case .unregistered(let timestamp):
+            return .error(410, "Unregistered", extra: ["timestamp": timestamp])
+        case .latency(let duration):
+            var answer = SimulatorAnswer(status: 200, reason: nil)
+            answer.delay = duration
+            return answer
+        case .hang:
+            return SimulatorAnswer(status: 0, reason: nil, action: .hang)
+        case .resetStream:
+            return SimulatorAnswer(status: 0, reason: nil, action: .reset)
+        case .goAway:
+            return SimulatorAnswer(status: 0, reason: nil, action: .goAway)
+        case .dropConnection:
+            return SimulatorAnswer(status: 0, reason: nil, action: .drop)
+        }
+    }
+
+    /// Checks the `authorization` header: present, a valid ES256 token of a known key, not older than an
+    /// hour, and not a refresh sooner than the minimum interval after the key's previous token.
+    func authenticateRequest(_ headers: HPACKHeaders) -> SimulatorAnswer? {
+        guard let authorization = headers.first(name: "authorization"), authorization.hasPrefix("bearer ") else {
+            return .error(403, "MissingProviderToken")
+        }
+        let jwt = String(authorization.dropFirst("bearer ".count))
+        let now = Date()
+        if let cached = self.state.withLock({ $0.verifiedTokens[jwt] }) {
+            if now.timeIntervalSince1970 - Double(cached.issuedAt) > self.configuration.tokenMaxAge { return .error(403, "ExpiredProviderToken") }
+            return nil
+        }
+        let claims: JWTVerifier.Claims
+        do {
+            claims = try self.verifier.verify(jwt, now: now)
+        } catch .expired {
+            return .error(403, "ExpiredProviderToken")
+        } catch {
+            return .error(403, "InvalidProviderToken")
+        }
+        return self.state.withLock { state -> SimulatorAnswer? in
+            if let previous = state.latestTokenIssuedAt[claims.keyID], claims.issuedAt != previous {
+                if claims.issuedAt < previous { return .error(403, "ExpiredProviderToken") }
+                if Double(claims.issuedAt - previous) < self.configuration.minimumTokenRefresh {
+                    return .error(429, "TooManyProviderTokenUpdates")
+                }
+            }
+            state.latestTokenIssuedAt[claims.keyID] = claims.issuedAt
+            state.verifiedTokens[jwt] = claims
+            return nil
+        }
+    }
+}

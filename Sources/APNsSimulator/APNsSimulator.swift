@@ -1,0 +1,153 @@
+public import Crypto
+public import Foundation
+public import Logging
+public import NIOCore
+import NIOHTTP2
+public import NIOPosix
+import NIOSSL
+import PushCore
+import Synchronization
+
+/// An APNs-faithful HTTP/2 TLS server for tests, the no-credentials default, benchmarks and staging.
+///
+/// It validates requests in Apple's order with Apple's reasons, verifies provider tokens against the
+/// configured keys, allows one stream per connection until a request with a valid token succeeds and
+/// then raises the limit by SETTINGS, echoes `apns-id`, adds `apns-unique-id`, serves broadcast and
+/// channel-management endpoints, plays scripted behaviours per token, and records every request.
+/// In fast mode it answers 200 at once with no checks (benchmarks).
+public final class APNsSimulator: Sendable {
+    /// A signing key the simulator trusts: its team and public key, by key id.
+    public struct TrustedKey: Sendable {
+        /// The team id the token's `iss` must name.
+        public var teamID: String
+        /// The public half of the `.p8`.
+        public var publicKey: P256.Signing.PublicKey
+
+        /// Creates a trusted key.
+        public init(teamID: String, publicKey: P256.Signing.PublicKey) {
+            self.teamID = teamID
+            self.publicKey = publicKey
+        }
+    }
+
+    /// How the simulator listens and answers.
+    public struct Configuration: Sendable {
+        /// Address to bind (loopback by default).
+        public var host: String
+        /// Port; 0 picks a free one (see ``APNsSimulator/port``).
+        public var port: Int
+        /// Trusted signing keys by key id.
+        public var keys: [String: TrustedKey]
+        /// Answer every request 200 at once, without validation or token checks.
+        public var fastMode: Bool
+        /// The stream limit announced after the first authenticated success (APNs: 500–1,500).
+        public var authenticatedMaxStreams: Int
+        /// Add `apns-unique-id` to successful device sends (as APNs development does).
+        public var uniqueIDs: Bool
+        /// Tokens older than this are `ExpiredProviderToken`.
+        public var tokenMaxAge: TimeInterval
+        /// A new token for the same key sooner than this after the previous one is `TooManyProviderTokenUpdates`.
+        public var minimumTokenRefresh: TimeInterval
+        /// Bundle ids the keys may send to; `nil` allows any (otherwise `TopicDisallowed`).
+        public var allowedTopics: Set<String>?
+        /// Keep a record of every request (turn off for long benchmarks).
+        public var recordRequests: Bool
+
+        /// Defaults: loopback, free port, faithful mode, 1,000 streams once authenticated, unique ids on.
+        public init(
+            host: String = "127.0.0.1", port: Int = 0, keys: [String: TrustedKey] = [:], fastMode: Bool = false,
+            authenticatedMaxStreams: Int = 1_000, uniqueIDs: Bool = true, tokenMaxAge: TimeInterval = 3600,
+            minimumTokenRefresh: TimeInterval = 20 * 60, allowedTopics: Set<String>? = nil, recordRequests: Bool = true
+        ) {
+            self.host = host
+            self.port = port
+            self.keys = keys
+            self.fastMode = fastMode
+            self.authenticatedMaxStreams = authenticatedMaxStreams
+            self.uniqueIDs = uniqueIDs
+            self.tokenMaxAge = tokenMaxAge
+            self.minimumTokenRefresh = minimumTokenRefresh
+            self.allowedTopics = allowedTopics
+            self.recordRequests = recordRequests
+        }
+    }
+
+    let configuration: Configuration
+    let logger: Logger
+    let certificates: SimulatorCertificates
+    let state = Mutex(SimulatorState())
+    let verifier: JWTVerifier
+    private let boundPort = Mutex(0)
+
+    /// The PEM of the CA that signed the simulator's certificate: trust it (`--apns-ca-file`).
+    public var caPEM: String { self.certificates.caPEM }
+    /// The port it listens on, once running.
+    public var port: Int { self.boundPort.withLock { $0 } }
+    /// `https://127.0.0.1:<port>` for `--apns-endpoint`.
+    public var endpointURL: String { "https://\(self.configuration.host):\(self.port)" }
+
+    /// Creates a simulator with a fresh throwaway certificate authority.
+    public init(configuration: Configuration, logger: Logger) throws {
+        self.configuration = configuration
+        self.logger = logger
+        self.certificates = try SimulatorCertificates.make()
+        self.verifier = JWTVerifier(keys: configuration.keys, maximumAge: configuration.tokenMaxAge)
+    }
+
+    /// Writes the CA certificate to `path` (PEM) and returns the path.
+    @discardableResult
+    public func writeCACertificate(to path: String) throws -> String {
+        try self.caPEM.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    /// Makes `token` (a device token or channel id) behave as scripted from now on.
+    public func script(_ token: String, _ behaviour: SimulatorBehaviour) {
+        self.state.withLock { $0.scripts[token] = behaviour }
+    }
+
+    /// Every request received so far, in arrival order.
+    public var requests: [RecordedRequest] { self.state.withLock { $0.requests } }
+
+    /// Forgets the recorded requests.
+    public func clearRequests() { self.state.withLock { $0.requests.removeAll() } }
+
+    /// The most streams open at once since the last ``resetStreamHighWater()``.
+    public var maxConcurrentStreamsSeen: Int { self.state.withLock { $0.maxOpenStreams } }
+
+    /// Starts counting ``maxConcurrentStreamsSeen`` afresh.
+    public func resetStreamHighWater() { self.state.withLock { $0.maxOpenStreams = $0.openStreams } }
+
+    /// Connections accepted so far.
+    public var connectionsAccepted: Int { self.state.withLock { $0.connectionCount } }
+
+    /// Announces a new `SETTINGS_MAX_CONCURRENT_STREAMS` on every open connection (a mid-burst decrease).
+    public func announceMaxConcurrentStreams(_ value: Int) {
+        let channels = self.state.withLock { state in
+            state.announcedMaxStreams = value
+            return Array(state.connections.values)
+        }
+        for channel in channels {
+            let frame = HTTP2Frame(streamID: .rootStream, payload: .settings(.settings([HTTP2Setting(parameter: .maxConcurrentStreams, value: value)])))
+            channel.writeAndFlush(frame, promise: nil)
+        }
+    }
+
+    /// Binds, serves until `body` returns (or throws), then closes every connection.
+    public func run<T: Sendable>(group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, _ body: @Sendable (APNsSimulator) async throws -> T) async throws -> T {
+        let server = try await self.bind(group: group)
+        self.boundPort.withLock { $0 = server.channel.localAddress?.port ?? 0 }
+        return try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask {
+                try await self.serve(server)
+                return nil
+            }
+            defer { group.cancelAll() }
+            let result = try await body(self)
+            try? await server.channel.close()
+            let connections = self.state.withLock { Array($0.connections.values) }
+            for connection in connections { connection.close(promise: nil) }
+            return result
+        }
+    }
+}

@@ -1,0 +1,32 @@
+public import Foundation
+
+/// One request as the simulator received it, for tests to inspect.
+public struct RecordedRequest: Sendable, Hashable {
+    /// Which TCP connection it came on (1, 2, …).
+    public var connectionID: Int
+    /// The HTTP/2 stream id.
+    public var streamID: Int
+    /// `:method`.
+    public var method: String
+    /// `:path`.
+    public var path: String
+    /// Every header except `authorization`, lower-case names, in order.
+    public var headers: [String: String]
+    /// Whether an `authorization` header was present (its JWT is not kept).
+    public var hadAuthorization: Bool
+    /// The JWT's `iat`, when it verified.
+    public var tokenIssuedAt: Int64?
+    /// The body.
+    public var body: [UInt8]
+    /// When it arrived.
+    public var receivedAt: Date
+    /// The status the simulator answered (0 when it did not answer).
+    public var status: Int
+    /// The reason it answered, if any.
+    public var reason: String?
+
+    /// The device token of a `/3/device/` request.
+    public var deviceToken: String? {
+        self.path.hasPrefix("/3/device/") ? String(self.path.dropFirst("/3/device/".count)) : nil
+    }
+}

@@ -1,0 +1,67 @@
+import Crypto
+import Foundation
+import NIOSSL
+import SwiftASN1
+import X509
+
+/// A throwaway certificate authority and a server certificate it signed for `localhost` and 127.0.0.1,
+/// made fresh for each simulator, so clients verify TLS normally with the CA as an extra trust root.
+struct SimulatorCertificates {
+    let caPEM: String
+    let serverCertificate: NIOSSLCertificate
+    let serverKey: NIOSSLPrivateKey
+
+    static func make() throws -> SimulatorCertificates {
+        let now = Date()
+        let caKey = P256.Signing.PrivateKey()
+        let caName = try DistinguishedName {
+            OrganizationName("PushWorker")
+            CommonName("PushWorker APNs simulator CA")
+        }
+        let ca = try Certificate(
+            version: .v3,
+            serialNumber: Certificate.SerialNumber(),
+            publicKey: .init(caKey.publicKey),
+            notValidBefore: now.addingTimeInterval(-3600),
+            notValidAfter: now.addingTimeInterval(365 * 86_400),
+            issuer: caName,
+            subject: caName,
+            signatureAlgorithm: .ecdsaWithSHA256,
+            extensions: try Certificate.Extensions {
+                Critical(BasicConstraints.isCertificateAuthority(maxPathLength: 0))
+                Critical(KeyUsage(keyCertSign: true, cRLSign: true))
+            },
+            issuerPrivateKey: .init(caKey)
+        )
+        let serverKey = P256.Signing.PrivateKey()
+        let serverName = try DistinguishedName {
+            OrganizationName("PushWorker")
+            CommonName("localhost")
+        }
+        let server = try Certificate(
+            version: .v3,
+            serialNumber: Certificate.SerialNumber(),
+            publicKey: .init(serverKey.publicKey),
+            notValidBefore: now.addingTimeInterval(-3600),
+            notValidAfter: now.addingTimeInterval(365 * 86_400),
+            issuer: caName,
+            subject: serverName,
+            signatureAlgorithm: .ecdsaWithSHA256,
+            extensions: try Certificate.Extensions {
+                Critical(BasicConstraints.notCertificateAuthority)
+                Critical(KeyUsage(digitalSignature: true))
+                try ExtendedKeyUsage([.serverAuth])
+                SubjectAlternativeNames([.dnsName("localhost"), .ipAddress(ASN1OctetString(contentBytes: [127, 0, 0, 1]))])
+            },
+            issuerPrivateKey: .init(caKey)
+        )
+        var serializer = DER.Serializer()
+        try serializer.serialize(server)
+        let serverDER = serializer.serializedBytes
+        return SimulatorCertificates(
+            caPEM: try ca.serializeAsPEM().pemString,
+            serverCertificate: try NIOSSLCertificate(bytes: serverDER, format: .der),
+            serverKey: try NIOSSLPrivateKey(bytes: Array(serverKey.derRepresentation), format: .der)
+        )
+    }
+}

@@ -1,0 +1,36 @@
+import Foundation
+import NIOCore
+
+/// The simulator's mutable state, behind its lock.
+struct SimulatorState {
+    var scripts: [String: SimulatorBehaviour] = [:]
+    var scriptCounts: [String: Int] = [:]
+    var requests: [RecordedRequest] = []
+    var connections: [Int: any Channel] = [:]
+    var authenticatedConnections: Set<Int> = []
+    var connectionCount = 0
+    var openStreams = 0
+    var maxOpenStreams = 0
+    var announcedMaxStreams: Int?
+    /// The newest token seen per key id: its `iat`.
+    var latestTokenIssuedAt: [String: Int64] = [:]
+    /// Verified JWTs, so each is checked once.
+    var verifiedTokens: [String: JWTVerifier.Claims] = [:]
+    /// Broadcast channels per bundle id, with their message-storage policy.
+    var channels: [String: [String: Int]] = [:]
+
+    /// The behaviour for this request's token, counting the request against `failThenSucceed`-style scripts.
+    mutating func behaviour(for token: String) -> SimulatorBehaviour? {
+        guard let script = self.scripts[token] else { return nil }
+        let count = self.scriptCounts[token, default: 0]
+        self.scriptCounts[token] = count + 1
+        switch script {
+        case .failThenSucceed(let times, let status, let reason):
+            return count < times ? .respond(status: status, reason: reason) : nil
+        case .retryAfter(let seconds, let times):
+            return count < times ? .retryAfter(seconds: seconds, times: times) : nil
+        default:
+            return script
+        }
+    }
+}

@@ -1,0 +1,188 @@
+public import Foundation
+public import Logging
+public import NIOCore
+public import NIOPosix
+import NIOSSL
+public import PushCore
+import Synchronization
+
+/// Sends requests to APNs over a small fixed pool of HTTP/2 connections per (environment, credential),
+/// with one provider token per signing key shared by all of them.
+///
+/// Within one call it resends at once what APNs certainly did not process (refused before sending,
+/// above a GOAWAY's last stream id), re-mints the token once on `ExpiredProviderToken`, and opens a new
+/// connection once on `UnrelatedKeyIdInToken`. Everything else comes back to the caller: a response to
+/// classify, or a ``TransportError`` to retry durably.
+public final class APNsClient: Sendable {
+    /// Endpoints, pool size, deadlines and reconnect backoff.
+    public struct Configuration: Sendable {
+        /// One endpoint for both environments (simulator, staging proxy); `nil` for Apple's hosts.
+        public var endpointOverride: APNsEndpoint?
+        /// Channel-management endpoint override; `nil` uses ``endpointOverride`` or Apple's hosts.
+        public var channelEndpointOverride: APNsEndpoint?
+        /// Extra trusted CA certificates (PEM file) on top of the system's roots.
+        public var caFile: String?
+        /// Connections per (environment, credential); APNs treats connection churn as an attack.
+        public var connectionsPerPool: Int
+        /// Deadline of one request, from acquiring a stream to the end of the response.
+        public var requestTimeout: Duration
+        /// TCP + TLS connect deadline.
+        public var connectTimeout: Duration
+        /// A connection idle this long is PINGed before use.
+        public var idlePingAfter: Duration
+        /// First reconnect backoff after a failed connect; doubles to ``maximumReconnectBackoff``.
+        public var initialReconnectBackoff: Duration
+        /// The reconnect backoff cap.
+        public var maximumReconnectBackoff: Duration
+        /// Provider token lifetime rules.
+        public var tokens: ProviderTokenCache.Configuration
+
+        /// Defaults: Apple's hosts, 2 connections per pool, 10 s request and connect deadlines, PING after
+        /// 60 s idle, reconnect backoff 1 s → 60 s.
+        public init(
+            endpointOverride: APNsEndpoint? = nil, channelEndpointOverride: APNsEndpoint? = nil, caFile: String? = nil,
+            connectionsPerPool: Int = 2, requestTimeout: Duration = .seconds(10), connectTimeout: Duration = .seconds(10),
+            idlePingAfter: Duration = .seconds(60), initialReconnectBackoff: Duration = .seconds(1),
+            maximumReconnectBackoff: Duration = .seconds(60), tokens: ProviderTokenCache.Configuration = .init()
+        ) {
+            self.endpointOverride = endpointOverride
+            self.channelEndpointOverride = channelEndpointOverride
+            self.caFile = caFile
+            self.connectionsPerPool = connectionsPerPool
+            self.requestTimeout = requestTimeout
+            self.connectTimeout = connectTimeout
+            self.idlePingAfter = idlePingAfter
+            self.initialReconnectBackoff = initialReconnectBackoff
+            self.maximumReconnectBackoff = maximumReconnectBackoff
+            self.tokens = tokens
+        }
+    }
+
+    let configuration: Configuration
+    let tokenCaches: [String: ProviderTokenCache]
+    let group: any EventLoopGroup
+    let logger: Logger
+    let tlsContext: NIOSSLContext
+    private let pools = Mutex<[PoolKey: ConnectionPool]>([:])
+
+    struct PoolKey: Hashable {
+        var endpoint: APNsEndpoint
+        var credential: String
+    }
+
+    /// - Parameters:
+    ///   - credentials: signing keys by credential name (the job's `credential` column).
+    ///   - tokenCaches: shared caches to use instead of making one per key (several clients, one token).
+    ///   - group: the event loops connections run on.
+    /// - Throws: ``TransportError`` (`connectFailed`) when the CA file cannot be loaded.
+    public init(
+        configuration: Configuration, credentials: [String: SigningKey], tokenCaches: [String: ProviderTokenCache] = [:],
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger
+    ) throws {
+        self.configuration = configuration
+        var caches = tokenCaches
+        for (name, key) in credentials where caches[name] == nil {
+            caches[name] = ProviderTokenCache(key: key, configuration: configuration.tokens)
+        }
+        self.tokenCaches = caches
+        self.group = group
+        self.logger = logger
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.applicationProtocols = ["h2"]
+        tls.minimumTLSVersion = .tlsv12
+        if let caFile = configuration.caFile {
+            do {
+                let extra = try NIOSSLCertificate.fromPEMFile(caFile)
+                tls.additionalTrustRoots = [.certificates(extra)]
+            } catch {
+                throw TransportError(code: .connectFailed, mayHaveBeenProcessed: false, message: "--apns-ca-file \(caFile) is not a readable PEM certificate file: \(error)")
+            }
+        }
+        do {
+            self.tlsContext = try NIOSSLContext(configuration: tls)
+        } catch {
+            throw TransportError(code: .connectFailed, mayHaveBeenProcessed: false, message: "could not set up TLS: \(error)")
+        }
+    }
+
+    /// The token cache of a credential, if it is configured.
+    public func tokenCache(for credential: String) -> ProviderTokenCache? { self.tokenCaches[credential] }
+
+    /// Sends a job's request with `credential`'s key and returns APNs' answer.
+    ///
+    /// - Throws: ``TransportError``: `credentialsMissing` when no key is configured for `credential`
+    ///   (trap MS028), or a transport failure with ``TransportError/mayHaveBeenProcessed``.
+    public func send(_ request: APNsRequest, credential: String) async throws -> APNsResponse {
+        let endpoint = self.configuration.endpointOverride ?? .apple(request.environment)
+        return try await self.perform(
+            endpoint: endpoint, credential: credential, method: request.method, path: request.path,
+            headers: request.headers, body: request.body
+        )
+    }
+
+    /// Sends any request with a credential's token, with the in-call resend rules.
+    func perform(endpoint: APNsEndpoint, credential: String, method: String, path: String, headers: [(name: String, value: String)], body: [UInt8]) async throws -> APNsResponse {
+        guard let cache = self.tokenCaches[credential] else {
+            throw TransportError(code: .credentialsMissing, mayHaveBeenProcessed: false, message: "no APNs signing key is configured for credential '\(credential)': set APNS_KEY_ID, APNS_TEAM_ID and APNS_KEY_PATH, or name it in the config file")
+        }
+        let pool = self.pool(for: PoolKey(endpoint: endpoint, credential: credential))
+        var reMinted = false
+        var reconnected = false
+        var resends = 0
+        while true {
+            let connection = try await pool.connection()
+            let token = try cache.token()
+            do {
+                let response = try await connection.send(
+                    method: method, path: path, headers: headers, body: body, authorization: token.jwt,
+                    deadline: self.configuration.requestTimeout
+                )
+                switch (response.status, response.reason) {
+                case (403, "ExpiredProviderToken") where !reMinted:
+                    reMinted = true
+                    _ = try cache.replace(token)
+                    continue
+                case (403, "UnrelatedKeyIdInToken") where !reconnected:
+                    reconnected = true
+                    await pool.discard(connection)
+                    continue
+                case (200...299, _):
+                    connection.limiter.markAuthenticated()
+                case (403, _):
+                    connection.limiter.markUnauthenticated()
+                default:
+                    break
+                }
+                return response
+            } catch let error as TransportError where !error.mayHaveBeenProcessed && resends < 3 {
+                // Certainly not processed: resend at once, on another connection if this one is going.
+                resends += 1
+                if !connection.isUsable { await pool.discard(connection) }
+                continue
+            }
+        }
+    }
+
+    func pool(for key: PoolKey) -> ConnectionPool {
+        self.pools.withLock { pools in
+            if let pool = pools[key] { return pool }
+            let pool = ConnectionPool(endpoint: key.endpoint, client: self)
+            pools[key] = pool
+            return pool
+        }
+    }
+
+    /// Connections open now, across pools (the `connections` metric).
+    public var openConnections: Int {
+        self.pools.withLock { Array($0.values) }.reduce(0) { $0 + $1.openCount }
+    }
+
+    /// Closes every connection; in-flight requests fail with `connectionReset`.
+    public func shutdown() async {
+        let pools = self.pools.withLock { pools -> [ConnectionPool] in
+            defer { pools.removeAll() }
+            return Array(pools.values)
+        }
+        for pool in pools { await pool.closeAll() }
+    }
+}

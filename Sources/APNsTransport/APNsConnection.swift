@@ -1,0 +1,123 @@
+import Foundation
+import Logging
+import NIOCore
+import NIOHPACK
+import NIOHTTP2
+import NIOPosix
+import NIOSSL
+import PushCore
+import Synchronization
+
+/// One TLS + HTTP/2 connection to APNs. Requests on it are limited by its ``StreamLimiter``; each has a
+/// deadline; a GOAWAY or a lost connection is reported per request as a ``TransportError`` saying
+/// whether APNs may have processed it.
+final class APNsConnection: Sendable {
+    typealias Stream = NIOAsyncChannel<HTTP2Frame.FramePayload, HTTP2Frame.FramePayload>
+
+    let id: Int
+    let channel: any Channel
+    let multiplexer: NIOHTTP2Handler.AsyncStreamMultiplexer<Void>
+    let limiter: StreamLimiter
+    let observer: ConnectionObserver
+    let authority: String
+    private let lastUsed = Mutex(ContinuousClock.now)
+
+    private init(id: Int, channel: any Channel, multiplexer: NIOHTTP2Handler.AsyncStreamMultiplexer<Void>, limiter: StreamLimiter, observer: ConnectionObserver, authority: String) {
+        self.id = id
+        self.channel = channel
+        self.multiplexer = multiplexer
+        self.limiter = limiter
+        self.observer = observer
+        self.authority = authority
+    }
+
+    /// Whether new requests may use this connection.
+    var isUsable: Bool { self.channel.isActive && !self.observer.isDraining }
+
+    /// Opens a connection: TCP, TLS with ALPN `h2` (checked), then HTTP/2.
+    static func connect(
+        id: Int, host: String, port: Int, tls: NIOSSLContext, group: any EventLoopGroup, connectTimeout: Duration, logger: Logger
+    ) async throws -> APNsConnection {
+        let limiter = StreamLimiter()
+        let observer = ConnectionObserver(limiter: limiter) { event in
+            switch event {
+            case .goAway(let last, let code, let reason):
+                logger.warning("APNs sent GOAWAY", metadata: ["push.connection": "\(id)", "push.last_stream_id": "\(last)", "push.error_code": "\(code)", "push.reason": "\(reason ?? "-")"])
+            case .maxConcurrentStreams(let value):
+                logger.debug("APNs stream limit", metadata: ["push.connection": "\(id)", "push.max_streams": "\(value)"])
+            case .closed:
+                logger.debug("APNs connection closed", metadata: ["push.connection": "\(id)"])
+            case .error(let description):
+                logger.warning("APNs connection error", metadata: ["push.connection": "\(id)", "push.error": "\(description)"])
+            }
+        }
+        let isIPAddress = (try? SocketAddress(ipAddress: host, port: port)) != nil
+        let bootstrap = ClientBootstrap(group: group)
+            .connectTimeout(.nanoseconds(connectTimeout.nanoseconds))
+            .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
+        let alpn = group.any().makePromise(of: String?.self)
+        let (channel, multiplexer) = try await bootstrap.connect(host: host, port: port) { channel in
+            channel.eventLoop.makeCompletedFuture {
+                let sync = channel.pipeline.syncOperations
+                try sync.addHandler(NIOSSLClientHandler(context: tls, serverHostname: isIPAddress ? nil : host))
+                try sync.addHandler(ALPNObserver(promise: alpn))
+                var configuration = NIOHTTP2Handler.Configuration()
+                configuration.connection.initialSettings = [
+                    HTTP2Setting(parameter: .maxConcurrentStreams, value: 100),
+                    HTTP2Setting(parameter: .initialWindowSize, value: 1 << 20),
+                    HTTP2Setting(parameter: .enablePush, value: 0),
+                ]
+                let multiplexer = try sync.configureAsyncHTTP2Pipeline(mode: .client, configuration: configuration) { stream in
+                    stream.eventLoop.makeSucceededVoidFuture()
+                }
+                try sync.addHandler(observer)
+                return (channel, multiplexer)
+            }
+        }
+        let negotiated: String?
+        do {
+            negotiated = try await alpn.futureResult.get()
+        } catch {
+            try? await channel.close()
+            throw TransportError(code: .connectFailed, mayHaveBeenProcessed: false, message: "TLS handshake with \(host):\(port) failed: \(error). Check --apns-ca-file for a private endpoint; TLS verification is never switched off")
+        }
+        guard negotiated == "h2" else {
+            try? await channel.close()
+            throw TransportError(code: .protocolNotNegotiated, mayHaveBeenProcessed: false, message: "\(host):\(port) did not negotiate HTTP/2 (ALPN gave \(negotiated ?? "nothing")): point --apns-endpoint at an APNs-compatible HTTP/2 server")
+        }
+        let authority = port == 443 ? host : "\(host):\(port)"
+        return APNsConnection(id: id, channel: channel, multiplexer: multiplexer, limiter: limiter, observer: observer, authority: authority)
+    }
+
+    /// Sends PING and waits for the ack: whether an idle connection can still be trusted.
+    func ping(timeout: Duration) async -> Bool {
+        let data = UInt64.random(in: 1...UInt64.max)
+        let frame = HTTP2Frame(streamID: .rootStream, payload: .ping(HTTP2PingData(withInteger: data), ack: false))
+        return await withTaskGroup(of: Bool.self) { group in
+            group.addTask { await self.observer.awaitPingAck(data) }
+            group.addTask {
+                try? await Task.sleep(for: timeout)
+                self.observer.cancelPing(data)
+                return false
+            }
+            self.channel.writeAndFlush(frame, promise: nil)
+            let first = await group.next() ?? false
+            group.cancelAll()
+            return first
+        }
+    }
+
+    /// How long the connection has been idle.
+    var idleFor: Duration {
+        self.limiter.inFlight > 0 ? .zero : ContinuousClock.now - self.lastUsed.withLock { $0 }
+    }
+
+    func touch(_ instant: ContinuousClock.Instant) {
+        self.lastUsed.withLock { $0 = instant }
+    }
+
+    func close() async {
+        self.limiter.close()
+        try? await self.channel.close()
+    }
+}

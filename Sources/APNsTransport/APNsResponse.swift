@@ -1,0 +1,53 @@
+public import Foundation
+public import PushCore
+
+/// APNs' answer to one request.
+public struct APNsResponse: Sendable, Hashable {
+    /// The HTTP status.
+    public var status: Int
+    /// The `reason` of an error body.
+    public var reason: String?
+    /// The `apns-id` header, if APNs sent one (a response without it is accepted: the job's own id stands).
+    public var apnsID: UUID?
+    /// The `apns-unique-id` header (development only).
+    public var apnsUniqueID: String?
+    /// A 410's `timestamp`: milliseconds since the epoch, exactly as sent.
+    public var timestampMs: Int64?
+    /// The `Retry-After` header as sent.
+    public var retryAfter: String?
+    /// The `apns-channel-id` header (channel management).
+    public var channelID: String?
+    /// The body, for channel listings.
+    public var body: [UInt8]
+    /// How long the request took, from write to the end of the response.
+    public var latency: Duration
+
+    /// Creates a response.
+    public init(status: Int, reason: String? = nil, apnsID: UUID? = nil, apnsUniqueID: String? = nil, timestampMs: Int64? = nil,
+                retryAfter: String? = nil, channelID: String? = nil, body: [UInt8] = [], latency: Duration = .zero) {
+        self.status = status
+        self.reason = reason
+        self.apnsID = apnsID
+        self.apnsUniqueID = apnsUniqueID
+        self.timestampMs = timestampMs
+        self.retryAfter = retryAfter
+        self.channelID = channelID
+        self.body = body
+        self.latency = latency
+    }
+
+    /// What the answer means for the job, with its trap id.
+    public var verdict: APNsVerdict { APNsVerdict.classify(status: self.status, reason: self.reason) }
+
+    /// Parses an error body `{"reason": …, "timestamp": …}`; other bodies leave both `nil`.
+    static func parseErrorBody(_ body: [UInt8]) -> (reason: String?, timestampMs: Int64?) {
+        guard !body.isEmpty, let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else {
+            return (nil, nil)
+        }
+        let reason = object["reason"] as? String
+        var timestamp: Int64?
+        if let number = object["timestamp"] as? NSNumber { timestamp = number.int64Value }
+        if let text = object["timestamp"] as? String { timestamp = Int64(text) }
+        return (reason, timestamp)
+    }
+}

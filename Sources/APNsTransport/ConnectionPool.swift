@@ -1,0 +1,128 @@
+import Logging
+import NIOCore
+import Synchronization
+
+/// A fixed number of connections to one endpoint for one credential, opened lazily, reopened with
+/// exponential backoff after a failed connect, PINGed when idle, replaced after GOAWAY or loss.
+final class ConnectionPool: Sendable {
+    struct State {
+        var slots: [APNsConnection?]
+        var connecting: [Bool]
+        var nextConnectionID = 0
+        var backoff: Duration = .zero
+        var retryAt: ContinuousClock.Instant?
+        var roundRobin = 0
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    let endpoint: APNsEndpoint
+    unowned(unsafe) let client: APNsClient
+    private let state: Mutex<State>
+
+    init(endpoint: APNsEndpoint, client: APNsClient) {
+        self.endpoint = endpoint
+        self.client = client
+        let size = max(client.configuration.connectionsPerPool, 1)
+        self.state = Mutex(State(slots: Array(repeating: nil, count: size), connecting: Array(repeating: false, count: size)))
+    }
+
+    var openCount: Int { self.state.withLock { $0.slots.compactMap { $0 }.filter(\.isUsable).count } }
+
+    /// A usable connection: the one with the most free streams, opening an empty slot first.
+    func connection() async throws -> APNsConnection {
+        while true {
+            enum Step { case use(APNsConnection), open(Int, id: Int), wait, backoff(ContinuousClock.Instant) }
+            let step = self.state.withLock { state -> Step in
+                for index in state.slots.indices where state.slots[index].map({ !$0.isUsable }) ?? false {
+                    state.slots[index] = nil
+                }
+                if let retryAt = state.retryAt, retryAt > .now, state.slots.allSatisfy({ $0 == nil }) {
+                    return .backoff(retryAt)
+                }
+                if let empty = state.slots.indices.first(where: { state.slots[$0] == nil && !state.connecting[$0] }),
+                   state.retryAt.map({ $0 <= .now }) ?? true {
+                    state.connecting[empty] = true
+                    state.nextConnectionID += 1
+                    return .open(empty, id: state.nextConnectionID)
+                }
+                let open = state.slots.compactMap { $0 }
+                if let best = open.max(by: { $0.limiter.available < $1.limiter.available }) {
+                    if best.limiter.available > 0 { return .use(best) }
+                    state.roundRobin &+= 1
+                    return .use(open[state.roundRobin % open.count])
+                }
+                return .wait
+            }
+            switch step {
+            case .use(let connection):
+                if connection.idleFor > self.client.configuration.idlePingAfter, !(await connection.ping(timeout: .seconds(5))) {
+                    self.client.logger.info("idle APNs connection did not answer PING; replacing it", metadata: ["push.connection": "\(connection.id)"])
+                    await self.discard(connection)
+                    continue
+                }
+                return connection
+            case .open(let index, let id):
+                do {
+                    let connection = try await APNsConnection.connect(
+                        id: id, host: self.endpoint.host, port: self.endpoint.port, tls: self.client.tlsContext,
+                        group: self.client.group, connectTimeout: self.client.configuration.connectTimeout, logger: self.client.logger
+                    )
+                    let waiters = self.state.withLock { state -> [CheckedContinuation<Void, Never>] in
+                        state.slots[index] = connection
+                        state.connecting[index] = false
+                        state.backoff = .zero
+                        state.retryAt = nil
+                        defer { state.waiters.removeAll() }
+                        return state.waiters
+                    }
+                    waiters.forEach { $0.resume() }
+                    return connection
+                } catch {
+                    let (waiters, backoff) = self.state.withLock { state -> ([CheckedContinuation<Void, Never>], Duration) in
+                        state.connecting[index] = false
+                        let configuration = self.client.configuration
+                        state.backoff = state.backoff == .zero ? configuration.initialReconnectBackoff : min(state.backoff * 2, configuration.maximumReconnectBackoff)
+                        state.retryAt = .now + state.backoff
+                        defer { state.waiters.removeAll() }
+                        return (state.waiters, state.backoff)
+                    }
+                    waiters.forEach { $0.resume() }
+                    self.client.logger.warning("could not connect to APNs", metadata: [
+                        "push.endpoint": "\(self.endpoint.host):\(self.endpoint.port)", "push.retry_in": "\(backoff)", "push.error": "\(error)",
+                    ])
+                    if let transport = error as? TransportError { throw transport }
+                    throw TransportError(code: .connectFailed, mayHaveBeenProcessed: false, message: "could not connect to \(self.endpoint.host):\(self.endpoint.port): \(error)")
+                }
+            case .wait:
+                await withCheckedContinuation { continuation in
+                    let resumeNow = self.state.withLock { state -> Bool in
+                        if state.connecting.contains(true) {
+                            state.waiters.append(continuation)
+                            return false
+                        }
+                        return true
+                    }
+                    if resumeNow { continuation.resume() }
+                }
+            case .backoff(let until):
+                throw TransportError(code: .connectFailed, mayHaveBeenProcessed: false, message: "APNs at \(self.endpoint.host):\(self.endpoint.port) is unreachable; next connect attempt in \(until - .now)")
+            }
+        }
+    }
+
+    /// Drops a connection (GOAWAY, PING failure, UnrelatedKeyIdInToken); its slot reopens on demand.
+    func discard(_ connection: APNsConnection) async {
+        self.state.withLock { state in
+            for index in state.slots.indices where state.slots[index] === connection { state.slots[index] = nil }
+        }
+        await connection.close()
+    }
+
+    func closeAll() async {
+        let connections = self.state.withLock { state -> [APNsConnection] in
+            defer { state.slots = state.slots.map { _ in nil } }
+            return state.slots.compactMap { $0 }
+        }
+        for connection in connections { await connection.close() }
+    }
+}

@@ -1,0 +1,62 @@
+/// A request that got no APNs answer: what happened, as the job's `reason`, and whether APNs may have
+/// processed it. The description never contains a token, JWT or key.
+public struct TransportError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// What kind of failure; compare with the static members.
+    public struct Code: Sendable, Hashable, CustomStringConvertible {
+        private enum Base: String, Sendable, Hashable {
+            case timeout = "Timeout"
+            case connectionReset = "ConnectionReset"
+            case goAway = "GoAway"
+            case streamReset = "StreamReset"
+            case connectFailed = "ConnectFailed"
+            case protocolNotNegotiated = "ALPNNotH2"
+            case credentialsMissing = "CredentialsMissing"
+            case invalidKey = "InvalidKey"
+            case shutdown = "Shutdown"
+        }
+        private let base: Base
+        private init(_ base: Base) { self.base = base }
+
+        /// The request's deadline passed.
+        public static let timeout = Code(.timeout)
+        /// The connection closed with the request in flight.
+        public static let connectionReset = Code(.connectionReset)
+        /// APNs sent GOAWAY.
+        public static let goAway = Code(.goAway)
+        /// The stream was reset (RST_STREAM) before a response.
+        public static let streamReset = Code(.streamReset)
+        /// No connection could be made (DNS, TCP, TLS).
+        public static let connectFailed = Code(.connectFailed)
+        /// TLS did not negotiate ALPN `h2`.
+        public static let protocolNotNegotiated = Code(.protocolNotNegotiated)
+        /// No signing key is configured for the job's credential (trap MS028).
+        public static let credentialsMissing = Code(.credentialsMissing)
+        /// The signing key file is missing, unreadable, world-readable or not a P-256 key.
+        public static let invalidKey = Code(.invalidKey)
+        /// The client is shutting down.
+        public static let shutdown = Code(.shutdown)
+
+        /// The word stored as the job's `reason`.
+        public var description: String { self.base.rawValue }
+    }
+
+    /// The kind of failure.
+    public var code: Code
+    /// `false` when APNs certainly did not process the request (refused before it was sent, or above a
+    /// GOAWAY's last stream id): it may be resent at once. `true` when the outcome is unknown.
+    public var mayHaveBeenProcessed: Bool
+    /// A sentence with context (host, file, what to do).
+    public var message: String
+
+    /// Creates an error.
+    public init(code: Code, mayHaveBeenProcessed: Bool, message: String) {
+        self.code = code
+        self.mayHaveBeenProcessed = mayHaveBeenProcessed
+        self.message = message
+    }
+
+    /// The job's `reason` column for this failure.
+    public var reason: String { self.code.description }
+
+    public var description: String { "\(self.code): \(self.message)" }
+}

@@ -1,0 +1,19 @@
+/// Why a job was refused before any network call: the reason stored on the dead letter, its trap id, and
+/// a sentence that says what to fix. The sentence never contains the token or the payload.
+public struct PreSendRejection: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The reason stored on the job (`PayloadTooLarge`, `TopicHasPushTypeSuffix`, `Expired`, …).
+    public var reason: String
+    /// The trap id met, if the mistake has one.
+    public var trapID: TrapID?
+    /// What is wrong and what to fix.
+    public var message: String
+
+    /// Creates a rejection.
+    public init(reason: String, trapID: TrapID?, message: String) {
+        self.reason = reason
+        self.trapID = trapID
+        self.message = message
+    }
+
+    public var description: String { self.message }
+}

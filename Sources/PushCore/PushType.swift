@@ -1,0 +1,52 @@
+/// Apple's `apns-push-type`, with the rules each carries: the topic suffix, the default and allowed
+/// priorities, and the payload ceiling.
+public enum PushType: String, Sendable, Hashable, CaseIterable, Codable {
+    case alert, background, liveactivity, voip, complication, fileprovider, mdm, location, pushtotalk, widgets, controls
+
+    /// What `apns-topic` appends to the bare bundle id for this push type (APNS.md, "Topic by push type").
+    public var topicSuffix: String {
+        switch self {
+        case .alert, .background, .mdm: ""
+        case .liveactivity: ".push-type.liveactivity"
+        case .voip: ".voip"
+        case .complication: ".complication"
+        case .fileprovider: ".pushkit.fileprovider"
+        case .location: ".location-query"
+        case .pushtotalk: ".voip-ptt"
+        case .widgets: ".push-type.widgets"
+        case .controls: ".push-type.controls"
+        }
+    }
+
+    /// The priority sent when the job names none: 5 for background and Live Activity, 10 otherwise.
+    public var defaultPriority: Int {
+        switch self {
+        case .background, .liveactivity: 5
+        default: 10
+        }
+    }
+
+    /// The priorities APNs accepts for this push type (background: 5 or 1).
+    public var allowedPriorities: Set<Int> {
+        self == .background ? [5, 1] : [10, 5, 1]
+    }
+
+    /// The payload ceiling in UTF-8 bytes: 5120 for VoIP, 4096 otherwise (broadcasts: ``PushType/broadcastPayloadLimit``).
+    public var payloadLimit: Int {
+        self == .voip ? 5_120 : 4_096
+    }
+
+    /// The payload ceiling of an iOS 18 broadcast.
+    public static let broadcastPayloadLimit = 5_120
+
+    /// Every suffix a bare bundle id must not carry (trap MS018), longest first.
+    public static let knownTopicSuffixes: [String] = PushType.allCases.map(\.topicSuffix).filter { !$0.isEmpty }
+        .sorted { $0.count > $1.count }
+
+    /// The suffix `topic` already carries, if any: `.voip`, `.push-type.liveactivity`, or any `.push-type.…`.
+    public static func suffix(in topic: String) -> String? {
+        if let known = knownTopicSuffixes.first(where: { topic.hasSuffix($0) }) { return known }
+        if let range = topic.range(of: ".push-type.") { return String(topic[range.lowerBound...]) }
+        return nil
+    }
+}

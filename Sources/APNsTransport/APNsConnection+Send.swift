@@ -20,6 +20,7 @@ extension APNsConnection {
         defer {
             self.touch(.now)
             self.limiter.release()
+            self.closeIfRetiredAndIdle()
         }
         let stream: Stream
         do {
@@ -96,9 +97,7 @@ extension APNsConnection {
                     continue
                 }
             }
-            guard let status, ended || !responseBody.isEmpty || status != 0 else {
-                throw TransportError(code: .connectionReset, mayHaveBeenProcessed: true, message: "the stream closed before a response")
-            }
+            guard let status, ended else { throw StreamEndedEarly() }
             let (reason, timestamp) = status == 200 ? (nil, nil) : APNsResponse.parseErrorBody(responseBody)
             return APNsResponse(
                 status: status,
@@ -122,9 +121,15 @@ extension APNsConnection {
             let notProcessed = streamID.map { $0 > last } ?? true
             return TransportError(code: .goAway, mayHaveBeenProcessed: !notProcessed, message: "APNs closed the connection (GOAWAY, last stream \(last))")
         }
+        if error is StreamEndedEarly {
+            return TransportError(code: .connectionReset, mayHaveBeenProcessed: true, message: "the stream closed before a response")
+        }
         if let streamError = error as? NIOHTTP2Errors.StreamClosed {
             return TransportError(code: .streamReset, mayHaveBeenProcessed: streamError.errorCode != .refusedStream, message: "the stream closed: \(streamError.errorCode)")
         }
         return TransportError(code: .connectionReset, mayHaveBeenProcessed: true, message: "the connection failed mid-request: \(error)")
     }
 }
+
+/// The stream's inbound side ended before a complete response; `classify` decides what that means.
+struct StreamEndedEarly: Error {}

@@ -21,6 +21,7 @@ final class APNsConnection: Sendable {
     let observer: ConnectionObserver
     let authority: String
     private let lastUsed = Mutex(ContinuousClock.now)
+    private let retired = Mutex(false)
 
     private init(id: Int, channel: any Channel, multiplexer: NIOHTTP2Handler.AsyncStreamMultiplexer<Void>, limiter: StreamLimiter, observer: ConnectionObserver, authority: String) {
         self.id = id
@@ -114,6 +115,20 @@ final class APNsConnection: Sendable {
 
     func touch(_ instant: ContinuousClock.Instant) {
         self.lastUsed.withLock { $0 = instant }
+    }
+
+    /// Takes the connection out of service: it closes as soon as its in-flight requests finish (now, if
+    /// none), so a GOAWAY's processed streams still get their answers.
+    func retire() {
+        self.retired.withLock { $0 = true }
+        self.closeIfRetiredAndIdle()
+    }
+
+    func closeIfRetiredAndIdle() {
+        if self.retired.withLock({ $0 }) && self.limiter.inFlight == 0 {
+            self.limiter.close()
+            self.channel.close(promise: nil)
+        }
     }
 
     func close() async {

@@ -68,8 +68,10 @@ final class ConnectionObserver: ChannelInboundHandler, Sendable {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // Stream-level errors surface here too; the HTTP/2 handler closes the connection itself when the
+        // error is fatal to it, so only report.
         self.onEvent(.error("\(error)"))
-        context.close(promise: nil)
+        context.fireErrorCaught(error)
     }
 
     /// Registers a PING and returns whether its ack arrived; the caller writes the frame.

@@ -110,12 +110,13 @@ final class ConnectionPool: Sendable {
         }
     }
 
-    /// Drops a connection (GOAWAY, PING failure, UnrelatedKeyIdInToken); its slot reopens on demand.
+    /// Takes a connection out of the pool (GOAWAY, PING failure, UnrelatedKeyIdInToken); it closes once
+    /// its in-flight requests finish, and its slot reopens on demand.
     func discard(_ connection: APNsConnection) async {
         self.state.withLock { state in
             for index in state.slots.indices where state.slots[index] === connection { state.slots[index] = nil }
         }
-        await connection.close()
+        connection.retire()
     }
 
     func closeAll() async {

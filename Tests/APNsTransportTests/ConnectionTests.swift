@@ -1,0 +1,139 @@
+import APNsSimulator
+@testable import APNsTransport
+import Foundation
+import PushCore
+import Testing
+
+@Suite("Connections: stream limits, sharing, GOAWAY and drops")
+struct ConnectionTests {
+    /// Sends `count` alerts at once and returns each result.
+    func burst(_ f: Fixture, _ tokens: [String]) async -> [Result<APNsResponse, any Error>] {
+        await withTaskGroup(of: (Int, Result<APNsResponse, any Error>).self) { group in
+            for (index, token) in tokens.enumerated() {
+                group.addTask {
+                    do { return (index, .success(try await f.send(try Fixture.alert(token)))) } catch { return (index, .failure(error)) }
+                }
+            }
+            var results = [Result<APNsResponse, any Error>?](repeating: nil, count: tokens.count)
+            for await (index, result) in group { results[index] = result }
+            return results.map { $0! }
+        }
+    }
+
+    @Test("one stream until the first authenticated success, then the peer's SETTINGS; parallel sends share one connection")
+    func streamLimitWidens() async throws {
+        try await Fixture.run(simulator: { $0.authenticatedMaxStreams = 500 }) { f in
+            let slow = (0..<8).map { _ in Fixture.token() }
+            for token in slow { f.simulator.script(token, .latency(.milliseconds(150))) }
+            // Cold connection: one stream until the first request succeeds, then the rest at once.
+            let first = await burst(f, slow)
+            #expect(first.allSatisfy { (try? $0.get().status) == 200 })
+            let arrivals = f.simulator.requests.map(\.receivedAt).sorted()
+            #expect(arrivals[1].timeIntervalSince(arrivals[0]) >= 0.14, "the second request waited for the first answer")
+            #expect(arrivals[7].timeIntervalSince(arrivals[1]) < 0.14, "after it, the others went out together")
+
+            // Authenticated: the limit is the simulator's SETTINGS value, and a burst runs in parallel.
+            let pool = f.client.pool(for: .init(endpoint: APNsEndpoint(host: "localhost", port: f.simulator.port), credential: "default"))
+            let connection = try await pool.connection()
+            #expect(connection.limiter.limit == 500)
+            f.simulator.resetStreamHighWater()
+            let again = (0..<8).map { _ in Fixture.token() }
+            for token in again { f.simulator.script(token, .latency(.milliseconds(300))) }
+            let clock = ContinuousClock()
+            let start = clock.now
+            let second = await burst(f, again)
+            #expect(second.allSatisfy { (try? $0.get().status) == 200 })
+            #expect(f.simulator.maxConcurrentStreamsSeen >= 6)
+            #expect(clock.now - start < .milliseconds(8 * 300), "in parallel, not one after another")
+            #expect(f.simulator.connectionsAccepted == 1, "every request shared the pool's one connection")
+        }
+    }
+
+    @Test("a SETTINGS decrease mid-burst is obeyed")
+    func settingsDecrease() async throws {
+        try await Fixture.run { f in
+            #expect(try await f.send(try Fixture.alert(Fixture.token())).status == 200)
+            f.simulator.announceMaxConcurrentStreams(2)
+            // Let the SETTINGS frame arrive before the burst.
+            let pool = f.client.pool(for: .init(endpoint: APNsEndpoint(host: "localhost", port: f.simulator.port), credential: "default"))
+            let connection = try await pool.connection()
+            for _ in 0..<200 where connection.limiter.limit != 2 { try await Task.sleep(for: .milliseconds(5)) }
+            #expect(connection.limiter.limit == 2)
+            f.simulator.resetStreamHighWater()
+            let tokens = (0..<10).map { _ in Fixture.token() }
+            for token in tokens { f.simulator.script(token, .latency(.milliseconds(60))) }
+            let results = await burst(f, tokens)
+            #expect(results.allSatisfy { (try? $0.get().status) == 200 })
+            #expect(f.simulator.maxConcurrentStreamsSeen <= 2)
+        }
+    }
+
+    @Test("GOAWAY mid-burst: unprocessed requests are resent at once and delivered; none is lost")
+    func goAwayMidBurst() async throws {
+        try await Fixture.run { f in
+            #expect(try await f.send(try Fixture.alert(Fixture.token())).status == 200)
+            let tokens = (0..<30).map { _ in Fixture.token() }
+            for token in tokens { f.simulator.script(token, .latency(.milliseconds(100))) }
+            let poison = Fixture.token()
+            f.simulator.script(poison, .goAway)
+            async let results = burst(f, tokens)
+            try await Task.sleep(for: .milliseconds(20))
+            let poisoned: Result<APNsResponse, any Error>
+            do { poisoned = .success(try await f.send(try Fixture.alert(poison))) } catch { poisoned = .failure(error) }
+            let others = await results
+            #expect(others.allSatisfy { (try? $0.get().status) == 200 }, "every other request delivered: \(others.compactMap { if case .failure(let e) = $0 { "\(e)" } else { nil } })")
+            // The request that triggers GOAWAY every time is never processed: after its resends it comes
+            // back as an unprocessed transport error, which the worker retries durably.
+            guard case .failure(let error as TransportError) = poisoned else {
+                Issue.record("expected a transport error, got \(poisoned)")
+                return
+            }
+            #expect(error.code == .goAway || error.code == .connectionReset || error.code == .streamReset)
+            #expect(APNsVerdict.classify(status: nil, reason: error.reason).responseClass == .retryable)
+            #expect(f.simulator.connectionsAccepted > 1, "a new connection replaced the one that went away")
+        }
+    }
+
+    @Test("a dropped connection: in-flight requests come back as retryable unknown outcomes; the next send reconnects")
+    func droppedConnection() async throws {
+        try await Fixture.run { f in
+            #expect(try await f.send(try Fixture.alert(Fixture.token())).status == 200)
+            let tokens = (0..<10).map { _ in Fixture.token() }
+            for token in tokens { f.simulator.script(token, .latency(.milliseconds(400))) }
+            let dropper = Fixture.token()
+            f.simulator.script(dropper, .dropConnection)
+            async let results = burst(f, tokens)
+            try await Task.sleep(for: .milliseconds(50))
+            _ = try? await f.send(try Fixture.alert(dropper))
+            let outcomes = await results
+            #expect(outcomes.count == 10, "every request returned")
+            for outcome in outcomes {
+                switch outcome {
+                case .success(let response): #expect(response.status == 200)
+                case .failure(let error):
+                    let transport = try #require(error as? TransportError)
+                    #expect(APNsVerdict.classify(status: nil, reason: transport.reason).responseClass == .retryable)
+                }
+            }
+            #expect(outcomes.contains { if case .failure = $0 { true } else { false } }, "the drop cut some in-flight requests")
+            #expect(try await f.send(try Fixture.alert(Fixture.token())).status == 200)
+            #expect(f.simulator.connectionsAccepted == 2)
+        }
+    }
+
+    @Test("a reset stream is a retryable transport failure")
+    func resetStream() async throws {
+        try await Fixture.run { f in
+            let token = Fixture.token()
+            f.simulator.script(token, .resetStream)
+            do {
+                _ = try await f.send(try Fixture.alert(token))
+                Issue.record("expected a transport error")
+            } catch let error as TransportError {
+                #expect(error.code == .streamReset || error.code == .connectionReset)
+                #expect(APNsVerdict.classify(status: nil, reason: error.reason).responseClass == .retryable)
+            }
+            #expect(try await f.send(try Fixture.alert(Fixture.token())).status == 200)
+        }
+    }
+}

@@ -8,7 +8,7 @@ import Glibc
 ///
 /// Foundation's `Process` on Linux can miss a child's exit when the caller blocks a cooperative thread;
 /// this does not depend on a run loop, and a file (not a pipe) cannot be held open by a daemon the
-/// command leaves running (`pg_ctl start`).
+/// command leaves running (`pg_ctl start`). The child starts with no signals blocked.
 package enum ChildProcess {
     package struct Result {
         package var status: Int32
@@ -27,11 +27,24 @@ package enum ChildProcess {
         posix_spawn_file_actions_addopen(&actions, 1, outputPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
         posix_spawn_file_actions_adddup2(&actions, 1, 2)
 
+        // Threads of this process block signals; a child inherits the mask, and pgbench's -T timer or
+        // postgres' own handlers need them. Start the child with an empty mask and default handlers.
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var noSignals = sigset_t()
+        sigemptyset(&noSignals)
+        var allSignals = sigset_t()
+        sigfillset(&allSignals)
+        posix_spawnattr_setsigmask(&attributes, &noSignals)
+        posix_spawnattr_setsigdefault(&attributes, &allSignals)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+
         let argv: [UnsafeMutablePointer<CChar>?] = ([executable] + arguments).map { strdup($0) } + [nil]
         defer { for pointer in argv { free(pointer) } }
 
         var pid: pid_t = 0
-        let spawned = posix_spawn(&pid, executable, &actions, nil, argv, environ)
+        let spawned = posix_spawn(&pid, executable, &actions, &attributes, argv, environ)
         guard spawned == 0 else {
             throw QueueError(
                 code: .embeddedPostgresFailed,

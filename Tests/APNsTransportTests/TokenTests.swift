@@ -1,0 +1,164 @@
+import APNsSimulator
+@testable import APNsTransport
+import Crypto
+import Foundation
+import PushCore
+import Synchronization
+import Testing
+
+@Suite("Provider tokens and signing keys")
+struct TokenTests {
+    static let key = SigningKey(teamID: "TEAM123456", keyID: "KEY1234567", privateKey: P256.Signing.PrivateKey())
+
+    @Test("the JWT is ES256 with kid, iss, iat and a 64-byte raw signature that verifies")
+    func jwtShape() throws {
+        let token = try ProviderToken.mint(for: Self.key, at: Date(timeIntervalSince1970: 1_800_000_000.7))
+        let parts = token.jwt.split(separator: ".").map(String.init)
+        #expect(parts.count == 3)
+        #expect(!token.jwt.contains("=") && !token.jwt.contains("+") && !token.jwt.contains("/"))
+        func decode(_ text: String) -> Data {
+            var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+            while base64.count % 4 != 0 { base64 += "=" }
+            return Data(base64Encoded: base64)!
+        }
+        #expect(String(decoding: decode(parts[0]), as: UTF8.self) == #"{"alg":"ES256","kid":"KEY1234567"}"#)
+        #expect(String(decoding: decode(parts[1]), as: UTF8.self) == #"{"iss":"TEAM123456","iat":1800000000}"#)
+        let signature = decode(parts[2])
+        #expect(signature.count == 64)
+        #expect(Self.key.privateKey.publicKey.isValidSignature(try P256.Signing.ECDSASignature(rawRepresentation: signature), for: Data((parts[0] + "." + parts[1]).utf8)))
+    }
+
+    @Test("reused within its window, re-minted after it; a replacement happens once and never within 20 minutes")
+    func cacheRules() throws {
+        let clock = ManualClock()
+        let cache = ProviderTokenCache(key: Self.key, now: { clock.now })
+        let first = try cache.token()
+        clock.advance(by: 49 * 60)
+        #expect(try cache.token() == first)
+        #expect(cache.mintCount == 1)
+        clock.advance(by: 2 * 60)
+        let second = try cache.token()
+        #expect(second != first)
+        #expect(cache.mintCount == 2)
+        // A late ExpiredProviderToken for the old token: the current one is already newer.
+        #expect(try cache.replace(first) == second)
+        // Expired for a token minted 5 minutes ago: keep it, another mint would trip TooManyProviderTokenUpdates.
+        clock.advance(by: 5 * 60)
+        #expect(try cache.replace(second) == second)
+        #expect(cache.mintCount == 2)
+        // 25 minutes old: replaced, once, however many callers report it.
+        clock.advance(by: 20 * 60)
+        let replacements = try (0..<50).map { _ in try cache.replace(second) }
+        #expect(Set(replacements).count == 1)
+        #expect(replacements[0] != second)
+        #expect(cache.mintCount == 3)
+    }
+
+    @Test("concurrent senders share one token: the simulator sees one iat and the cache minted once")
+    func sharedToken() async throws {
+        try await Fixture.run { f in
+            _ = try await f.send(try Fixture.alert(Fixture.token()))
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<40 { group.addTask { _ = try await f.send(try Fixture.alert(Fixture.token())) } }
+                try await group.waitForAll()
+            }
+            #expect(f.client.tokenCache(for: "default")?.mintCount == 1)
+            #expect(Set(f.simulator.requests.map(\.tokenIssuedAt)).count == 1)
+            #expect(f.simulator.requests.allSatisfy { $0.status == 200 })
+        }
+    }
+
+    @Test("ExpiredProviderToken under concurrency: one re-mint, every request then delivered")
+    func expiredProviderToken() async throws {
+        try await Fixture.run(
+            simulator: { $0.tokenMaxAge = 1; $0.minimumTokenRefresh = 1 },
+            tokenCache: { ProviderTokenCache(key: $0, configuration: .init(reuseFor: 3600, minimumRefreshInterval: 1)) }
+        ) { f in
+            #expect(try await f.send(try Fixture.alert(Fixture.token())).status == 200)
+            try await Task.sleep(for: .milliseconds(2_100))
+            let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+                for _ in 0..<20 { group.addTask { try await f.send(try Fixture.alert(Fixture.token())).status } }
+                var statuses: [Int] = []
+                for try await status in group { statuses.append(status) }
+                return statuses
+            }
+            #expect(statuses == Array(repeating: 200, count: 20))
+            #expect(f.client.tokenCache(for: "default")?.mintCount == 2)
+            #expect(f.simulator.requests.contains { $0.reason == "ExpiredProviderToken" })
+            #expect(!f.simulator.requests.contains { $0.reason == "TooManyProviderTokenUpdates" })
+        }
+    }
+
+    @Test("a token signed by an unknown key is InvalidProviderToken, credential-fatal")
+    func invalidToken() async throws {
+        try await Fixture.run(simulator: { $0.keys = [:] }) { f in
+            let response = try await f.send(try Fixture.alert(Fixture.token()))
+            #expect(response.status == 403 && response.reason == "InvalidProviderToken")
+            #expect(response.verdict.responseClass == .credentialFatal)
+        }
+    }
+
+    @Test("key files: missing, world-readable and non-key files are refused with the path and the fix, no key material")
+    func keyFiles() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("keys-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let pem = Self.key.privateKey.pemRepresentation
+        let good = directory.appendingPathComponent("AuthKey_KEY1234567.p8").path
+        FileManager.default.createFile(atPath: good, contents: Data(pem.utf8), attributes: [.posixPermissions: 0o600])
+        let loaded = try SigningKey.load(teamID: "TEAM123456", keyID: "KEY1234567", path: good)
+        #expect(loaded.privateKey.publicKey.rawRepresentation == Self.key.privateKey.publicKey.rawRepresentation)
+        #expect(!"\(loaded)".contains("PRIVATE"))
+
+        func failure(_ path: String) -> String {
+            do { _ = try SigningKey.load(teamID: "TEAM123456", keyID: "KEY1234567", path: path); return "" } catch { return "\(error)" }
+        }
+        let open = directory.appendingPathComponent("open.p8").path
+        FileManager.default.createFile(atPath: open, contents: Data(pem.utf8), attributes: [.posixPermissions: 0o644])
+        let notKey = directory.appendingPathComponent("cert.p8").path
+        FileManager.default.createFile(atPath: notKey, contents: Data("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".utf8), attributes: [.posixPermissions: 0o600])
+        let rsaLike = directory.appendingPathComponent("garbage.p8").path
+        FileManager.default.createFile(atPath: rsaLike, contents: Data("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n".utf8), attributes: [.posixPermissions: 0o600])
+
+        let missing = failure(directory.appendingPathComponent("nope.p8").path)
+        #expect(missing.contains("does not exist") && missing.contains("nope.p8"))
+        let worldReadable = failure(open)
+        #expect(worldReadable.contains("readable by every user") && worldReadable.contains("chmod 600"))
+        #expect(failure(notKey).contains("not a PEM PKCS#8 private key"))
+        #expect(failure(rsaLike).contains("not a P-256"))
+        for message in [missing, worldReadable, failure(notKey), failure(rsaLike)] {
+            #expect(!message.contains(String(pem.split(separator: "\n")[1].prefix(20))))
+        }
+    }
+}
+
+@Suite("Broadcast channels")
+struct ChannelTests {
+    @Test("create, list, broadcast to, and delete a channel")
+    func lifecycle() async throws {
+        try await Fixture.run { f in
+            let id = try await f.client.createChannel(bundleID: "com.example.app", environment: .development, credential: "default", storage: .noStorage)
+            #expect(Data(base64Encoded: id) != nil)
+            #expect(try await f.client.listChannels(bundleID: "com.example.app", environment: .development, credential: "default") == [id])
+
+            let job = PushJob(id: 9, apnsID: UUID(), topic: "com.example.app", channelID: id,
+                              payload: #"{"aps":{"timestamp":1800000000,"event":"update","content-state":{"score":"2-1"}}}"#,
+                              pushType: "liveactivity", environment: "development")
+            let sent = try await f.send(try RequestBuilder.describe(job))
+            #expect(sent.status == 200)
+            let recorded = try #require(f.simulator.requests.last)
+            #expect(recorded.path == "/4/broadcasts/apps/com.example.app")
+            #expect(recorded.headers["apns-topic"] == nil)
+            #expect(recorded.headers["apns-channel-id"] == id)
+
+            try await f.client.deleteChannel(id, bundleID: "com.example.app", environment: .development, credential: "default")
+            #expect(try await f.client.listChannels(bundleID: "com.example.app", environment: .development, credential: "default").isEmpty)
+            let afterDelete = try await f.send(try RequestBuilder.describe(job))
+            #expect(afterDelete.reason == "ChannelNotRegistered")
+            #expect(afterDelete.verdict.trapID == .channel)
+            await #expect(throws: ChannelManagementError.self) {
+                try await f.client.deleteChannel(id, bundleID: "com.example.app", environment: .development, credential: "default")
+            }
+        }
+    }
+}

@@ -117,6 +117,7 @@ let package = Package(
             name: "APNsTransportTests",
             dependencies: [
                 "PushCore",
+                "PushQueue",
                 "APNsTransport",
                 "APNsSimulator",
                 .product(name: "Crypto", package: "swift-crypto"),

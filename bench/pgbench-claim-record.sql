@@ -14,8 +14,7 @@ WITH picked AS MATERIALIZED (
        SET state = 'running', attempts = j.attempts + 1, locked_by = 'pgbench',
            locked_until = now() + make_interval(secs => 60.0),
            first_attempt_at = coalesce(j.first_attempt_at, now())
-      FROM picked
-     WHERE j.id = picked.id
+     WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING j.*
 )
 SELECT j.id, j.apns_id, j.topic, j.device_token, j.channel_id, j.payload::text, j.push_type, j.priority,

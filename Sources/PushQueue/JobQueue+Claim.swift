@@ -40,8 +40,7 @@ extension JobQueue {
                        locked_by = \(workerID),
                        locked_until = now() + make_interval(secs => \(leaseSeconds)),
                        first_attempt_at = coalesce(j.first_attempt_at, now())
-                  FROM picked
-                 WHERE j.id = picked.id
+                 WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
                 RETURNING j.*
             )
             SELECT \(unescaped: Self.jobColumns) FROM claimed AS j

@@ -17,7 +17,7 @@ extension JobQueue {
                SET state = 'pending', attempts = j.attempts - 1, locked_by = NULL, locked_until = NULL,
                    first_attempt_at = CASE WHEN j.attempts = 1 THEN NULL ELSE j.first_attempt_at END
               FROM unnest(\(ids)::bigint[], \(attempts)::smallint[]) AS i(id, attempt)
-             WHERE j.id = i.id AND j.attempts = i.attempt AND j.locked_by = \(workerID) AND j.state = 'running'
+             WHERE j.id = i.id AND j.attempts = i.attempt AND j.locked_by = \(workerID)
             RETURNING j.id
             """,
             logger: self.logger
@@ -62,7 +62,7 @@ extension JobQueue {
         for try await _ in try await self.client.query(
             """
             UPDATE push.jobs SET locked_until = now() + make_interval(secs => \(seconds))
-             WHERE id = ANY (\(ids)::bigint[]) AND locked_by = \(workerID) AND state = 'running'
+             WHERE id = ANY (\(ids)::bigint[]) AND locked_by = \(workerID)
             RETURNING id
             """,
             logger: self.logger

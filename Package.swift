@@ -92,6 +92,8 @@ let package = Package(
             dependencies: [
                 "PushCore",
                 "PushQueue",
+                "APNsTransport",
+                "APNsSimulator",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
@@ -102,6 +104,10 @@ let package = Package(
             name: "push-bench",
             dependencies: [
                 "PushQueue",
+                "PushCore",
+                "APNsTransport",
+                "APNsSimulator",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),

@@ -48,11 +48,15 @@ struct DatabaseOptions: ParsableArguments {
         var configuration = url.clientConfiguration
         configuration.options.maximumConnections = 4
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        // Queries may be issued before run() is scheduled; postgres-nio warns about that, harmlessly.
+        var queryLogger = logger
+        if queryLogger.logLevel > .debug { queryLogger.logLevel = max(queryLogger.logLevel, .error) }
+        let queueLogger = queryLogger
         let result: Result<T, any Error> = await withTaskGroup(of: Void.self) { group in
             group.addTask { await client.run() }
             defer { group.cancelAll() }
             do {
-                return .success(try await body(JobQueue(client: client, logger: logger), client, logger))
+                return .success(try await body(JobQueue(client: client, logger: queueLogger), client, queueLogger))
             } catch {
                 return .failure(error)
             }

@@ -20,6 +20,9 @@ struct PushWorkerCommand: AsyncParsableCommand {
             StatsCommand.self,
             JobsCommand.self,
             DeadCommand.self,
+            DescribeCommand.self,
+            ChannelsCommand.self,
+            SimulatorCommand.self,
         ]
     )
 }

@@ -1,0 +1,72 @@
+import APNsSimulator
+import ArgumentParser
+import Foundation
+import Logging
+
+struct SimulatorCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "simulator",
+        abstract: "Run the built-in APNs simulator on its own (staging, load tests, trying a client).",
+        discussion: """
+            Serves HTTP/2 over TLS like APNs: Apple's validation and reasons, ES256 provider-token checks, one \\
+            stream per connection until a request with a valid token succeeds. It writes a fresh CA \\
+            certificate and a throwaway signing key into --state-dir and prints how to use them. Stop it \\
+            with Ctrl-C.
+            """
+    )
+
+    @Option(help: "Address to listen on.") var host: String = "127.0.0.1"
+    @Option(help: "Port to listen on (0 picks a free one).") var port: Int = 2197
+    @Option(name: .customLong("state-dir"), help: ArgumentHelp("Where the CA certificate and the signing key are written.", valueName: "path"))
+    var stateDirectory: String = ".pushworker/simulator"
+    @Flag(help: "Answer every request 200 at once, with no checks (benchmarks).") var fast = false
+    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.") var logLevel: String = "info"
+
+    func run() async throws {
+        var logger = Logger(label: "push-worker.simulator")
+        logger.logLevel = Logger.Level(rawValue: self.logLevel) ?? .info
+        let directory = URL(fileURLWithPath: self.stateDirectory).standardizedFileURL.path
+        let credentials = try SimulatorCredentials.generate(in: directory)
+        let simulator = try APNsSimulator(
+            configuration: .init(host: self.host, port: self.port, keys: [credentials.keyID: credentials.trustedKey], fastMode: self.fast, recordRequests: false),
+            logger: logger
+        )
+        let caPath = (directory as NSString).appendingPathComponent("ca.pem")
+        try simulator.writeCACertificate(to: caPath)
+        let fast = self.fast
+        try await simulator.run { simulator in
+            writeLine("""
+                APNs simulator listening on \(simulator.endpointURL) (\(fast ? "fast mode: every request 200, no checks" : "faithful mode"))
+                  CA certificate  \(caPath)
+                  signing key     \(credentials.keyPath)   team \(credentials.teamID)   key \(credentials.keyID)
+
+                Point a worker at it:
+                  APNS_KEY_PATH=\(credentials.keyPath) APNS_TEAM_ID=\(credentials.teamID) APNS_KEY_ID=\(credentials.keyID) \\
+                    push-worker run --apns-endpoint \(simulator.endpointURL) --apns-ca-file \(caPath)
+                Stop with Ctrl-C.
+                """)
+            await waitForTerminationSignal()
+            print("simulator stopping")
+        }
+    }
+}
+
+/// Returns when the process receives SIGINT or SIGTERM.
+func waitForTerminationSignal() async {
+    let (stream, continuation) = AsyncStream<Int32>.makeStream()
+    var sources: [any DispatchSourceSignal] = []
+    for signalNumber in [SIGINT, SIGTERM] {
+        signal(signalNumber, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: signalNumber)
+        source.setEventHandler { continuation.yield(signalNumber) }
+        source.resume()
+        sources.append(source)
+    }
+    for await _ in stream { break }
+    sources.forEach { $0.cancel() }
+}
+
+/// Writes a line to standard output at once (print() buffers when stdout is not a terminal).
+func writeLine(_ text: String) {
+    FileHandle.standardOutput.write(Data((text + "\n").utf8))
+}

@@ -18,6 +18,7 @@ let package = Package(
         .library(name: "PushQueueTesting", targets: ["PushQueueTesting"]),
         .library(name: "APNsTransport", targets: ["APNsTransport"]),
         .library(name: "APNsSimulator", targets: ["APNsSimulator"]),
+        .library(name: "PushWorker", targets: ["PushWorker"]),
     ],
     dependencies: [
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
@@ -79,6 +80,17 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .target(
+            name: "PushWorker",
+            dependencies: [
+                "PushCore",
+                "PushQueue",
+                "APNsTransport",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
             name: "PushQueueTesting",
             dependencies: [
                 "PushQueue",
@@ -90,6 +102,7 @@ let package = Package(
         .executableTarget(
             name: "push-worker",
             dependencies: [
+                "PushWorker",
                 "PushCore",
                 "PushQueue",
                 "APNsTransport",

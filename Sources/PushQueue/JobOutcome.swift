@@ -10,6 +10,9 @@ public struct JobOutcome: Sendable, Hashable {
         case retry(at: Date)
         /// Never again: the job moves to `push.dead_jobs` with this sentence as its `error`.
         case dead(error: String)
+        /// Not this job's fault (its credential is paused): back to `pending` at this instant with the
+        /// attempt not counted.
+        case requeue(at: Date)
     }
 
     /// The job's id.

@@ -24,6 +24,8 @@ extension JobQueue {
                 kinds.append("retry"); retryAt.append(at); errors.append("")
             case .dead(let error):
                 kinds.append("dead"); retryAt.append(outcome.attemptedAt); errors.append(error)
+            case .requeue(let at):
+                kinds.append("requeue"); retryAt.append(at); errors.append("")
             }
             // Arrays cannot carry NULL elements through the binary protocol: 0, -1 and "" stand for NULL.
             statuses.append(Int16(clamping: outcome.status ?? 0))
@@ -89,7 +91,8 @@ extension JobQueue {
         WITH updated AS (
             UPDATE push.jobs AS j
                SET state = CASE WHEN i.kind = 'delivered' THEN 'delivered' ELSE 'pending' END,
-                   run_at = CASE WHEN i.kind = 'retry' THEN i.retry_at ELSE j.run_at END,
+                   run_at = CASE WHEN i.kind IN ('retry', 'requeue') THEN i.retry_at ELSE j.run_at END,
+                   attempts = CASE WHEN i.kind = 'requeue' THEN j.attempts - 1 ELSE j.attempts END,
                    status = i.st,
                    reason = CASE WHEN i.kind = 'delivered' THEN j.reason ELSE i.rs END,
                    trap_ids = CASE WHEN cardinality(i.trap_arr) = 0 THEN j.trap_ids
@@ -103,7 +106,7 @@ extension JobQueue {
                    history = j.history || jsonb_build_array(i.entry)
               FROM \(inputRows) AS i
              WHERE j.id = i.id AND j.attempts = i.attempt AND j.locked_by = $15
-               AND i.kind IN ('delivered', 'retry')
+               AND i.kind IN ('delivered', 'retry', 'requeue')
             RETURNING j.id
         ), moved AS (
             DELETE FROM push.jobs AS j

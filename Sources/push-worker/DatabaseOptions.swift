@@ -16,12 +16,16 @@ struct DatabaseOptions: ParsableArguments {
         valueName: "path"))
     var dataDirectory: String = ".pushworker/postgres"
 
-    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
-    var logLevel: String = "warning"
+    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical (default: warning; info for run).")
+    var logLevel: String?
 
     func makeLogger() throws -> Logger {
-        guard let level = Logger.Level(rawValue: self.logLevel) else {
-            throw ValidationError("--log-level \(self.logLevel) is not a level: use trace, debug, info, notice, warning, error or critical")
+        try self.makeLoggerDefaultingTo(.warning)
+    }
+
+    func makeLoggerDefaultingTo(_ defaultLevel: Logger.Level) throws -> Logger {
+        guard let level = self.logLevel.map({ Logger.Level(rawValue: $0) }) ?? defaultLevel else {
+            throw ValidationError("--log-level \(self.logLevel ?? "") is not a level: use trace, debug, info, notice, warning, error or critical")
         }
         var logger = Logger(label: "push-worker")
         logger.logLevel = level
@@ -30,15 +34,21 @@ struct DatabaseOptions: ParsableArguments {
 
     /// The database to use, starting the embedded cluster when none is configured.
     func resolve(logger: Logger) throws -> DatabaseURL {
+        try self.resolveStartingCluster(logger: logger).url
+    }
+
+    /// The database to use, and the embedded cluster if this call started it (so the caller stops it).
+    func resolveStartingCluster(logger: Logger) throws -> (url: DatabaseURL, startedCluster: EmbeddedPostgres?) {
         if let url = self.databaseURL ?? ProcessInfo.processInfo.environment["DATABASE_URL"], !url.isEmpty {
-            return try DatabaseURL(url)
+            return (try DatabaseURL(url), nil)
         }
         let directory = URL(fileURLWithPath: self.dataDirectory).standardizedFileURL.path
         let cluster = EmbeddedPostgres(configuration: .init(dataDirectory: directory), logger: logger)
-        if !cluster.isRunning {
+        let wasRunning = cluster.isRunning
+        if !wasRunning {
             printError("no DATABASE_URL: starting the embedded Postgres cluster in \(directory)")
         }
-        return try cluster.start()
+        return (try cluster.start(), wasRunning ? nil : cluster)
     }
 
     /// Runs `body` with a queue on a running client, and turns database errors into sentences.

@@ -16,6 +16,7 @@ struct PushWorkerCommand: AsyncParsableCommand {
             Every listing takes --json for scripts.
             """,
         subcommands: [
+            RunCommand.self,
             MigrateCommand.self,
             StatsCommand.self,
             JobsCommand.self,

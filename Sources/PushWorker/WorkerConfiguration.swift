@@ -1,0 +1,53 @@
+public import PushCore
+
+/// How one worker process claims, sends and records.
+public struct WorkerConfiguration: Sendable {
+    /// This worker's name in `locked_by` (unique per process).
+    public var workerID: String
+    /// Sends in flight at most; the claimer never holds more jobs than this.
+    public var concurrency: Int
+    /// Jobs per claim at most.
+    public var batchSize: Int
+    /// How long a claim holds before the reaper may take the job back (longer than the request deadline).
+    public var lease: Duration
+    /// The polling fallback when no NOTIFY arrives.
+    public var pollInterval: Duration
+    /// How often expired leases are reclaimed.
+    public var reaperInterval: Duration
+    /// Delivered jobs are deleted this long after delivery.
+    public var retention: Duration
+    /// How often the retention pruner runs.
+    public var pruneInterval: Duration
+    /// Outcomes are written at least this often, or when a batch fills.
+    public var recordInterval: Duration
+    /// The retry policy before the priority-aware stretch.
+    public var retry: RetryPolicy.Configuration
+    /// How long in-flight sends may finish after SIGTERM before their jobs are left to the reaper.
+    public var shutdownGrace: Duration
+    /// The first pause of a credential APNs rejects; doubles up to ``maximumCredentialPause``.
+    public var credentialPause: Duration
+    /// The longest pause of a rejected credential.
+    public var maximumCredentialPause: Duration
+
+    /// Defaults: 500 in flight, batches of 250, 60 s lease, 1 s poll, 7 days retention.
+    public init(
+        workerID: String, concurrency: Int = 500, batchSize: Int = 250, lease: Duration = .seconds(60),
+        pollInterval: Duration = .seconds(1), reaperInterval: Duration = .seconds(5), retention: Duration = .seconds(7 * 86_400),
+        pruneInterval: Duration = .seconds(60), recordInterval: Duration = .milliseconds(5), retry: RetryPolicy.Configuration = .init(),
+        shutdownGrace: Duration = .seconds(20), credentialPause: Duration = .seconds(30), maximumCredentialPause: Duration = .seconds(600)
+    ) {
+        self.workerID = workerID
+        self.concurrency = concurrency
+        self.batchSize = batchSize
+        self.lease = lease
+        self.pollInterval = pollInterval
+        self.reaperInterval = reaperInterval
+        self.retention = retention
+        self.pruneInterval = pruneInterval
+        self.recordInterval = recordInterval
+        self.retry = retry
+        self.shutdownGrace = shutdownGrace
+        self.credentialPause = credentialPause
+        self.maximumCredentialPause = maximumCredentialPause
+    }
+}

@@ -1,0 +1,123 @@
+import APNsSimulator
+import APNsTransport
+import ArgumentParser
+import Foundation
+import Logging
+import PostgresNIO
+import PushCore
+import PushQueue
+import PushWorker
+
+struct RunCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "run",
+        abstract: "The daemon: claim jobs, send them to APNs, record the outcomes; until SIGTERM/SIGINT, then drain.",
+        discussion: """
+            With no database configured it starts the embedded Postgres; with no APNs key configured it sends \\
+            to the built-in APNs simulator and says so. It applies the push schema migrations first. A first \\
+            SIGTERM/SIGINT stops claiming, lets in-flight sends finish (--shutdown-grace) and flushes outcomes; \\
+            a second exits at once (the reaper returns unfinished jobs, same apns-id).
+            """
+    )
+
+    @OptionGroup var database: DatabaseOptions
+    @OptionGroup var apns: APNsOptions
+
+    @Option(name: .customLong("worker-id"), help: "This worker's name in locked_by (default: host-pid).") var workerID: String?
+    @Option(help: "Sends in flight at most.") var concurrency: Int = 500
+    @Option(name: .customLong("batch-size"), help: "Jobs per claim at most.") var batchSize: Int = 250
+    @Option(help: ArgumentHelp("Claim lease: a job whose worker is silent this long is reclaimed (e.g. 60s).", valueName: "duration")) var lease: HumanDuration = HumanDuration(argument: "60s")!
+    @Option(name: .customLong("poll-interval-ms"), help: "Polling fallback when no NOTIFY arrives.") var pollIntervalMs: Int = 1000
+    @Option(help: ArgumentHelp("Delete delivered jobs this long after delivery (e.g. 7d).", valueName: "duration")) var retention: HumanDuration = HumanDuration(argument: "7d")!
+    @Option(name: .customLong("max-retries"), help: "Retries after the first attempt (priority 10: at most 2).") var maxRetries: Int = 3
+    @Option(name: .customLong("base-delay-ms"), help: "First retry backoff (priority 10: doubled).") var baseDelayMs: Int = 100
+    @Option(name: .customLong("max-delay-ms"), help: "Backoff cap before jitter (priority 10: doubled).") var maxDelayMs: Int = 5000
+    @Flag(name: .customLong("no-jitter"), help: "Turn off backoff jitter.") var noJitter = false
+    @Option(help: "HTTP/2 connections per (environment, credential).") var connections: Int = 2
+    @Option(name: .customLong("request-timeout-ms"), help: "Deadline of one APNs request.") var requestTimeoutMs: Int = 10_000
+    @Option(name: .customLong("shutdown-grace"), help: ArgumentHelp("How long in-flight sends may finish after SIGTERM.", valueName: "duration")) var shutdownGrace: HumanDuration = HumanDuration(argument: "20s")!
+
+    func validate() throws {
+        guard self.concurrency >= 1 else { throw ValidationError("--concurrency must be at least 1") }
+        guard self.batchSize >= 1 else { throw ValidationError("--batch-size must be at least 1") }
+        guard self.connections >= 1 else { throw ValidationError("--connections must be at least 1") }
+        guard self.lease.seconds * 1000 > self.requestTimeoutMs else {
+            throw ValidationError("--lease (\(self.lease.seconds)s) must be longer than --request-timeout-ms (\(self.requestTimeoutMs) ms), or live sends would be reclaimed")
+        }
+    }
+
+    func run() async throws {
+        let logger = try self.database.makeLoggerDefaultingTo(.info)
+        let (url, startedCluster) = try self.database.resolveStartingCluster(logger: logger)
+        defer { startedCluster?.stop() }
+        let env = ProcessInfo.processInfo.environment
+        let hasKey = !(self.apns.keyPath ?? env["APNS_KEY_PATH"] ?? "").isEmpty
+        if hasKey {
+            try await self.serve(url: url, client: try self.makeClient(logger: logger, simulator: nil), logger: logger)
+            return
+        }
+        // No key: the built-in simulator, in this process, with a throwaway key.
+        let stateDirectory = URL(fileURLWithPath: self.database.dataDirectory).deletingLastPathComponent().appendingPathComponent("simulator").standardizedFileURL.path
+        let credentials = try SimulatorCredentials.generate(in: stateDirectory)
+        let simulator = try APNsSimulator(configuration: .init(keys: [credentials.keyID: credentials.trustedKey], recordRequests: false), logger: logger)
+        let caPath = try simulator.writeCACertificate(to: (stateDirectory as NSString).appendingPathComponent("ca.pem"))
+        try await simulator.run { simulator in
+            printError("no APNs key configured (APNS_KEY_PATH, APNS_KEY_ID, APNS_TEAM_ID): sending to the built-in APNs simulator at \(simulator.endpointURL); nothing reaches Apple")
+            let key = try SigningKey.load(teamID: credentials.teamID, keyID: credentials.keyID, path: credentials.keyPath)
+            let client = try self.makeClient(logger: logger, simulator: (APNsEndpoint(host: "localhost", port: simulator.port), caPath, key))
+            try await self.serve(url: url, client: client, logger: logger)
+        }
+    }
+
+    func makeClient(logger: Logger, simulator: (APNsEndpoint, String, SigningKey)?) throws -> APNsClient {
+        var configuration = APNsClient.Configuration(connectionsPerPool: self.connections, requestTimeout: .milliseconds(self.requestTimeoutMs))
+        if let (endpoint, caFile, key) = simulator {
+            configuration.endpointOverride = endpoint
+            configuration.caFile = caFile
+            return try APNsClient(configuration: configuration, credentials: ["default": key], logger: logger)
+        }
+        return try self.apns.makeClient(logger: logger, base: configuration)
+    }
+
+    func serve(url: DatabaseURL, client apnsClient: APNsClient, logger: Logger) async throws {
+        var postgres = url.clientConfiguration
+        postgres.options.maximumConnections = 8
+        let client = PostgresClient(configuration: postgres, backgroundLogger: logger)
+        let workerID = self.workerID ?? "\(ProcessInfo.processInfo.hostName)-\(getpid())"
+        let configuration = WorkerConfiguration(
+            workerID: workerID, concurrency: self.concurrency, batchSize: self.batchSize, lease: self.lease.duration,
+            pollInterval: .milliseconds(self.pollIntervalMs), retention: self.retention.duration,
+            retry: .init(maxRetries: self.maxRetries, baseDelay: .milliseconds(self.baseDelayMs), maxDelay: .milliseconds(self.maxDelayMs), jitter: !self.noJitter),
+            shutdownGrace: self.shutdownGrace.duration
+        )
+        let listener = try url.connectionConfiguration()
+        let result: Result<Void, any Error> = await withTaskGroup(of: Void.self) { group in
+            group.addTask { await client.run() }
+            defer { group.cancelAll() }
+            do {
+                try await Migrator(client: client, logger: logger).migrate()
+                let service = PushWorkerService(configuration: configuration, queue: JobQueue(client: client, logger: logger), client: apnsClient, listenerConfiguration: listener, logger: logger)
+                group.addTask {
+                    await waitForTerminationSignal()
+                    guard !Task.isCancelled else { return }
+                    logger.notice("signal received: draining (a second signal exits at once)")
+                    service.shutdown()
+                    await waitForTerminationSignal()
+                    guard !Task.isCancelled else { return }
+                    logger.warning("second signal: exiting now; the reaper returns unfinished jobs")
+                    Foundation.exit(130)
+                }
+                writeLine("push-worker \(workerID) running against \(url) (Ctrl-C to stop)")
+                await service.run()
+                await apnsClient.shutdown()
+                let counters = service.counters
+                logger.notice("drained", metadata: ["push.delivered": "\(counters.delivered)", "push.retried": "\(counters.retried)", "push.dead": "\(counters.dead)"])
+                return .success(())
+            } catch {
+                await apnsClient.shutdown()
+                return .failure(error)
+            }
+        }
+        try result.get()
+    }
+}

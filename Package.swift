@@ -46,7 +46,10 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
-            resources: [.embedInCode("Migrations/0001_schema.sql")],
+            resources: [
+                .embedInCode("Migrations/0001_schema.sql"),
+                .embedInCode("Migrations/0002_provider_tokens.sql"),
+            ],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -142,6 +145,20 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "EndToEndTests",
+            dependencies: [
+                "push-worker",
+                "PushCore",
+                "PushQueue",
+                "PushQueueTesting",
+                "APNsSimulator",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),

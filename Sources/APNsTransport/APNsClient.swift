@@ -75,14 +75,16 @@ public final class APNsClient: Sendable {
     ///   - tokenCaches: shared caches to use instead of making one per key (several clients, one token).
     ///   - group: the event loops connections run on.
     /// - Throws: ``TransportError`` (`connectFailed`) when the CA file cannot be loaded.
+    ///   - tokenStore: where worker processes share provider tokens (Postgres in the daemon).
     public init(
         configuration: Configuration, credentials: [String: SigningKey], tokenCaches: [String: ProviderTokenCache] = [:],
+        tokenStore: (any ProviderTokenStore)? = nil,
         group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger
     ) throws {
         self.configuration = configuration
         var caches = tokenCaches
         for (name, key) in credentials where caches[name] == nil {
-            caches[name] = ProviderTokenCache(key: key, configuration: configuration.tokens)
+            caches[name] = ProviderTokenCache(key: key, configuration: configuration.tokens, store: tokenStore)
         }
         self.tokenCaches = caches
         self.group = group
@@ -131,7 +133,7 @@ public final class APNsClient: Sendable {
         var resends = 0
         while true {
             let connection = try await pool.connection()
-            let token = try cache.token()
+            let token = try await cache.token()
             do {
                 let response = try await connection.send(
                     method: method, path: path, headers: headers, body: body, authorization: token.jwt,
@@ -140,7 +142,7 @@ public final class APNsClient: Sendable {
                 switch (response.status, response.reason) {
                 case (403, "ExpiredProviderToken") where !reMinted:
                     reMinted = true
-                    _ = try cache.replace(token)
+                    _ = try await cache.replace(token)
                     continue
                 case (403, "UnrelatedKeyIdInToken") where !reconnected:
                     reconnected = true

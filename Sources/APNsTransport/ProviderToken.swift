@@ -1,14 +1,11 @@
 public import Crypto
 public import Foundation
 
-/// An ES256 provider token (JWT): header `{"alg":"ES256","kid":…}`, claims `{"iss":…,"iat":…}`, raw
-/// 64-byte r‖s signature, base64url without padding.
-public struct ProviderToken: Sendable, Hashable {
-    /// The compact JWT. Never log it.
-    public var jwt: String
-    /// When it was minted (`iat`).
-    public var issuedAt: Date
+public import PushCore
 
+/// Minting ES256 provider tokens: header `{"alg":"ES256","kid":…}`, claims `{"iss":…,"iat":…}`, raw
+/// 64-byte r‖s signature, base64url without padding.
+extension ProviderToken {
     /// Mints a token for `key` at `issuedAt` (whole seconds).
     public static func mint(for key: SigningKey, at issuedAt: Date) throws -> ProviderToken {
         let iat = Int64(issuedAt.timeIntervalSince1970.rounded(.down))

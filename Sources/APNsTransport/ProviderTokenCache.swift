@@ -1,10 +1,12 @@
 public import Foundation
+public import PushCore
 import Synchronization
 
-/// One provider token per signing key, shared by every connection: minted lazily, reused for
-/// ``Configuration-swift.struct/reuseFor`` (~50 minutes), never re-minted sooner than
-/// ``Configuration-swift.struct/minimumRefreshInterval`` (20 minutes) except once for an
-/// `ExpiredProviderToken`, and then only by the first of many concurrent callers.
+/// One provider token per signing key, shared by every connection of the process and, through an
+/// optional ``ProviderTokenStore`` (Postgres in the daemon), by every worker process: minted lazily,
+/// reused for ``Configuration-swift.struct/reuseFor`` (~50 minutes), never re-minted sooner than
+/// ``Configuration-swift.struct/minimumRefreshInterval`` (20 minutes) after the last mint, and replaced
+/// once for an `ExpiredProviderToken`, by the first of many concurrent callers.
 public final class ProviderTokenCache: Sendable {
     /// Token lifetime rules.
     public struct Configuration: Sendable {
@@ -29,50 +31,110 @@ public final class ProviderTokenCache: Sendable {
     public let key: SigningKey
     let configuration: Configuration
     let now: @Sendable () -> Date
+    let store: (any ProviderTokenStore)?
     private let state = Mutex(State())
+    private let refreshLock = AsyncLock()
 
     /// - Parameters:
+    ///   - store: where worker processes share tokens; `nil` keeps them in this process.
     ///   - now: the clock (tests inject one).
-    public init(key: SigningKey, configuration: Configuration = .init(), now: @escaping @Sendable () -> Date = Date.init) {
+    public init(key: SigningKey, configuration: Configuration = .init(), store: (any ProviderTokenStore)? = nil, now: @escaping @Sendable () -> Date = Date.init) {
         self.key = key
         self.configuration = configuration
+        self.store = store
         self.now = now
     }
 
-    /// How many tokens this cache has minted (the `jwt_mints` metric).
+    /// How many tokens this process has minted (the `jwt_mints` metric).
     public var mintCount: Int { self.state.withLock { $0.mints } }
 
-    /// The token to send now: the current one while it is younger than the reuse window, else a new one.
-    public func token() throws -> ProviderToken {
-        let now = self.now()
-        return try self.state.withLock { state in
-            if let current = state.current, now.timeIntervalSince(current.issuedAt) < self.configuration.reuseFor {
-                return current
-            }
-            return try self.mint(&state, now: now)
+    /// The token to send now: the current one while it is younger than the reuse window, else a fresh
+    /// one (another process's, from the store, when it is young enough; else newly minted).
+    public func token() async throws -> ProviderToken {
+        if let current = self.fresh() { return current }
+        return try await self.refreshLock.withLock {
+            if let current = self.fresh() { return current }
+            return try await self.refresh(replacing: nil)
         }
     }
 
-    /// APNs answered `ExpiredProviderToken` for `rejected`: mint a replacement once. Concurrent callers
-    /// holding the same rejected token all get the one replacement; a token minted less than the minimum
+    /// APNs answered `ExpiredProviderToken` for `rejected`: replace it once. Concurrent callers holding
+    /// the same rejected token all get the one replacement; a token minted less than the minimum
     /// interval ago is kept (another mint would trip TooManyProviderTokenUpdates, and cannot cure a
     /// token that young: the clock is wrong).
-    public func replace(_ rejected: ProviderToken) throws -> ProviderToken {
-        let now = self.now()
-        return try self.state.withLock { state in
-            if let current = state.current {
-                if current != rejected { return current }
-                let age = now.timeIntervalSince(current.issuedAt)
-                if age >= 0 && age < self.configuration.minimumRefreshInterval { return current }
-            }
-            return try self.mint(&state, now: now)
+    public func replace(_ rejected: ProviderToken) async throws -> ProviderToken {
+        try await self.refreshLock.withLock {
+            if let current = self.state.withLock({ $0.current }), current != rejected { return current }
+            return try await self.refresh(replacing: rejected)
         }
     }
 
-    private func mint(_ state: inout State, now: Date) throws -> ProviderToken {
-        let token = try ProviderToken.mint(for: self.key, at: now)
-        state.current = token
-        state.mints += 1
+    private func fresh() -> ProviderToken? {
+        let now = self.now()
+        return self.state.withLock { state in
+            guard let current = state.current, now.timeIntervalSince(current.issuedAt) < self.configuration.reuseFor else { return nil }
+            return current
+        }
+    }
+
+    /// Under the refresh lock: adopt a shared token if it is usable, else mint and share one.
+    private func refresh(replacing rejected: ProviderToken?) async throws -> ProviderToken {
+        let now = self.now()
+        var newest = self.state.withLock { $0.current }
+        if let store = self.store, let shared = try? await store.load(teamID: self.key.teamID, keyID: self.key.keyID),
+           shared.issuedAt > (newest?.issuedAt ?? .distantPast) {
+            newest = shared
+        }
+        if let newest {
+            let age = now.timeIntervalSince(newest.issuedAt)
+            let usable = newest != rejected && age < self.configuration.reuseFor
+            // Too young to replace: keep it whatever APNs said (a mint now would be TooManyProviderTokenUpdates).
+            if usable || (age >= 0 && age < self.configuration.minimumRefreshInterval) {
+                self.state.withLock { $0.current = newest }
+                return newest
+            }
+        }
+        var token = try ProviderToken.mint(for: self.key, at: now)
+        self.state.withLock { $0.mints += 1 }
+        if let store = self.store, let stored = try? await store.save(token, teamID: self.key.teamID, keyID: self.key.keyID) {
+            token = stored
+        }
+        self.state.withLock { $0.current = token }
         return token
+    }
+}
+
+/// A FIFO async mutex: one refresh at a time, without blocking a thread.
+final class AsyncLock: Sendable {
+    private struct State {
+        var locked = false
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private let state = Mutex(State())
+
+    func withLock<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        await withCheckedContinuation { continuation in
+            let acquired = self.state.withLock { state -> Bool in
+                if state.locked {
+                    state.waiters.append(continuation)
+                    return false
+                }
+                state.locked = true
+                return true
+            }
+            if acquired { continuation.resume() }
+        }
+        defer {
+            let next = self.state.withLock { state -> CheckedContinuation<Void, Never>? in
+                if state.waiters.isEmpty {
+                    state.locked = false
+                    return nil
+                }
+                return state.waiters.removeFirst()
+            }
+            next?.resume()
+        }
+        return try await body()
     }
 }

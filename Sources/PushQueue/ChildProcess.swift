@@ -1,4 +1,4 @@
-import Foundation
+package import Foundation
 
 #if canImport(Glibc)
 import Glibc
@@ -56,5 +56,61 @@ package enum ChildProcess {
         let output = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
         let exitCode: Int32 = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
         return Result(status: exitCode, output: output)
+    }
+}
+
+extension ChildProcess {
+    /// A command started in the background (the daemon, in end-to-end tests).
+    package struct Running: Sendable {
+        /// Its process id.
+        package var pid: pid_t
+        /// Where its standard output and error go.
+        package var outputPath: String
+
+        /// Sends a signal (SIGTERM, SIGKILL, …).
+        package func signal(_ number: Int32) { kill(self.pid, number) }
+
+        /// Waits for it to exit and returns its exit code (128 + signal number when killed).
+        package func wait() -> Int32 {
+            var status: Int32 = 0
+            while waitpid(self.pid, &status, 0) < 0 && errno == EINTR {}
+            return (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+        }
+
+        /// Everything it printed so far.
+        package var output: String { (try? String(contentsOfFile: self.outputPath, encoding: .utf8)) ?? "" }
+    }
+
+    /// Starts `executable` with `arguments` and extra `environment` variables, without waiting.
+    package static func start(_ executable: String, _ arguments: [String], environment extra: [String: String], outputPath: String) throws -> Running {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, outputPath, O_WRONLY | O_CREAT | O_APPEND, 0o644)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var noSignals = sigset_t()
+        sigemptyset(&noSignals)
+        var allSignals = sigset_t()
+        sigfillset(&allSignals)
+        posix_spawnattr_setsigmask(&attributes, &noSignals)
+        posix_spawnattr_setsigdefault(&attributes, &allSignals)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+
+        var environment = ProcessInfo.processInfo.environment
+        for (key, value) in extra { environment[key] = value }
+        let envp: [UnsafeMutablePointer<CChar>?] = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer { for pointer in envp { free(pointer) } }
+        let argv: [UnsafeMutablePointer<CChar>?] = ([executable] + arguments).map { strdup($0) } + [nil]
+        defer { for pointer in argv { free(pointer) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, executable, &actions, &attributes, argv, envp)
+        guard spawned == 0 else {
+            throw QueueError(code: .invalidArgument, message: "could not start \(executable): \(String(cString: strerror(spawned)))")
+        }
+        return Running(pid: pid, outputPath: outputPath)
     }
 }

@@ -10,5 +10,6 @@ public struct Migration: Sendable, Hashable {
     /// Every migration this build knows, in order.
     public static let all: [Migration] = [
         Migration(version: 1, name: "0001_schema.sql", sql: String(decoding: PackageResources._001_schema_sql, as: UTF8.self)),
+        Migration(version: 2, name: "0002_provider_tokens.sql", sql: String(decoding: PackageResources._002_provider_tokens_sql, as: UTF8.self)),
     ]
 }

@@ -31,7 +31,7 @@ struct APNsOptions: ParsableArguments {
     }
 
     /// A client with the configured key as credential `default`.
-    func makeClient(logger: Logger, base: APNsClient.Configuration = .init()) throws -> APNsClient {
+    func makeClient(logger: Logger, base: APNsClient.Configuration = .init(), tokenStore: (any ProviderTokenStore)? = nil) throws -> APNsClient {
         let env = ProcessInfo.processInfo.environment
         guard let path = self.keyPath ?? env["APNS_KEY_PATH"], !path.isEmpty else {
             throw CLIError("no APNs key configured (trap MS028): set APNS_KEY_PATH, APNS_KEY_ID and APNS_TEAM_ID, or pass --apns-key-path, --apns-key-id and --apns-team-id")
@@ -40,6 +40,6 @@ struct APNsOptions: ParsableArguments {
         var configuration = base
         configuration.caFile = self.caFile
         if let endpoint = self.endpoint { configuration.endpointOverride = try APNsEndpoint(url: endpoint) }
-        return try APNsClient(configuration: configuration, credentials: ["default": key], logger: logger)
+        return try APNsClient(configuration: configuration, credentials: ["default": key], tokenStore: tokenStore, logger: logger)
     }
 }

@@ -53,7 +53,7 @@ struct RunCommand: AsyncParsableCommand {
         let env = ProcessInfo.processInfo.environment
         let hasKey = !(self.apns.keyPath ?? env["APNS_KEY_PATH"] ?? "").isEmpty
         if hasKey {
-            try await self.serve(url: url, client: try self.makeClient(logger: logger, simulator: nil), logger: logger)
+            try await self.serve(url: url, logger: logger) { store in try self.makeClient(logger: logger, simulator: nil, tokenStore: store) }
             return
         }
         // No key: the built-in simulator, in this process, with a throwaway key.
@@ -64,22 +64,24 @@ struct RunCommand: AsyncParsableCommand {
         try await simulator.run { simulator in
             printError("no APNs key configured (APNS_KEY_PATH, APNS_KEY_ID, APNS_TEAM_ID): sending to the built-in APNs simulator at \(simulator.endpointURL); nothing reaches Apple")
             let key = try SigningKey.load(teamID: credentials.teamID, keyID: credentials.keyID, path: credentials.keyPath)
-            let client = try self.makeClient(logger: logger, simulator: (APNsEndpoint(host: "localhost", port: simulator.port), caPath, key))
-            try await self.serve(url: url, client: client, logger: logger)
+            try await self.serve(url: url, logger: logger) { _ in
+                // The throwaway key is new each run: a token shared from an earlier run would not verify.
+                try self.makeClient(logger: logger, simulator: (APNsEndpoint(host: "localhost", port: simulator.port), caPath, key), tokenStore: nil)
+            }
         }
     }
 
-    func makeClient(logger: Logger, simulator: (APNsEndpoint, String, SigningKey)?) throws -> APNsClient {
+    func makeClient(logger: Logger, simulator: (APNsEndpoint, String, SigningKey)?, tokenStore: (any ProviderTokenStore)?) throws -> APNsClient {
         var configuration = APNsClient.Configuration(connectionsPerPool: self.connections, requestTimeout: .milliseconds(self.requestTimeoutMs))
         if let (endpoint, caFile, key) = simulator {
             configuration.endpointOverride = endpoint
             configuration.caFile = caFile
-            return try APNsClient(configuration: configuration, credentials: ["default": key], logger: logger)
+            return try APNsClient(configuration: configuration, credentials: ["default": key], tokenStore: tokenStore, logger: logger)
         }
-        return try self.apns.makeClient(logger: logger, base: configuration)
+        return try self.apns.makeClient(logger: logger, base: configuration, tokenStore: tokenStore)
     }
 
-    func serve(url: DatabaseURL, client apnsClient: APNsClient, logger: Logger) async throws {
+    func serve(url: DatabaseURL, logger: Logger, makeClient: (any ProviderTokenStore) throws -> APNsClient) async throws {
         var postgres = url.clientConfiguration
         postgres.options.maximumConnections = 8
         let client = PostgresClient(configuration: postgres, backgroundLogger: logger)
@@ -96,6 +98,8 @@ struct RunCommand: AsyncParsableCommand {
             defer { group.cancelAll() }
             do {
                 try await Migrator(client: client, logger: logger).migrate()
+                // One provider token per key for the whole fleet, shared through Postgres.
+                let apnsClient = try makeClient(ProviderTokenTable(client: client, logger: logger))
                 let service = PushWorkerService(configuration: configuration, queue: JobQueue(client: client, logger: logger), client: apnsClient, listenerConfiguration: listener, logger: logger)
                 group.addTask {
                     await waitForTerminationSignal()
@@ -114,7 +118,6 @@ struct RunCommand: AsyncParsableCommand {
                 logger.notice("drained", metadata: ["push.delivered": "\(counters.delivered)", "push.retried": "\(counters.retried)", "push.dead": "\(counters.dead)"])
                 return .success(())
             } catch {
-                await apnsClient.shutdown()
                 return .failure(error)
             }
         }

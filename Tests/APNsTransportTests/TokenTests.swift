@@ -29,29 +29,52 @@ struct TokenTests {
     }
 
     @Test("reused within its window, re-minted after it; a replacement happens once and never within 20 minutes")
-    func cacheRules() throws {
+    func cacheRules() async throws {
         let clock = ManualClock()
         let cache = ProviderTokenCache(key: Self.key, now: { clock.now })
-        let first = try cache.token()
+        let first = try await cache.token()
         clock.advance(by: 49 * 60)
-        #expect(try cache.token() == first)
+        #expect(try await cache.token() == first)
         #expect(cache.mintCount == 1)
         clock.advance(by: 2 * 60)
-        let second = try cache.token()
+        let second = try await cache.token()
         #expect(second != first)
         #expect(cache.mintCount == 2)
         // A late ExpiredProviderToken for the old token: the current one is already newer.
-        #expect(try cache.replace(first) == second)
+        #expect(try await cache.replace(first) == second)
         // Expired for a token minted 5 minutes ago: keep it, another mint would trip TooManyProviderTokenUpdates.
         clock.advance(by: 5 * 60)
-        #expect(try cache.replace(second) == second)
+        #expect(try await cache.replace(second) == second)
         #expect(cache.mintCount == 2)
         // 25 minutes old: replaced, once, however many callers report it.
         clock.advance(by: 20 * 60)
-        let replacements = try (0..<50).map { _ in try cache.replace(second) }
+        let replacements = try await withThrowingTaskGroup(of: ProviderToken.self) { group in
+            for _ in 0..<50 { group.addTask { try await cache.replace(second) } }
+            var tokens: [ProviderToken] = []
+            for try await token in group { tokens.append(token) }
+            return tokens
+        }
         #expect(Set(replacements).count == 1)
         #expect(replacements[0] != second)
         #expect(cache.mintCount == 3)
+    }
+
+    @Test("processes share tokens through a store: a second process adopts a young token instead of minting")
+    func sharedStore() async throws {
+        let clock = ManualClock()
+        let store = MemoryTokenStore()
+        let first = ProviderTokenCache(key: Self.key, store: store, now: { clock.now })
+        let token = try await first.token()
+        clock.advance(by: 5 * 60)
+        let restarted = ProviderTokenCache(key: Self.key, store: store, now: { clock.now })
+        #expect(try await restarted.token() == token)
+        #expect(restarted.mintCount == 0)
+        // Past the reuse window the next caller mints, stores, and the other process adopts it.
+        clock.advance(by: 50 * 60)
+        let renewed = try await restarted.token()
+        #expect(renewed != token && restarted.mintCount == 1)
+        #expect(try await first.replace(token) == renewed)
+        #expect(first.mintCount == 1)
     }
 
     @Test("concurrent senders share one token: the simulator sees one iat and the cache minted once")
@@ -159,6 +182,19 @@ struct ChannelTests {
             await #expect(throws: ChannelManagementError.self) {
                 try await f.client.deleteChannel(id, bundleID: "com.example.app", environment: .development, credential: "default")
             }
+        }
+    }
+}
+
+/// An in-memory ``ProviderTokenStore`` (the daemon uses Postgres).
+final class MemoryTokenStore: ProviderTokenStore {
+    private let token = Mutex<ProviderToken?>(nil)
+    func load(teamID: String, keyID: String) async throws -> ProviderToken? { self.token.withLock { $0 } }
+    func save(_ token: ProviderToken, teamID: String, keyID: String) async throws -> ProviderToken {
+        self.token.withLock { stored in
+            if let current = stored, current.issuedAt >= token.issuedAt { return current }
+            stored = token
+            return token
         }
     }
 }

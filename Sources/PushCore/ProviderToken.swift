@@ -1,0 +1,24 @@
+public import Foundation
+
+/// An ES256 provider token (JWT) for one signing key, and when it was minted. Never log the JWT.
+public struct ProviderToken: Sendable, Hashable {
+    /// The compact JWT.
+    public var jwt: String
+    /// When it was minted (`iat`, whole seconds).
+    public var issuedAt: Date
+
+    /// Wraps a token.
+    public init(jwt: String, issuedAt: Date) {
+        self.jwt = jwt
+        self.issuedAt = issuedAt
+    }
+}
+
+/// Where worker processes share their provider tokens, so a fleet mints one token per key per
+/// refresh instead of one per process (a known cause of TooManyProviderTokenUpdates).
+public protocol ProviderTokenStore: Sendable {
+    /// The newest token stored for a key, if any.
+    func load(teamID: String, keyID: String) async throws -> ProviderToken?
+    /// Stores `token` unless a newer one is already there; returns the one that is stored now.
+    func save(_ token: ProviderToken, teamID: String, keyID: String) async throws -> ProviderToken
+}

@@ -1,0 +1,52 @@
+public import Foundation
+public import PostgresNIO
+public import PushCore
+import Logging
+
+/// `push.provider_tokens`: the provider token of each signing key, shared by every worker process.
+public struct ProviderTokenTable: ProviderTokenStore {
+    let client: PostgresClient
+    let logger: Logger
+
+    /// - Parameters:
+    ///   - client: a running client.
+    public init(client: PostgresClient, logger: Logger) {
+        self.client = client
+        self.logger = logger
+    }
+
+    public func load(teamID: String, keyID: String) async throws -> ProviderToken? {
+        let rows = try await self.client.query(
+            "SELECT jwt, issued_at FROM push.provider_tokens WHERE team_id = \(teamID) AND key_id = \(keyID)",
+            logger: self.logger
+        )
+        for try await (jwt, issuedAt) in rows.decode((String, Date).self) {
+            return ProviderToken(jwt: jwt, issuedAt: issuedAt)
+        }
+        return nil
+    }
+
+    public func save(_ token: ProviderToken, teamID: String, keyID: String) async throws -> ProviderToken {
+        // Insert, or replace an older token; then return whatever is stored (a newer one from another worker wins).
+        let rows = try await self.client.query(
+            """
+            WITH upsert AS (
+                INSERT INTO push.provider_tokens AS t (team_id, key_id, jwt, issued_at)
+                VALUES (\(teamID), \(keyID), \(token.jwt), \(token.issuedAt))
+                ON CONFLICT (team_id, key_id) DO UPDATE SET jwt = excluded.jwt, issued_at = excluded.issued_at
+                 WHERE t.issued_at < excluded.issued_at
+                RETURNING jwt, issued_at
+            )
+            SELECT jwt, issued_at FROM upsert
+            UNION ALL
+            SELECT jwt, issued_at FROM push.provider_tokens
+             WHERE team_id = \(teamID) AND key_id = \(keyID) AND NOT EXISTS (SELECT 1 FROM upsert)
+            """,
+            logger: self.logger
+        )
+        for try await (jwt, issuedAt) in rows.decode((String, Date).self) {
+            return ProviderToken(jwt: jwt, issuedAt: issuedAt)
+        }
+        return token
+    }
+}

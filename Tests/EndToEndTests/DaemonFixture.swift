@@ -1,0 +1,88 @@
+import APNsSimulator
+import Crypto
+import Foundation
+import Logging
+import PostgresNIO
+import PushQueue
+import PushQueueTesting
+import Testing
+
+/// The real `push-worker` binary against a test database and an in-process simulator over real TLS.
+struct DaemonFixture: Sendable {
+    let db: TestDatabase
+    let simulator: APNsSimulator
+    let directory: String
+    let caFile: String
+    let keyPath: String
+    let credentials: SimulatorCredentials
+
+    /// The push-worker executable next to the test bundle.
+    static var binary: String {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("push-worker").path
+    }
+
+    static func run<T: Sendable>(
+        simulator configure: @Sendable (inout APNsSimulator.Configuration) -> Void = { _ in },
+        _ body: @Sendable (DaemonFixture) async throws -> T
+    ) async throws -> T {
+        try #require(FileManager.default.isExecutableFile(atPath: binary), "build the push-worker executable first (swift build)")
+        return try await TestPostgres.withDatabase { db in
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("e2e-\(UUID().uuidString)").path
+            let credentials = try SimulatorCredentials.generate(in: directory)
+            var configuration = APNsSimulator.Configuration(keys: [credentials.keyID: credentials.trustedKey])
+            configure(&configuration)
+            var logger = Logger(label: "push.test.sim")
+            logger.logLevel = .error
+            let simulator = try APNsSimulator(configuration: configuration, logger: logger)
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            return try await simulator.run { simulator in
+                let caFile = try simulator.writeCACertificate(to: directory + "/ca.pem")
+                return try await body(DaemonFixture(db: db, simulator: simulator, directory: directory, caFile: caFile, keyPath: credentials.keyPath, credentials: credentials))
+            }
+        }
+    }
+
+    /// Starts `push-worker run` with fast test timings; `extra` overrides them.
+    func startWorker(_ name: String = "w1", _ extra: [String] = []) throws -> ChildProcess.Running {
+        let arguments = [
+            "run", "--worker-id", name, "--apns-endpoint", "https://localhost:\(self.simulator.port)", "--apns-ca-file", self.caFile,
+            "--base-delay-ms", "20", "--max-delay-ms", "100", "--poll-interval-ms", "200", "--log-level", "warning",
+        ] + extra
+        return try ChildProcess.start(Self.binary, arguments, environment: self.environment, outputPath: self.directory + "/\(name).log")
+    }
+
+    /// Runs a CLI verb to completion.
+    func cli(_ arguments: [String]) throws -> ChildProcess.Result {
+        var command = ["env"]
+        for (key, value) in self.environment { command.append("\(key)=\(value)") }
+        return try ChildProcess.run("/usr/bin/env", Array(command.dropFirst()) + [Self.binary] + arguments)
+    }
+
+    var environment: [String: String] {
+        [
+            "DATABASE_URL": self.db.url.connectionString,
+            "APNS_KEY_PATH": self.keyPath, "APNS_KEY_ID": self.credentials.keyID, "APNS_TEAM_ID": self.credentials.teamID,
+        ]
+    }
+
+    /// Polls `condition` until it holds or `timeout` passes.
+    func waitUntil(_ timeout: Duration = .seconds(60), _ what: String, _ condition: @Sendable () async throws -> Bool) async throws {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if try await condition() { return }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        Issue.record("timed out waiting for: \(what)")
+        throw CancellationError()
+    }
+
+    /// Jobs not yet terminal (pending or running).
+    func unfinished() async throws -> Int64 {
+        try await self.db.int64("SELECT count(*) FROM push.jobs WHERE state <> 'delivered'")
+    }
+
+    static func token(_ n: Int) -> String {
+        let hex = String(n, radix: 16)
+        return String(repeating: "0", count: 64 - hex.count) + hex
+    }
+}

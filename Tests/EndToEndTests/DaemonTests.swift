@@ -1,0 +1,172 @@
+import APNsSimulator
+import Foundation
+import PostgresNIO
+import PushQueue
+import PushQueueTesting
+import Testing
+
+@Suite("push-worker run, end to end: the real binary, real Postgres, the simulator over TLS", .serialized)
+struct DaemonTests {
+    @Test("outcomes: delivered, 410, 429 with Retry-After, 503 budgets by priority, pre-send rejections")
+    func outcomes() async throws {
+        try await DaemonFixture.run { f in
+            let t = (ok: DaemonFixture.token(1), gone: DaemonFixture.token(2), throttled: DaemonFixture.token(3),
+                     failing10: DaemonFixture.token(4), failing5: DaemonFixture.token(5), big: DaemonFixture.token(6),
+                     suffixed: DaemonFixture.token(7), expired: DaemonFixture.token(8))
+            f.simulator.script(t.gone, .unregistered(timestampMs: 1_700_000_000_123))
+            f.simulator.script(t.throttled, .retryAfter(seconds: 1, times: 2))
+            f.simulator.script(t.failing10, .respond(status: 503, reason: "ServiceUnavailable"))
+            f.simulator.script(t.failing5, .respond(status: 503, reason: "ServiceUnavailable"))
+            let big = String(repeating: "x", count: 4_200)
+            try await f.db.execute("""
+                INSERT INTO push.jobs (topic, device_token, payload, priority, expires_at) VALUES
+                ('com.example.app', '\(t.ok)', '{"aps":{"alert":"hi"}}', NULL, NULL),
+                ('com.example.app', '\(t.gone)', '{"aps":{"alert":"hi"}}', NULL, NULL),
+                ('com.example.app', '\(t.throttled)', '{"aps":{"alert":"hi"}}', NULL, NULL),
+                ('com.example.app', '\(t.failing10)', '{"aps":{"alert":"hi"}}', 10, NULL),
+                ('com.example.app', '\(t.failing5)', '{"aps":{"alert":"hi"}}', 5, NULL),
+                ('com.example.app', '\(t.big)', '{"aps":{"alert":"\(big)"}}', NULL, NULL),
+                ('com.example.app.voip', '\(t.suffixed)', '{"aps":{"alert":"hi"}}', NULL, NULL),
+                ('com.example.app', '\(t.expired)', '{"aps":{"alert":"hi"}}', NULL, now() - interval '1 minute')
+                """)
+            let worker = try f.startWorker()
+            try await f.waitUntil(.seconds(60), "every job terminal") { try await f.unfinished() == 0 }
+            worker.signal(SIGTERM)
+            #expect(worker.wait() == 0, "SIGTERM drains and exits 0: \(worker.output.suffix(2000))")
+
+            func dead(_ token: String) async throws -> (reason: String, attempts: Int16, traps: [String], status: Int16?)? {
+                let rows = try await f.db.client.query("SELECT reason, attempts, trap_ids, status FROM push.dead_jobs WHERE device_token = \(token)")
+                    .decode((String, Int16, [String], Int16?).self)
+                for try await row in rows { return row }
+                return nil
+            }
+            func requests(_ token: String) -> [RecordedRequest] { f.simulator.requests.filter { $0.deviceToken == token } }
+
+            #expect(try await f.db.int64("SELECT count(*) FROM push.jobs WHERE device_token = '\(unescaped: t.ok)' AND state = 'delivered' AND status = 200") == 1)
+
+            let gone = try #require(try await dead(t.gone))
+            #expect(gone.reason == "Unregistered" && gone.traps == ["MS020"] && gone.status == 410)
+            #expect(try await f.db.int64("SELECT apns_timestamp_ms FROM push.invalid_tokens WHERE device_token = '\(unescaped: t.gone)'") == 1_700_000_000_123)
+
+            let throttled = try await f.db.client.query("SELECT attempts, trap_ids, state FROM push.jobs WHERE device_token = \(t.throttled)")
+                .decode((Int16, [String], String).self).collect()
+            #expect(throttled.first?.0 == 3 && throttled.first?.1 == ["MS015"] && throttled.first?.2 == "delivered")
+            let throttledTimes = requests(t.throttled).map(\.receivedAt)
+            #expect(throttledTimes.count == 3)
+            for (earlier, later) in zip(throttledTimes, throttledTimes.dropFirst()) {
+                #expect(later.timeIntervalSince(earlier) >= 0.99, "no attempt before Retry-After")
+            }
+
+            #expect(try await dead(t.failing10)?.attempts == 3, "priority 10: 3 attempts")
+            #expect(requests(t.failing10).count == 3)
+            #expect(try await dead(t.failing5)?.attempts == 4, "priority 5: 4 attempts")
+            #expect(requests(t.failing5).count == 4)
+
+            #expect(try await dead(t.big)?.traps == ["MS011"])
+            #expect(try await dead(t.suffixed)?.traps == ["MS018"])
+            #expect(try await dead(t.expired)?.reason == "Expired")
+            for token in [t.big, t.suffixed, t.expired] { #expect(requests(token).isEmpty, "refused before any request") }
+        }
+    }
+
+    @Test("kill -9 mid-run with thousands in flight, restart: every job delivered once terminal, none running, one apns_id per job")
+    func crashAndRestart() async throws {
+        try await DaemonFixture.run { f in
+            let count = 3_000
+            try await f.db.execute("""
+                INSERT INTO push.jobs (topic, device_token, payload)
+                SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"hi"}}' FROM generate_series(1, \(count)) AS g
+                """)
+            for n in stride(from: 1, through: count, by: 3) { f.simulator.script(DaemonFixture.token(n), .latency(.milliseconds(200))) }
+            let timings = ["--lease", "3s", "--request-timeout-ms", "2000"]
+            let first = try f.startWorker("crashy", timings)
+            try await f.waitUntil(.seconds(60), "some deliveries") {
+                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") >= 300
+            }
+            first.signal(SIGKILL)
+            _ = first.wait()
+            let runningAtCrash = try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running'")
+            print("running at kill -9: \(runningAtCrash)")
+
+            let second = try f.startWorker("survivor", timings)
+            do {
+                try await f.waitUntil(.seconds(90), "every job terminal after restart") { try await f.unfinished() == 0 }
+            } catch {
+                let states = try await f.db.client.query("SELECT state || ':' || coalesce(locked_by, '-') || ':' || attempts || ':' || count(*) FROM push.jobs GROUP BY state, locked_by, attempts").decode(String.self).collect()
+                print("STATES", states, "DEAD", try await f.db.int64("SELECT count(*) FROM push.dead_jobs"))
+                print("SURVIVOR LOG", second.output.suffix(3000))
+                second.signal(SIGKILL)
+                throw error
+            }
+            second.signal(SIGTERM)
+            #expect(second.wait() == 0)
+
+            #expect(try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == Int64(count))
+            #expect(try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running'") == 0)
+            #expect(try await f.db.int64("SELECT count(*) FROM push.dead_jobs") == 0)
+            // Every request for a job carried that job's apns_id, before and after the crash.
+            var jobIDs: [String: String] = [:]
+            for try await (token, apnsID) in try await f.db.client.query("SELECT device_token, apns_id::text FROM push.jobs").decode((String, String).self) {
+                jobIDs[token] = apnsID
+            }
+            var seen: [String: Set<String>] = [:]
+            for request in f.simulator.requests {
+                if let token = request.deviceToken { seen[token, default: []].insert(request.headers["apns-id"] ?? "") }
+            }
+            #expect(seen.count == count)
+            #expect(seen.allSatisfy { token, ids in ids == [jobIDs[token] ?? "?"] })
+        }
+    }
+
+    @Test("two workers on one database never send one job twice in the healthy path; both drain on SIGTERM")
+    func twoWorkers() async throws {
+        try await DaemonFixture.run { f in
+            let count = 2_000
+            let a = try f.startWorker("a")
+            let b = try f.startWorker("b")
+            try await f.db.execute("""
+                INSERT INTO push.jobs (topic, device_token, payload)
+                SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"hi"}}' FROM generate_series(1, \(count)) AS g
+                """)
+            try await f.waitUntil(.seconds(60), "all delivered") { try await f.unfinished() == 0 }
+            a.signal(SIGTERM)
+            b.signal(SIGTERM)
+            #expect(a.wait() == 0)
+            #expect(b.wait() == 0)
+            let ids = f.simulator.requests.compactMap { $0.headers["apns-id"] }
+            #expect(ids.count == count, "one request per job")
+            #expect(Set(ids).count == count)
+            let workers = try await f.db.client.query("SELECT DISTINCT history->0->>'worker' FROM push.jobs").decode(String.self).collect()
+            #expect(Set(workers) == ["a", "b"], "both workers took jobs")
+        }
+    }
+
+    @Test("a dead letter replayed with push-worker dead replay is delivered with its original apns_id")
+    func replay() async throws {
+        try await DaemonFixture.run { f in
+            let token = DaemonFixture.token(77)
+            f.simulator.script(token, .respond(status: 400, reason: "BadTopic"))
+            let id = try await f.db.int64("INSERT INTO push.jobs (topic, device_token, payload) VALUES ('com.example.app', '\(unescaped: token)', '{\"aps\":{\"alert\":\"hi\"}}') RETURNING id")
+            let worker = try f.startWorker()
+            try await f.waitUntil(.seconds(30), "dead-lettered") { try await f.db.int64("SELECT count(*) FROM push.dead_jobs") == 1 }
+            f.simulator.script(token, .respond(status: 200, reason: nil))
+            let replay = try f.cli(["dead", "replay", String(id)])
+            #expect(replay.status == 0, "\(replay.output)")
+            try await f.waitUntil(.seconds(30), "delivered after replay") {
+                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == 1
+            }
+            worker.signal(SIGTERM)
+            #expect(worker.wait() == 0)
+            let ids = f.simulator.requests.filter { $0.deviceToken == token }.map { $0.headers["apns-id"] ?? "" }
+            #expect(ids.count == 2 && Set(ids).count == 1, "the replay reused the apns-id")
+        }
+    }
+}
+
+extension AsyncSequence where Self: Sendable {
+    func collect() async throws -> [Element] {
+        var values: [Element] = []
+        for try await value in self { values.append(value) }
+        return values
+    }
+}

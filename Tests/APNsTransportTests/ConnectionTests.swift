@@ -30,7 +30,7 @@ struct ConnectionTests {
             #expect(first.allSatisfy { (try? $0.get().status) == 200 })
             let arrivals = f.simulator.requests.map(\.receivedAt).sorted()
             #expect(arrivals[1].timeIntervalSince(arrivals[0]) >= 0.14, "the second request waited for the first answer")
-            #expect(arrivals[7].timeIntervalSince(arrivals[1]) < 0.14, "after it, the others went out together")
+            #expect(f.simulator.maxConcurrentStreamsSeen >= 2, "after it, the others went out together")
 
             // Authenticated: the limit is the simulator's SETTINGS value, and a burst runs in parallel.
             let pool = f.client.pool(for: .init(endpoint: APNsEndpoint(host: "localhost", port: f.simulator.port), credential: "default"))
@@ -39,12 +39,9 @@ struct ConnectionTests {
             f.simulator.resetStreamHighWater()
             let again = (0..<8).map { _ in Fixture.token() }
             for token in again { f.simulator.script(token, .latency(.milliseconds(300))) }
-            let clock = ContinuousClock()
-            let start = clock.now
             let second = await burst(f, again)
             #expect(second.allSatisfy { (try? $0.get().status) == 200 })
-            #expect(f.simulator.maxConcurrentStreamsSeen >= 6)
-            #expect(clock.now - start < .milliseconds(8 * 300), "in parallel, not one after another")
+            #expect(f.simulator.maxConcurrentStreamsSeen >= 6, "in parallel, not one after another")
             #expect(f.simulator.connectionsAccepted == 1, "every request shared the pool's one connection")
         }
     }
@@ -99,11 +96,15 @@ struct ConnectionTests {
         try await Fixture.run { f in
             #expect(try await f.send(try Fixture.alert(Fixture.token())).status == 200)
             let tokens = (0..<10).map { _ in Fixture.token() }
-            for token in tokens { f.simulator.script(token, .latency(.milliseconds(400))) }
+            for token in tokens { f.simulator.script(token, .latency(.seconds(2))) }
             let dropper = Fixture.token()
             f.simulator.script(dropper, .dropConnection)
             async let results = burst(f, tokens)
-            try await Task.sleep(for: .milliseconds(50))
+            // Drop only once the whole burst is in flight at the simulator.
+            let inFlight = Set(tokens)
+            for _ in 0..<500 where f.simulator.requests.filter({ inFlight.contains($0.deviceToken ?? "") }).count < tokens.count {
+                try await Task.sleep(for: .milliseconds(5))
+            }
             _ = try? await f.send(try Fixture.alert(dropper))
             let outcomes = await results
             #expect(outcomes.count == 10, "every request returned")

@@ -94,11 +94,12 @@ struct TokenTests {
     @Test("ExpiredProviderToken under concurrency: one re-mint, every request then delivered")
     func expiredProviderToken() async throws {
         try await Fixture.run(
-            simulator: { $0.tokenMaxAge = 1; $0.minimumTokenRefresh = 1 },
+            simulator: { $0.tokenMaxAge = 3; $0.minimumTokenRefresh = 1 },
             tokenCache: { ProviderTokenCache(key: $0, configuration: .init(reuseFor: 3600, minimumRefreshInterval: 1)) }
         ) { f in
             #expect(try await f.send(try Fixture.alert(Fixture.token())).status == 200)
-            try await Task.sleep(for: .milliseconds(2_100))
+            // iat is whole seconds: past 4 s the first token is certainly older than the simulator's 3 s.
+            try await Task.sleep(for: .milliseconds(4_100))
             let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
                 for _ in 0..<20 { group.addTask { try await f.send(try Fixture.alert(Fixture.token())).status } }
                 var statuses: [Int] = []

@@ -57,11 +57,12 @@ struct DatabaseOptions: ParsableArguments {
         let url = try self.resolve(logger: logger)
         var configuration = url.clientConfiguration
         configuration.options.maximumConnections = 4
-        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
-        // Queries may be issued before run() is scheduled; postgres-nio warns about that, harmlessly.
-        var queryLogger = logger
-        if queryLogger.logLevel > .debug { queryLogger.logLevel = max(queryLogger.logLevel, .error) }
-        let queueLogger = queryLogger
+        // A one-shot verb queries before the pool's run() is scheduled; postgres-nio warns about that on
+        // its background logger, harmlessly: keep that logger quiet unless debugging.
+        var quiet = logger
+        if quiet.logLevel > .debug { quiet.logLevel = max(quiet.logLevel, .error) }
+        let queueLogger = quiet
+        let client = PostgresClient(configuration: configuration, backgroundLogger: quiet)
         let result: Result<T, any Error> = await withTaskGroup(of: Void.self) { group in
             group.addTask { await client.run() }
             defer { group.cancelAll() }

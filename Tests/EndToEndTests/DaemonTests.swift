@@ -73,12 +73,14 @@ struct DaemonTests {
     func crashAndRestart() async throws {
         try await DaemonFixture.run { f in
             let count = 3_000
+            // Priority 5 and a wide retry budget: on a loaded machine a send may time out; the test is
+            // about crash recovery, not budgets.
             try await f.db.execute("""
-                INSERT INTO push.jobs (topic, device_token, payload)
-                SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"hi"}}' FROM generate_series(1, \(count)) AS g
+                INSERT INTO push.jobs (topic, device_token, payload, priority)
+                SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"hi"}}', 5 FROM generate_series(1, \(count)) AS g
                 """)
             for n in stride(from: 1, through: count, by: 3) { f.simulator.script(DaemonFixture.token(n), .latency(.milliseconds(200))) }
-            let timings = ["--lease", "5s", "--request-timeout-ms", "4000"]
+            let timings = ["--lease", "5s", "--request-timeout-ms", "4000", "--max-retries", "8"]
             let first = try f.startWorker("crashy", timings)
             try await f.waitUntil(.seconds(60), "some deliveries") {
                 try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") >= 300

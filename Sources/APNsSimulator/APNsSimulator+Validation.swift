@@ -99,6 +99,8 @@ extension APNsSimulator {
             return SimulatorAnswer(status: 0, reason: nil, action: .goAway)
         case .dropConnection:
             return SimulatorAnswer(status: 0, reason: nil, action: .drop)
+        case .times(_, let behaviour):
+            return self.scripted(behaviour)
         }
     }
 

@@ -1,5 +1,7 @@
 /// What the simulator does with a request for one device token (or channel id), after validation.
-public enum SimulatorBehaviour: Sendable, Hashable {
+public indirect enum SimulatorBehaviour: Sendable, Hashable {
+    /// Behave as `behaviour` for the first `count` requests, then answer 200.
+    case times(Int, SimulatorBehaviour)
     /// Always answer this status and reason (`reason` nil: no body).
     case respond(status: Int, reason: String?)
     /// Answer `status`/`reason` for the first `times` requests, then 200.

@@ -29,6 +29,8 @@ struct SimulatorState {
             return count < times ? .respond(status: status, reason: reason) : nil
         case .retryAfter(let seconds, let times):
             return count < times ? .retryAfter(seconds: seconds, times: times) : nil
+        case .times(let limit, let behaviour):
+            return count < limit ? behaviour : nil
         default:
             return script
         }

@@ -71,6 +71,11 @@ struct QueueBenchmark: AsyncParsableCommand {
     }
 
     func preload(_ client: PostgresClient, count: Int, logger: Logger) async throws {
+        try await self.preloadJobs(client, count: count, logger: logger)
+    }
+
+    /// Empties the queue and inserts `count` alert jobs.
+    func preloadJobs(_ client: PostgresClient, count: Int, logger: Logger) async throws {
         try await client.query("TRUNCATE push.jobs, push.dead_jobs", logger: logger)
         try await client.query(
             """
@@ -84,10 +89,15 @@ struct QueueBenchmark: AsyncParsableCommand {
     }
 
     func runPGBench(url: DatabaseURL, batch: Int) throws -> Double {
-        let script = URL(fileURLWithPath: self.sqlDirectory).appendingPathComponent("pgbench-claim-record.sql").path
+        try self.runPGBench(url: url, batch: batch, seconds: self.pgbenchSeconds, sqlDirectory: self.sqlDirectory)
+    }
+
+    /// pgbench running bench/pgbench-claim-record.sql with one client; returns jobs/s.
+    func runPGBench(url: DatabaseURL, batch: Int, seconds: Int, sqlDirectory: String) throws -> Double {
+        let script = URL(fileURLWithPath: sqlDirectory).appendingPathComponent("pgbench-claim-record.sql").path
         let result = try ChildProcess.run(
             "/usr/bin/env",
-            ["pgbench", "-n", "-M", "extended", "-c", "1", "-T", String(self.pgbenchSeconds), "-D", "batch=\(batch)",
+            ["pgbench", "-n", "-M", "extended", "-c", "1", "-T", String(seconds), "-D", "batch=\(batch)",
              "-f", script, url.connectionString]
         )
         guard result.status == 0,

@@ -103,7 +103,8 @@ public final class PushWorkerService: Sendable {
     func claimLoop(recorder: OutcomeRecorder) async {
         let configuration = self.configuration
         var failures = 0
-        await withTaskGroup(of: Void.self) { sends in
+        // Discarding: a plain task group keeps every finished send until the group ends (memory grows per job).
+        await withDiscardingTaskGroup { sends in
             while !self.isShuttingDown && !Task.isCancelled {
                 let free = configuration.concurrency - self.state.withLock { $0.inFlight }
                 // Claim in whole batches where possible: wait for capacity rather than claiming crumbs.

@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHPACK
 import NIOHTTP2
@@ -41,32 +42,23 @@ extension APNsConnection {
         if !body.isEmpty { requestHeaders.add(name: "content-length", value: String(body.count)) }
         let finalHeaders = requestHeaders
 
-        let result: Result<APNsResponse, TransportError> = await withTaskGroup(of: Result<APNsResponse, TransportError>?.self) { group in
-            group.addTask {
-                do {
-                    return .success(try await Self.exchange(stream: stream, headers: finalHeaders, body: body, started: started))
-                } catch let error as TransportError {
-                    return .failure(error)
-                } catch {
-                    return .failure(await self.classify(error, stream: stream))
-                }
-            }
-            group.addTask {
-                try? await Task.sleep(for: deadline)
-                return Task.isCancelled ? nil : .failure(TransportError(code: .timeout, mayHaveBeenProcessed: true, message: "no response within \(deadline)"))
-            }
-            var outcome: Result<APNsResponse, TransportError>?
-            while outcome == nil, let next = await group.next() { outcome = next }
-            group.cancelAll()
-            return outcome!
-        }
-        switch result {
-        case .success(let response):
-            return response
-        case .failure(let error):
-            // Reset the stream if it is still open (a timeout): APNs sees RST_STREAM, not a dangling request.
+        // The deadline is a timer on the stream's event loop that resets the stream (RST_STREAM); the
+        // exchange then fails and is reported as a timeout. No extra task per request.
+        let timedOut = NIOLockedValueBox(false)
+        let timer = stream.channel.eventLoop.scheduleTask(in: .nanoseconds(deadline.nanoseconds)) {
+            timedOut.withLockedValue { $0 = true }
             stream.channel.close(promise: nil)
-            throw error
+        }
+        defer { timer.cancel() }
+        do {
+            return try await Self.exchange(stream: stream, headers: finalHeaders, body: body, started: started)
+        } catch {
+            if timedOut.withLockedValue({ $0 }) {
+                throw TransportError(code: .timeout, mayHaveBeenProcessed: true, message: "no response within \(deadline)")
+            }
+            stream.channel.close(promise: nil)
+            if let transport = error as? TransportError { throw transport }
+            throw await self.classify(error, stream: stream)
         }
     }
 

@@ -21,18 +21,9 @@ struct EndToEndBenchmark: AsyncParsableCommand {
     @Option(help: "Directory of bench/pgbench-claim-record.sql.") var sqlDirectory: String = "bench"
 
     func run() async throws {
-        let logger = { () -> Logger in
-            var logger = Logger(label: "push-bench")
-            logger.logLevel = .error
-            return logger
-        }()
+        let logger = benchLogger()
         let (server, cluster) = try startServer(logger: logger)
-        defer {
-            if let (cluster, directory) = cluster {
-                cluster.stop()
-                try? FileManager.default.removeItem(atPath: directory)
-            }
-        }
+        defer { cluster?.stop() }
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("push-bench-e2e-\(getpid())").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }

@@ -18,18 +18,9 @@ struct QueueBenchmark: AsyncParsableCommand {
     @Option(help: "Directory of bench/pgbench-claim-record.sql.") var sqlDirectory: String = "bench"
 
     func run() async throws {
-        let logger = { () -> Logger in
-            var logger = Logger(label: "push-bench")
-            logger.logLevel = .warning
-            return logger
-        }()
+        let logger = benchLogger()
         let (server, cluster) = try startServer(logger: logger)
-        defer {
-            if let (cluster, directory) = cluster {
-                cluster.stop()
-                try? FileManager.default.removeItem(atPath: directory)
-            }
-        }
+        defer { cluster?.stop() }
         let url = server.with(database: "push_bench_\(getpid())")
         try await withClient(server, logger: logger) { client in
             try await client.query("CREATE DATABASE \(unescaped: url.database)", logger: logger)
@@ -110,8 +101,26 @@ struct QueueBenchmark: AsyncParsableCommand {
     }
 }
 
-/// The server to measure on: DATABASE_URL, or a fresh fsync-on embedded cluster in a temporary directory.
-func startServer(logger: Logger) throws -> (DatabaseURL, (EmbeddedPostgres, String)?) {
+/// The benchmarks' logger: errors only, so the figures stand out.
+func benchLogger() -> Logger {
+    var logger = Logger(label: "push-bench")
+    logger.logLevel = .error
+    return logger
+}
+
+/// A fresh fsync-on embedded cluster in a temporary directory, removed again by ``stop()``.
+struct BenchCluster {
+    let cluster: EmbeddedPostgres
+    let directory: String
+
+    func stop() {
+        self.cluster.stop()
+        try? FileManager.default.removeItem(atPath: self.directory)
+    }
+}
+
+/// The server to measure on: DATABASE_URL, or a fresh fsync-on embedded cluster.
+func startServer(logger: Logger) throws -> (DatabaseURL, BenchCluster?) {
     if let url = ProcessInfo.processInfo.environment["DATABASE_URL"], !url.isEmpty {
         return (try DatabaseURL(url), nil)
     }
@@ -120,7 +129,7 @@ func startServer(logger: Logger) throws -> (DatabaseURL, (EmbeddedPostgres, Stri
         configuration: .init(dataDirectory: directory + "/data", fsync: true, settings: ["shared_buffers": "'256MB'"]),
         logger: logger
     )
-    return (try cluster.start(), (cluster, directory))
+    return (try cluster.start(), BenchCluster(cluster: cluster, directory: directory))
 }
 
 /// Runs `body` with a running client on `url`.

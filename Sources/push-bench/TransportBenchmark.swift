@@ -22,11 +22,7 @@ struct TransportBenchmark: AsyncParsableCommand {
     @Option(help: "Streams per connection for h2load (-m).") var h2loadStreams: Int = 100
 
     func run() async throws {
-        let logger = { () -> Logger in
-            var logger = Logger(label: "push-bench")
-            logger.logLevel = .error
-            return logger
-        }()
+        let logger = benchLogger()
         let key = SigningKey(teamID: "BENCHTEAM1", keyID: "BENCHKEY01", privateKey: P256.Signing.PrivateKey())
         let simulator = try APNsSimulator(
             configuration: .init(keys: ["BENCHKEY01": .init(teamID: "BENCHTEAM1", publicKey: key.privateKey.publicKey)], fastMode: true, recordRequests: false),

@@ -174,6 +174,11 @@ public final class APNsClient: Sendable {
         }
     }
 
+    /// Provider tokens this process has minted, across credentials (the `jwt_mints` metric).
+    public var mintCount: Int {
+        self.tokenCaches.values.reduce(0) { $0 + $1.mintCount }
+    }
+
     /// Connections open now, across pools (the `connections` metric).
     public var openConnections: Int {
         self.pools.withLock { Array($0.values) }.reduce(0) { $0 + $1.openCount }

@@ -19,6 +19,8 @@ public final class PushWorkerService: Sendable {
     let pauses: CredentialPauses
     let wake = WakeSignal()
     let capacity = WakeSignal()
+    let metrics = WorkerMetrics()
+    private let lastDatabaseSuccess = Mutex(ContinuousClock.now)
     private let state = Mutex(State())
     let stats = Mutex(WorkerStats())
 
@@ -61,6 +63,12 @@ public final class PushWorkerService: Sendable {
     }
 
     var isShuttingDown: Bool { self.state.withLock { $0.shuttingDown } }
+
+    /// Readiness: not draining, and Postgres answered a claim recently.
+    public var isReady: Bool {
+        let quietFor = ContinuousClock.now - self.lastDatabaseSuccess.withLock { $0 }
+        return !self.isShuttingDown && quietFor < self.configuration.pollInterval * 3 + .seconds(10)
+    }
 
     /// Runs until ``shutdown()`` (or cancellation), then drains.
     public func run() async {
@@ -117,6 +125,7 @@ public final class PushWorkerService: Sendable {
                 do {
                     jobs = try await self.queue.claim(limit: limit, workerID: configuration.workerID, lease: configuration.lease, excludingCredentials: self.pauses.active())
                     failures = 0
+                    self.lastDatabaseSuccess.withLock { $0 = .now }
                 } catch {
                     failures += 1
                     let delay = Duration.milliseconds(min(100 << min(failures, 9), 30_000))
@@ -138,6 +147,7 @@ public final class PushWorkerService: Sendable {
                             return until
                         }
                         if case .delivered = result.outcome.disposition { self.pauses.succeeded(job.credential) }
+                        self.metrics.record(result.outcome)
                         recorder.add(result.outcome)
                         self.state.withLock { $0.inFlight -= 1 }
                         self.capacity.signal()
@@ -166,9 +176,10 @@ public final class PushWorkerService: Sendable {
         }
     }
 
-    /// Reclaims expired leases and prunes delivered rows on their timers.
+    /// Reclaims expired leases, prunes delivered rows and refreshes the queue gauges on their timers.
     func maintenanceLoop() async {
         var lastPrune = ContinuousClock.now
+        var lastStats = ContinuousClock.now - .seconds(3600)
         while !Task.isCancelled {
             try? await Task.sleep(for: self.configuration.reaperInterval)
             if Task.isCancelled { return }
@@ -177,6 +188,13 @@ public final class PushWorkerService: Sendable {
                 if !reaped.isEmpty {
                     self.logger.warning("reclaimed jobs whose lease expired", metadata: ["push.jobs": "\(reaped.count)"])
                     self.wake.signal()
+                }
+                self.metrics.connections.record(self.client.openConnections)
+                self.metrics.jwtMints.record(self.client.mintCount)
+                self.metrics.pausedCredentials.record(self.pauses.active().count)
+                if ContinuousClock.now - lastStats >= .seconds(15) {
+                    lastStats = .now
+                    self.metrics.record(try await self.queue.stats())
                 }
                 if ContinuousClock.now - lastPrune >= self.configuration.pruneInterval {
                     lastPrune = .now

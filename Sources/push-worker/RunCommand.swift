@@ -3,6 +3,8 @@ import APNsTransport
 import ArgumentParser
 import Foundation
 import Logging
+import Metrics
+import Prometheus
 import PostgresNIO
 import PushCore
 import PushQueue
@@ -35,6 +37,9 @@ struct RunCommand: AsyncParsableCommand {
     @Flag(name: .customLong("no-jitter"), help: "Turn off backoff jitter.") var noJitter = false
     @Option(help: "HTTP/2 connections per (environment, credential).") var connections: Int = 2
     @Option(name: .customLong("request-timeout-ms"), help: "Deadline of one APNs request.") var requestTimeoutMs: Int = 10_000
+    @Option(name: .customLong("metrics-port"), help: "Port of /metrics (Prometheus), /healthz and /readyz; 0 picks a free one.") var metricsPort: Int = 9464
+    @Option(name: .customLong("metrics-host"), help: "Address the metrics and health endpoints listen on.") var metricsHost: String = "0.0.0.0"
+    @Flag(name: .customLong("no-metrics"), help: "Do not serve /metrics, /healthz and /readyz.") var noMetrics = false
     @Option(name: .customLong("shutdown-grace"), help: ArgumentHelp("How long in-flight sends may finish after SIGTERM.", valueName: "duration")) var shutdownGrace: HumanDuration = HumanDuration(argument: "20s")!
 
     func validate() throws {
@@ -93,6 +98,9 @@ struct RunCommand: AsyncParsableCommand {
             shutdownGrace: self.shutdownGrace.duration
         )
         let listener = try url.connectionConfiguration()
+        // Bootstrap metrics before anything creates a metric handler (handlers made earlier stay no-ops).
+        let registry: PrometheusCollectorRegistry? = self.noMetrics ? nil : PrometheusCollectorRegistry()
+        if let registry { MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry)) }
         let result: Result<Void, any Error> = await withTaskGroup(of: Void.self) { group in
             group.addTask { await client.run() }
             defer { group.cancelAll() }
@@ -110,6 +118,17 @@ struct RunCommand: AsyncParsableCommand {
                     guard !Task.isCancelled else { return }
                     logger.warning("second signal: exiting now; the reaper returns unfinished jobs")
                     Foundation.exit(130)
+                }
+                if let registry {
+                    let health = HealthServer(host: self.metricsHost, port: self.metricsPort, isReady: { service.isReady }, metrics: { registry.emitToBuffer() }, logger: logger)
+                    let host = self.metricsHost
+                    group.addTask {
+                        do {
+                            try await health.run { port in writeLine("metrics and health on http://\(host):\(port) (/metrics, /healthz, /readyz)") }
+                        } catch {
+                            logger.error("could not serve metrics and health: \(error); use --metrics-port to pick another port or --no-metrics")
+                        }
+                    }
                 }
                 writeLine("push-worker \(workerID) running against \(url) (Ctrl-C to stop)")
                 await service.run()

@@ -47,8 +47,32 @@ struct DaemonFixture: Sendable {
         let arguments = [
             "run", "--worker-id", name, "--apns-endpoint", "https://localhost:\(self.simulator.port)", "--apns-ca-file", self.caFile,
             "--base-delay-ms", "20", "--max-delay-ms", "100", "--poll-interval-ms", "200", "--log-level", "warning",
+            "--metrics-port", "0", "--metrics-host", "127.0.0.1",
         ] + extra
         return try ChildProcess.start(Self.binary, arguments, environment: self.environment, outputPath: self.directory + "/\(name).log")
+    }
+
+    /// GETs a path from a worker's metrics and health endpoint; returns (status, body).
+    func get(_ worker: ChildProcess.Running, _ path: String) async throws -> (Int, String) {
+        var port: Int?
+        for _ in 0..<100 where port == nil {
+            if let line = worker.output.split(separator: "\n").first(where: { $0.hasPrefix("metrics and health on http://") }),
+               let colon = line.split(separator: " ")[4].lastIndex(of: ":") {
+                port = Int(line.split(separator: " ")[4][line.split(separator: " ")[4].index(after: colon)...])
+            }
+            if port == nil { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        let found = try #require(port, "the worker printed no metrics address: \(worker.output.suffix(500))")
+        let script = """
+            import sys, urllib.request, urllib.error
+            try:
+                r = urllib.request.urlopen("http://127.0.0.1:\(found)\(path)", timeout=5); print(r.status); print(r.read().decode())
+            except urllib.error.HTTPError as e:
+                print(e.code); print(e.read().decode())
+            """
+        let result = try ChildProcess.run("/usr/bin/env", ["python3", "-c", script])
+        let lines = result.output.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false)
+        return (Int(lines.first ?? "") ?? 0, lines.count > 1 ? String(lines[1]) : "")
     }
 
     /// Runs a CLI verb to completion.

@@ -144,6 +144,33 @@ struct DaemonTests {
         }
     }
 
+    @Test("/healthz, /readyz and /metrics: sends by status, reason and trap id, latency, queue gauges; no tokens")
+    func metricsAndHealth() async throws {
+        try await DaemonFixture.run { f in
+            let gone = DaemonFixture.token(31)
+            f.simulator.script(gone, .unregistered(timestampMs: 1_700_000_000_000))
+            let worker = try f.startWorker()
+            try await f.db.execute("""
+                INSERT INTO push.jobs (topic, device_token, payload)
+                SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"hi"}}' FROM generate_series(1, 40) AS g
+                """)
+            try await f.waitUntil(.seconds(30), "all terminal") { try await f.unfinished() == 0 }
+            #expect(try await f.get(worker, "/healthz").0 == 200)
+            #expect(try await f.get(worker, "/readyz").0 == 200)
+            let (status, metrics) = try await f.get(worker, "/metrics")
+            #expect(status == 200)
+            #expect(metrics.contains("push_sends_total{"))
+            #expect(metrics.contains(#"status="200""#))
+            #expect(metrics.contains(#"reason="Unregistered""#) && metrics.contains(#"trap="MS020""#))
+            #expect(metrics.contains("push_attempt_latency_seconds"))
+            #expect(metrics.contains(#"push_outcomes_total{outcome="delivered"} 39"#))
+            #expect(!metrics.contains(gone), "no device token in metrics")
+            #expect(try await f.get(worker, "/nope").0 == 404)
+            worker.signal(SIGTERM)
+            #expect(worker.wait() == 0)
+        }
+    }
+
     @Test("a dead letter replayed with push-worker dead replay is delivered with its original apns_id")
     func replay() async throws {
         try await DaemonFixture.run { f in

@@ -60,7 +60,7 @@ struct ResilienceTests {
             let environment = ["DATABASE_URL": url.connectionString, "APNS_KEY_PATH": credentials.keyPath, "APNS_KEY_ID": credentials.keyID, "APNS_TEAM_ID": credentials.teamID]
             let worker = try ChildProcess.start(DaemonFixture.binary, [
                 "run", "--worker-id", "w", "--apns-endpoint", "https://localhost:\(simulator.port)", "--apns-ca-file", caFile,
-                "--poll-interval-ms", "200", "--log-level", "warning",
+                "--poll-interval-ms", "200", "--log-level", "warning", "--no-metrics",
             ], environment: environment, outputPath: directory + "/worker.log")
             defer { worker.signal(SIGKILL); _ = worker.wait() }
 

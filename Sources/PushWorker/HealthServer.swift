@@ -1,0 +1,73 @@
+public import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+
+/// A small HTTP/1.1 server for probes and scraping: `GET /healthz` (the process is alive), `GET /readyz`
+/// (the worker reached Postgres recently and is not draining), `GET /metrics` (Prometheus text).
+public struct HealthServer: Sendable {
+    /// Where to listen.
+    public var host: String
+    /// The port; 0 picks a free one (the bound port is passed to `onListening`).
+    public var port: Int
+    let isReady: @Sendable () -> Bool
+    let metrics: @Sendable () -> [UInt8]
+    let logger: Logger
+
+    /// - Parameters:
+    ///   - isReady: the readiness probe's answer.
+    ///   - metrics: the Prometheus exposition text.
+    public init(host: String, port: Int, isReady: @escaping @Sendable () -> Bool, metrics: @escaping @Sendable () -> [UInt8], logger: Logger) {
+        self.host = host
+        self.port = port
+        self.isReady = isReady
+        self.metrics = metrics
+        self.logger = logger
+    }
+
+    /// Serves until the task is cancelled.
+    public func run(onListening: @Sendable (Int) -> Void = { _ in }) async throws {
+        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
+            .bind(host: self.host, port: self.port) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline()
+                    return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(wrappingChannelSynchronously: channel)
+                }
+            }
+        onListening(server.channel.localAddress?.port ?? self.port)
+        try await withTaskCancellationHandler {
+            try await server.executeThenClose { connections in
+                try await withThrowingDiscardingTaskGroup { group in
+                    for try await connection in connections {
+                        group.addTask { try? await self.serve(connection) }
+                    }
+                }
+            }
+        } onCancel: {
+            server.channel.close(promise: nil)
+        }
+    }
+
+    private func serve(_ connection: NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>) async throws {
+        try await connection.executeThenClose { inbound, outbound in
+            for try await part in inbound {
+                guard case .head(let request) = part else { continue }
+                let (status, body, type): (HTTPResponseStatus, [UInt8], String)
+                switch (request.method, request.uri.split(separator: "?").first.map(String.init) ?? request.uri) {
+                case (.GET, "/healthz"): (status, body, type) = (.ok, Array("ok\n".utf8), "text/plain")
+                case (.GET, "/readyz"):
+                    (status, body, type) = self.isReady() ? (.ok, Array("ready\n".utf8), "text/plain") : (.serviceUnavailable, Array("not ready\n".utf8), "text/plain")
+                case (.GET, "/metrics"): (status, body, type) = (.ok, self.metrics(), "text/plain; version=0.0.4")
+                default: (status, body, type) = (.notFound, Array("try /healthz, /readyz or /metrics\n".utf8), "text/plain")
+                }
+                var headers = HTTPHeaders([("content-type", type), ("content-length", String(body.count))])
+                if !request.isKeepAlive { headers.add(name: "connection", value: "close") }
+                try await outbound.write(.head(HTTPResponseHead(version: request.version, status: status, headers: headers)))
+                try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: body))))
+                try await outbound.write(.end(nil))
+                if !request.isKeepAlive { return }
+            }
+        }
+    }
+}

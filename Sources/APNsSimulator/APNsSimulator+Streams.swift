@@ -88,10 +88,10 @@ extension APNsSimulator {
         var plain: [String: String] = [:]
         for (name, value, _) in headers where name != "authorization" && !name.hasPrefix(":") { plain[name] = value }
         let jwt = headers.first(name: "authorization").map { String($0.dropFirst("bearer ".count)) }
-        let issuedAt = jwt.flatMap { token in self.state.withLock { $0.verifiedTokens[token]?.issuedAt } }
+        let claims = jwt.flatMap { token in self.state.withLock { $0.verifiedTokens[token] } }
         let request = RecordedRequest(
             connectionID: connectionID, streamID: streamID, method: headers.first(name: ":method") ?? "",
-            path: headers.first(name: ":path") ?? "", headers: plain, hadAuthorization: jwt != nil, tokenIssuedAt: issuedAt,
+            path: headers.first(name: ":path") ?? "", headers: plain, hadAuthorization: jwt != nil, tokenIssuedAt: claims?.issuedAt, tokenKeyID: claims?.keyID,
             body: body, receivedAt: Date(), status: answer.action == .respond ? answer.status : 0, reason: answer.reason
         )
         self.state.withLock { $0.requests.append(request) }

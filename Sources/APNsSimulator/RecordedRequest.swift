@@ -16,6 +16,8 @@ public struct RecordedRequest: Sendable, Hashable {
     public var hadAuthorization: Bool
     /// The JWT's `iat`, when it verified.
     public var tokenIssuedAt: Int64?
+    /// The JWT's `kid`, when it verified: which signing key sent the request.
+    public var tokenKeyID: String?
     /// The body.
     public var body: [UInt8]
     /// When it arrived.

@@ -17,6 +17,8 @@ struct APNsOptions: ParsableArguments {
     var keyID: String?
     @Option(name: .customLong("apns-team-id"), help: ArgumentHelp("The team id (default: $APNS_TEAM_ID).", valueName: "id"))
     var teamID: String?
+    @Option(help: ArgumentHelp("A JSON file naming several credentials (the jobs' credential column picks one) and the endpoint; flags and the environment win over it.", valueName: "path"))
+    var config: String?
     @Option(name: .customLong("apns-environment"), help: ArgumentHelp("production or development, for verbs without a job (default: $APNS_ENVIRONMENT, else production).", valueName: "env"))
     var environmentName: String?
 
@@ -30,16 +32,26 @@ struct APNsOptions: ParsableArguments {
         }
     }
 
-    /// A client with the configured key as credential `default`.
+    /// Whether any signing key is configured (flags, environment or config file).
+    var hasKey: Bool {
+        !(self.keyPath ?? ProcessInfo.processInfo.environment["APNS_KEY_PATH"] ?? "").isEmpty || self.config != nil
+    }
+
+    /// A client with every configured key: the config file's credentials, and `default` from the flags
+    /// or APNS_KEY_PATH/APNS_KEY_ID/APNS_TEAM_ID (which win over the file's `default`).
     func makeClient(logger: Logger, base: APNsClient.Configuration = .init(), tokenStore: (any ProviderTokenStore)? = nil) throws -> APNsClient {
         let env = ProcessInfo.processInfo.environment
-        guard let path = self.keyPath ?? env["APNS_KEY_PATH"], !path.isEmpty else {
-            throw CLIError("no APNs key configured (trap MS028): set APNS_KEY_PATH, APNS_KEY_ID and APNS_TEAM_ID, or pass --apns-key-path, --apns-key-id and --apns-team-id")
+        let file = try self.config.map(ConfigFile.load)
+        var keys = try file?.signingKeys() ?? [:]
+        if let path = self.keyPath ?? env["APNS_KEY_PATH"], !path.isEmpty {
+            keys["default"] = try SigningKey.load(teamID: self.teamID ?? env["APNS_TEAM_ID"] ?? "", keyID: self.keyID ?? env["APNS_KEY_ID"] ?? "", path: path)
         }
-        let key = try SigningKey.load(teamID: self.teamID ?? env["APNS_TEAM_ID"] ?? "", keyID: self.keyID ?? env["APNS_KEY_ID"] ?? "", path: path)
+        guard !keys.isEmpty else {
+            throw CLIError("no APNs key configured (trap MS028): set APNS_KEY_PATH, APNS_KEY_ID and APNS_TEAM_ID, pass --apns-key-path, --apns-key-id and --apns-team-id, or name credentials in --config")
+        }
         var configuration = base
-        configuration.caFile = self.caFile
-        if let endpoint = self.endpoint { configuration.endpointOverride = try APNsEndpoint(url: endpoint) }
-        return try APNsClient(configuration: configuration, credentials: ["default": key], tokenStore: tokenStore, logger: logger)
+        configuration.caFile = self.caFile ?? file?.apnsCAFile
+        if let endpoint = self.endpoint ?? file?.apnsEndpoint { configuration.endpointOverride = try APNsEndpoint(url: endpoint) }
+        return try APNsClient(configuration: configuration, credentials: keys, tokenStore: tokenStore, logger: logger)
     }
 }

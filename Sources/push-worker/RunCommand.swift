@@ -55,9 +55,7 @@ struct RunCommand: AsyncParsableCommand {
         let logger = try self.database.makeLoggerDefaultingTo(.info)
         let (url, startedCluster) = try self.database.resolveStartingCluster(logger: logger)
         defer { startedCluster?.stop() }
-        let env = ProcessInfo.processInfo.environment
-        let hasKey = !(self.apns.keyPath ?? env["APNS_KEY_PATH"] ?? "").isEmpty
-        if hasKey {
+        if self.apns.hasKey {
             try await self.serve(url: url, logger: logger) { store in try self.makeClient(logger: logger, simulator: nil, tokenStore: store) }
             return
         }

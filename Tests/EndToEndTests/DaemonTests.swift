@@ -171,6 +171,44 @@ struct DaemonTests {
         }
     }
 
+    @Test("a config file names several credentials; each job is signed by its credential's key; an unknown one waits")
+    func severalCredentials() async throws {
+        let second = try SimulatorCredentials.generate(in: FileManager.default.temporaryDirectory.appendingPathComponent("cred-b-\(UUID().uuidString)").path, teamID: "TEAMBBBBBB", keyID: "KEYBBBBBBB")
+        try await DaemonFixture.run(simulator: { $0.keys[second.keyID] = second.trustedKey }) { f in
+            let config = f.directory + "/config.json"
+            try """
+                {"credentials": {
+                  "default": {"team_id": "\(f.credentials.teamID)", "key_id": "\(f.credentials.keyID)", "key_path": "\(f.keyPath)"},
+                  "brand-b": {"team_id": "\(second.teamID)", "key_id": "\(second.keyID)", "key_path": "\(second.keyPath)"}
+                }}
+                """.write(toFile: config, atomically: true, encoding: .utf8)
+            try await f.db.execute("""
+                INSERT INTO push.jobs (topic, device_token, payload, credential) VALUES
+                ('com.example.app', '\(DaemonFixture.token(1))', '{"aps":{}}', 'default'),
+                ('com.example.app', '\(DaemonFixture.token(2))', '{"aps":{}}', 'brand-b'),
+                ('com.example.app', '\(DaemonFixture.token(3))', '{"aps":{}}', 'nobody')
+                """)
+            // The config file alone: no APNS_* keys in the environment.
+            let worker = try ChildProcess.start(DaemonFixture.binary, [
+                "run", "--worker-id", "cfg", "--config", config, "--apns-endpoint", "https://localhost:\(f.simulator.port)",
+                "--apns-ca-file", f.caFile, "--poll-interval-ms", "200", "--no-metrics", "--log-level", "warning",
+            ], environment: ["DATABASE_URL": f.db.url.connectionString, "APNS_KEY_PATH": ""], outputPath: f.directory + "/cfg.log")
+            try await f.waitUntil(.seconds(30), "two delivered") {
+                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == 2
+            }
+            let keyOf = Dictionary(f.simulator.requests.compactMap { r in r.deviceToken.map { ($0, r.tokenKeyID ?? "") } }, uniquingKeysWith: { a, _ in a })
+            #expect(keyOf[DaemonFixture.token(1)] == f.credentials.keyID)
+            #expect(keyOf[DaemonFixture.token(2)] == second.keyID)
+            #expect(keyOf[DaemonFixture.token(3)] == nil, "no request for a credential with no key")
+            try await f.waitUntil(.seconds(10), "the unknown credential's job requeued") {
+                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE credential = 'nobody' AND state = 'pending' AND 'MS028' = ANY (trap_ids)") == 1
+            }
+            #expect(worker.output.contains("credential 'nobody'"), "one clear error for the paused credential")
+            worker.signal(SIGTERM)
+            #expect(worker.wait() == 0)
+        }
+    }
+
     @Test("a dead letter replayed with push-worker dead replay is delivered with its original apns_id")
     func replay() async throws {
         try await DaemonFixture.run { f in

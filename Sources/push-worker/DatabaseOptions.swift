@@ -19,6 +19,9 @@ struct DatabaseOptions: ParsableArguments {
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical (default: warning; info for run).")
     var logLevel: String?
 
+    @Option(name: .customLong("log-format"), help: "text, or json for one JSON object per line.")
+    var logFormat: String = "text"
+
     func makeLogger() throws -> Logger {
         try self.makeLoggerDefaultingTo(.warning)
     }
@@ -26,6 +29,11 @@ struct DatabaseOptions: ParsableArguments {
     func makeLoggerDefaultingTo(_ defaultLevel: Logger.Level) throws -> Logger {
         guard let level = self.logLevel.map({ Logger.Level(rawValue: $0) }) ?? defaultLevel else {
             throw ValidationError("--log-level \(self.logLevel ?? "") is not a level: use trace, debug, info, notice, warning, error or critical")
+        }
+        switch self.logFormat {
+        case "text": break
+        case "json": LoggingBootstrapOnce.json()
+        default: throw ValidationError("--log-format \(self.logFormat) is not a format: use text or json")
         }
         var logger = Logger(label: "push-worker")
         logger.logLevel = level
@@ -90,4 +98,18 @@ struct CLIError: Error, CustomStringConvertible {
 
 func printError(_ message: String) {
     FileHandle.standardError.write(Data(("push-worker: " + message + "\n").utf8))
+}
+
+/// `LoggingSystem.bootstrap` may run once per process.
+enum LoggingBootstrapOnce {
+    private static let done = NSLock()
+    nonisolated(unsafe) private static var bootstrapped = false
+
+    static func json() {
+        done.lock()
+        defer { done.unlock() }
+        guard !bootstrapped else { return }
+        bootstrapped = true
+        LoggingSystem.bootstrap { JSONLogHandler(label: $0) }
+    }
 }

@@ -87,7 +87,12 @@ struct RunCommand: AsyncParsableCommand {
     func serve(url: DatabaseURL, logger: Logger, makeClient: (any ProviderTokenStore) throws -> APNsClient) async throws {
         var postgres = url.clientConfiguration
         postgres.options.maximumConnections = 8
-        let client = PostgresClient(configuration: postgres, backgroundLogger: logger)
+        // The pool warns once if a query is queued before its run() is scheduled (harmless); query
+        // failures are logged by the worker with the database's own message, so keep the pool's
+        // background logger at error unless debugging.
+        var poolLogger = logger
+        if poolLogger.logLevel > .debug { poolLogger.logLevel = max(poolLogger.logLevel, .error) }
+        let client = PostgresClient(configuration: postgres, backgroundLogger: poolLogger)
         let workerID = self.workerID ?? "\(ProcessInfo.processInfo.hostName)-\(getpid())"
         let configuration = WorkerConfiguration(
             workerID: workerID, concurrency: self.concurrency, batchSize: self.batchSize, lease: self.lease.duration,

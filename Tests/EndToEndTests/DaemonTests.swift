@@ -191,7 +191,7 @@ struct DaemonTests {
             // The config file alone: no APNS_* keys in the environment.
             let worker = try ChildProcess.start(DaemonFixture.binary, [
                 "run", "--worker-id", "cfg", "--config", config, "--apns-endpoint", "https://localhost:\(f.simulator.port)",
-                "--apns-ca-file", f.caFile, "--poll-interval-ms", "200", "--no-metrics", "--log-level", "warning",
+                "--apns-ca-file", f.caFile, "--poll-interval-ms", "200", "--no-metrics", "--log-level", "info", "--log-format", "json",
             ], environment: ["DATABASE_URL": f.db.url.connectionString, "APNS_KEY_PATH": ""], outputPath: f.directory + "/cfg.log")
             try await f.waitUntil(.seconds(30), "two delivered") {
                 try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == 2
@@ -206,6 +206,11 @@ struct DaemonTests {
             #expect(worker.output.contains("credential 'nobody'"), "one clear error for the paused credential")
             worker.signal(SIGTERM)
             #expect(worker.wait() == 0)
+            // --log-format json: one object per line, job lines carry the token's fingerprint, never the token.
+            let lines = worker.output.split(separator: "\n").filter { $0.hasPrefix("{") }
+            #expect(lines.count >= 2)
+            #expect(lines.allSatisfy { (try? JSONSerialization.jsonObject(with: Data($0.utf8))) is [String: Any] })
+            #expect(!(1...3).contains { worker.output.contains(DaemonFixture.token($0)) })
         }
     }
 

@@ -27,6 +27,8 @@ public final class PushWorkerService: Sendable {
     struct State {
         var shuttingDown = false
         var inFlight = 0
+        /// Jobs claimed and not yet recorded: their leases are extended while they wait or send.
+        var held: Set<Int64> = []
     }
 
     /// Counters since start, for logs and tests.
@@ -97,6 +99,7 @@ public final class PushWorkerService: Sendable {
                 }
             }
             background.addTask { await self.maintenanceLoop() }
+            background.addTask { await self.leaseHeartbeat() }
             await withTaskGroup(of: Void.self) { core in
                 core.addTask { await recorder.run() }
                 await self.claimLoop(recorder: recorder)
@@ -134,7 +137,10 @@ public final class PushWorkerService: Sendable {
                     continue
                 }
                 if !jobs.isEmpty {
-                    self.state.withLock { $0.inFlight += jobs.count }
+                    self.state.withLock { state in
+                        state.inFlight += jobs.count
+                        state.held.formUnion(jobs.map(\.id))
+                    }
                     self.stats.withLock { $0.claimed += jobs.count }
                 }
                 for job in jobs {
@@ -149,7 +155,10 @@ public final class PushWorkerService: Sendable {
                         if case .delivered = result.outcome.disposition { self.pauses.succeeded(job.credential) }
                         self.metrics.record(result.outcome)
                         recorder.add(result.outcome)
-                        self.state.withLock { $0.inFlight -= 1 }
+                        self.state.withLock { state in
+                            state.inFlight -= 1
+                            state.held.remove(job.id)
+                        }
                         self.capacity.signal()
                     }
                 }
@@ -172,6 +181,21 @@ public final class PushWorkerService: Sendable {
             if self.state.withLock({ $0.inFlight }) > 0 {
                 self.logger.warning("shutdown grace period over; leaving in-flight jobs to the reaper", metadata: ["push.jobs": "\(self.state.withLock { $0.inFlight })"])
                 sends.cancelAll()
+            }
+        }
+    }
+
+    /// Extends the leases of the jobs this worker holds, every third of a lease, so a job waiting for a
+    /// stream or a slow answer is not reclaimed (and sent twice) while its worker is alive.
+    func leaseHeartbeat() async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: self.configuration.lease / 3)
+            let held = Array(self.state.withLock { $0.held })
+            guard !held.isEmpty else { continue }
+            do {
+                try await self.queue.extendLeases(held, workerID: self.configuration.workerID, lease: self.configuration.lease)
+            } catch {
+                self.logger.warning("could not extend leases; jobs may be reclaimed by the reaper", metadata: ["push.jobs": "\(held.count)", "push.error": "\(QueueError.summary(of: error))"])
             }
         }
     }

@@ -39,12 +39,18 @@ struct EndToEndBenchmark: AsyncParsableCommand {
             try await withClient(url, logger: logger) { client in
                 try await Migrator(client: client, logger: logger).migrate()
                 let queue = QueueBenchmark()
-                try await queue.preloadJobs(client, count: jobs, logger: logger)
                 let environment = ["DATABASE_URL": url.connectionString, "APNS_KEY_PATH": credentials.keyPath, "APNS_KEY_ID": credentials.keyID, "APNS_TEAM_ID": credentials.teamID]
                 let worker = try ChildProcess.start(workerPath, [
                     "run", "--worker-id", "bench", "--apns-endpoint", "https://localhost:\(simulator.port)", "--apns-ca-file", caFile, "--log-level", "error",
                 ], environment: environment, outputPath: directory + "/worker.log")
                 defer { worker.signal(SIGKILL); _ = worker.wait() }
+                // Idle RSS: started, connected to Postgres, nothing to do. Then freeze the worker while the
+                // jobs are loaded, so the drain starts from a full queue.
+                try await Task.sleep(for: .seconds(3))
+                let idleRSS = rssKB(worker.pid)
+                worker.signal(SIGSTOP)
+                try await queue.preloadJobs(client, count: jobs, logger: logger)
+                worker.signal(SIGCONT)
 
                 // Drain: from the first delivery (the worker is up and connected) until the last.
                 let clock = ContinuousClock()
@@ -65,8 +71,6 @@ struct EndToEndBenchmark: AsyncParsableCommand {
                 }
                 let drainSeconds = (clock.now - start).seconds
                 let drainRate = Double(jobs - alreadyDelivered) / drainSeconds
-                try await Task.sleep(for: .seconds(2))
-                let idleRSS = rssKB(worker.pid)
 
                 // Latency: single-row INSERTs at a steady rate; enqueue (created_at) to delivery recorded by the worker.
                 try await client.query("TRUNCATE push.jobs", logger: logger)
@@ -103,7 +107,7 @@ struct EndToEndBenchmark: AsyncParsableCommand {
                 print(String(format: "SQL ceiling      %8.0f jobs/s  (pgbench claim+record, batch 250)   ratio %.2f", sqlCeiling, drainRate / sqlCeiling))
                 print(String(format: "transport ceiling %7.0f req/s   (h2load, 2 connections, 250 streams) ratio %.2f", transportCeiling, drainRate / transportCeiling))
                 print(String(format: "enqueue->request p50 %.1f ms  p99 %.1f ms  (%d single-row INSERTs at %d/s)", percentile(0.5), percentile(0.99), latencies.count, rate))
-                print(String(format: "worker RSS       idle %.1f MB, peak under load %.1f MB", Double(idleRSS) / 1024, Double(peakRSS) / 1024))
+                print(String(format: "worker RSS       idle %.1f MB (before any job), peak under load %.1f MB", Double(idleRSS) / 1024, Double(peakRSS) / 1024))
             }
         }
     }

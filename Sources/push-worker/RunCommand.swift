@@ -112,15 +112,19 @@ struct RunCommand: AsyncParsableCommand {
                 // One provider token per key for the whole fleet, shared through Postgres.
                 let apnsClient = try makeClient(ProviderTokenTable(client: client, logger: logger))
                 let service = PushWorkerService(configuration: configuration, queue: JobQueue(client: client, logger: logger), client: apnsClient, listenerConfiguration: listener, logger: logger)
+                let signals = TerminationSignals()
                 group.addTask {
-                    await waitForTerminationSignal()
-                    guard !Task.isCancelled else { return }
-                    logger.notice("signal received: draining (a second signal exits at once)")
-                    service.shutdown()
-                    await waitForTerminationSignal()
-                    guard !Task.isCancelled else { return }
-                    logger.warning("second signal: exiting now; the reaper returns unfinished jobs")
-                    Foundation.exit(130)
+                    var received = 0
+                    for await _ in signals.stream {
+                        received += 1
+                        if received == 1 {
+                            logger.warning("signal received: draining (a second signal exits at once)")
+                            service.shutdown()
+                        } else {
+                            logger.warning("second signal: exiting now; the reaper returns unfinished jobs")
+                            Foundation.exit(130)
+                        }
+                    }
                 }
                 if let registry {
                     let health = HealthServer(host: self.metricsHost, port: self.metricsPort, isReady: { service.isReady }, metrics: { registry.emitToBuffer() }, logger: logger)
@@ -128,6 +132,7 @@ struct RunCommand: AsyncParsableCommand {
                     group.addTask {
                         do {
                             try await health.run { port in writeLine("metrics and health on http://\(host):\(port) (/metrics, /healthz, /readyz)") }
+                        } catch is CancellationError {
                         } catch {
                             logger.error("could not serve metrics and health: \(error); use --metrics-port to pick another port or --no-metrics")
                         }

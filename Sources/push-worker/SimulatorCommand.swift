@@ -51,19 +51,33 @@ struct SimulatorCommand: AsyncParsableCommand {
     }
 }
 
+/// SIGINT and SIGTERM as an async sequence. The dispatch sources are made once and live as long as the
+/// sequence: re-creating them between two signals could miss the second.
+final class TerminationSignals: @unchecked Sendable {  // sources are only cancelled in deinit
+    let stream: AsyncStream<Int32>
+    private let sources: [any DispatchSourceSignal]
+
+    init() {
+        let (stream, continuation) = AsyncStream<Int32>.makeStream()
+        var sources: [any DispatchSourceSignal] = []
+        for signalNumber in [SIGINT, SIGTERM] {
+            signal(signalNumber, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: signalNumber)
+            source.setEventHandler { continuation.yield(signalNumber) }
+            source.resume()
+            sources.append(source)
+        }
+        self.stream = stream
+        self.sources = sources
+    }
+
+    deinit { self.sources.forEach { $0.cancel() } }
+}
+
 /// Returns when the process receives SIGINT or SIGTERM.
 func waitForTerminationSignal() async {
-    let (stream, continuation) = AsyncStream<Int32>.makeStream()
-    var sources: [any DispatchSourceSignal] = []
-    for signalNumber in [SIGINT, SIGTERM] {
-        signal(signalNumber, SIG_IGN)
-        let source = DispatchSource.makeSignalSource(signal: signalNumber)
-        source.setEventHandler { continuation.yield(signalNumber) }
-        source.resume()
-        sources.append(source)
-    }
-    for await _ in stream { break }
-    sources.forEach { $0.cancel() }
+    let signals = TerminationSignals()
+    for await _ in signals.stream { break }
 }
 
 /// Writes a line to standard output at once (print() buffers when stdout is not a terminal).

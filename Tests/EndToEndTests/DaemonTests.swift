@@ -214,6 +214,26 @@ struct DaemonTests {
         }
     }
 
+    @Test("SIGTERM waits for a send in flight; a second SIGTERM exits at once, leaving the job to the reaper")
+    func secondSignal() async throws {
+        try await DaemonFixture.run { f in
+            let token = DaemonFixture.token(5)
+            f.simulator.script(token, .hang)
+            let worker = try f.startWorker("w", ["--shutdown-grace", "60s", "--request-timeout-ms", "30000", "--lease", "60s"])
+            try await f.db.execute("INSERT INTO push.jobs (topic, device_token, payload) VALUES ('com.example.app', '\(token)', '{\"aps\":{}}')")
+            try await f.waitUntil(.seconds(30), "the request in flight") { f.simulator.requests.contains { $0.deviceToken == token } }
+            worker.signal(SIGTERM)
+            try await Task.sleep(for: .milliseconds(500))
+            #expect(kill(worker.pid, 0) == 0, "still draining: the send is in flight")
+            let clock = ContinuousClock()
+            let start = clock.now
+            worker.signal(SIGTERM)
+            #expect(worker.wait() == 130, "\(worker.output.suffix(1500))")
+            #expect(clock.now - start < .seconds(5))
+            #expect(try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running' AND locked_by = 'w'") == 1, "left running for the reaper, same apns_id")
+        }
+    }
+
     @Test("a dead letter replayed with push-worker dead replay is delivered with its original apns_id")
     func replay() async throws {
         try await DaemonFixture.run { f in

@@ -64,9 +64,14 @@ extension APNsConnection {
 
     private static func exchange(stream: Stream, headers: HPACKHeaders, body: [UInt8], started: ContinuousClock.Instant) async throws -> APNsResponse {
         try await stream.executeThenClose { inbound, outbound in
-            try await outbound.write(.headers(.init(headers: headers, endStream: body.isEmpty)))
-            if !body.isEmpty {
-                try await outbound.write(.data(.init(data: .byteBuffer(ByteBuffer(bytes: body)), endStream: true)))
+            // HEADERS and DATA in one write: one flush, so they go out in one TLS record and one syscall.
+            if body.isEmpty {
+                try await outbound.write(.headers(.init(headers: headers, endStream: true)))
+            } else {
+                try await outbound.write(contentsOf: [
+                    .headers(.init(headers: headers, endStream: false)),
+                    .data(.init(data: .byteBuffer(ByteBuffer(bytes: body)), endStream: true)),
+                ])
             }
             var status: Int?
             var responseHeaders = HPACKHeaders()

@@ -57,23 +57,31 @@ final class APNsConnection: Sendable {
             .connectTimeout(.nanoseconds(connectTimeout.nanoseconds))
             .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
         let alpn = group.any().makePromise(of: String?.self)
-        let (channel, multiplexer) = try await bootstrap.connect(host: host, port: port) { channel in
-            channel.eventLoop.makeCompletedFuture {
-                let sync = channel.pipeline.syncOperations
-                try sync.addHandler(NIOSSLClientHandler(context: tls, serverHostname: isIPAddress ? nil : host))
-                try sync.addHandler(ALPNObserver(promise: alpn))
-                var configuration = NIOHTTP2Handler.Configuration()
-                configuration.connection.initialSettings = [
-                    HTTP2Setting(parameter: .maxConcurrentStreams, value: 100),
-                    HTTP2Setting(parameter: .initialWindowSize, value: 1 << 20),
-                    HTTP2Setting(parameter: .enablePush, value: 0),
-                ]
-                let multiplexer = try sync.configureAsyncHTTP2Pipeline(mode: .client, configuration: configuration) { stream in
-                    stream.eventLoop.makeSucceededVoidFuture()
+        let channel: any Channel
+        let multiplexer: NIOHTTP2Handler.AsyncStreamMultiplexer<Void>
+        do {
+            (channel, multiplexer) = try await bootstrap.connect(host: host, port: port) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let sync = channel.pipeline.syncOperations
+                    try sync.addHandler(NIOSSLClientHandler(context: tls, serverHostname: isIPAddress ? nil : host))
+                    try sync.addHandler(ALPNObserver(promise: alpn))
+                    var configuration = NIOHTTP2Handler.Configuration()
+                    configuration.connection.initialSettings = [
+                        HTTP2Setting(parameter: .maxConcurrentStreams, value: 100),
+                        HTTP2Setting(parameter: .initialWindowSize, value: 1 << 20),
+                        HTTP2Setting(parameter: .enablePush, value: 0),
+                    ]
+                    let multiplexer = try sync.configureAsyncHTTP2Pipeline(mode: .client, configuration: configuration) { stream in
+                        stream.eventLoop.makeSucceededVoidFuture()
+                    }
+                    try sync.addHandler(observer)
+                    return (channel, multiplexer)
                 }
-                try sync.addHandler(observer)
-                return (channel, multiplexer)
             }
+        } catch {
+            // The connection never came up: settle the ALPN promise (NIO traps on an abandoned promise).
+            alpn.fail(error)
+            throw error
         }
         let negotiated: String?
         do {

@@ -13,6 +13,9 @@ struct JobProcessor: Sendable {
         var pauseCredential: String?
     }
 
+    /// How long a job waits when APNs could not be reached at all.
+    static let unreachableRetry: Duration = .seconds(2)
+
     let client: APNsClient
     let retry: RetryPolicy.Configuration
     let environment: [String: String]
@@ -80,6 +83,12 @@ struct JobProcessor: Sendable {
                 outcome.trapIDs = [TrapID.credentialsMissing.rawValue]
                 outcome.disposition = .requeue(at: pauseUntil(job.credential))
                 return Result(outcome: outcome, pauseCredential: job.credential)
+            }
+            if error.code == .connectFailed || error.code == .protocolNotNegotiated {
+                // APNs unreachable: nothing was sent, so the attempt is not counted; the job waits while the
+                // pool reconnects with backoff, instead of an outage burning every job's retry budget.
+                outcome.disposition = .requeue(at: now.addingTimeInterval(Self.unreachableRetry.seconds))
+                return Result(outcome: outcome)
             }
             outcome.disposition = self.retryOrDie(policy, job: job, status: nil, reason: error.reason, retryAfter: nil, responseClass: .retryable)
             return Result(outcome: outcome)

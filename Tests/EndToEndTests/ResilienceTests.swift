@@ -40,6 +40,32 @@ struct ResilienceTests {
         }
     }
 
+    @Test("APNs unreachable: jobs wait without using their attempts, and go out once APNs is back")
+    func apnsOutage() async throws {
+        let port = try EmbeddedPostgres.freePort()
+        try await DaemonFixture.run(simulator: { $0.port = port }) { f in
+            // The fixture's simulator is on `port`; point the worker at a port where nothing listens first.
+            let closed = try EmbeddedPostgres.freePort()
+            let worker = try ChildProcess.start(DaemonFixture.binary, [
+                "run", "--worker-id", "o", "--apns-endpoint", "https://localhost:\(closed)", "--apns-ca-file", f.caFile,
+                "--poll-interval-ms", "200", "--no-metrics", "--log-level", "error",
+            ], environment: f.environment, outputPath: f.directory + "/outage.log")
+            try await f.db.execute("INSERT INTO push.jobs (topic, device_token, payload) VALUES ('com.example.app', '\(DaemonFixture.token(9))', '{\"aps\":{}}')")
+            try await Task.sleep(for: .seconds(4))
+            #expect(kill(worker.pid, 0) == 0, "the worker is still running")
+            #expect(try await f.db.int64("SELECT count(*) FROM push.dead_jobs") == 0, "an outage dead-letters nothing")
+            #expect(try await f.db.int64("SELECT attempts FROM push.jobs") == 0, "attempts are not used up")
+            #expect(try await f.db.int64("SELECT count(*) FROM push.jobs WHERE reason = 'ConnectFailed'") == 1)
+            worker.signal(SIGTERM)
+            #expect(worker.wait() == 0)
+            // APNs back (the simulator's port): the same job goes out.
+            let again = try f.startWorker("o2")
+            try await f.waitUntil(.seconds(30), "delivered once APNs is reachable") { try await f.unfinished() == 0 }
+            again.signal(SIGTERM)
+            #expect(again.wait() == 0)
+        }
+    }
+
     @Test("Postgres restarted mid-run: the worker reconnects by itself and finishes the queue")
     func postgresRestart() async throws {
         // A cluster of its own: restarting the shared test cluster would disturb the other tests.

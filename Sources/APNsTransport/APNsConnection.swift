@@ -65,6 +65,7 @@ final class APNsConnection: Sendable {
                     let sync = channel.pipeline.syncOperations
                     try sync.addHandler(NIOSSLClientHandler(context: tls, serverHostname: isIPAddress ? nil : host))
                     try sync.addHandler(ALPNObserver(promise: alpn))
+                    try sync.addHandler(FlushCoalescer())
                     var configuration = NIOHTTP2Handler.Configuration()
                     configuration.connection.initialSettings = [
                         HTTP2Setting(parameter: .maxConcurrentStreams, value: 100),

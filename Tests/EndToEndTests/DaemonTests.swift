@@ -95,8 +95,8 @@ struct DaemonTests {
                 try await f.waitUntil(.seconds(90), "every job terminal after restart") { try await f.unfinished() == 0 }
             } catch {
                 let states = try await f.db.client.query("SELECT state || ':' || coalesce(locked_by, '-') || ':' || attempts || ':' || count(*) FROM push.jobs GROUP BY state, locked_by, attempts").decode(String.self).collect()
-                print("STATES", states, "DEAD", try await f.db.int64("SELECT count(*) FROM push.dead_jobs"))
-                print("SURVIVOR LOG", second.output.suffix(3000))
+                print("job states at the timeout (state:locked_by:attempts:count): \(states); dead letters: \(try await f.db.int64("SELECT count(*) FROM push.dead_jobs"))")
+                print("restarted worker log: \(second.output.suffix(3000))")
                 second.signal(SIGKILL)
                 throw error
             }

@@ -69,6 +69,14 @@ struct HumanDuration: ExpressibleByArgument, Sendable {
 
     var duration: Duration { .seconds(self.seconds) }
 
+    /// How `--help` shows a default: the largest whole unit (`60s`, `7d`).
+    var defaultValueDescription: String {
+        for (unit, scale) in [("w", 604_800), ("d", 86_400), ("h", 3600), ("m", 60)] where self.seconds >= scale && self.seconds % scale == 0 {
+            return "\(self.seconds / scale)\(unit)"
+        }
+        return "\(self.seconds)s"
+    }
+
     static var defaultCompletionKind: CompletionKind { .default }
 }
 

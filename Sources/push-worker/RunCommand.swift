@@ -15,9 +15,9 @@ struct RunCommand: AsyncParsableCommand {
         commandName: "run",
         abstract: "The daemon: claim jobs, send them to APNs, record the outcomes; until SIGTERM/SIGINT, then drain.",
         discussion: """
-            With no database configured it starts the embedded Postgres; with no APNs key configured it sends \\
-            to the built-in APNs simulator and says so. It applies the push schema migrations first. A first \\
-            SIGTERM/SIGINT stops claiming, lets in-flight sends finish (--shutdown-grace) and flushes outcomes; \\
+            With no database configured it starts the embedded Postgres; with no APNs key configured it sends \
+            to the built-in APNs simulator and says so. It applies the push schema migrations first. A first \
+            SIGTERM/SIGINT stops claiming, lets in-flight sends finish (--shutdown-grace) and flushes outcomes; \
             a second exits at once (the reaper returns unfinished jobs, same apns-id).
             """
     )

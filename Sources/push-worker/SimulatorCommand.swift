@@ -8,9 +8,9 @@ struct SimulatorCommand: AsyncParsableCommand {
         commandName: "simulator",
         abstract: "Run the built-in APNs simulator on its own (staging, load tests, trying a client).",
         discussion: """
-            Serves HTTP/2 over TLS like APNs: Apple's validation and reasons, ES256 provider-token checks, one \\
-            stream per connection until a request with a valid token succeeds. It writes a fresh CA \\
-            certificate and a throwaway signing key into --state-dir and prints how to use them. Stop it \\
+            Serves HTTP/2 over TLS like APNs: Apple's validation and reasons, ES256 provider-token checks, one \
+            stream per connection until a request with a valid token succeeds. It writes a fresh CA \
+            certificate and a throwaway signing key into --state-dir and prints how to use them. Stop it \
             with Ctrl-C.
             """
     )

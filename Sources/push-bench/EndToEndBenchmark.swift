@@ -48,6 +48,7 @@ struct EndToEndBenchmark: AsyncParsableCommand {
                 // jobs are loaded, so the drain starts from a full queue.
                 try await Task.sleep(for: .seconds(3))
                 let idleRSS = rssKB(worker.pid)
+                let idleAnon = rssKB(worker.pid, field: "RssAnon")
                 worker.signal(SIGSTOP)
                 try await queue.preloadJobs(client, count: jobs, logger: logger)
                 worker.signal(SIGCONT)
@@ -55,6 +56,7 @@ struct EndToEndBenchmark: AsyncParsableCommand {
                 // Drain: from the first delivery (the worker is up and connected) until the last.
                 let clock = ContinuousClock()
                 var peakRSS = 0
+                var peakAnon = 0
                 let launched = clock.now
                 var delivered = 0
                 while delivered == 0 {
@@ -66,6 +68,7 @@ struct EndToEndBenchmark: AsyncParsableCommand {
                 let alreadyDelivered = delivered
                 while try await count(client, "SELECT count(*) FROM push.jobs WHERE state = 'delivered'", logger) < jobs {
                     peakRSS = max(peakRSS, rssKB(worker.pid))
+                    peakAnon = max(peakAnon, rssKB(worker.pid, field: "RssAnon"))
                     try await Task.sleep(for: .milliseconds(50))
                     guard clock.now - start < .seconds(600) else { throw ValidationError("drain did not finish in 10 minutes: \(worker.output.suffix(1000))") }
                 }
@@ -108,6 +111,7 @@ struct EndToEndBenchmark: AsyncParsableCommand {
                 print(String(format: "transport ceiling %7.0f req/s   (h2load, 2 connections, 250 streams) ratio %.2f", transportCeiling, drainRate / transportCeiling))
                 print(String(format: "enqueue->request p50 %.1f ms  p99 %.1f ms  (%d single-row INSERTs at %d/s)", percentile(0.5), percentile(0.99), latencies.count, rate))
                 print(String(format: "worker RSS       idle %.1f MB (before any job), peak under load %.1f MB", Double(idleRSS) / 1024, Double(peakRSS) / 1024))
+                print(String(format: "  of which anonymous (the worker's own memory, not mapped code) idle %.1f MB, under load %.1f MB", Double(idleAnon) / 1024, Double(peakAnon) / 1024))
             }
         }
     }
@@ -118,10 +122,10 @@ struct EndToEndBenchmark: AsyncParsableCommand {
     }
 }
 
-/// Resident set size of a process in KiB (VmRSS), 0 when unreadable.
-func rssKB(_ pid: pid_t) -> Int {
+/// Resident set size of a process in KiB (`VmRSS`, or another /proc/PID/status field), 0 when unreadable.
+func rssKB(_ pid: pid_t, field: String = "VmRSS") -> Int {
     guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
-          let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") })
+          let line = status.split(separator: "\n").first(where: { $0.hasPrefix(field + ":") })
     else { return 0 }
     return Int(line.split(separator: " ").dropFirst().first ?? "0") ?? 0
 }

@@ -38,7 +38,6 @@ struct EndToEndBenchmark: AsyncParsableCommand {
             let caFile = try simulator.writeCACertificate(to: directory + "/ca.pem")
             try await withClient(url, logger: logger) { client in
                 try await Migrator(client: client, logger: logger).migrate()
-                let queue = QueueBenchmark()
                 let environment = ["DATABASE_URL": url.connectionString, "APNS_KEY_PATH": credentials.keyPath, "APNS_KEY_ID": credentials.keyID, "APNS_TEAM_ID": credentials.teamID]
                 let worker = try ChildProcess.start(workerPath, [
                     "run", "--worker-id", "bench", "--apns-endpoint", "https://localhost:\(simulator.port)", "--apns-ca-file", caFile, "--log-level", "error",
@@ -50,7 +49,7 @@ struct EndToEndBenchmark: AsyncParsableCommand {
                 let idleRSS = rssKB(worker.pid)
                 let idleAnon = rssKB(worker.pid, field: "RssAnon")
                 worker.signal(SIGSTOP)
-                try await queue.preloadJobs(client, count: jobs, logger: logger)
+                try await preloadJobs(client, count: jobs, logger: logger)
                 worker.signal(SIGCONT)
 
                 // Drain: from the first delivery (the worker is up and connected) until the last.
@@ -99,8 +98,8 @@ struct EndToEndBenchmark: AsyncParsableCommand {
                 _ = worker.wait()
 
                 // Ceilings, measured in the same run on the same database and simulator.
-                try await queue.preloadJobs(client, count: 400_000, logger: logger)
-                let sqlCeiling = try queue.runPGBench(url: url, batch: 250, seconds: 10, sqlDirectory: sqlDirectory)
+                try await preloadJobs(client, count: 400_000, logger: logger)
+                let sqlCeiling = try runPGBench(url: url, batch: 250, seconds: 10, sqlDirectory: sqlDirectory)
                 let request = [("apns-push-type", "alert"), ("apns-topic", "com.example.app"), ("apns-priority", "10")].map { (name: $0.0, value: $0.1) }
                 try "{\"aps\":{\"alert\":\"hi\"}}".write(toFile: directory + "/payload.json", atomically: true, encoding: .utf8)
                 let transportCeiling = try await TransportBenchmark.h2load(port: simulator.port, token: String(repeating: "ab", count: 32), payloadFile: directory + "/payload.json", requests: 100_000, connections: 2, streams: 250, headers: request)

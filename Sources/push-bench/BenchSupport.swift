@@ -1,0 +1,77 @@
+import ArgumentParser
+import Foundation
+import Logging
+import PostgresNIO
+import PushQueue
+
+/// Empties the queue and inserts `count` alert jobs.
+func preloadJobs(_ client: PostgresClient, count: Int, logger: Logger) async throws {
+    try await client.query("TRUNCATE push.jobs, push.dead_jobs", logger: logger)
+    try await client.query(
+        """
+        INSERT INTO push.jobs (topic, device_token, payload)
+        SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":{"title":"Order shipped","body":"Arrives Tuesday"}}}'
+          FROM generate_series(1, \(Int64(count))) AS g
+        """,
+        logger: logger
+    )
+    try await client.query("VACUUM ANALYZE push.jobs", logger: logger)
+}
+
+/// pgbench running bench/pgbench-claim-record.sql with one client; returns jobs/s.
+func runPGBench(url: DatabaseURL, batch: Int, seconds: Int, sqlDirectory: String) throws -> Double {
+    let script = URL(fileURLWithPath: sqlDirectory).appendingPathComponent("pgbench-claim-record.sql").path
+    let result = try ChildProcess.run(
+        "/usr/bin/env",
+        ["pgbench", "-n", "-M", "extended", "-c", "1", "-T", String(seconds), "-D", "batch=\(batch)",
+         "-f", script, url.connectionString]
+    )
+    guard result.status == 0,
+          let line = result.output.split(separator: "\n").first(where: { $0.hasPrefix("tps = ") }),
+          let tps = Double(line.dropFirst(6).prefix { $0.isNumber || $0 == "." })
+    else {
+        throw ValidationError("pgbench failed (is Debian's postgresql-client installed?): \(result.output)")
+    }
+    return tps * Double(batch)
+}
+
+/// The benchmarks' logger: errors only, so the figures stand out.
+func benchLogger() -> Logger {
+    var logger = Logger(label: "push-bench")
+    logger.logLevel = .error
+    return logger
+}
+
+/// A fresh fsync-on embedded cluster in a temporary directory, removed again by ``stop()``.
+struct BenchCluster {
+    let cluster: EmbeddedPostgres
+    let directory: String
+
+    func stop() {
+        self.cluster.stop()
+        try? FileManager.default.removeItem(atPath: self.directory)
+    }
+}
+
+/// The server to measure on: DATABASE_URL, or a fresh fsync-on embedded cluster.
+func startServer(logger: Logger) throws -> (DatabaseURL, BenchCluster?) {
+    if let url = ProcessInfo.processInfo.environment["DATABASE_URL"], !url.isEmpty {
+        return (try DatabaseURL(url), nil)
+    }
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("push-bench-\(getpid())").path
+    let cluster = EmbeddedPostgres(
+        configuration: .init(dataDirectory: directory + "/data", fsync: true, settings: ["shared_buffers": "'256MB'"]),
+        logger: logger
+    )
+    return (try cluster.start(), BenchCluster(cluster: cluster, directory: directory))
+}
+
+/// Runs `body` with a running client on `url`.
+func withClient(_ url: DatabaseURL, logger: Logger, _ body: @Sendable (PostgresClient) async throws -> Void) async throws {
+    let client = PostgresClient(configuration: url.clientConfiguration, backgroundLogger: logger)
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        group.addTask { await client.run() }
+        defer { group.cancelAll() }
+        try await body(client)
+    }
+}

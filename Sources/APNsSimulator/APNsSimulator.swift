@@ -52,6 +52,9 @@ public final class APNsSimulator: Sendable {
         public var allowedTopics: Set<String>?
         /// Keep a record of every request (turn off for long benchmarks).
         public var recordRequests: Bool
+        /// Host names the server certificate is valid for besides `localhost` and 127.0.0.1 (a compose
+        /// service name, a staging host).
+        public var tlsNames: [String] = []
 
         /// Defaults: loopback, free port, faithful mode, 1,000 streams once authenticated, unique ids on.
         public init(
@@ -90,7 +93,7 @@ public final class APNsSimulator: Sendable {
     public init(configuration: Configuration, logger: Logger) throws {
         self.configuration = configuration
         self.logger = logger
-        self.certificates = try SimulatorCertificates.make()
+        self.certificates = try SimulatorCertificates.make(extraNames: configuration.tlsNames)
         self.verifier = JWTVerifier(keys: configuration.keys, maximumAge: configuration.tokenMaxAge)
     }
 

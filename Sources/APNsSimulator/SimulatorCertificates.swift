@@ -4,14 +4,14 @@ import NIOSSL
 import SwiftASN1
 import X509
 
-/// A throwaway certificate authority and a server certificate it signed for `localhost` and 127.0.0.1,
-/// made fresh for each simulator, so clients verify TLS normally with the CA as an extra trust root.
+/// A throwaway certificate authority and a server certificate it signed for `localhost`, 127.0.0.1 and
+/// any extra host names, made fresh for each simulator, so clients verify TLS normally with the CA as an extra trust root.
 struct SimulatorCertificates {
     let caPEM: String
     let serverCertificate: NIOSSLCertificate
     let serverKey: NIOSSLPrivateKey
 
-    static func make() throws -> SimulatorCertificates {
+    static func make(extraNames: [String] = []) throws -> SimulatorCertificates {
         let now = Date()
         let caKey = P256.Signing.PrivateKey()
         let caName = try DistinguishedName {
@@ -51,7 +51,7 @@ struct SimulatorCertificates {
                 Critical(BasicConstraints.notCertificateAuthority)
                 Critical(KeyUsage(digitalSignature: true))
                 try ExtendedKeyUsage([.serverAuth])
-                SubjectAlternativeNames([.dnsName("localhost"), .ipAddress(ASN1OctetString(contentBytes: [127, 0, 0, 1]))])
+                SubjectAlternativeNames([.dnsName("localhost"), .ipAddress(ASN1OctetString(contentBytes: [127, 0, 0, 1]))] + extraNames.map { .dnsName($0) })
             },
             issuerPrivateKey: .init(caKey)
         )

@@ -110,4 +110,18 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
             database: self.database, tls: tls
         )
     }
+
+    /// Opens one connection and closes it, so a command fails at once with a sentence naming the server
+    /// and what to check, rather than with a connection pool's circuit-breaker error later.
+    public func probe(logger: Logger) async throws {
+        do {
+            let connection = try await PostgresConnection.connect(configuration: try self.connectionConfiguration(), id: 0, logger: logger)
+            try? await connection.close()
+        } catch {
+            throw QueueError(
+                code: .databaseUnreachable,
+                message: "cannot connect to Postgres at \(self.host):\(self.port) as \(self.username) (database \(self.database)): \(QueueError.summary(of: error)). Check that the server is running and accepts connections, and DATABASE_URL (or --database-url)"
+            )
+        }
+    }
 }

@@ -82,4 +82,24 @@ public struct Migrator: Sendable {
         }
         return versions
     }
+
+    /// The embedded migrations the database has not recorded yet (empty when the schema is current).
+    public func pending() async throws -> [Migration] {
+        let applied = Set(try await self.appliedVersions())
+        return self.migrations.filter { !applied.contains($0.version) }
+    }
+
+    /// Throws ``QueueError/Code/schemaMissing`` when the database lacks a migration this build has; for
+    /// workers that must not change the schema themselves (a deploy runs `push-worker migrate` once).
+    /// A schema newer than this build is accepted: migrations only add, so an older worker keeps working.
+    public func requireCurrent() async throws {
+        let applied = try await self.appliedVersions()
+        let missing = self.migrations.filter { !applied.contains($0.version) }
+        guard !missing.isEmpty else { return }
+        let at = applied.last.map { "is at version \($0)" } ?? "does not exist yet"
+        throw QueueError(
+            code: .schemaMissing,
+            message: "the push schema \(at) and lacks \(missing.map(\.name).joined(separator: ", ")), which this build needs: apply the migrations first (push-worker migrate)"
+        )
+    }
 }

@@ -1,4 +1,7 @@
 public import PostgresNIO
+import Foundation
+import NIOCore
+import NIOPosix
 
 /// An error from the queue: what went wrong, in a sentence that says what to do, and never a token,
 /// payload or password.
@@ -6,7 +9,7 @@ public struct QueueError: Error, Sendable, CustomStringConvertible {
     /// What kind of failure this is; compare with the static members.
     public struct Code: Sendable, Hashable, CustomStringConvertible {
         private enum Base: Sendable, Hashable {
-            case migrationFailed, schemaMissing, invalidDatabaseURL, postgresNotInstalled, embeddedPostgresFailed
+            case migrationFailed, schemaMissing, invalidDatabaseURL, databaseUnreachable, postgresNotInstalled, embeddedPostgresFailed
             case invalidArgument
         }
         private let base: Base
@@ -18,6 +21,8 @@ public struct QueueError: Error, Sendable, CustomStringConvertible {
         public static let schemaMissing = Code(.schemaMissing)
         /// `DATABASE_URL` could not be parsed.
         public static let invalidDatabaseURL = Code(.invalidDatabaseURL)
+        /// No connection to the server could be made (down, wrong host or port, refused credentials).
+        public static let databaseUnreachable = Code(.databaseUnreachable)
         /// The Postgres server binaries needed for the embedded cluster are not on this machine.
         public static let postgresNotInstalled = Code(.postgresNotInstalled)
         /// The embedded cluster could not be created or started.
@@ -56,8 +61,13 @@ public struct QueueError: Error, Sendable, CustomStringConvertible {
                 if let hint = server[.hint] { text += "; hint: \(hint)" }
                 return text
             }
+            if let underlying = psql.underlying { return summary(of: underlying) }
             return "\(psql.code)"
         }
+        if let connection = error as? NIOConnectionError, let first = connection.connectionErrors.first {
+            return summary(of: first.error)
+        }
+        if let io = error as? IOError { return String(cString: strerror(io.errnoCode)).lowercased() }
         if let transaction = error as? PostgresTransactionError {
             return summary(of: transaction.closureError ?? transaction.commitError ?? transaction.beginError ?? error)
         }

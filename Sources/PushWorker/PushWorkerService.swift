@@ -72,6 +72,11 @@ public final class PushWorkerService: Sendable {
         return !self.isShuttingDown && quietFor < self.configuration.pollInterval * 3 + .seconds(10)
     }
 
+    /// Sets the `push_worker_ready` gauge from ``isReady``; call it before each scrape.
+    public func recordReadiness() {
+        self.metrics.ready.record(self.isReady ? 1 : 0)
+    }
+
     /// Runs until ``shutdown()`` (or cancellation), then drains.
     public func run() async {
         let recorder = OutcomeRecorder(

@@ -13,9 +13,14 @@ struct WorkerMetrics: Sendable {
     let connections = Gauge(label: "push_apns_connections")
     let jwtMints = Gauge(label: "push_jwt_mints")
     let pausedCredentials = Gauge(label: "push_paused_credentials")
+    /// 1 while ``PushWorkerService/isReady``, 0 otherwise: `sum(push_worker_ready) == 0` means no worker
+    /// is taking jobs.
+    let ready = Gauge(label: "push_worker_ready")
 
-    /// One attempt's outcome: `push_sends_total{status,reason,trap}`, `push_outcomes_total{outcome}`,
-    /// `push_retries_total`, and the attempt latency.
+    /// One attempt's outcome: `push_sends_total{status,reason,trap}` (attempts that reached APNs),
+    /// `push_rejected_before_send_total{reason,trap}`, `push_outcomes_total{outcome}`, `push_retries_total`,
+    /// `push_dead_letters_total{reason,trap}` (the final attempt's reason and trap id of each job moved to
+    /// the dead-letter table), and the attempt latency.
     func record(_ outcome: JobOutcome) {
         let kind: String
         switch outcome.disposition {
@@ -34,7 +39,11 @@ struct WorkerMetrics: Sendable {
         } else {
             Counter(label: "push_rejected_before_send_total", dimensions: [("reason", outcome.reason ?? "none"), ("trap", outcome.trapIDs.first ?? "none")]).increment()
         }
-        if case .retry = outcome.disposition { Counter(label: "push_retries_total").increment() }
+        switch outcome.disposition {
+        case .retry: Counter(label: "push_retries_total").increment()
+        case .dead: Counter(label: "push_dead_letters_total", dimensions: [("reason", outcome.reason ?? "none"), ("trap", outcome.trapIDs.first ?? "none")]).increment()
+        case .delivered, .requeue: break
+        }
         if let latency = outcome.latencyMs { self.attemptLatency.recordMilliseconds(latency) }
     }
 

@@ -63,6 +63,7 @@ struct DatabaseOptions: ParsableArguments {
     func withQueue<T: Sendable>(_ body: @Sendable (JobQueue, PostgresClient, Logger) async throws -> T) async throws -> T {
         let logger = try self.makeLogger()
         let url = try self.resolve(logger: logger)
+        try await url.probe(logger: logger)
         var configuration = url.clientConfiguration
         configuration.options.maximumConnections = 4
         // A one-shot verb queries before the pool's run() is scheduled; postgres-nio warns about that on

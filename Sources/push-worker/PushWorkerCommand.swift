@@ -24,6 +24,7 @@ struct PushWorkerCommand: AsyncParsableCommand {
             DescribeCommand.self,
             ChannelsCommand.self,
             SimulatorCommand.self,
+            HealthcheckCommand.self,
         ]
     )
 }

@@ -40,6 +40,8 @@ struct RunCommand: AsyncParsableCommand {
     @Option(name: .customLong("metrics-port"), help: "Port of /metrics (Prometheus), /healthz and /readyz; 0 picks a free one.") var metricsPort: Int = 9464
     @Option(name: .customLong("metrics-host"), help: "Address the metrics and health endpoints listen on.") var metricsHost: String = "0.0.0.0"
     @Flag(name: .customLong("no-metrics"), help: "Do not serve /metrics, /healthz and /readyz.") var noMetrics = false
+    @Option(help: ArgumentHelp("apply: migrate the schema at start (under a lock). check: refuse to start unless a deploy step ran push-worker migrate.", valueName: "apply|check"))
+    var migrations: MigrationMode = .apply
     @Option(name: .customLong("shutdown-grace"), help: ArgumentHelp("How long in-flight sends may finish after SIGTERM.", valueName: "duration")) var shutdownGrace: HumanDuration = HumanDuration(argument: "20s")!
 
     func validate() throws {
@@ -55,6 +57,7 @@ struct RunCommand: AsyncParsableCommand {
         let logger = try self.database.makeLoggerDefaultingTo(.info)
         let (url, startedCluster) = try self.database.resolveStartingCluster(logger: logger)
         defer { startedCluster?.stop() }
+        try await url.probe(logger: logger)
         if self.apns.hasKey {
             try await self.serve(url: url, logger: logger) { store in try self.makeClient(logger: logger, simulator: nil, tokenStore: store) }
             return
@@ -101,6 +104,7 @@ struct RunCommand: AsyncParsableCommand {
             shutdownGrace: self.shutdownGrace.duration
         )
         let listener = try url.connectionConfiguration()
+        let notifier = ServiceManagerNotifier()
         // Bootstrap metrics before anything creates a metric handler (handlers made earlier stay no-ops).
         let registry: PrometheusCollectorRegistry? = self.noMetrics ? nil : PrometheusCollectorRegistry()
         if let registry { MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry)) }
@@ -108,7 +112,11 @@ struct RunCommand: AsyncParsableCommand {
             group.addTask { await client.run() }
             defer { group.cancelAll() }
             do {
-                try await Migrator(client: client, logger: logger).migrate()
+                notifier.notify("STATUS=checking the push schema")
+                switch self.migrations {
+                case .apply: try await Migrator(client: client, logger: logger).migrate()
+                case .check: try await Migrator(client: client, logger: logger).requireCurrent()
+                }
                 // One provider token per key for the whole fleet, shared through Postgres.
                 let apnsClient = try makeClient(ProviderTokenTable(client: client, logger: logger))
                 let service = PushWorkerService(configuration: configuration, queue: JobQueue(client: client, logger: logger), client: apnsClient, listenerConfiguration: listener, logger: logger)
@@ -119,6 +127,7 @@ struct RunCommand: AsyncParsableCommand {
                         received += 1
                         if received == 1 {
                             logger.warning("signal received: draining (a second signal exits at once)")
+                            notifier.notify("STOPPING=1\nSTATUS=draining: finishing sends in flight")
                             service.shutdown()
                         } else {
                             logger.warning("second signal: exiting now; the reaper returns unfinished jobs")
@@ -127,7 +136,14 @@ struct RunCommand: AsyncParsableCommand {
                     }
                 }
                 if let registry {
-                    let health = HealthServer(host: self.metricsHost, port: self.metricsPort, isReady: { service.isReady }, metrics: { registry.emitToBuffer() }, logger: logger)
+                    let health = HealthServer(
+                        host: self.metricsHost, port: self.metricsPort, isReady: { service.isReady },
+                        metrics: {
+                            service.recordReadiness()
+                            return registry.emitToBuffer()
+                        },
+                        logger: logger
+                    )
                     let host = self.metricsHost
                     group.addTask {
                         do {
@@ -139,6 +155,9 @@ struct RunCommand: AsyncParsableCommand {
                     }
                 }
                 writeLine("push-worker \(workerID) running against \(url) (Ctrl-C to stop)")
+                // systemd (Type=notify): ready once the schema is checked and the service is built.
+                notifier.notify("READY=1\nSTATUS=claiming and sending as \(workerID)\nMAINPID=\(getpid())")
+                group.addTask { await notifier.runWatchdog() }
                 await service.run()
                 await apnsClient.shutdown()
                 let counters = service.counters
@@ -150,4 +169,12 @@ struct RunCommand: AsyncParsableCommand {
         }
         try result.get()
     }
+}
+
+/// How `run` treats the push schema at start.
+enum MigrationMode: String, ExpressibleByArgument, CaseIterable {
+    /// Apply pending migrations (one host, compose, the five-minute walkthrough).
+    case apply
+    /// Refuse to start while migrations are pending (fleets where a deploy step migrates once).
+    case check
 }

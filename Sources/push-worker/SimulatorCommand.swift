@@ -19,6 +19,8 @@ struct SimulatorCommand: AsyncParsableCommand {
     @Option(help: "Port to listen on (0 picks a free one).") var port: Int = 2197
     @Option(name: .customLong("state-dir"), help: ArgumentHelp("Where the CA certificate and the signing key are written.", valueName: "path"))
     var stateDirectory: String = ".pushworker/simulator"
+    @Option(name: .customLong("tls-name"), help: ArgumentHelp("A host name clients use to reach it (besides localhost), added to its TLS certificate; repeatable.", valueName: "name"))
+    var tlsNames: [String] = []
     @Flag(help: "Answer every request 200 at once, with no checks (benchmarks).") var fast = false
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.") var logLevel: String = "info"
 
@@ -27,10 +29,9 @@ struct SimulatorCommand: AsyncParsableCommand {
         logger.logLevel = Logger.Level(rawValue: self.logLevel) ?? .info
         let directory = URL(fileURLWithPath: self.stateDirectory).standardizedFileURL.path
         let credentials = try SimulatorCredentials.generate(in: directory)
-        let simulator = try APNsSimulator(
-            configuration: .init(host: self.host, port: self.port, keys: [credentials.keyID: credentials.trustedKey], fastMode: self.fast, recordRequests: false),
-            logger: logger
-        )
+        var configuration = APNsSimulator.Configuration(host: self.host, port: self.port, keys: [credentials.keyID: credentials.trustedKey], fastMode: self.fast, recordRequests: false)
+        configuration.tlsNames = self.tlsNames
+        let simulator = try APNsSimulator(configuration: configuration, logger: logger)
         let caPath = (directory as NSString).appendingPathComponent("ca.pem")
         try simulator.writeCACertificate(to: caPath)
         let fast = self.fast

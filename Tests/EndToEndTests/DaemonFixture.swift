@@ -43,26 +43,32 @@ struct DaemonFixture: Sendable {
     }
 
     /// Starts `push-worker run` with fast test timings; `extra` overrides them.
-    func startWorker(_ name: String = "w1", _ extra: [String] = []) throws -> ChildProcess.Running {
+    func startWorker(_ name: String = "w1", _ extra: [String] = [], environment more: [String: String] = [:]) throws -> ChildProcess.Running {
         let arguments = [
             "run", "--worker-id", name, "--apns-endpoint", "https://localhost:\(self.simulator.port)", "--apns-ca-file", self.caFile,
             "--base-delay-ms", "20", "--max-delay-ms", "100", "--poll-interval-ms", "200", "--log-level", "warning",
             "--metrics-port", "0", "--metrics-host", "127.0.0.1",
         ] + extra
-        return try ChildProcess.start(Self.binary, arguments, environment: self.environment, outputPath: self.directory + "/\(name).log")
+        return try ChildProcess.start(Self.binary, arguments, environment: self.environment.merging(more) { $1 }, outputPath: self.directory + "/\(name).log")
+    }
+
+    /// The port a worker printed for its metrics and health endpoint.
+    func metricsPort(_ worker: ChildProcess.Running) async throws -> Int {
+        for _ in 0..<100 {
+            if let line = worker.output.split(separator: "\n").first(where: { $0.hasPrefix("metrics and health on http://") }),
+               let address = line.split(separator: " ").dropFirst(4).first, let colon = address.lastIndex(of: ":"),
+               let port = Int(address[address.index(after: colon)...]) {
+                return port
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        Issue.record("the worker printed no metrics address: \(worker.output.suffix(500))")
+        throw CancellationError()
     }
 
     /// GETs a path from a worker's metrics and health endpoint; returns (status, body).
     func get(_ worker: ChildProcess.Running, _ path: String) async throws -> (Int, String) {
-        var port: Int?
-        for _ in 0..<100 where port == nil {
-            if let line = worker.output.split(separator: "\n").first(where: { $0.hasPrefix("metrics and health on http://") }),
-               let colon = line.split(separator: " ")[4].lastIndex(of: ":") {
-                port = Int(line.split(separator: " ")[4][line.split(separator: " ")[4].index(after: colon)...])
-            }
-            if port == nil { try await Task.sleep(for: .milliseconds(50)) }
-        }
-        let found = try #require(port, "the worker printed no metrics address: \(worker.output.suffix(500))")
+        let found = try await self.metricsPort(worker)
         let script = """
             import sys, urllib.request, urllib.error
             try:

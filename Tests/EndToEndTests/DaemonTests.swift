@@ -165,9 +165,18 @@ struct DaemonTests {
             #expect(metrics.contains("push_attempt_latency_seconds"))
             #expect(metrics.contains(#"push_outcomes_total{outcome="delivered"} 39"#))
             #expect(!metrics.contains(gone), "no device token in metrics")
+            #expect(metrics.contains("push_worker_ready 1"))
+            #expect(metrics.contains(#"push_dead_letters_total{reason="Unregistered",trap="MS020"} 1"#), "the final attempt's trap: \(metrics)")
             #expect(try await f.get(worker, "/nope").0 == 404)
+            // The container health check: the real CLI against the real endpoint.
+            let port = try await f.metricsPort(worker)
+            let alive = try f.cli(["healthcheck", "--port", "\(port)"])
+            #expect(alive.status == 0 && alive.output.contains("/healthz: ok"), "\(alive.output)")
+            #expect(try f.cli(["healthcheck", "--port", "\(port)", "--ready"]).status == 0)
             worker.signal(SIGTERM)
             #expect(worker.wait() == 0)
+            let stopped = try f.cli(["healthcheck", "--port", "\(port)"])
+            #expect(stopped.status == 1 && stopped.output.contains("cannot connect"), "a stopped worker fails the check: \(stopped.output)")
         }
     }
 

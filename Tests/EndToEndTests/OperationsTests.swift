@@ -1,0 +1,72 @@
+import Foundation
+import PushQueue
+import PushQueueTesting
+import Testing
+
+/// What deploy/ relies on: systemd's notify protocol, the schema check a fleet starts with.
+@Suite("operations: systemd notify, migrations check", .serialized)
+struct OperationsTests {
+    @Test("Type=notify: READY=1 once the schema is checked, WATCHDOG=1 pings, STOPPING=1 on SIGTERM")
+    func systemdNotify() async throws {
+        try await DaemonFixture.run { f in
+            // A stand-in for systemd's notify socket: a real Unix datagram socket, each message logged.
+            let socket = f.directory + "/notify.sock"
+            let received = f.directory + "/notify.log"
+            let listener = try ChildProcess.start("/usr/bin/env", ["python3", "-u", "-c", """
+                import socket, sys
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                s.bind(sys.argv[1])
+                with open(sys.argv[2], "a") as log:
+                    while True:
+                        message = s.recv(4096).decode()
+                        log.write(message.replace("\\n", " ") + "\\n"); log.flush()
+                """, socket, received], environment: [:], outputPath: f.directory + "/listener.log")
+            defer { listener.signal(SIGKILL); _ = listener.wait() }
+            try await f.waitUntil(.seconds(10), "the notify socket exists") { FileManager.default.fileExists(atPath: socket) }
+            let messages: @Sendable () -> [String] = {
+                ((try? String(contentsOfFile: received, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+            }
+            let worker = try f.startWorker("notify", environment: ["NOTIFY_SOCKET": socket, "WATCHDOG_USEC": "400000"])
+            try await f.waitUntil(.seconds(30), "READY=1") { messages().contains { $0.contains("READY=1") } }
+            let ready = try #require(messages().first { $0.contains("READY=1") })
+            #expect(ready.contains("STATUS=claiming and sending as notify"))
+            #expect(ready.contains("MAINPID=\(worker.pid)"))
+            let beforeReady = messages().prefix { !$0.contains("READY=1") }
+            #expect(beforeReady.contains { $0.contains("STATUS=checking the push schema") }, "status before ready: \(messages())")
+            try await f.waitUntil(.seconds(10), "two watchdog pings") { messages().filter { $0 == "WATCHDOG=1" }.count >= 2 }
+            try await f.db.execute("INSERT INTO push.jobs (topic, device_token, payload) VALUES ('com.example.app', '\(DaemonFixture.token(1))', '{\"aps\":{}}')")
+            try await f.waitUntil(.seconds(30), "delivered while notifying") { try await f.unfinished() == 0 }
+            worker.signal(SIGTERM)
+            #expect(worker.wait() == 0)
+            #expect(messages().contains { $0.hasPrefix("STOPPING=1") }, "\(messages())")
+        }
+    }
+
+    @Test("migrate --check exits 3 while migrations are pending; run --migrations check refuses to start, naming push-worker migrate")
+    func migrationsCheck() async throws {
+        try await DaemonFixture.run { f in
+            try await f.db.execute("DROP SCHEMA push CASCADE")
+            let pending = try f.cli(["migrate", "--check"])
+            #expect(pending.status == 3, "\(pending.output)")
+            #expect(pending.output.contains("pending: 0001_schema.sql, 0002_provider_tokens.sql"), "\(pending.output)")
+
+            let refused = try f.startWorker("checked", ["--migrations", "check"])
+            #expect(refused.wait() != 0)
+            #expect(refused.output.contains("lacks 0001_schema.sql, 0002_provider_tokens.sql"), "\(refused.output)")
+            #expect(refused.output.contains("push-worker migrate"))
+            #expect(try await f.db.int64("SELECT count(*) FROM pg_namespace WHERE nspname = 'push'") == 0, "check changed nothing")
+
+            #expect(try f.cli(["migrate"]).status == 0)
+            let current = try f.cli(["migrate", "--check", "--json"])
+            #expect(current.status == 0, "\(current.output)")
+            let answer = try JSONSerialization.jsonObject(with: Data(current.output.utf8)) as? [String: [String]]
+            #expect(answer?["pending"] == [] && answer?["schema_versions"] == ["1", "2"], "\(current.output)")
+
+            let worker = try f.startWorker("checked", ["--migrations", "check"])
+            try await f.db.execute("INSERT INTO push.jobs (topic, device_token, payload) VALUES ('com.example.app', '\(DaemonFixture.token(2))', '{\"aps\":{}}')")
+            try await f.waitUntil(.seconds(30), "delivered by a worker that only checked the schema") { try await f.unfinished() == 0 }
+            worker.signal(SIGTERM)
+            #expect(worker.wait() == 0)
+        }
+    }
+}

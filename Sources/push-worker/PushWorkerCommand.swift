@@ -25,6 +25,7 @@ struct PushWorkerCommand: AsyncParsableCommand {
             ChannelsCommand.self,
             SimulatorCommand.self,
             HealthcheckCommand.self,
+            CheckArgumentsCommand.self,
         ]
     )
 }

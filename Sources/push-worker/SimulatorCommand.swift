@@ -28,14 +28,16 @@ struct SimulatorCommand: AsyncParsableCommand {
         var logger = Logger(label: "push-worker.simulator")
         logger.logLevel = Logger.Level(rawValue: self.logLevel) ?? .info
         let directory = URL(fileURLWithPath: self.stateDirectory).standardizedFileURL.path
+        let caPath = (directory as NSString).appendingPathComponent("ca.pem")
+        // ca.pem appears once this run's key and CA are in place: a health check can wait for it.
+        try? FileManager.default.removeItem(atPath: caPath)
         let credentials = try SimulatorCredentials.generate(in: directory)
         var configuration = APNsSimulator.Configuration(host: self.host, port: self.port, keys: [credentials.keyID: credentials.trustedKey], fastMode: self.fast, recordRequests: false)
         configuration.tlsNames = self.tlsNames
         let simulator = try APNsSimulator(configuration: configuration, logger: logger)
-        let caPath = (directory as NSString).appendingPathComponent("ca.pem")
-        try simulator.writeCACertificate(to: caPath)
         let fast = self.fast
         try await simulator.run { simulator in
+            try simulator.writeCACertificate(to: caPath)
             writeLine("""
                 APNs simulator listening on \(simulator.endpointURL) (\(fast ? "fast mode: every request 200, no checks" : "faithful mode"))
                   CA certificate  \(caPath)

@@ -1,0 +1,30 @@
+import ArgumentParser
+
+struct CheckArgumentsCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "check-arguments",
+        abstract: "Parse a push-worker command line without running it: exit 0 if valid, 64 with the error if not.",
+        discussion: """
+            For deploy files and scripts: `push-worker check-arguments run --worker-id a --migrations check` \
+            checks the verb, every option name and value, and the verb's own rules (e.g. --lease longer than \
+            --request-timeout-ms), as `run` would at start, and connects to nothing.
+            """,
+        shouldDisplay: false
+    )
+
+    @Argument(parsing: .captureForPassthrough, help: "The command line after push-worker.") var arguments: [String] = []
+
+    func run() throws {
+        guard !self.arguments.isEmpty else { throw ValidationError("give the command line to check, e.g. check-arguments run --worker-id a") }
+        do {
+            let command = try PushWorkerCommand.parseAsRoot(self.arguments)
+            guard type(of: command).configuration.commandName != "help", !(command is PushWorkerCommand) else {
+                throw ValidationError("that asks for help and runs nothing; give a verb and its options")
+            }
+            print("ok: push-worker \(type(of: command).configuration.commandName ?? "") \(self.arguments.dropFirst().joined(separator: " "))")
+        } catch {
+            printError("push-worker \(self.arguments.joined(separator: " ")): \(PushWorkerCommand.message(for: error))")
+            throw ExitCode(64)
+        }
+    }
+}

@@ -1,0 +1,95 @@
+import Foundation
+import PostgresNIO
+import PushQueue
+import PushQueueTesting
+import Testing
+
+/// docs/operations.md shows operators commands and queries; each one must exist and run. Every
+/// `$ push-worker …` line of a `console` block runs against a real database with dead letters, a
+/// running worker and the simulator (daemon verbs, `run` and `simulator`, are parsed by
+/// `check-arguments` instead: the other end-to-end suites start them). Every `sql` block runs against
+/// the real schema.
+@Suite("docs/operations.md: every command and query runs", .serialized)
+struct OperationsGuideTests {
+    static let guide = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("docs/operations.md").path
+
+    /// The fenced blocks of a Markdown file with their info string.
+    static func blocks(of text: String) -> [(language: String, body: [String])] {
+        var blocks: [(String, [String])] = []
+        var current: (String, [String])?
+        for line in text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init) {
+            if line.hasPrefix("```") {
+                if let open = current {
+                    blocks.append(open)
+                    current = nil
+                } else {
+                    current = (String(line.dropFirst(3)).trimmingCharacters(in: .whitespaces), [])
+                }
+            } else if current != nil {
+                current!.1.append(line)
+            }
+        }
+        return blocks
+    }
+
+    @Test("every push-worker command in a console block runs and exits 0; every sql block runs")
+    func commandsAndQueries() async throws {
+        let text = try String(contentsOfFile: Self.guide, encoding: .utf8)
+        let blocks = Self.blocks(of: text)
+        let commands = blocks.filter { $0.language == "console" }.flatMap(\.body).filter { $0.hasPrefix("$ push-worker ") }
+            .map { String($0.dropFirst("$ push-worker ".count)) }
+        let queries = blocks.filter { $0.language == "sql" }.map { $0.body.joined(separator: "\n") }
+        #expect(commands.count >= 12, "the guide's commands were found: \(commands)")
+        #expect(queries.count >= 3)
+
+        try await DaemonFixture.run { f in
+            let (ok, gone) = (DaemonFixture.token(1), DaemonFixture.token(2))
+            f.simulator.script(gone, .unregistered(timestampMs: 1_700_000_000_000))
+            let big = String(repeating: "x", count: 4_200)
+            try await f.db.execute("""
+                INSERT INTO push.jobs (topic, device_token, payload, expires_at) VALUES
+                ('com.example.app', '\(ok)', '{"aps":{"alert":"hi"}}', NULL),
+                ('com.example.app', '\(gone)', '{"aps":{"alert":"hi"}}', NULL),
+                ('com.example.app', '\(DaemonFixture.token(3))', '{"aps":{"alert":"\(big)"}}', NULL),
+                ('com.example.app', '\(DaemonFixture.token(4))', '{"aps":{"alert":"hi"}}', now() - interval '1 minute')
+                """)
+            let worker = try f.startWorker("guide")
+            try await f.waitUntil(.seconds(60), "three dead letters") {
+                try await f.db.int64("SELECT count(*) FROM push.dead_jobs") == 3
+            }
+            let deadID = try await f.db.int64("SELECT id FROM push.dead_jobs WHERE reason = 'PayloadTooLarge'")
+            let jobID = try await f.db.int64("SELECT id FROM push.jobs WHERE state = 'delivered'")
+            let port = try await f.metricsPort(worker)
+
+            for line in commands {
+                // `$ push-worker verb …   # exit N: why` documents a non-zero exit status.
+                let parts = line.components(separatedBy: " #")
+                let command = parts[0].trimmingCharacters(in: .whitespaces)
+                let expected = parts.dropFirst().first.flatMap { comment in
+                    comment.firstMatch(of: /exit (\d+)/).map { Int32($0.1)! }
+                } ?? 0
+                var arguments = command.split(separator: " ").map(String.init).map {
+                    $0.replacingOccurrences(of: "<dead-id>", with: "\(deadID)").replacingOccurrences(of: "<job-id>", with: "\(jobID)")
+                }
+                #expect(!arguments.contains { $0.hasPrefix("<") }, "a placeholder the test does not fill: \(command)")
+                if ["run", "simulator"].contains(arguments[0]) {
+                    arguments = ["check-arguments"] + arguments
+                }
+                // The guide's health checks use the default port; this worker listens on a free one.
+                if arguments[0] == "healthcheck" { arguments += ["--port", "\(port)"] }
+                let result = try f.cli(arguments)
+                #expect(result.status == expected, "push-worker \(command) exited \(result.status), not \(expected): \(result.output.suffix(800))")
+            }
+            for query in queries {
+                do {
+                    try await f.db.execute(query)
+                } catch {
+                    Issue.record("the guide's query fails: \(QueueError.summary(of: error))\n\(query)")
+                }
+            }
+            worker.signal(SIGTERM)
+            #expect(worker.wait() == 0)
+        }
+    }
+}

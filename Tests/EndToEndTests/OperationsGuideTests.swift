@@ -33,6 +33,21 @@ struct OperationsGuideTests {
         return blocks
     }
 
+    @Test("sh blocks (systemctl, docker, kubectl: not runnable here) are valid shell and name files that exist")
+    func shellBlocks() throws {
+        let root = URL(fileURLWithPath: Self.guide).deletingLastPathComponent().deletingLastPathComponent().path
+        let scripts = Self.blocks(of: try String(contentsOfFile: Self.guide, encoding: .utf8)).filter { $0.language == "sh" }.map { $0.body.joined(separator: "\n") }
+        #expect(scripts.count >= 3)
+        for script in scripts {
+            let syntax = try ChildProcess.run("/bin/bash", ["-n", "-c", script])
+            #expect(syntax.status == 0, "bash -n: \(syntax.output)\n\(script)")
+            for match in script.matches(of: /(?:deploy|docs)\/[A-Za-z0-9_.\/-]+/) {
+                let path = String(match.output)
+                #expect(FileManager.default.fileExists(atPath: root + "/" + path), "the guide names \(path), which is not in the repository")
+            }
+        }
+    }
+
     @Test("every push-worker command in a console block runs and exits 0; every sql block runs")
     func commandsAndQueries() async throws {
         let text = try String(contentsOfFile: Self.guide, encoding: .utf8)

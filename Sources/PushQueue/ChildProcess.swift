@@ -69,6 +69,9 @@ extension ChildProcess {
         posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
 
         var environment = ProcessInfo.processInfo.environment
+        // systemd's notify socket belongs to this process: a child (Postgres is built with systemd
+        // support) must not report READY=1 or STOPPING=1 in its name.
+        for key in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"] { environment.removeValue(forKey: key) }
         for (key, value) in extra { environment[key] = value }
         let envp: [UnsafeMutablePointer<CChar>?] = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer { for pointer in envp { free(pointer) } }

@@ -69,4 +69,44 @@ struct OperationsTests {
             #expect(worker.wait() == 0)
         }
     }
+
+    @Test("compose's wiring without Docker: the standalone simulator's key and CA, a worker with --migrations check, a TLS name")
+    func composeWiring() async throws {
+        try await DaemonFixture.run { f in
+            let state = f.directory + "/standalone"
+            let simulator = try ChildProcess.start(DaemonFixture.binary, [
+                "simulator", "--port", "0", "--tls-name", "simulator", "--state-dir", state,
+            ], environment: [:], outputPath: f.directory + "/simulator.log")
+            defer { simulator.signal(SIGTERM); _ = simulator.wait() }
+            // As compose's health check does: ca.pem appears once the key and CA are in place.
+            try await f.waitUntil(.seconds(30), "the simulator wrote ca.pem") { FileManager.default.fileExists(atPath: state + "/ca.pem") }
+            let line = try #require(simulator.output.split(separator: "\n").first { $0.hasPrefix("APNs simulator listening on https://") })
+            let port = try #require(line.split(separator: " ")[4].split(separator: ":").last.flatMap { Int($0) })
+
+            // Its certificate is valid for the service name compose gives it.
+            let verify = try ChildProcess.run("/usr/bin/env", [
+                "sh", "-c", "openssl s_client -connect 127.0.0.1:\(port) -servername simulator -verify_hostname simulator -CAfile \(state)/ca.pem -alpn h2 </dev/null",
+            ])
+            #expect(verify.output.contains("Verification: OK") || verify.output.contains("Verify return code: 0 (ok)"), "\(verify.output.suffix(600))")
+            let wrongName = try ChildProcess.run("/usr/bin/env", [
+                "sh", "-c", "openssl s_client -connect 127.0.0.1:\(port) -verify_hostname other.example -CAfile \(state)/ca.pem </dev/null",
+            ])
+            #expect(!wrongName.output.contains("Verify return code: 0 (ok)"), "a name not asked for is not in the certificate")
+
+            // A worker configured as compose configures one, with the simulator's throwaway key.
+            let worker = try ChildProcess.start(DaemonFixture.binary, [
+                "run", "--worker-id", "compose", "--migrations", "check", "--log-format", "json", "--metrics-port", "0",
+                "--apns-endpoint", "https://localhost:\(port)", "--apns-ca-file", state + "/ca.pem",
+            ], environment: [
+                "DATABASE_URL": f.db.url.connectionString,
+                "APNS_KEY_PATH": state + "/AuthKey_SIMKEY0001.p8", "APNS_KEY_ID": "SIMKEY0001", "APNS_TEAM_ID": "SIMTEAM001",
+            ], outputPath: f.directory + "/compose-worker.log")
+            try await f.db.execute("INSERT INTO push.jobs (topic, device_token, payload) VALUES ('com.example.app', repeat('ab', 32), '{\"aps\":{\"alert\":\"hi\"}}')")
+            try await f.waitUntil(.seconds(30), "delivered through the standalone simulator") {
+                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered' AND status = 200") == 1
+            }
+            worker.signal(SIGTERM)
+            #expect(worker.wait() == 0, "\(worker.output.suffix(800))")
+        }
+    }
 }

@@ -21,7 +21,7 @@ struct JobProcessor: Sendable {
     let environment: [String: String]
     let logger: Logger
 
-    func process(_ job: PushJob, pauseUntil: @Sendable (String) -> Date) async -> Result {
+    func process(_ job: PushJob, pauseUntil: @Sendable (_ credential: String, _ reason: String) -> Date) async -> Result {
         var logger = self.logger
         logger[metadataKey: "push.job_id"] = "\(job.id)"
         logger[metadataKey: "push.apns_id"] = "\(job.apnsID.uuidString.lowercased())"
@@ -66,7 +66,7 @@ struct JobProcessor: Sendable {
                 outcome.disposition = .dead(error: DeadLetterSentence.sentence(status: response.status, reason: response.reason, attempts: job.attempts, exhausted: false))
                 return Result(outcome: outcome)
             case .credentialFatal:
-                outcome.disposition = .requeue(at: pauseUntil(job.credential))
+                outcome.disposition = .requeue(at: pauseUntil(job.credential, response.reason ?? "HTTP \(response.status)"))
                 return Result(outcome: outcome, pauseCredential: job.credential)
             case .retryable, .credentialRetry, .unknown:
                 if verdict.responseClass == .unknown {
@@ -81,7 +81,7 @@ struct JobProcessor: Sendable {
             var outcome = JobOutcome(jobID: job.id, attempt: job.attempts, disposition: .delivered, reason: error.reason, latencyMs: latency, attemptedAt: now, sent: error.mayHaveBeenProcessed)
             if error.code == .credentialsMissing || error.code == .invalidKey {
                 outcome.trapIDs = [TrapID.credentialsMissing.rawValue]
-                outcome.disposition = .requeue(at: pauseUntil(job.credential))
+                outcome.disposition = .requeue(at: pauseUntil(job.credential, error.reason))
                 return Result(outcome: outcome, pauseCredential: job.credential)
             }
             if error.code == .connectFailed || error.code == .protocolNotNegotiated {

@@ -150,10 +150,10 @@ public final class PushWorkerService: Sendable {
                 }
                 for job in jobs {
                     sends.addTask {
-                        let result = await self.processor.process(job) { credential in
+                        let result = await self.processor.process(job) { credential, reason in
                             let (until, isNew) = self.pauses.pause(credential)
                             if isNew {
-                                self.logger.error("APNs refused credential '\(credential)' (or it has no key): its jobs stay pending until \(until); fix the key configuration", metadata: ["push.credential": "\(credential)"])
+                                self.logger.error("APNs refused credential '\(credential)' (\(reason)): its jobs stay pending until \(until); fix the key configuration", metadata: ["push.credential": "\(credential)", "push.reason": "\(reason)"])
                             }
                             return until
                         }

@@ -212,7 +212,7 @@ struct DaemonTests {
             try await f.waitUntil(.seconds(10), "the unknown credential's job requeued") {
                 try await f.db.int64("SELECT count(*) FROM push.jobs WHERE credential = 'nobody' AND state = 'pending' AND 'MS028' = ANY (trap_ids)") == 1
             }
-            #expect(worker.output.contains("credential 'nobody'"), "one clear error for the paused credential")
+            #expect(worker.output.contains("credential 'nobody' (CredentialsMissing)"), "one clear error for the paused credential, with the reason")
             worker.signal(SIGTERM)
             #expect(worker.wait() == 0)
             // --log-format json: one object per line, job lines carry the token's fingerprint, never the token.

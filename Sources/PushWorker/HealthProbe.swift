@@ -40,17 +40,28 @@ public enum HealthProbe {
             group.addTask {
                 try await channel.executeThenClose { inbound, outbound in
                     let headers = HTTPHeaders([("host", "\(host):\(port)"), ("connection", "close")])
-                    try await outbound.write(.head(HTTPRequestHead(version: .http1_1, method: .GET, uri: path, headers: headers)))
-                    try await outbound.write(.end(nil))
+                    // The server answers on the request head and closes (connection: close), so writing
+                    // the end of the request may already fail: the answer, if it came, still counts.
+                    var writeError: (any Error)?
+                    do {
+                        try await outbound.write(contentsOf: [.head(HTTPRequestHead(version: .http1_1, method: .GET, uri: path, headers: headers)), .end(nil)])
+                    } catch {
+                        writeError = error
+                    }
                     var status = 0
                     var body = ByteBuffer()
-                    for try await part in inbound {
-                        switch part {
-                        case .head(let head): status = Int(head.status.code)
-                        case .body(var chunk): body.writeBuffer(&chunk)
-                        case .end: return (status, String(buffer: body))
+                    do {
+                        for try await part in inbound {
+                            switch part {
+                            case .head(let head): status = Int(head.status.code)
+                            case .body(var chunk): body.writeBuffer(&chunk)
+                            case .end: return (status, String(buffer: body))
+                            }
                         }
+                    } catch where status != 0 {
+                        // Closed right after the answer: keep it.
                     }
+                    if status == 0, let writeError { throw writeError }
                     return (status, String(buffer: body))
                 }
             }

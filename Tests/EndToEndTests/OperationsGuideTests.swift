@@ -70,8 +70,10 @@ struct OperationsGuideTests {
                 ('com.example.app', '\(DaemonFixture.token(4))', '{"aps":{"alert":"hi"}}', now() - interval '1 minute')
                 """)
             let worker = try f.startWorker("guide")
-            try await f.waitUntil(.seconds(60), "three dead letters") {
-                try await f.db.int64("SELECT count(*) FROM push.dead_jobs") == 3
+            try await f.waitUntil(.seconds(60), "three dead letters and one delivered job") {
+                let dead = try await f.db.int64("SELECT count(*) FROM push.dead_jobs")
+                let delivered = try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'")
+                return dead == 3 && delivered == 1
             }
             let deadID = try await f.db.int64("SELECT id FROM push.dead_jobs WHERE reason = 'PayloadTooLarge'")
             let jobID = try await f.db.int64("SELECT id FROM push.jobs WHERE state = 'delivered'")

@@ -79,7 +79,9 @@ struct OperationsTests {
             ], environment: [:], outputPath: f.directory + "/simulator.log")
             defer { simulator.signal(SIGTERM); _ = simulator.wait() }
             // As compose's health check does: ca.pem appears once the key and CA are in place.
-            try await f.waitUntil(.seconds(30), "the simulator wrote ca.pem") { FileManager.default.fileExists(atPath: state + "/ca.pem") }
+            try await f.waitUntil(.seconds(30), "the simulator wrote ca.pem and printed its address") {
+                FileManager.default.fileExists(atPath: state + "/ca.pem") && simulator.output.contains("APNs simulator listening on https://")
+            }
             let line = try #require(simulator.output.split(separator: "\n").first { $0.hasPrefix("APNs simulator listening on https://") })
             let port = try #require(line.split(separator: " ")[4].split(separator: ":").last.flatMap { Int($0) })
 

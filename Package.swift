@@ -51,6 +51,7 @@ let package = Package(
             resources: [
                 .embedInCode("Migrations/0001_schema.sql"),
                 .embedInCode("Migrations/0002_provider_tokens.sql"),
+                .embedInCode("Migrations/0003_failure_paths.sql"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -45,8 +45,26 @@ extension APNsSimulator {
                     }
                 }
                 let streamID = (try? await stream.channel.getOption(HTTP2StreamChannelOptions.streamID).get()).map { Int($0) } ?? 0
-                let answer: SimulatorAnswer
-                if self.configuration.fastMode {
+                self.state.withLock { _ = $0.openStreamIDs[connectionID, default: []].insert(streamID) }
+                defer { self.state.withLock { _ = $0.openStreamIDs[connectionID]?.remove(streamID) } }
+                var answer: SimulatorAnswer
+                let fault = self.configuration.faults.isActive ? self.fault(for: headers, streamID: streamID, connectionID: connectionID, connection: connection) : .none
+                if case .silent = fault {
+                    try await Task.sleep(for: .seconds(3_600))
+                    return
+                }
+                if case .drop = fault {
+                    connection.close(promise: nil)
+                    return
+                }
+                if case .reset = fault {
+                    try await outbound.write(.rstStream(.internalError))
+                    return
+                }
+                if case .respond(let status, let reason) = fault {
+                    answer = .error(status, reason)
+                    if status == 429 { answer.headers.append(("retry-after", "1")) }
+                } else if self.configuration.fastMode {
                     answer = SimulatorAnswer(status: 200, reason: nil, headers: headers.first(name: "apns-id").map { [("apns-id", $0)] } ?? [])
                 } else {
                     answer = self.answer(headers: headers, body: body, connectionID: connectionID, connection: connection)
@@ -54,7 +72,15 @@ extension APNsSimulator {
                 if self.configuration.recordRequests {
                     self.record(headers: headers, body: body, connectionID: connectionID, streamID: streamID, answer: answer)
                 }
+                if case .slow(let latency) = fault { answer.delay = max(answer.delay, latency) }
                 if answer.delay > .zero { try await Task.sleep(for: answer.delay) }
+                // A stream above a GOAWAY's last-stream-id is never answered (Apple may keep the connection
+                // open and stay silent on it).
+                if let goAway = self.state.withLock({ $0.goAways[connectionID] }), streamID > goAway.last {
+                    self.state.withLock { $0.faults.unansweredAfterGoAway += 1 }
+                    try await Task.sleep(for: .seconds(3_600))
+                    return
+                }
                 switch answer.action {
                 case .respond:
                     var responseHeaders = HPACKHeaders([(":status", String(answer.status))])
@@ -62,6 +88,9 @@ extension APNsSimulator {
                     try await outbound.write(.headers(.init(headers: responseHeaders, endStream: answer.body.isEmpty)))
                     if !answer.body.isEmpty {
                         try await outbound.write(.data(.init(data: .byteBuffer(ByteBuffer(bytes: answer.body)), endStream: true)))
+                    }
+                    if answer.status == 200, let id = headers.first(name: "apns-id") {
+                        self.state.withLock { $0.faults.okAnswers[id.lowercased(), default: 0] += 1 }
                     }
                 case .hang:
                     try await Task.sleep(for: .seconds(3_600))
@@ -95,5 +124,72 @@ extension APNsSimulator {
             body: body, receivedAt: Date(), status: answer.action == .respond ? answer.status : 0, reason: answer.reason
         )
         self.state.withLock { $0.requests.append(request) }
+    }
+}
+
+/// What the fault plan does with one request.
+enum FaultAction {
+    case none, silent, drop, reset, slow(Duration)
+    case respond(Int, String)
+}
+
+extension APNsSimulator {
+    /// Draws the fault plan's action for one request; sends GOAWAY itself when it is its turn.
+    func fault(for headers: HPACKHeaders, streamID: Int, connectionID: Int, connection: any Channel) -> FaultAction {
+        let plan = self.configuration.faults
+        let now = ContinuousClock.now
+        var goAwayLast: Int?
+        let action = self.state.withLock { state -> FaultAction in
+            if let goAway = state.goAways[connectionID] {
+                state.faults.openedAfterGoAway += 1
+                if now - goAway.at > .milliseconds(100) { state.faults.openedLateAfterGoAway += 1 }
+                if streamID > goAway.last {
+                    state.faults.unansweredAfterGoAway += 1
+                    return .silent
+                }
+            }
+            state.faultRequests += 1
+            let n = state.faultRequests
+            if let every = plan.dropEvery, every > 0, n % every == 0 {
+                state.faults.drops += 1
+                return .drop
+            }
+            if let every = plan.goAwayEvery, every > 0, n % every == 0, state.goAways[connectionID] == nil {
+                // Below most of the streams in flight here: a quarter of them are answered, the rest never.
+                let open = (state.openStreamIDs[connectionID] ?? []).sorted()
+                let pivot = open.isEmpty ? streamID : open[open.count / 4]
+                let last = max(pivot - 2, 0)
+                state.goAways[connectionID] = (last, now)
+                state.faults.goAways += 1
+                goAwayLast = last
+                return streamID > last ? .silent : .none
+            }
+            let apnsID = headers.first(name: "apns-id")?.lowercased() ?? ""
+            let first = state.seenAPNsIDs.insert(apnsID).inserted
+            if first, plan.resetFirstAttempts > 0, Double.random(in: 0..<1, using: &state.faultRandom) < plan.resetFirstAttempts {
+                state.faults.resets += 1
+                return .reset
+            }
+            let roll = Double.random(in: 0..<1, using: &state.faultRandom)
+            if roll < plan.throttleShare {
+                state.faults.errors += 1
+                return .respond(429, "TooManyRequests")
+            }
+            if roll < plan.throttleShare + plan.serverErrorShare {
+                state.faults.errors += 1
+                return Bool.random(using: &state.faultRandom) ? .respond(500, "InternalServerError") : .respond(503, "ServiceUnavailable")
+            }
+            if roll < plan.throttleShare + plan.serverErrorShare + plan.slowShare { return .slow(plan.slowLatency) }
+            return .none
+        }
+        if let last = goAwayLast {
+            let frame = HTTP2Frame(streamID: .rootStream, payload: .goAway(
+                lastStreamID: HTTP2StreamID(last), errorCode: .noError, opaqueData: ByteBuffer(string: #"{"reason":"Shutdown"}"#)))
+            connection.writeAndFlush(frame, promise: nil)
+            connection.eventLoop.scheduleTask(in: .nanoseconds(Int64(plan.goAwayGrace.components.seconds) * 1_000_000_000 + plan.goAwayGrace.components.attoseconds / 1_000_000_000)) {
+                connection.close(promise: nil)
+            }
+        }
+        return action
     }
 }

@@ -55,6 +55,8 @@ public final class APNsSimulator: Sendable {
         /// Host names the server certificate is valid for besides `localhost` and 127.0.0.1 (a compose
         /// service name, a staging host).
         public var tlsNames: [String] = []
+        /// Faults played on every connection (GOAWAY, drops, resets, throttling), seeded.
+        public var faults = FaultPlan()
 
         /// Defaults: loopback, free port, faithful mode, 1,000 streams once authenticated, unique ids on.
         public init(
@@ -95,6 +97,7 @@ public final class APNsSimulator: Sendable {
         self.logger = logger
         self.certificates = try SimulatorCertificates.make(extraNames: configuration.tlsNames)
         self.verifier = JWTVerifier(keys: configuration.keys, maximumAge: configuration.tokenMaxAge)
+        self.state.withLock { $0.faultRandom = SeededGenerator(seed: configuration.faults.seed) }
     }
 
     /// Writes the CA certificate to `path` (PEM) and returns the path.
@@ -120,6 +123,9 @@ public final class APNsSimulator: Sendable {
 
     /// Starts counting ``maxConcurrentStreamsSeen`` afresh.
     public func resetStreamHighWater() { self.state.withLock { $0.maxOpenStreams = $0.openStreams } }
+
+    /// What the fault plan did so far, and the 200s written per apns-id.
+    public var faultCounters: FaultCounters { self.state.withLock { $0.faults } }
 
     /// Connections accepted so far.
     public var connectionsAccepted: Int { self.state.withLock { $0.connectionCount } }

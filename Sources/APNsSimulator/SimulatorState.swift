@@ -16,6 +16,16 @@ struct SimulatorState {
     var latestTokenIssuedAt: [String: Int64] = [:]
     /// Verified JWTs, so each is checked once.
     var verifiedTokens: [String: JWTVerifier.Claims] = [:]
+    /// The fault plan's random numbers, its request count, and what it did.
+    var faultRandom = SeededGenerator(seed: 1)
+    var faultRequests = 0
+    var faults = FaultCounters()
+    /// Per connection: the GOAWAY the simulator sent (last stream id, when).
+    var goAways: [Int: (last: Int, at: ContinuousClock.Instant)] = [:]
+    /// Per connection: the streams with a request read and no answer yet.
+    var openStreamIDs: [Int: Set<Int>] = [:]
+    /// apns-ids seen, to tell first attempts.
+    var seenAPNsIDs: Set<String> = []
     /// Broadcast channels per bundle id, with their message-storage policy.
     var channels: [String: [String: Int]] = [:]
 

@@ -107,6 +107,9 @@ public final class APNsClient: Sendable {
         }
     }
 
+    /// The credentials this client has a signing key for, sorted: what its worker may claim.
+    public var credentialNames: [String] { self.tokenCaches.keys.sorted() }
+
     /// The token cache of a credential, if it is configured.
     public func tokenCache(for credential: String) -> ProviderTokenCache? { self.tokenCaches[credential] }
 
@@ -114,16 +117,30 @@ public final class APNsClient: Sendable {
     ///
     /// - Throws: ``TransportError``: `credentialsMissing` when no key is configured for `credential`
     ///   (trap MS028), or a transport failure with ``TransportError/mayHaveBeenProcessed``.
-    public func send(_ request: APNsRequest, credential: String) async throws -> APNsResponse {
+    ///   - mayWrite: asked once a stream is granted, just before the request is written; `false`
+    ///     withdraws it unsent (``TransportError/Code/shutdown``): a job whose lease lapsed while it
+    ///     waited for a stream is never sent.
+    public func send(_ request: APNsRequest, credential: String, mayWrite: (@Sendable () -> Bool)? = nil) async throws -> APNsResponse {
         let endpoint = self.configuration.endpointOverride ?? .apple(request.environment)
         return try await self.perform(
             endpoint: endpoint, credential: credential, method: request.method, path: request.path,
-            headers: request.headers, body: request.body
+            headers: request.headers, body: request.body, mayWrite: mayWrite
         )
     }
 
+    /// How many times one call resends a request APNs certainly did not process before it gives the
+    /// job back uncounted.
+    static let maximumResends = 8
+
+    /// Requests APNs certainly did not process, resent or given back (the `requests_not_processed` metric).
+    public var notProcessedCount: Int { self.notProcessed.withLock { $0 } }
+    private let notProcessed = Mutex(0)
+
     /// Sends any request with a credential's token, with the in-call resend rules.
-    func perform(endpoint: APNsEndpoint, credential: String, method: String, path: String, headers: [(name: String, value: String)], body: [UInt8]) async throws -> APNsResponse {
+    func perform(
+        endpoint: APNsEndpoint, credential: String, method: String, path: String, headers: [(name: String, value: String)], body: [UInt8],
+        mayWrite: (@Sendable () -> Bool)? = nil
+    ) async throws -> APNsResponse {
         guard let cache = self.tokenCaches[credential] else {
             throw TransportError(code: .credentialsMissing, mayHaveBeenProcessed: false, message: "no APNs signing key is configured for credential '\(credential)': set APNS_KEY_ID, APNS_TEAM_ID and APNS_KEY_PATH, or name it in the config file")
         }
@@ -137,7 +154,7 @@ public final class APNsClient: Sendable {
             do {
                 let response = try await connection.send(
                     method: method, path: path, headers: headers, body: body, authorization: token.jwt,
-                    deadline: self.configuration.requestTimeout
+                    deadline: self.configuration.requestTimeout, mayWrite: mayWrite
                 )
                 switch (response.status, response.reason) {
                 case (403, "ExpiredProviderToken") where !reMinted:
@@ -150,16 +167,20 @@ public final class APNsClient: Sendable {
                     continue
                 case (200...299, _):
                     connection.limiter.markAuthenticated()
+                    pool.succeeded()
                 case (403, _):
                     connection.limiter.markUnauthenticated()
                 default:
                     break
                 }
                 return response
-            } catch let error as TransportError where !error.mayHaveBeenProcessed && resends < 3 {
+            } catch let error as TransportError where error.fault == .notProcessed {
                 // Certainly not processed: resend at once, on another connection if this one is going.
-                resends += 1
+                // Past the resend limit the caller gives the job back to the queue, uncounted.
+                self.notProcessed.withLock { $0 += 1 }
                 if !connection.isUsable { await pool.discard(connection) }
+                resends += 1
+                if resends > Self.maximumResends || Task.isCancelled { throw error }
                 continue
             }
         }
@@ -168,7 +189,7 @@ public final class APNsClient: Sendable {
     func pool(for key: PoolKey) -> ConnectionPool {
         self.pools.withLock { pools in
             if let pool = pools[key] { return pool }
-            let pool = ConnectionPool(endpoint: key.endpoint, client: self)
+            let pool = ConnectionPool(endpoint: key.endpoint, context: .init(configuration: self.configuration, tlsContext: self.tlsContext, group: self.group, logger: self.logger))
             pools[key] = pool
             return pool
         }

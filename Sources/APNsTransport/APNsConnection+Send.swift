@@ -12,9 +12,25 @@ extension APNsConnection {
     ///   - method, path, headers, body: the request; `headers` exclude pseudo-headers and `authorization`.
     ///   - authorization: the provider token, sent as `bearer <jwt>`, if any.
     ///   - deadline: how long from now the whole exchange may take; past it the stream is reset.
-    func send(method: String, path: String, headers: [(name: String, value: String)], body: [UInt8], authorization: String?, deadline: Duration) async throws -> APNsResponse {
+    func send(
+        method: String, path: String, headers: [(name: String, value: String)], body: [UInt8], authorization: String?, deadline: Duration,
+        mayWrite: (@Sendable () -> Bool)? = nil
+    ) async throws -> APNsResponse {
         guard await self.limiter.acquire() else {
+            if Task.isCancelled { throw TransportError(code: .shutdown, mayHaveBeenProcessed: false, message: "withdrawn before it was sent") }
             throw TransportError(code: .connectionReset, mayHaveBeenProcessed: false, message: "the connection closed before the request was sent")
+        }
+        // A stream was granted; the request is written only if the caller still wants it sent and the
+        // connection has not been told to go away meanwhile.
+        if Task.isCancelled || !(mayWrite?() ?? true) {
+            self.limiter.release()
+            self.closeIfRetiredAndIdle()
+            throw TransportError(code: .shutdown, mayHaveBeenProcessed: false, message: "withdrawn before it was sent")
+        }
+        if self.observer.isDraining {
+            self.limiter.release()
+            self.closeIfRetiredAndIdle()
+            throw TransportError(code: .goAway, mayHaveBeenProcessed: false, message: "the connection is going away; not sent on it")
         }
         let started = ContinuousClock.now
         self.touch(started)

@@ -1,5 +1,6 @@
 import Logging
 import NIOCore
+import NIOSSL
 import Synchronization
 
 /// A fixed number of connections to one endpoint for one credential, opened lazily, reopened with
@@ -13,17 +14,46 @@ final class ConnectionPool: Sendable {
         var retryAt: ContinuousClock.Instant?
         var roundRobin = 0
         var waiters: [CheckedContinuation<Void, Never>] = []
+        /// Whether a request has succeeded since the last connect: only then is the backoff reset, so a
+        /// peer that accepts and at once sends GOAWAY (or drops) is not reconnected to in a tight loop.
+        var succeededSinceConnect = true
+
+        /// A connection left its slot (GOAWAY, closed): if none succeeded since the last connect, the
+        /// next connect waits out the backoff.
+        mutating func connectionLost(configuration: APNsClient.Configuration) {
+            guard !self.succeededSinceConnect else { return }
+            self.backoff = self.backoff == .zero ? configuration.initialReconnectBackoff : min(self.backoff * 2, configuration.maximumReconnectBackoff)
+            self.retryAt = .now + self.backoff
+        }
+    }
+
+    /// What the pool needs of its client (no reference back to it).
+    struct Context: Sendable {
+        var configuration: APNsClient.Configuration
+        var tlsContext: NIOSSLContext
+        var group: any EventLoopGroup
+        var logger: Logger
     }
 
     let endpoint: APNsEndpoint
-    unowned(unsafe) let client: APNsClient
+    let context: Context
     private let state: Mutex<State>
 
-    init(endpoint: APNsEndpoint, client: APNsClient) {
+    init(endpoint: APNsEndpoint, context: Context) {
         self.endpoint = endpoint
-        self.client = client
-        let size = max(client.configuration.connectionsPerPool, 1)
+        self.context = context
+        let size = max(context.configuration.connectionsPerPool, 1)
         self.state = Mutex(State(slots: Array(repeating: nil, count: size), connecting: Array(repeating: false, count: size)))
+    }
+
+    /// A request succeeded: the endpoint is healthy, reconnects need no backoff.
+    func succeeded() {
+        self.state.withLock { state in
+            guard !state.succeededSinceConnect else { return }
+            state.succeededSinceConnect = true
+            state.backoff = .zero
+            state.retryAt = nil
+        }
     }
 
     var openCount: Int { self.state.withLock { $0.slots.compactMap { $0 }.filter(\.isUsable).count } }
@@ -32,9 +62,12 @@ final class ConnectionPool: Sendable {
     func connection() async throws -> APNsConnection {
         while true {
             enum Step { case use(APNsConnection), open(Int, id: Int), wait, backoff(ContinuousClock.Instant) }
+            var swept: [APNsConnection] = []
             let step = self.state.withLock { state -> Step in
                 for index in state.slots.indices where state.slots[index].map({ !$0.isUsable }) ?? false {
+                    swept.append(state.slots[index]!)
                     state.slots[index] = nil
+                    state.connectionLost(configuration: self.context.configuration)
                 }
                 if let retryAt = state.retryAt, retryAt > .now, state.slots.allSatisfy({ $0 == nil }) {
                     return .backoff(retryAt)
@@ -53,10 +86,12 @@ final class ConnectionPool: Sendable {
                 }
                 return .wait
             }
+            // A swept connection closes once its processed streams have their answers.
+            for connection in swept { connection.retire() }
             switch step {
             case .use(let connection):
-                if connection.idleFor > self.client.configuration.idlePingAfter, !(await connection.ping(timeout: .seconds(5))) {
-                    self.client.logger.info("idle APNs connection did not answer PING; replacing it", metadata: ["push.connection": "\(connection.id)"])
+                if connection.idleFor > self.context.configuration.idlePingAfter, !(await connection.ping(timeout: .seconds(5))) {
+                    self.context.logger.info("idle APNs connection did not answer PING; replacing it", metadata: ["push.connection": "\(connection.id)"])
                     await self.discard(connection)
                     continue
                 }
@@ -64,13 +99,13 @@ final class ConnectionPool: Sendable {
             case .open(let index, let id):
                 do {
                     let connection = try await APNsConnection.connect(
-                        id: id, host: self.endpoint.host, port: self.endpoint.port, tls: self.client.tlsContext,
-                        group: self.client.group, connectTimeout: self.client.configuration.connectTimeout, logger: self.client.logger
+                        id: id, host: self.endpoint.host, port: self.endpoint.port, tls: self.context.tlsContext,
+                        group: self.context.group, connectTimeout: self.context.configuration.connectTimeout, logger: self.context.logger
                     )
                     let waiters = self.state.withLock { state -> [CheckedContinuation<Void, Never>] in
                         state.slots[index] = connection
                         state.connecting[index] = false
-                        state.backoff = .zero
+                        state.succeededSinceConnect = false
                         state.retryAt = nil
                         defer { state.waiters.removeAll() }
                         return state.waiters
@@ -80,14 +115,14 @@ final class ConnectionPool: Sendable {
                 } catch {
                     let (waiters, backoff) = self.state.withLock { state -> ([CheckedContinuation<Void, Never>], Duration) in
                         state.connecting[index] = false
-                        let configuration = self.client.configuration
+                        let configuration = self.context.configuration
                         state.backoff = state.backoff == .zero ? configuration.initialReconnectBackoff : min(state.backoff * 2, configuration.maximumReconnectBackoff)
                         state.retryAt = .now + state.backoff
                         defer { state.waiters.removeAll() }
                         return (state.waiters, state.backoff)
                     }
                     waiters.forEach { $0.resume() }
-                    self.client.logger.warning("could not connect to APNs", metadata: [
+                    self.context.logger.warning("could not connect to APNs", metadata: [
                         "push.endpoint": "\(self.endpoint.host):\(self.endpoint.port)", "push.retry_in": "\(backoff)", "push.error": "\(error)",
                     ])
                     if let transport = error as? TransportError { throw transport }
@@ -114,7 +149,10 @@ final class ConnectionPool: Sendable {
     /// its in-flight requests finish, and its slot reopens on demand.
     func discard(_ connection: APNsConnection) async {
         self.state.withLock { state in
-            for index in state.slots.indices where state.slots[index] === connection { state.slots[index] = nil }
+            for index in state.slots.indices where state.slots[index] === connection {
+                state.slots[index] = nil
+                state.connectionLost(configuration: self.context.configuration)
+            }
         }
         connection.retire()
     }

@@ -1,3 +1,5 @@
+public import PushCore
+
 /// A request that got no APNs answer: what happened, as the job's `reason`, and whether APNs may have
 /// processed it. The description never contains a token, JWT or key.
 public struct TransportError: Error, Sendable, Hashable, CustomStringConvertible {
@@ -33,7 +35,8 @@ public struct TransportError: Error, Sendable, Hashable, CustomStringConvertible
         public static let credentialsMissing = Code(.credentialsMissing)
         /// The signing key file is missing, unreadable, world-readable or not a P-256 key.
         public static let invalidKey = Code(.invalidKey)
-        /// The client is shutting down.
+        /// The client is shutting down, or the caller withdrew the request before it was written (its
+        /// lease lapsed, the worker is stopping): nothing was sent.
         public static let shutdown = Code(.shutdown)
 
         /// The word stored as the job's `reason`.
@@ -53,6 +56,16 @@ public struct TransportError: Error, Sendable, Hashable, CustomStringConvertible
         self.code = code
         self.mayHaveBeenProcessed = mayHaveBeenProcessed
         self.message = message
+    }
+
+    /// What the failure means for the job: not processed, unreachable, unknown outcome, …
+    public var fault: TransportFault {
+        switch self.code {
+        case .connectFailed, .protocolNotNegotiated: return .unreachable
+        case .credentialsMissing, .invalidKey: return .credentialMissing
+        case .shutdown: return .cancelled
+        default: return self.mayHaveBeenProcessed ? .unknownOutcome : .notProcessed
+        }
     }
 
     /// The job's `reason` column for this failure.

@@ -39,8 +39,13 @@ public struct PushJob: Sendable, Hashable {
     public var trapIDs: [String]
     /// When the producer inserted it.
     public var createdAt: Date
-    /// When the first attempt was claimed.
+    /// When the first request was sent (`nil` until one was): the default expiry counts from here.
     public var firstAttemptAt: Date?
+    /// Unknown outcomes so far (connection lost mid-request, stream reset, deadline): the transport budget.
+    public var transportRetries: Int
+    /// The database's clock when the job was claimed: every expiry check compares queue times with
+    /// this clock, never the worker's own.
+    public var claimedAt: Date?
 
     /// Creates a job value; every field is as stored in `push.jobs`.
     public init(
@@ -48,8 +53,10 @@ public struct PushJob: Sendable, Hashable {
         payload: String, pushType: String = "alert", priority: Int? = nil, environment: String = "production",
         credential: String = "default", collapseID: String? = nil, expiresAt: Date? = nil, runAt: Date = Date(),
         maxAttempts: Int? = nil, attempts: Int = 0, trapIDs: [String] = [], createdAt: Date = Date(),
-        firstAttemptAt: Date? = nil
+        firstAttemptAt: Date? = nil, transportRetries: Int = 0, claimedAt: Date? = nil
     ) {
+        self.transportRetries = transportRetries
+        self.claimedAt = claimedAt
         self.id = id
         self.apnsID = apnsID
         self.topic = topic
@@ -68,5 +75,14 @@ public struct PushJob: Sendable, Hashable {
         self.trapIDs = trapIDs
         self.createdAt = createdAt
         self.firstAttemptAt = firstAttemptAt
+    }
+}
+
+extension PushJob {
+    /// The priority the send carries: the job's own, or Apple's default for its push type (10 for a
+    /// type this build does not know). The one place this is worked out in Swift; SQL's
+    /// `send_priority` column states the same rule for the claim's order.
+    public var sendPriority: Int {
+        self.priority ?? PushType(rawValue: self.pushType)?.defaultPriority ?? 10
     }
 }

@@ -27,7 +27,7 @@ public enum RequestBuilder {
         }
         let expiry = job.expiresAt ?? (job.firstAttemptAt ?? now).addingTimeInterval(Self.defaultExpiry)
         if now > expiry {
-            let whose = job.expiresAt == nil ? "the default expiry (1 hour after the first attempt)" : "expires_at"
+            let whose = job.expiresAt == nil ? "the default expiry (1 hour after the first request was sent)" : "expires_at"
             throw PreSendRejection(reason: "Expired", trapID: nil, message: "the job passed \(whose) before it could be sent: set a later expires_at if it is still worth sending.")
         }
         if job.topic.isEmpty {
@@ -36,7 +36,7 @@ public enum RequestBuilder {
         if let suffix = PushType.suffix(in: job.topic) {
             throw PreSendRejection(reason: "TopicHasPushTypeSuffix", trapID: .topicSuffix, message: "topic '\(job.topic)' already carries the push-type suffix '\(suffix)': store the bare bundle id; the worker appends the suffix push_type needs.")
         }
-        let priority = job.priority ?? pushType.defaultPriority
+        let priority = job.sendPriority
         guard pushType.allowedPriorities.contains(priority) else {
             throw PreSendRejection(reason: "BadPriority", trapID: .priorityBudget, message: "priority \(priority) is not allowed for \(pushType.rawValue) pushes: use \(pushType.allowedPriorities.sorted(by: >).map(String.init).joined(separator: " or ")).")
         }

@@ -6,7 +6,8 @@ public enum RetryAfter {
     public static func parse(_ value: String?, now: Date = Date()) -> Duration? {
         guard let value = value?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
         if let seconds = Double(value), seconds >= 0, seconds.isFinite {
-            return .seconds(Int64(seconds.rounded(.up)))
+            // Range-checked: a peer's number must never trap (one day is far beyond any real answer).
+            return .seconds(Int64(min(seconds, 86_400).rounded(.up)))
         }
         let formatter = DateFormatter()
         formatter.locale = Locale(identifier: "en_US_POSIX")
@@ -14,7 +15,7 @@ public enum RetryAfter {
         for format in ["EEE, dd MMM yyyy HH:mm:ss zzz", "EEEE, dd-MMM-yy HH:mm:ss zzz", "EEE MMM d HH:mm:ss yyyy"] {
             formatter.dateFormat = format
             if let date = formatter.date(from: value) {
-                return .seconds(Int64(max(date.timeIntervalSince(now), 0).rounded(.up)))
+                return .seconds(Int64(min(max(date.timeIntervalSince(now), 0), 86_400).rounded(.up)))
             }
         }
         return nil

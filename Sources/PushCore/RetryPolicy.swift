@@ -82,14 +82,23 @@ public struct RetryPolicy: Sendable, Hashable {
     /// What to do after attempt number `attempt` (1-based) ended in `responseClass`: retry after a delay,
     /// or stop. Terminal classes never retry, whatever the configuration; a 429's `Retry-After`
     /// replaces the computed delay and is not capped.
-    public func decide(after attempt: Int, responseClass: APNsResponseClass, retryAfter: Duration? = nil) -> RetryDecision {
+    public func decide(
+        after attempt: Int, responseClass: APNsResponseClass, retryAfter: Duration? = nil,
+        using generator: inout some RandomNumberGenerator
+    ) -> RetryDecision {
         switch responseClass {
         case .delivered: return .stop
         case .tokenInvalid, .permanent, .credentialFatal: return .stop
         case .retryable, .credentialRetry, .unknown: break
         }
         guard attempt < self.maxAttempts else { return .exhausted }
-        return .retry(after: retryAfter ?? self.backoff(beforeRetry: attempt - 1))
+        return .retry(after: retryAfter ?? self.backoff(beforeRetry: attempt - 1, using: &generator))
+    }
+
+    /// ``decide(after:responseClass:retryAfter:using:)`` with the system's random numbers.
+    public func decide(after attempt: Int, responseClass: APNsResponseClass, retryAfter: Duration? = nil) -> RetryDecision {
+        var generator = SystemRandomNumberGenerator()
+        return self.decide(after: attempt, responseClass: responseClass, retryAfter: retryAfter, using: &generator)
     }
 }
 
@@ -111,6 +120,9 @@ extension Duration {
         if overflow { return seconds < 0 ? .min : .max }
         return product &+ attoseconds / 1_000_000_000
     }
+
+    /// The whole duration in milliseconds, saturating.
+    public var milliseconds: Int64 { self.nanoseconds / 1_000_000 }
 
     /// The duration in seconds as a `Double`.
     public var seconds: Double {

@@ -1,26 +1,17 @@
 public import Foundation
+public import PushCore
 
 /// What one attempt of a claimed job came to, as the worker hands it to ``JobQueue/record(_:workerID:)``.
 public struct JobOutcome: Sendable, Hashable {
-    /// Where the job goes next.
-    public enum Disposition: Sendable, Hashable {
-        /// APNs answered 200: the job is `delivered`.
-        case delivered
-        /// Try again at this instant: the job returns to `pending` with `run_at` set to it.
-        case retry(at: Date)
-        /// Never again: the job moves to `push.dead_jobs` with this sentence as its `error`.
-        case dead(error: String)
-        /// Not this job's fault (its credential is paused): back to `pending` at this instant with the
-        /// attempt not counted.
-        case requeue(at: Date)
-    }
+    /// Where the job goes next: PushCore's ``Decision``, the one interpretation of a send.
+    public typealias Disposition = Decision
 
     /// The job's id.
     public var jobID: Int64
     /// The job's `attempts` as the claim returned it: the fence against a newer attempt.
     public var attempt: Int
     /// Where the job goes next.
-    public var disposition: Disposition
+    public var disposition: Decision
     /// The HTTP status, or `nil` for a transport failure or a job never sent.
     public var status: Int?
     /// APNs' reason, the transport error (`Timeout`, …) or a pre-send verdict (`Expired`, …).
@@ -31,20 +22,22 @@ public struct JobOutcome: Sendable, Hashable {
     public var apnsUniqueID: String?
     /// How long the request took, if one was made.
     public var latencyMs: Int?
-    /// When the attempt was made (or judged, if no request was made).
-    public var attemptedAt: Date
-    /// Whether a request reached the network; `false` for pre-send rejections.
+    /// When the attempt was made, on this process's monotonic clock: the write turns it into an age and
+    /// subtracts that from Postgres's `now()`, so every time in the queue is the database's.
+    public var attemptedAt: ContinuousClock.Instant
+    /// Whether a request reached the network; `false` for pre-send rejections and requests never written.
     public var sent: Bool
     /// Whether the token must be recorded in `push.invalid_tokens` (dead letters only).
     public var invalidatesToken: Bool
-    /// APNs' 410 `timestamp` in milliseconds since the epoch, stored exactly.
+    /// APNs' 410 `timestamp` in milliseconds since the epoch, stored exactly (when in a sane range).
     public var apnsTimestampMs: Int64?
 
     /// Creates an outcome; only the job, attempt and disposition are required.
     public init(
-        jobID: Int64, attempt: Int, disposition: Disposition, status: Int? = nil, reason: String? = nil,
-        trapIDs: [String] = [], apnsUniqueID: String? = nil, latencyMs: Int? = nil, attemptedAt: Date = Date(),
-        sent: Bool = true, invalidatesToken: Bool = false, apnsTimestampMs: Int64? = nil
+        jobID: Int64, attempt: Int, disposition: Decision, status: Int? = nil, reason: String? = nil,
+        trapIDs: [String] = [], apnsUniqueID: String? = nil, latencyMs: Int? = nil,
+        attemptedAt: ContinuousClock.Instant = .now, sent: Bool = true, invalidatesToken: Bool = false,
+        apnsTimestampMs: Int64? = nil
     ) {
         self.jobID = jobID
         self.attempt = attempt
@@ -65,7 +58,7 @@ public struct JobOutcome: Sendable, Hashable {
 public struct RecordResult: Sendable, Hashable {
     /// Jobs whose outcome was written.
     public var recorded: [Int64]
-    /// Jobs whose write was refused by the fence: the attempt is no longer this worker's (lease lost,
-    /// reclaimed, released). Their newer state stands.
+    /// Jobs whose write was refused by the fence: the attempt is no longer this worker's (re-claimed by
+    /// another worker after this one was taken for gone). Their newer state stands.
     public var fenced: [Int64]
 }

@@ -134,7 +134,7 @@ extension JobQueue {
     static func decodeDeadLetter(_ row: PostgresRow) throws -> DeadLetter {
         let job = try decodeJob(row)
         let cells = row.makeRandomAccess()
-        let base = 18
+        let base = Self.jobColumnCount
         return DeadLetter(
             job: job,
             status: try cells[base].decode(Int16?.self).map(Int.init),

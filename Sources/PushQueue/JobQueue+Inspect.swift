@@ -17,7 +17,7 @@ extension JobQueue {
         for try await row in rows {
             let job = try Self.decodeJob(row)
             let c = row.makeRandomAccess()
-            let base = 18
+            let base = Self.jobColumnCount
             return JobRecord(
                 job: job,
                 state: JobState(rawValue: try c[base].decode(String.self)) ?? .pending,

@@ -14,8 +14,7 @@ extension JobQueue {
         for try await _ in try await self.client.query(
             """
             UPDATE push.jobs AS j
-               SET state = 'pending', attempts = j.attempts - 1, locked_by = NULL, locked_until = NULL,
-                   first_attempt_at = CASE WHEN j.attempts = 1 THEN NULL ELSE j.first_attempt_at END
+               SET state = 'pending', attempts = j.attempts - 1, locked_by = NULL, locked_until = NULL
               FROM unnest(\(ids)::bigint[], \(attempts)::smallint[]) AS i(id, attempt)
              WHERE j.id = i.id AND j.attempts = i.attempt AND j.locked_by = \(workerID)
             RETURNING j.id
@@ -37,11 +36,13 @@ extension JobQueue {
         for try await id in try await self.client.query(
             """
             UPDATE push.jobs AS j
-               SET state = 'pending', run_at = now(), locked_by = NULL, locked_until = NULL,
-                   history = j.history || jsonb_build_array(jsonb_build_object(
+               SET state = 'pending', run_at = now(), locked_until = NULL,
+                   history = push.append_history(j.history, jsonb_build_object(
                        'attempt', j.attempts, 'at', now(), 'outcome', 'lease_expired',
                        'worker', j.locked_by, 'sent', NULL))
              WHERE j.state = 'running' AND j.locked_until < now()
+               AND NOT EXISTS (SELECT 1 FROM push.workers AS w WHERE w.worker_id = j.locked_by
+                                  AND w.heartbeat_at > now() - interval '30 seconds')
             RETURNING j.id
             """,
             logger: self.logger

@@ -74,6 +74,25 @@ public struct QueueError: Error, Sendable, CustomStringConvertible {
         return "\(error)"
     }
 
+    /// Whether Postgres itself refused the statement (a constraint, a value out of range, a row too
+    /// large): the same statement will fail again, so retrying it as it is would wedge. `false` for a
+    /// lost connection or a timeout, which a retry can fix.
+    public static func isRefusedByServer(_ error: any Error) -> Bool {
+        if let psql = error as? PSQLError {
+            if let server = psql.serverInfo {
+                // Class 08 (connection), 53 (resources), 57 (operator intervention: shutdown, cancel) and
+                // 40 (serialization, deadlock) are transient.
+                let state = server[.sqlState] ?? ""
+                return !["08", "53", "57", "40", "58"].contains(where: { state.hasPrefix($0) })
+            }
+            return false
+        }
+        if let transaction = error as? PostgresTransactionError, let inner = transaction.closureError {
+            return isRefusedByServer(inner)
+        }
+        return false
+    }
+
     static func migrationFailed(underlying: any Error) -> QueueError {
         QueueError(
             code: .migrationFailed,

@@ -4,10 +4,26 @@ import PushQueue
 import Synchronization
 
 /// Collects outcomes from the senders and writes them in batches (every few milliseconds, or at once
-/// when a batch fills). A failed write keeps the outcomes and retries with backoff: nothing is dropped
-/// while the process lives, and after a crash the reaper returns unrecorded jobs (same apns_id).
+/// when a batch fills).
+///
+/// An outcome is never lost and never wedges the rest: when Postgres refuses a batch (a value it cannot
+/// store), the batch is split down to the row that fails, and that row alone is written by the last
+/// resort (``JobQueue/recordUnwritable(_:workerID:sentence:)``). A lost connection keeps every outcome
+/// and retries with backoff. The jobs stay held (their leases extended) until their outcome is written.
 final class OutcomeRecorder: Sendable {
-    private let buffer = Mutex<[JobOutcome]>([])
+    /// What one write did, for the service's bookkeeping.
+    struct Report: Sendable {
+        var written: [JobOutcome] = []
+        var fenced: [JobOutcome] = []
+        var unwritable: [JobOutcome] = []
+    }
+
+    private struct Waiting {
+        var outcome: JobOutcome
+        var added: ContinuousClock.Instant
+    }
+
+    private let buffer = Mutex<[Waiting]>([])
     private let signal = WakeSignal()
     private let stopped = Mutex<ContinuousClock.Instant?>(nil)
     let queue: JobQueue
@@ -15,25 +31,33 @@ final class OutcomeRecorder: Sendable {
     let batchSize: Int
     let interval: Duration
     let logger: Logger
-    let onRecorded: @Sendable (RecordResult, [JobOutcome]) -> Void
+    let metrics: WorkerMetrics
+    let onWritten: @Sendable (Report) -> Void
 
-    init(queue: JobQueue, workerID: String, batchSize: Int, interval: Duration, logger: Logger, onRecorded: @escaping @Sendable (RecordResult, [JobOutcome]) -> Void) {
+    init(queue: JobQueue, workerID: String, batchSize: Int, interval: Duration, logger: Logger, metrics: WorkerMetrics, onWritten: @escaping @Sendable (Report) -> Void) {
         self.queue = queue
         self.workerID = workerID
         self.batchSize = batchSize
         self.interval = interval
         self.logger = logger
-        self.onRecorded = onRecorded
+        self.metrics = metrics
+        self.onWritten = onWritten
     }
 
     /// Outcomes waiting to be written.
     var pending: Int { self.buffer.withLock { $0.count } }
 
+    /// How long the oldest unwritten outcome has waited (zero when none waits).
+    var oldestWaiting: Duration {
+        self.buffer.withLock { buffer in buffer.first.map { ContinuousClock.now - $0.added } ?? .zero }
+    }
+
     func add(_ outcome: JobOutcome) {
         let count = self.buffer.withLock { buffer in
-            buffer.append(outcome)
+            buffer.append(Waiting(outcome: outcome, added: .now))
             return buffer.count
         }
+        self.metrics.outcomeBacklog.record(count)
         if count == 1 || count >= self.batchSize { self.signal.signal() }
     }
 
@@ -44,7 +68,7 @@ final class OutcomeRecorder: Sendable {
             let giveUpAt = self.stopped.withLock { $0 }
             let stopping = giveUpAt != nil
             if let giveUpAt, ContinuousClock.now > giveUpAt, self.pending > 0 {
-                self.logger.error("could not write the last outcomes before the shutdown deadline; the reaper will return those jobs (same apns_id)", metadata: ["push.outcomes": "\(self.pending)"])
+                self.logger.error("could not write the last outcomes before the shutdown deadline; those jobs return to pending when this worker's heartbeat goes stale (same apns_id)", metadata: ["push.outcomes": "\(self.pending)"])
                 return
             }
             if self.pending == 0 {
@@ -68,25 +92,68 @@ final class OutcomeRecorder: Sendable {
         self.signal.signal()
     }
 
-    /// Writes one batch; returns false (keeping the outcomes) when the database refused.
+    /// Writes one batch; returns false (keeping what could not be written) when the database is unreachable.
     private func flush() async -> Bool {
-        let batch = self.buffer.withLock { buffer -> [JobOutcome] in
+        let batch = self.buffer.withLock { buffer -> [Waiting] in
             let count = min(buffer.count, self.batchSize * 2)
             defer { buffer.removeFirst(count) }
             return Array(buffer.prefix(count))
         }
         guard !batch.isEmpty else { return true }
+        var report = Report()
+        let kept = await self.write(batch, report: &report)
+        if !kept.isEmpty { self.buffer.withLock { $0.insert(contentsOf: kept, at: 0) } }
+        self.metrics.outcomeBacklog.record(self.pending)
+        if !report.fenced.isEmpty {
+            self.metrics.fencedOutcomes.increment(by: report.fenced.count)
+            self.logger.warning("outcomes refused by the fence: another worker re-claimed those jobs", metadata: ["push.jobs": "\(report.fenced.count)"])
+        }
+        self.onWritten(report)
+        return kept.isEmpty
+    }
+
+    /// Writes `batch`, splitting it when Postgres refuses it; returns what must wait for the database.
+    private func write(_ batch: [Waiting], report: inout Report) async -> [Waiting] {
+        let outcomes = batch.map(\.outcome)
         do {
-            let result = try await self.queue.record(batch, workerID: self.workerID)
-            if !result.fenced.isEmpty {
-                self.logger.warning("outcomes refused by the fence: another worker holds those jobs now", metadata: ["push.jobs": "\(result.fenced.count)"])
+            let result = try await self.queue.record(outcomes, workerID: self.workerID)
+            let written = Set(result.recorded)
+            for outcome in outcomes {
+                if written.contains(outcome.jobID) { report.written.append(outcome) } else { report.fenced.append(outcome) }
             }
-            self.onRecorded(result, batch)
-            return true
+            return []
+        } catch where QueueError.isRefusedByServer(error) {
+            self.metrics.outcomeWriteFailures.increment()
+            if batch.count > 1 {
+                // Isolate the poison: the halves that Postgres accepts are written now.
+                let middle = batch.count / 2
+                let first = await self.write(Array(batch[..<middle]), report: &report)
+                let second = await self.write(Array(batch[middle...]), report: &report)
+                return first + second
+            }
+            return await self.writeUnwritable(batch[0], error: error, report: &report)
         } catch {
-            self.buffer.withLock { $0.insert(contentsOf: batch, at: 0) }
+            self.metrics.outcomeWriteFailures.increment()
             self.logger.error("could not write outcomes; keeping them and retrying", metadata: ["push.outcomes": "\(batch.count)", "push.error": "\(QueueError.summary(of: error))"])
-            return false
+            return batch
+        }
+    }
+
+    private func writeUnwritable(_ waiting: Waiting, error: any Error, report: inout Report) async -> [Waiting] {
+        let outcome = waiting.outcome
+        let summary = QueueError.summary(of: error)
+        let sentence = "the worker could not write this job's outcome (\(outcome.disposition.name)\(outcome.reason.map { ", \($0)" } ?? "")): Postgres refused it (\(summary)). It was moved here so nothing is lost, without the side effect that failed (such as the invalid-token row); fix the row and replay it if it is still worth sending."
+        self.logger.error("Postgres refused one job's outcome; writing it as a dead letter without its side effects", metadata: ["push.job_id": "\(outcome.jobID)", "push.error": "\(summary)"])
+        do {
+            if try await self.queue.recordUnwritable(outcome, workerID: self.workerID, sentence: sentence) {
+                report.unwritable.append(outcome)
+            } else {
+                report.fenced.append(outcome)
+            }
+            return []
+        } catch {
+            self.logger.error("could not write the last-resort outcome either; keeping it", metadata: ["push.job_id": "\(outcome.jobID)", "push.error": "\(QueueError.summary(of: error))"])
+            return [waiting]
         }
     }
 }

@@ -6,9 +6,9 @@ public import PushQueue
 import PushCore
 import Synchronization
 
-/// The worker: claims jobs up to its free send capacity, sends them, records outcomes in batches,
-/// reclaims expired leases, prunes delivered rows, and wakes on NOTIFY, on its poll timer, or when the
-/// earliest scheduled retry falls due. No transaction is held across a send.
+/// The worker: claims jobs up to its free send capacity, sends them, records outcomes in batches, keeps
+/// a heartbeat, reclaims the jobs of workers that are gone, prunes delivered rows, and wakes on NOTIFY,
+/// on its poll timer, or when the earliest scheduled retry falls due. No transaction is held across a send.
 public final class PushWorkerService: Sendable {
     let configuration: WorkerConfiguration
     let queue: JobQueue
@@ -17,18 +17,26 @@ public final class PushWorkerService: Sendable {
     let logger: Logger
     let processor: JobProcessor
     let pauses: CredentialPauses
+    /// Environments whose APNs endpoint could not be reached: their jobs are not claimed for a while.
+    let unreachable: CredentialPauses
     let wake = WakeSignal()
     let capacity = WakeSignal()
     let metrics = WorkerMetrics()
+    let recorder: OutcomeRecorder
     private let lastDatabaseSuccess = Mutex(ContinuousClock.now)
-    private let state = Mutex(State())
-    let stats = Mutex(WorkerStats())
+    private let state = Locked(State())
+    let stats = Locked(WorkerStats())
 
     struct State {
         var shuttingDown = false
         var inFlight = 0
-        /// Jobs claimed and not yet recorded: their leases are extended while they wait or send.
+        /// Jobs claimed and not yet written back: their leases are extended until their outcome is written.
         var held: Set<Int64> = []
+        /// The last heartbeat Postgres took; sends start only while it is fresh.
+        var lastHeartbeat: ContinuousClock.Instant?
+        /// Since when heartbeats have succeeded without a gap; other workers' jobs are reaped only after
+        /// a full stale period of it, so workers cut off by the same outage can check in first.
+        var connectedSince: ContinuousClock.Instant?
     }
 
     /// Counters since start, for logs and tests.
@@ -38,7 +46,9 @@ public final class PushWorkerService: Sendable {
         public var retried = 0
         public var dead = 0
         public var requeued = 0
+        public var transportRetried = 0
         public var fenced = 0
+        public var unwritable = 0
     }
 
     /// - Parameters:
@@ -49,8 +59,34 @@ public final class PushWorkerService: Sendable {
         self.client = client
         self.listenerConfiguration = listenerConfiguration
         self.logger = logger
-        self.processor = JobProcessor(client: client, retry: configuration.retry, environment: ProcessInfo.processInfo.environment, logger: logger)
+        self.processor = JobProcessor(client: client, retry: configuration.retry, transportBudget: configuration.transportBudget, environment: ProcessInfo.processInfo.environment, logger: logger)
         self.pauses = CredentialPauses(initial: configuration.credentialPause, maximum: configuration.maximumCredentialPause)
+        self.unreachable = CredentialPauses(initial: .seconds(1), maximum: .seconds(30))
+        let stats = self.stats
+        let state = self.state
+        let capacity = self.capacity
+        self.recorder = OutcomeRecorder(
+            queue: queue, workerID: configuration.workerID, batchSize: configuration.batchSize,
+            interval: configuration.recordInterval, logger: logger, metrics: self.metrics
+        ) { report in
+            stats.withLock { stats in
+                stats.fenced += report.fenced.count
+                stats.unwritable += report.unwritable.count
+                for outcome in report.written {
+                    switch outcome.disposition {
+                    case .delivered: stats.delivered += 1
+                    case .retry: stats.retried += 1
+                    case .dead: stats.dead += 1
+                    case .requeue: stats.requeued += 1
+                    case .transportRetry: stats.transportRetried += 1
+                    }
+                }
+            }
+            // Written (or fenced out): the job is no longer this worker's to hold.
+            let done = report.written + report.fenced + report.unwritable
+            state.withLock { state in for outcome in done { state.held.remove(outcome.jobID) } }
+            capacity.signal()
+        }
     }
 
     /// Counters since start.
@@ -66,37 +102,45 @@ public final class PushWorkerService: Sendable {
 
     var isShuttingDown: Bool { self.state.withLock { $0.shuttingDown } }
 
-    /// Readiness: not draining, and Postgres answered a claim recently.
+    /// Readiness: not draining, Postgres answered recently, and no outcome has waited longer than half a lease.
     public var isReady: Bool {
         let quietFor = ContinuousClock.now - self.lastDatabaseSuccess.withLock { $0 }
         return !self.isShuttingDown && quietFor < self.configuration.pollInterval * 3 + .seconds(10)
+            && self.recorder.oldestWaiting < self.configuration.lease / 2
     }
 
     /// Sets the `push_worker_ready` gauge from ``isReady``; call it before each scrape.
     public func recordReadiness() {
         self.metrics.ready.record(self.isReady ? 1 : 0)
+        self.metrics.requestsNotProcessed.record(self.client.notProcessedCount)
+    }
+
+    /// Whether this worker may start a send now: its heartbeat is fresh, so no other worker takes it
+    /// for gone and re-claims its jobs.
+    var heartbeatFresh: Bool {
+        guard let last = self.state.withLock({ $0.lastHeartbeat }) else { return false }
+        return ContinuousClock.now - last < self.configuration.staleAfter - self.configuration.heartbeatInterval / 2
     }
 
     /// Runs until ``shutdown()`` (or cancellation), then drains.
     public func run() async {
-        let recorder = OutcomeRecorder(
-            queue: self.queue, workerID: self.configuration.workerID, batchSize: self.configuration.batchSize,
-            interval: self.configuration.recordInterval, logger: self.logger
-        ) { result, batch in
-            let recorded = Set(result.recorded)
-            self.stats.withLock { stats in
-                stats.fenced += result.fenced.count
-                for outcome in batch where recorded.contains(outcome.jobID) {
-                    switch outcome.disposition {
-                    case .delivered: stats.delivered += 1
-                    case .retry: stats.retried += 1
-                    case .dead: stats.dead += 1
-                    case .requeue: stats.requeued += 1
-                    }
+        let id = self.configuration.workerID
+        self.logger.info("worker started", metadata: ["push.worker": "\(id)", "push.concurrency": "\(self.configuration.concurrency)"])
+        // Check in before the first claim; jobs a previous process of this worker id left running come back now.
+        while !self.isShuttingDown && !Task.isCancelled {
+            do {
+                try await self.beat()
+                let reclaimed = try await self.queue.reclaimPreviousLife(workerID: id)
+                if !reclaimed.isEmpty {
+                    self.metrics.leasesReclaimed.increment(by: reclaimed.count)
+                    self.logger.warning("took back the jobs an earlier process of this worker id left running", metadata: ["push.jobs": "\(reclaimed.count)"])
                 }
+                break
+            } catch {
+                self.logger.error("could not check in with Postgres; retrying", metadata: ["push.error": "\(QueueError.summary(of: error))"])
+                _ = await self.wake.wait(timeout: .seconds(1))
             }
         }
-        self.logger.info("worker started", metadata: ["push.worker": "\(self.configuration.workerID)", "push.concurrency": "\(self.configuration.concurrency)"])
         await withTaskGroup(of: Void.self) { background in
             if let listenerConfiguration = self.listenerConfiguration {
                 background.addTask {
@@ -104,34 +148,42 @@ public final class PushWorkerService: Sendable {
                 }
             }
             background.addTask { await self.maintenanceLoop() }
-            background.addTask { await self.leaseHeartbeat() }
+            background.addTask { await self.heartbeatLoop() }
             await withTaskGroup(of: Void.self) { core in
-                core.addTask { await recorder.run() }
-                await self.claimLoop(recorder: recorder)
+                core.addTask { await self.recorder.run() }
+                await self.claimLoop()
                 // The recorder writes what is left, then returns; this group waits for it.
-                recorder.stop(giveUpAfter: self.configuration.shutdownGrace)
+                self.recorder.stop(giveUpAfter: self.configuration.shutdownGrace)
             }
             background.cancelAll()
         }
-        self.logger.info("worker stopped", metadata: ["push.worker": "\(self.configuration.workerID)"])
+        if self.recorder.pending == 0 {
+            try? await self.queue.deregister(workerID: id)
+        }
+        self.logger.info("worker stopped", metadata: ["push.worker": "\(id)"])
     }
 
-    func claimLoop(recorder: OutcomeRecorder) async {
+    func claimLoop() async {
         let configuration = self.configuration
         var failures = 0
         // Discarding: a plain task group keeps every finished send until the group ends (memory grows per job).
         await withDiscardingTaskGroup { sends in
             while !self.isShuttingDown && !Task.isCancelled {
-                let free = configuration.concurrency - self.state.withLock { $0.inFlight }
+                let (free, held) = self.state.withLock { (configuration.concurrency - $0.inFlight, $0.held.count) }
                 // Claim in whole batches where possible: wait for capacity rather than claiming crumbs.
-                if free < min(configuration.batchSize, configuration.concurrency) / 2 {
+                // Outcomes not yet written count against capacity: a worker that cannot write stops claiming.
+                let room = min(free, configuration.concurrency - held)
+                if room < min(configuration.batchSize, configuration.concurrency) / 2 || !self.heartbeatFresh {
                     _ = await self.capacity.wait(timeout: .milliseconds(100))
                     continue
                 }
-                let limit = min(free, configuration.batchSize)
+                let limit = min(room, configuration.batchSize)
                 let jobs: [PushJob]
                 do {
-                    jobs = try await self.queue.claim(limit: limit, workerID: configuration.workerID, lease: configuration.lease, excludingCredentials: self.pauses.active())
+                    jobs = try await self.queue.claim(
+                        limit: limit, workerID: configuration.workerID, lease: configuration.lease,
+                        excludingCredentials: self.pauses.active(), onlyCredentials: configuration.credentials,
+                        excludingEnvironments: self.unreachable.active())
                     failures = 0
                     self.lastDatabaseSuccess.withLock { $0 = .now }
                 } catch {
@@ -148,64 +200,103 @@ public final class PushWorkerService: Sendable {
                     }
                     self.stats.withLock { $0.claimed += jobs.count }
                 }
+                let claimedAt = Date()
                 for job in jobs {
+                    // The database's clock: its now() at the claim, carried forward by this process's clock.
+                    let offset = (job.claimedAt ?? claimedAt).timeIntervalSince(claimedAt)
                     sends.addTask {
-                        let result = await self.processor.process(job) { credential, reason in
-                            let (until, isNew) = self.pauses.pause(credential)
-                            if isNew {
-                                self.logger.error("APNs refused credential '\(credential)' (\(reason)): its jobs stay pending until \(until); fix the key configuration", metadata: ["push.credential": "\(credential)", "push.reason": "\(reason)"])
-                            }
-                            return until
-                        }
-                        if case .delivered = result.outcome.disposition { self.pauses.succeeded(job.credential) }
-                        self.metrics.record(result.outcome)
-                        recorder.add(result.outcome)
-                        self.state.withLock { state in
-                            state.inFlight -= 1
-                            state.held.remove(job.id)
-                        }
+                        let mayWrite: @Sendable () -> Bool = { [weak self] in self.map { !Task.isCancelled && $0.heartbeatFresh } ?? false }
+                        let (outcome, decided) = await self.processor.process(job, databaseNow: Date().addingTimeInterval(offset), mayWrite: mayWrite)
+                        self.react(to: decided, of: job)
+                        self.metrics.record(outcome)
+                        self.recorder.add(outcome)
+                        self.state.withLock { $0.inFlight -= 1 }
                         self.capacity.signal()
                     }
                 }
                 if jobs.count == limit { continue }
                 // Not a full batch: sleep until a NOTIFY, the earliest scheduled job, or the poll timer.
                 var timeout = configuration.pollInterval
-                if let next = try? await self.queue.nextDueAt() {
-                    let untilNext = Duration.milliseconds(max(Int64(next.timeIntervalSinceNow * 1000), 0) + 1)
-                    if next.timeIntervalSinceNow > 0 { timeout = min(timeout, untilNext) }
+                if let untilNext = try? await self.queue.untilNextDue(), untilNext > .zero {
+                    timeout = min(timeout, untilNext + .milliseconds(1))
                 }
                 _ = await self.wake.wait(timeout: timeout)
             }
-            // Draining: let in-flight sends finish within the grace period, then cancel them (their jobs
-            // stay running until the reaper returns them, with the same apns_id).
+            // Draining: let in-flight sends finish within the grace period, then cancel them: a send not
+            // yet written is withdrawn and its job released uncounted; one in flight has an unknown outcome.
             let grace = configuration.shutdownGrace
             let deadline = ContinuousClock.now + grace
             while self.state.withLock({ $0.inFlight }) > 0 && ContinuousClock.now < deadline {
                 _ = await self.capacity.wait(timeout: .milliseconds(50))
             }
             if self.state.withLock({ $0.inFlight }) > 0 {
-                self.logger.warning("shutdown grace period over; leaving in-flight jobs to the reaper", metadata: ["push.jobs": "\(self.state.withLock { $0.inFlight })"])
+                self.logger.warning("shutdown grace period over; withdrawing the sends still waiting", metadata: ["push.jobs": "\(self.state.withLock { $0.inFlight })"])
                 sends.cancelAll()
             }
         }
     }
 
-    /// Extends the leases of the jobs this worker holds, every third of a lease, so a job waiting for a
-    /// stream or a slow answer is not reclaimed (and sent twice) while its worker is alive.
-    func leaseHeartbeat() async {
-        while !Task.isCancelled {
-            try? await Task.sleep(for: self.configuration.lease / 3)
-            let held = Array(self.state.withLock { $0.held })
-            guard !held.isEmpty else { continue }
-            do {
-                try await self.queue.extendLeases(held, workerID: self.configuration.workerID, lease: self.configuration.lease)
-            } catch {
-                self.logger.warning("could not extend leases; jobs may be reclaimed by the reaper", metadata: ["push.jobs": "\(held.count)", "push.error": "\(QueueError.summary(of: error))"])
+    /// The worker's side effects of a decision: pause a credential, pause an unreachable endpoint.
+    func react(to decided: DecidedOutcome, of job: PushJob) {
+        if decided.decision == .delivered {
+            self.pauses.succeeded(job.credential)
+            self.unreachable.succeeded(job.environment)
+        }
+        if decided.pausesCredential {
+            let (until, isNew) = self.pauses.pause(job.credential)
+            if isNew {
+                let reason = decided.reason ?? "-"
+                self.logger.error("APNs refused credential '\(job.credential)' (\(reason)): its jobs stay pending until \(until); fix the key configuration", metadata: ["push.credential": "\(job.credential)", "push.reason": "\(reason)"])
+            }
+        }
+        if decided.endpointUnreachable {
+            let (_, isNew) = self.unreachable.pause(job.environment)
+            if isNew {
+                self.logger.warning("APNs unreachable for \(job.environment): its jobs stay pending, unclaimed, while the pool reconnects", metadata: ["push.environment": "\(job.environment)"])
             }
         }
     }
 
-    /// Reclaims expired leases, prunes delivered rows and refreshes the queue gauges on their timers.
+    /// One heartbeat: the worker's row, then the leases of every job it holds.
+    func beat() async throws {
+        let credentials = self.configuration.credentials ?? []
+        try await self.queue.heartbeat(workerID: self.configuration.workerID, host: ProcessInfo.processInfo.hostName, pid: Int(getpid()), credentials: credentials)
+        let now = ContinuousClock.now
+        self.state.withLock { state in
+            state.lastHeartbeat = now
+            if state.connectedSince == nil { state.connectedSince = now }
+        }
+        let held = Array(self.state.withLock { $0.held })
+        if !held.isEmpty {
+            try await self.queue.extendLeases(held, workerID: self.configuration.workerID, lease: self.configuration.lease)
+        }
+    }
+
+    /// Heartbeats, extends the leases of held jobs, and reclaims the jobs of workers that are gone.
+    /// After a gap (Postgres was away), this worker first checks in and flushes, and waits a full stale
+    /// period before it reaps anyone else's jobs.
+    func heartbeatLoop() async {
+        while !Task.isCancelled {
+            do {
+                try await self.beat()
+                let connectedSince = self.state.withLock { $0.connectedSince } ?? .now
+                if ContinuousClock.now - connectedSince >= self.configuration.staleAfter {
+                    let reaped = try await self.queue.reapJobsOfGoneWorkers(staleAfter: self.configuration.staleAfter, workerID: self.configuration.workerID)
+                    if !reaped.isEmpty {
+                        self.metrics.leasesReclaimed.increment(by: reaped.count)
+                        self.logger.warning("reclaimed the jobs of a worker that is gone", metadata: ["push.jobs": "\(reaped.count)"])
+                        self.wake.signal()
+                    }
+                }
+            } catch {
+                self.state.withLock { $0.connectedSince = nil }
+                self.logger.warning("could not write the heartbeat; sends pause once it is stale", metadata: ["push.error": "\(QueueError.summary(of: error))"])
+            }
+            try? await Task.sleep(for: self.configuration.heartbeatInterval)
+        }
+    }
+
+    /// Prunes delivered rows, dead-letters jobs nobody can sign, and refreshes the queue gauges on their timers.
     func maintenanceLoop() async {
         var lastPrune = ContinuousClock.now
         var lastStats = ContinuousClock.now - .seconds(3600)
@@ -213,17 +304,16 @@ public final class PushWorkerService: Sendable {
             try? await Task.sleep(for: self.configuration.reaperInterval)
             if Task.isCancelled { return }
             do {
-                let reaped = try await self.queue.reapExpiredLeases()
-                if !reaped.isEmpty {
-                    self.logger.warning("reclaimed jobs whose lease expired", metadata: ["push.jobs": "\(reaped.count)"])
-                    self.wake.signal()
-                }
                 self.metrics.connections.record(self.client.openConnections)
                 self.metrics.jwtMints.record(self.client.mintCount)
                 self.metrics.pausedCredentials.record(self.pauses.active().count)
                 if ContinuousClock.now - lastStats >= .seconds(15) {
                     lastStats = .now
                     self.metrics.record(try await self.queue.stats())
+                }
+                let unsignable = try await self.queue.deadLetterUnsignable(wait: self.configuration.credentialWait, staleAfter: self.configuration.staleAfter)
+                if unsignable > 0 {
+                    self.logger.error("dead-lettered jobs whose credential no running worker can sign for (MS028)", metadata: ["push.jobs": "\(unsignable)"])
                 }
                 if ContinuousClock.now - lastPrune >= self.configuration.pruneInterval {
                     lastPrune = .now

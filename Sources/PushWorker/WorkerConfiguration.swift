@@ -28,6 +28,18 @@ public struct WorkerConfiguration: Sendable {
     public var credentialPause: Duration
     /// The longest pause of a rejected credential.
     public var maximumCredentialPause: Duration
+    /// How often the worker writes its heartbeat (and extends the leases of the jobs it holds).
+    public var heartbeatInterval: Duration = .seconds(2)
+    /// A worker whose heartbeat is older than this is gone: its running jobs return to pending (three
+    /// heartbeats). A live worker never starts a send once its own heartbeat is this old.
+    public var staleAfter: Duration = .seconds(6)
+    /// Unknown outcomes (connection lost mid-request, stream reset, deadline) a job may have before it
+    /// is dead-lettered; separate from the retry policy's attempts.
+    public var transportBudget: Int = 10
+    /// How long a job whose credential no live worker can sign for waits before it is dead-lettered (MS028).
+    public var credentialWait: Duration = .seconds(600)
+    /// The credentials this worker can sign for (it claims only these); `nil` claims any.
+    public var credentials: [String]?
 
     /// Defaults: 500 in flight, batches of 250, 60 s lease, 1 s poll, 7 days retention.
     public init(

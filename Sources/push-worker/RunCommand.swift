@@ -44,7 +44,11 @@ struct RunCommand: AsyncParsableCommand {
     var migrations: MigrationMode = .apply
     @Option(name: .customLong("shutdown-grace"), help: ArgumentHelp("How long in-flight sends may finish after SIGTERM.", valueName: "duration")) var shutdownGrace: HumanDuration = HumanDuration(argument: "20s")!
 
+    @Option(name: .customLong("credential-wait"), help: ArgumentHelp("How long a job whose credential no running worker has a key for waits before it is dead-lettered (MS028).", valueName: "duration")) var credentialWait: HumanDuration = HumanDuration(argument: "10m")!
+    @Option(name: .customLong("transport-budget"), help: "Unknown outcomes (connection lost mid-request, stream reset, deadline) a job may have before it is dead-lettered; they never use the job's attempts.") var transportBudget: Int = 10
+
     func validate() throws {
+        guard self.transportBudget >= 0 else { throw ValidationError("--transport-budget must be 0 or more") }
         guard self.concurrency >= 1 else { throw ValidationError("--concurrency must be at least 1") }
         guard self.batchSize >= 1 else { throw ValidationError("--batch-size must be at least 1") }
         guard self.connections >= 1 else { throw ValidationError("--connections must be at least 1") }
@@ -97,12 +101,14 @@ struct RunCommand: AsyncParsableCommand {
         if poolLogger.logLevel > .debug { poolLogger.logLevel = max(poolLogger.logLevel, .error) }
         let client = PostgresClient(configuration: postgres, backgroundLogger: poolLogger)
         let workerID = self.workerID ?? "\(ProcessInfo.processInfo.hostName)-\(getpid())"
-        let configuration = WorkerConfiguration(
+        var configuration = WorkerConfiguration(
             workerID: workerID, concurrency: self.concurrency, batchSize: self.batchSize, lease: self.lease.duration,
             pollInterval: .milliseconds(self.pollIntervalMs), retention: self.retention.duration,
             retry: .init(maxRetries: self.maxRetries, baseDelay: .milliseconds(self.baseDelayMs), maxDelay: .milliseconds(self.maxDelayMs), jitter: !self.noJitter),
             shutdownGrace: self.shutdownGrace.duration
         )
+        configuration.credentialWait = self.credentialWait.duration
+        configuration.transportBudget = self.transportBudget
         let listener = try url.connectionConfiguration()
         let notifier = ServiceManagerNotifier()
         // Bootstrap metrics before anything creates a metric handler (handlers made earlier stay no-ops).
@@ -119,6 +125,8 @@ struct RunCommand: AsyncParsableCommand {
                 }
                 // One provider token per key for the whole fleet, shared through Postgres.
                 let apnsClient = try makeClient(ProviderTokenTable(client: client, logger: logger))
+                var configuration = configuration
+                configuration.credentials = apnsClient.credentialNames
                 let service = PushWorkerService(configuration: configuration, queue: JobQueue(client: client, logger: logger), client: apnsClient, listenerConfiguration: listener, logger: logger)
                 let signals = TerminationSignals()
                 group.addTask {

@@ -22,6 +22,22 @@ struct SimulatorCommand: AsyncParsableCommand {
     @Option(name: .customLong("tls-name"), help: ArgumentHelp("A host name clients use to reach it (besides localhost), added to its TLS certificate; repeatable.", valueName: "name"))
     var tlsNames: [String] = []
     @Flag(help: "Answer every request 200 at once, with no checks (benchmarks).") var fast = false
+    @Option(name: .customLong("goaway-every"), help: ArgumentHelp("Every Nth request, send GOAWAY with a last-stream-id below most streams in flight; answer the lower ones, never the higher, close after 2 s (as Apple may).", valueName: "n"))
+    var goAwayEvery: Int?
+    @Option(name: .customLong("drop-every"), help: ArgumentHelp("Every Nth request, drop the TCP connection without GOAWAY.", valueName: "n"))
+    var dropEvery: Int?
+    @Option(name: .customLong("reset-share"), help: ArgumentHelp("Share of first attempts (by apns-id) answered RST_STREAM INTERNAL_ERROR, 0 to 1.", valueName: "share"))
+    var resetShare: Double = 0
+    @Option(name: .customLong("throttle-share"), help: ArgumentHelp("Share of requests answered 429 TooManyRequests, 0 to 1.", valueName: "share"))
+    var throttleShare: Double = 0
+    @Option(name: .customLong("error-share"), help: ArgumentHelp("Share of requests answered 500 or 503, 0 to 1.", valueName: "share"))
+    var errorShare: Double = 0
+    @Option(name: .customLong("latency-ms"), help: ArgumentHelp("Add this much latency to a share of answers (--slow-share).", valueName: "ms"))
+    var latencyMs: Int = 300
+    @Option(name: .customLong("slow-share"), help: ArgumentHelp("Share of requests answered after --latency-ms, 0 to 1.", valueName: "share"))
+    var slowShare: Double = 0
+    @Option(help: ArgumentHelp("Seed of the fault mix, printed at start: the same seed replays the same schedule.", valueName: "n"))
+    var seed: UInt64?
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.") var logLevel: String = "info"
 
     func run() async throws {
@@ -33,6 +49,19 @@ struct SimulatorCommand: AsyncParsableCommand {
         try? FileManager.default.removeItem(atPath: caPath)
         let credentials = try SimulatorCredentials.generate(in: directory)
         var configuration = APNsSimulator.Configuration(host: self.host, port: self.port, keys: [credentials.keyID: credentials.trustedKey], fastMode: self.fast, recordRequests: false)
+        for (name, share) in [("--reset-share", self.resetShare), ("--throttle-share", self.throttleShare), ("--error-share", self.errorShare), ("--slow-share", self.slowShare)] {
+            guard (0...1).contains(share) else { throw ValidationError("\(name) must be between 0 and 1 (a share of requests), not \(share)") }
+        }
+        configuration.faults.goAwayEvery = self.goAwayEvery
+        configuration.faults.dropEvery = self.dropEvery
+        configuration.faults.resetFirstAttempts = self.resetShare
+        configuration.faults.throttleShare = self.throttleShare
+        configuration.faults.serverErrorShare = self.errorShare
+        configuration.faults.slowShare = self.slowShare
+        configuration.faults.slowLatency = .milliseconds(self.latencyMs)
+        let seed = self.seed ?? UInt64.random(in: 1...UInt64(Int64.max))
+        configuration.faults.seed = seed
+        if configuration.faults.isActive { printError("simulator fault mix on, seed \(seed) (--seed \(seed) replays it)") }
         configuration.tlsNames = self.tlsNames
         let simulator = try APNsSimulator(configuration: configuration, logger: logger)
         let fast = self.fast

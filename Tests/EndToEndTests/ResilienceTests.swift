@@ -101,7 +101,7 @@ struct ResilienceTests {
                 Issue.record("timed out waiting for \(what): \(worker.output.suffix(2000))")
                 throw CancellationError()
             }
-            try await waitFor("the schema") { try psql("SELECT count(*) FROM push.schema_migrations") == "2" }
+            try await waitFor("the schema") { try psql("SELECT count(*) FROM push.schema_migrations") == "\(Migration.all.count)" }
             _ = try psql("INSERT INTO push.jobs (topic, device_token, payload) SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{\"aps\":{}}' FROM generate_series(1, 200) g")
             try await waitFor("the first batch") { try psql("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == "200" }
 

@@ -13,7 +13,7 @@ struct DeadLetterTests {
         let worker = workerName()
         let jobs = try await db.queue.claim(limit: count, workerID: worker, lease: .seconds(30))
         let result = try await db.queue.record(
-            jobs.map { JobOutcome(jobID: $0.id, attempt: $0.attempts, disposition: .dead(error: "dead: \(reason)"), status: 400, reason: reason, trapIDs: trap.map { [$0] } ?? []) },
+            jobs.map { JobOutcome(jobID: $0.id, attempt: $0.attempts, disposition: .dead(sentence: "dead: \(reason)"), status: 400, reason: reason, trapIDs: trap.map { [$0] } ?? []) },
             workerID: worker
         )
         #expect(result.recorded.count == count)

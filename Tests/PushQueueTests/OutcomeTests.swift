@@ -25,7 +25,7 @@ struct OutcomeTests {
             #expect(fresh.apnsID == stale.apnsID)
 
             let late = try await queue.record(
-                [JobOutcome(jobID: id, attempt: stale.attempts, disposition: .dead(error: "stale"), status: 410, reason: "Unregistered")],
+                [JobOutcome(jobID: id, attempt: stale.attempts, disposition: .dead(sentence: "stale"), status: 410, reason: "Unregistered")],
                 workerID: "stale"
             )
             #expect(late.recorded.isEmpty)
@@ -64,15 +64,15 @@ struct OutcomeTests {
             let queue = db.queue
             let worker = workerName()
             let first = try await queue.claim(limit: 1, workerID: worker, lease: .seconds(30))[0]
-            let retryAt = Date().addingTimeInterval(3600).rounded()
             let result = try await queue.record(
-                [JobOutcome(jobID: id, attempt: 1, disposition: .retry(at: retryAt), status: 429, reason: "TooManyRequests", trapIDs: ["MS015"], latencyMs: 5)],
+                [JobOutcome(jobID: id, attempt: 1, disposition: .retry(after: .seconds(3600)), status: 429, reason: "TooManyRequests", trapIDs: ["MS015"], latencyMs: 5)],
                 workerID: worker
             )
             #expect(result.recorded == [id])
             let record = try #require(try await queue.job(id: id))
             #expect(record.state == .pending)
-            #expect(record.job.runAt == retryAt)
+            // The delay is added to Postgres's clock, not the worker's.
+            #expect(try await db.int64("SELECT round(extract(epoch FROM run_at - now()))::bigint FROM push.jobs WHERE id = \(id)") == 3600)
             #expect(record.job.apnsID == first.apnsID)
             #expect(record.status == 429)
             #expect(record.reason == "TooManyRequests")
@@ -87,7 +87,7 @@ struct OutcomeTests {
             #expect(second.apnsID == first.apnsID)
             #expect(second.attempts == 2)
             _ = try await queue.record(
-                [JobOutcome(jobID: id, attempt: 2, disposition: .retry(at: Date()), status: 503, reason: "ServiceUnavailable", trapIDs: ["MS015", "MS011"])],
+                [JobOutcome(jobID: id, attempt: 2, disposition: .retry(after: .zero), status: 503, reason: "ServiceUnavailable", trapIDs: ["MS015", "MS011"])],
                 workerID: worker
             )
             let third = try await queue.claim(limit: 1, workerID: worker, lease: .seconds(30))[0]
@@ -124,10 +124,10 @@ struct OutcomeTests {
             let queue = db.queue
             let worker = workerName()
             _ = try await queue.claim(limit: 1, workerID: worker, lease: .seconds(30))
-            _ = try await queue.record([JobOutcome(jobID: id, attempt: 1, disposition: .retry(at: Date()), status: 500, reason: "InternalServerError")], workerID: worker)
+            _ = try await queue.record([JobOutcome(jobID: id, attempt: 1, disposition: .retry(after: .zero), status: 500, reason: "InternalServerError")], workerID: worker)
             _ = try await queue.claim(limit: 1, workerID: worker, lease: .seconds(30))
             let result = try await queue.record(
-                [JobOutcome(jobID: id, attempt: 2, disposition: .dead(error: "The device token is no longer valid: drop it."),
+                [JobOutcome(jobID: id, attempt: 2, disposition: .dead(sentence: "The device token is no longer valid: drop it."),
                             status: 410, reason: "Unregistered", trapIDs: ["MS020"], latencyMs: 7,
                             invalidatesToken: true, apnsTimestampMs: 1_700_000_000_123)],
                 workerID: worker
@@ -176,8 +176,8 @@ struct OutcomeTests {
             let jobs = try await db.queue.claim(limit: 3, workerID: worker, lease: .seconds(30))
             let outcomes = jobs.map { job in
                 job.deviceToken == "beef"
-                    ? JobOutcome(jobID: job.id, attempt: 1, disposition: .dead(error: "bad"), status: 400, reason: "BadDeviceToken", trapIDs: ["MS014"], invalidatesToken: true)
-                    : JobOutcome(jobID: job.id, attempt: 1, disposition: .dead(error: "gone"), status: 410, reason: "Unregistered", trapIDs: ["MS020"], invalidatesToken: true, apnsTimestampMs: job.id == jobs[0].id ? 1_000 : 2_000)
+                    ? JobOutcome(jobID: job.id, attempt: 1, disposition: .dead(sentence: "bad"), status: 400, reason: "BadDeviceToken", trapIDs: ["MS014"], invalidatesToken: true)
+                    : JobOutcome(jobID: job.id, attempt: 1, disposition: .dead(sentence: "gone"), status: 410, reason: "Unregistered", trapIDs: ["MS020"], invalidatesToken: true, apnsTimestampMs: job.id == jobs[0].id ? 1_700_000_001_000 : 1_700_000_002_000)
             }
             let result = try await db.queue.record(outcomes, workerID: worker)
             #expect(result.recorded.count == 3)
@@ -186,7 +186,7 @@ struct OutcomeTests {
             ).decode((String, String, Int64, Bool).self).collect()
             #expect(rows.count == 2)
             #expect(rows[0].0 == "beef" && rows[0].1 == "BadDeviceToken" && rows[0].2 == -1 && rows[0].3)
-            #expect(rows[1].0 == "feed" && rows[1].2 == 2_000)
+            #expect(rows[1].0 == "feed" && rows[1].2 == 1_700_000_002_000)
         }
     }
 

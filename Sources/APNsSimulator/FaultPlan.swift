@@ -1,0 +1,67 @@
+/// Connection-level faults the simulator plays on its own, as hostile as Apple may be: GOAWAY that leaves
+/// higher streams unanswered, dropped connections, stream resets, throttling and 5xx, slow answers.
+/// Seeded, so a failing schedule can be replayed.
+public struct FaultPlan: Sendable, Hashable {
+    /// Every Nth request (counted over the whole server) triggers GOAWAY (NO_ERROR, `{"reason":"Shutdown"}`)
+    /// on its connection, with a last-stream-id below most of the streams in flight there: streams at
+    /// or below it are answered, higher ones never are; the connection stays open for ``goAwayGrace``.
+    public var goAwayEvery: Int?
+    /// How long a connection stays open after its GOAWAY (Apple may keep it a while).
+    public var goAwayGrace: Duration = .seconds(2)
+    /// Every Nth request drops the TCP connection without GOAWAY.
+    public var dropEvery: Int?
+    /// The share of first attempts (by apns-id) answered with RST_STREAM INTERNAL_ERROR.
+    public var resetFirstAttempts: Double = 0
+    /// The share of requests answered 429 TooManyRequests (Retry-After: 1).
+    public var throttleShare: Double = 0
+    /// The share of requests answered 500 or 503.
+    public var serverErrorShare: Double = 0
+    /// The share of requests answered after ``slowLatency``.
+    public var slowShare: Double = 0
+    /// How slow a slow answer is.
+    public var slowLatency: Duration = .milliseconds(300)
+    /// The random seed.
+    public var seed: UInt64 = 1
+
+    /// No faults.
+    public init() {}
+
+    /// Whether any fault is configured.
+    public var isActive: Bool {
+        self.goAwayEvery != nil || self.dropEvery != nil || self.resetFirstAttempts > 0 || self.throttleShare > 0
+            || self.serverErrorShare > 0 || self.slowShare > 0
+    }
+}
+
+/// What the fault plan did, and what it saw, for tests to assert on.
+public struct FaultCounters: Sendable, Hashable {
+    /// GOAWAY frames sent.
+    public var goAways = 0
+    /// Connections dropped without GOAWAY.
+    public var drops = 0
+    /// Streams reset.
+    public var resets = 0
+    /// 429/5xx answers.
+    public var errors = 0
+    /// Streams above a GOAWAY's last-stream-id left unanswered.
+    public var unansweredAfterGoAway = 0
+    /// Requests that arrived on a connection after the simulator sent it GOAWAY.
+    public var openedAfterGoAway = 0
+    /// Of those, how many arrived more than 100 ms after the GOAWAY (the client had time to read it).
+    public var openedLateAfterGoAway = 0
+    /// 200s per apns-id, counted when the answer was written.
+    public var okAnswers: [String: Int] = [:]
+}
+
+/// SplitMix64: a small seeded generator.
+struct SeededGenerator: RandomNumberGenerator, Sendable {
+    var state: UInt64
+    init(seed: UInt64) { self.state = seed }
+    mutating func next() -> UInt64 {
+        self.state &+= 0x9E37_79B9_7F4A_7C15
+        var z = self.state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}

@@ -1,0 +1,134 @@
+/// Where a job goes after one send: the one place an outcome is interpreted. Every other layer (the
+/// record statement, metrics, logs, counters) reads ``name``.
+///
+/// Delays, never instants: the queue adds them to Postgres's own `now()`, so one clock decides.
+public enum Decision: Sendable, Hashable {
+    /// APNs answered 200.
+    case delivered
+    /// An APNs answer worth retrying: back to `pending` after `delay`; the attempt counts.
+    case retry(after: Duration)
+    /// Not the job's fault and not sent (not processed, APNs unreachable, credential paused, shutdown):
+    /// back to `pending` after `delay`; the attempt does not count.
+    case requeue(after: Duration)
+    /// The outcome is unknown (connection lost mid-request, stream reset, deadline): back to `pending`
+    /// after `delay`, the attempt not counted but the transport budget charged one.
+    case transportRetry(after: Duration)
+    /// Never again: the job moves to the dead letters with this sentence.
+    case dead(sentence: String)
+
+    /// The outcome's one name in Swift, SQL (`kind`), metrics (`outcome` label), logs and history.
+    public var name: String {
+        switch self {
+        case .delivered: "delivered"
+        case .retry: "retry"
+        case .requeue: "requeue"
+        case .transportRetry: "transport_retry"
+        case .dead: "dead"
+        }
+    }
+
+    /// The wait before the job is due again, for the non-terminal outcomes.
+    public var delay: Duration? {
+        switch self {
+        case .retry(let d), .requeue(let d), .transportRetry(let d): d
+        case .delivered, .dead: nil
+        }
+    }
+}
+
+/// A decision with what the row must carry besides: the reason, trap ids, whether to record the token
+/// as invalid, whether to pause the credential.
+public struct DecidedOutcome: Sendable, Hashable {
+    /// Where the job goes.
+    public var decision: Decision
+    /// APNs' reason, the transport fault's word, or the pre-send verdict.
+    public var reason: String?
+    /// The trap id this attempt met.
+    public var trapID: TrapID?
+    /// The token goes to `push.invalid_tokens` (a dead letter for a 410 / BadDeviceToken).
+    public var invalidatesToken: Bool = false
+    /// The job's credential must be paused (credential-fatal answer, missing key).
+    public var pausesCredential: Bool = false
+    /// The endpoint could not be reached: stop claiming its jobs for a while.
+    public var endpointUnreachable: Bool = false
+    /// A reason this build does not know (logged raw).
+    public var unknownReason: Bool = false
+}
+
+extension Decision {
+    /// How long a job not sent for reasons not its own waits before it is due again.
+    public static let requeueDelay: Duration = .seconds(1)
+    /// The longest `Retry-After` honoured; a larger one (a peer bug, or hostile) is clamped.
+    public static let maximumRetryAfter: Duration = .seconds(86_400)
+
+    /// Decides a job's fate after one send. Pure: no clock, no I/O.
+    ///
+    /// - Parameters:
+    ///   - outcome: what the send came to.
+    ///   - attempt: the job's attempts counting this one (1-based), as claimed.
+    ///   - transportRetries: unknown outcomes the job has already had.
+    ///   - policy: the job's retry policy (priority stretch and `max_attempts` applied).
+    ///   - transportBudget: how many unknown outcomes a job may have before it is dead-lettered.
+    ///   - random: jitter source, injectable for tests.
+    public static func decide(
+        _ outcome: SendOutcome, attempt: Int, transportRetries: Int, policy: RetryPolicy, transportBudget: Int,
+        using random: inout some RandomNumberGenerator
+    ) -> DecidedOutcome {
+        switch outcome {
+        case .rejected(let rejection):
+            return DecidedOutcome(decision: .dead(sentence: rejection.message), reason: rejection.reason, trapID: rejection.trapID)
+
+        case .transport(let fault, let reason):
+            switch fault {
+            case .notProcessed, .cancelled:
+                return DecidedOutcome(decision: .requeue(after: .zero), reason: reason)
+            case .unreachable:
+                return DecidedOutcome(decision: .requeue(after: Self.requeueDelay), reason: reason, endpointUnreachable: true)
+            case .credentialMissing:
+                return DecidedOutcome(decision: .requeue(after: Self.requeueDelay), reason: reason, trapID: .credentialsMissing, pausesCredential: true)
+            case .unknownOutcome:
+                guard transportRetries < transportBudget else {
+                    let sentence = "APNs' answer was lost \(transportRetries + 1) times (the last: \(reason)); the transport budget of \(transportBudget) is spent. Check the network path to APNs, then replay: the same apns-id is sent."
+                    return DecidedOutcome(decision: .dead(sentence: sentence), reason: reason)
+                }
+                // Transport backoff: 100 ms doubling to 5 s, with jitter; nothing to do with the token.
+                let base = Duration.milliseconds(100)
+                var delay = min(base * (1 << min(transportRetries, 10)), .seconds(5))
+                delay += .milliseconds(Int64.random(in: 0...100, using: &random))
+                return DecidedOutcome(decision: .transportRetry(after: delay), reason: reason)
+            }
+
+        case .response(let status, let reason, let retryAfter):
+            let verdict = APNsVerdict.classify(status: status, reason: reason)
+            var decided = DecidedOutcome(decision: .delivered, reason: reason, trapID: verdict.trapID)
+            switch verdict.responseClass {
+            case .delivered:
+                return decided
+            case .tokenInvalid:
+                decided.invalidatesToken = true
+                decided.decision = .dead(sentence: DeadLetterSentence.sentence(status: status, reason: reason, attempts: attempt, exhausted: false))
+            case .permanent:
+                decided.decision = .dead(sentence: DeadLetterSentence.sentence(status: status, reason: reason, attempts: attempt, exhausted: false))
+            case .credentialFatal:
+                decided.pausesCredential = true
+                decided.decision = .requeue(after: Self.requeueDelay)
+            case .retryable, .credentialRetry, .unknown:
+                decided.unknownReason = verdict.responseClass == .unknown
+                let honoured = status == 429 ? retryAfter.map { min($0, Self.maximumRetryAfter) } : nil
+                switch policy.decide(after: attempt, responseClass: verdict.responseClass, retryAfter: honoured, using: &random) {
+                case .retry(let delay):
+                    decided.decision = .retry(after: delay)
+                case .exhausted, .stop:
+                    decided.decision = .dead(sentence: DeadLetterSentence.sentence(status: status, reason: reason, attempts: attempt, exhausted: true))
+                }
+            }
+            return decided
+        }
+    }
+
+    /// ``decide(_:attempt:transportRetries:policy:transportBudget:using:)`` with the system's random numbers.
+    public static func decide(_ outcome: SendOutcome, attempt: Int, transportRetries: Int, policy: RetryPolicy, transportBudget: Int) -> DecidedOutcome {
+        var generator = SystemRandomNumberGenerator()
+        return self.decide(outcome, attempt: attempt, transportRetries: transportRetries, policy: policy, transportBudget: transportBudget, using: &generator)
+    }
+}

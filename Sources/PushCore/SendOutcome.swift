@@ -1,0 +1,28 @@
+/// What one send of a job came to, before any decision: APNs' answer, a transport fault, or a refusal
+/// before any network call. The input of ``Decision/decide(_:attempt:transportRetries:policy:transportBudget:)``.
+public enum SendOutcome: Sendable, Hashable {
+    /// APNs answered.
+    case response(status: Int, reason: String?, retryAfter: Duration?)
+    /// No answer came back; the fault says whether APNs may have processed the request.
+    case transport(TransportFault, reason: String)
+    /// The worker refused the job before any network call (validation, expiry, attempts used up).
+    case rejected(PreSendRejection)
+}
+
+/// A send that got no APNs answer, by what it means for the job (APNS.md, "not processed" and "unknown
+/// outcome" rows).
+public enum TransportFault: String, Sendable, Hashable, CaseIterable {
+    /// APNs certainly did not process the request (above a GOAWAY's last stream id, REFUSED_STREAM, a
+    /// stream never opened or never written) and no live connection could take it: back to `pending`,
+    /// uncounted.
+    case notProcessed
+    /// APNs could not be reached at all (connect failed, backoff): back to `pending`, uncounted.
+    case unreachable
+    /// The request may have been processed (connection lost mid-request, RST_STREAM other than
+    /// REFUSED_STREAM, deadline): retried with the same apns-id under the transport budget.
+    case unknownOutcome
+    /// No usable signing key for the job's credential (trap MS028): the credential is paused.
+    case credentialMissing
+    /// The worker stopped before the request was written (shutdown, lease lost): uncounted.
+    case cancelled
+}

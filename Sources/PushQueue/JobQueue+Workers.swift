@@ -1,0 +1,128 @@
+import PostgresNIO
+
+/// Worker heartbeats (`push.workers`): a lease only lapses for a worker that is gone.
+extension JobQueue {
+    /// Registers or refreshes this worker's row: its heartbeat, and the credentials it can sign for.
+    public func heartbeat(workerID: String, host: String, pid: Int, credentials: [String]) async throws {
+        try await self.client.query(
+            """
+            INSERT INTO push.workers (worker_id, host, pid, credentials)
+            VALUES (\(workerID), \(host), \(Int32(clamping: pid)), \(credentials)::text[])
+            ON CONFLICT (worker_id) DO UPDATE
+               SET heartbeat_at = now(), host = excluded.host, pid = excluded.pid, credentials = excluded.credentials
+            """,
+            logger: self.logger
+        )
+    }
+
+    /// Removes this worker's row on a clean stop.
+    public func deregister(workerID: String) async throws {
+        try await self.client.query("DELETE FROM push.workers WHERE worker_id = \(workerID)", logger: self.logger)
+    }
+
+    /// Returns to `pending` the jobs a previous process with this worker id left `running` (it died):
+    /// at start, before claiming, so a restarted worker gets its jobs back at once. Worker ids are
+    /// unique per live process.
+    @discardableResult
+    public func reclaimPreviousLife(workerID: String) async throws -> [Int64] {
+        var ids: [Int64] = []
+        for try await id in try await self.client.query(
+            """
+            UPDATE push.jobs AS j
+               SET state = 'pending', run_at = now(), locked_until = NULL,
+                   history = push.append_history(j.history, jsonb_build_object(
+                       'attempt', j.attempts, 'at', now(), 'outcome', 'reclaimed', 'worker', j.locked_by,
+                       'why', 'its worker restarted'))
+             WHERE j.state = 'running' AND j.locked_by = \(workerID)
+            RETURNING j.id
+            """,
+            logger: self.logger
+        ).decode(Int64.self) {
+            ids.append(id)
+        }
+        return ids
+    }
+
+    /// Returns to `pending`, due at once and with the same `apns_id`, the running jobs whose worker is
+    /// gone: its heartbeat is older than `staleAfter`, or it has none and the job's lease lapsed. A
+    /// worker whose heartbeat is fresh keeps its jobs whatever their leases say (it may only have lost
+    /// Postgres for a while; its outcomes are on their way), except the ones it no longer holds itself
+    /// (`workerID`'s own jobs with a lapsed lease). The attempt stays counted; `locked_by` is kept, so
+    /// a late outcome from the old holder is still accepted unless another worker re-claimed the job.
+    ///
+    /// - Returns: the ids of the jobs reclaimed.
+    @discardableResult
+    public func reapJobsOfGoneWorkers(staleAfter: Duration, workerID: String) async throws -> [Int64] {
+        let stale = Double(staleAfter.components.seconds) + Double(staleAfter.components.attoseconds) / 1e18
+        var ids: [Int64] = []
+        for try await id in try await self.client.query(
+            """
+            WITH holders AS (
+                SELECT w.worker_id, w.heartbeat_at > now() - make_interval(secs => \(stale)) AS live
+                  FROM push.workers AS w
+            )
+            UPDATE push.jobs AS j
+               SET state = 'pending', run_at = now(), locked_until = NULL,
+                   history = push.append_history(j.history, jsonb_build_object(
+                       'attempt', j.attempts, 'at', now(), 'outcome', 'lease_expired',
+                       'worker', j.locked_by, 'sent', NULL))
+              FROM (SELECT r.id, h.live FROM push.jobs AS r LEFT JOIN holders AS h ON h.worker_id = r.locked_by
+                     WHERE r.state = 'running') AS x
+             WHERE j.id = x.id AND j.state = 'running'
+               AND ((j.locked_by = \(workerID) AND j.locked_until < now())
+                    OR (j.locked_by <> \(workerID) AND x.live IS FALSE)
+                    OR (j.locked_by <> \(workerID) AND x.live IS NULL AND j.locked_until < now()))
+            RETURNING j.id
+            """,
+            logger: self.logger
+        ).decode(Int64.self) {
+            ids.append(id)
+        }
+        return ids
+    }
+
+    /// Dead-letters pending jobs whose credential no live worker can sign for, once they have waited
+    /// `wait` past their `run_at` (trap MS028). Forgets worker rows silent for a day.
+    ///
+    /// - Returns: how many jobs were dead-lettered.
+    @discardableResult
+    public func deadLetterUnsignable(wait: Duration, staleAfter: Duration) async throws -> Int {
+        let waitSeconds = Double(wait.components.seconds)
+        let stale = Double(staleAfter.components.seconds) + Double(staleAfter.components.attoseconds) / 1e18
+        try await self.client.query("DELETE FROM push.workers WHERE heartbeat_at < now() - interval '1 day'", logger: self.logger)
+        var count = 0
+        for try await _ in try await self.client.query(
+            """
+            WITH live AS (
+                SELECT credentials FROM push.workers WHERE heartbeat_at > now() - make_interval(secs => \(stale))
+            ), moved AS (
+                DELETE FROM push.jobs AS j
+                 WHERE j.id IN (SELECT p.id FROM push.jobs AS p
+                                 WHERE p.state = 'pending' AND p.run_at < now() - make_interval(secs => \(waitSeconds))
+                                   -- A worker that names no credentials claims any (a library user's own set-up).
+                                   AND NOT EXISTS (SELECT 1 FROM live AS w
+                                                    WHERE cardinality(w.credentials) = 0 OR p.credential = ANY (w.credentials))
+                                 LIMIT 1000 FOR UPDATE SKIP LOCKED)
+                RETURNING j.*
+            )
+            INSERT INTO push.dead_jobs (
+                id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
+                collapse_id, expires_at, run_at, apns_id, max_attempts, attempts, transport_retries, status, reason,
+                trap_ids, apns_unique_id, created_at, first_attempt_at, last_attempt_at, latency_ms, dead_at, error, history)
+            SELECT id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
+                   collapse_id, expires_at, run_at, apns_id, max_attempts, attempts, transport_retries, status,
+                   'CredentialsMissing', push.merge_trap_ids(trap_ids, '{MS028}'), apns_unique_id, created_at,
+                   first_attempt_at, last_attempt_at, latency_ms, now(),
+                   'no running worker has a signing key for credential ''' || credential || ''' (MS028): name it in a worker''s --config or APNS_* settings, then replay this job.',
+                   push.append_history(history, jsonb_build_object('outcome', 'dead', 'at', now(), 'reason', 'CredentialsMissing'))
+              FROM moved
+            \(unescaped: Self.deadConflict)
+            RETURNING id
+            """,
+            logger: self.logger
+        ) {
+            count += 1
+        }
+        return count
+    }
+}

@@ -54,6 +54,7 @@ extension APNsSimulator {
                     return
                 }
                 if case .drop = fault {
+                    self.state.withLock { _ = $0.faults.cutConnections.insert(connectionID) }
                     connection.close(promise: nil)
                     return
                 }
@@ -90,7 +91,10 @@ extension APNsSimulator {
                         try await outbound.write(.data(.init(data: .byteBuffer(ByteBuffer(bytes: answer.body)), endStream: true)))
                     }
                     if answer.status == 200, let id = headers.first(name: "apns-id") {
-                        self.state.withLock { $0.faults.okAnswers[id.lowercased(), default: 0] += 1 }
+                        self.state.withLock {
+                            $0.faults.okAnswers[id.lowercased(), default: 0] += 1
+                            $0.faults.okAnswerConnections[id.lowercased(), default: []].append(connectionID)
+                        }
                     }
                 case .hang:
                     try await Task.sleep(for: .seconds(3_600))
@@ -142,7 +146,7 @@ extension APNsSimulator {
         let action = self.state.withLock { state -> FaultAction in
             if let goAway = state.goAways[connectionID] {
                 state.faults.openedAfterGoAway += 1
-                if now - goAway.at > .milliseconds(100) { state.faults.openedLateAfterGoAway += 1 }
+                if now - goAway.at > .milliseconds(500) { state.faults.openedLateAfterGoAway += 1 }
                 if streamID > goAway.last {
                     state.faults.unansweredAfterGoAway += 1
                     return .silent
@@ -187,6 +191,7 @@ extension APNsSimulator {
                 lastStreamID: HTTP2StreamID(last), errorCode: .noError, opaqueData: ByteBuffer(string: #"{"reason":"Shutdown"}"#)))
             connection.writeAndFlush(frame, promise: nil)
             connection.eventLoop.scheduleTask(in: .nanoseconds(Int64(plan.goAwayGrace.components.seconds) * 1_000_000_000 + plan.goAwayGrace.components.attoseconds / 1_000_000_000)) {
+                self.state.withLock { _ = $0.faults.cutConnections.insert(connectionID) }
                 connection.close(promise: nil)
             }
         }

@@ -47,10 +47,16 @@ public struct FaultCounters: Sendable, Hashable {
     public var unansweredAfterGoAway = 0
     /// Requests that arrived on a connection after the simulator sent it GOAWAY.
     public var openedAfterGoAway = 0
-    /// Of those, how many arrived more than 100 ms after the GOAWAY (the client had time to read it).
+    /// Of those, how many arrived more than 500 ms after the GOAWAY: the client had long had it to read
+    /// (earlier ones were on the wire, or waited for a busy event loop to read the frame).
     public var openedLateAfterGoAway = 0
     /// 200s per apns-id, counted when the answer was written.
     public var okAnswers: [String: Int] = [:]
+    /// For each apns-id answered 200, the connections the 200s went out on, in order.
+    public var okAnswerConnections: [String: [Int]] = [:]
+    /// Connections the fault plan cut (dropped, or closed after a GOAWAY's grace): a 200 written there
+    /// may never have been read, so its request has an unknown outcome and is rightly sent again.
+    public var cutConnections: Set<Int> = []
 }
 
 /// SplitMix64: a small seeded generator.

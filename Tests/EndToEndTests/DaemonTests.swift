@@ -180,7 +180,7 @@ struct DaemonTests {
         }
     }
 
-    @Test("a config file names several credentials; each job is signed by its credential's key; an unknown one waits")
+    @Test("a config file names several credentials; each job is signed by its credential's key; one no worker has is never claimed, then dead-lettered MS028")
     func severalCredentials() async throws {
         let second = try SimulatorCredentials.generate(in: FileManager.default.temporaryDirectory.appendingPathComponent("cred-b-\(UUID().uuidString)").path, teamID: "TEAMBBBBBB", keyID: "KEYBBBBBBB")
         try await DaemonFixture.run(simulator: { $0.keys[second.keyID] = second.trustedKey }) { f in
@@ -201,6 +201,7 @@ struct DaemonTests {
             let worker = try ChildProcess.start(DaemonFixture.binary, [
                 "run", "--worker-id", "cfg", "--config", config, "--apns-endpoint", "https://localhost:\(f.simulator.port)",
                 "--apns-ca-file", f.caFile, "--poll-interval-ms", "200", "--no-metrics", "--log-level", "info", "--log-format", "json",
+                "--credential-wait", "3s",
             ], environment: ["DATABASE_URL": f.db.url.connectionString, "APNS_KEY_PATH": ""], outputPath: f.directory + "/cfg.log")
             try await f.waitUntil(.seconds(30), "two delivered") {
                 try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == 2
@@ -209,10 +210,13 @@ struct DaemonTests {
             #expect(keyOf[DaemonFixture.token(1)] == f.credentials.keyID)
             #expect(keyOf[DaemonFixture.token(2)] == second.keyID)
             #expect(keyOf[DaemonFixture.token(3)] == nil, "no request for a credential with no key")
-            try await f.waitUntil(.seconds(10), "the unknown credential's job requeued") {
-                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE credential = 'nobody' AND state = 'pending' AND 'MS028' = ANY (trap_ids)") == 1
+            // Only claim what you can sign: the job waits unclaimed (no attempt used), then, with no live
+            // worker holding its credential after --credential-wait, it is dead-lettered with MS028.
+            try await f.waitUntil(.seconds(20), "the unknown credential's job dead-lettered") {
+                try await f.db.int64("SELECT count(*) FROM push.dead_jobs WHERE credential = 'nobody' AND reason = 'CredentialsMissing' AND 'MS028' = ANY (trap_ids) AND attempts = 0") == 1
             }
-            #expect(worker.output.contains("credential 'nobody' (CredentialsMissing)"), "one clear error for the paused credential, with the reason")
+            #expect(try await f.db.int64("SELECT count(*) FROM push.dead_jobs WHERE credential = 'nobody' AND error LIKE '%no running worker has a signing key for credential ''nobody''%'") == 1)
+            #expect(worker.output.contains("no running worker can sign for (MS028)"), "one clear error line")
             worker.signal(SIGTERM)
             #expect(worker.wait() == 0)
             // --log-format json: one object per line, job lines carry the token's fingerprint, never the token.

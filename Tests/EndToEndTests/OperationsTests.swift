@@ -52,7 +52,7 @@ struct OperationsTests {
 
             let refused = try f.startWorker("checked", ["--migrations", "check"])
             #expect(refused.wait() != 0)
-            #expect(refused.output.contains("lacks 0001_schema.sql, 0002_provider_tokens.sql"), "\(refused.output)")
+            #expect(refused.output.contains("lacks 0001_schema.sql, 0002_provider_tokens.sql, 0003_failure_paths.sql"), "\(refused.output)")
             #expect(refused.output.contains("push-worker migrate"))
             #expect(try await f.db.int64("SELECT count(*) FROM pg_namespace WHERE nspname = 'push'") == 0, "check changed nothing")
 
@@ -60,7 +60,7 @@ struct OperationsTests {
             let current = try f.cli(["migrate", "--check", "--json"])
             #expect(current.status == 0, "\(current.output)")
             let answer = try JSONSerialization.jsonObject(with: Data(current.output.utf8)) as? [String: [String]]
-            #expect(answer?["pending"] == [] && answer?["schema_versions"] == ["1", "2"], "\(current.output)")
+            #expect(answer?["pending"] == [] && answer?["schema_versions"] == ["1", "2", "3"], "\(current.output)")
 
             let worker = try f.startWorker("checked", ["--migrations", "check"])
             try await f.db.execute("INSERT INTO push.jobs (topic, device_token, payload) VALUES ('com.example.app', '\(DaemonFixture.token(2))', '{\"aps\":{}}')")

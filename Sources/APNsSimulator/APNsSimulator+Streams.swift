@@ -147,6 +147,7 @@ extension APNsSimulator {
             if let goAway = state.goAways[connectionID] {
                 state.faults.openedAfterGoAway += 1
                 if now - goAway.at > .milliseconds(500) { state.faults.openedLateAfterGoAway += 1 }
+                state.faults.maxLatenessAfterGoAway = max(state.faults.maxLatenessAfterGoAway, now - goAway.at)
                 if streamID > goAway.last {
                     state.faults.unansweredAfterGoAway += 1
                     return .silent

@@ -50,6 +50,8 @@ public struct FaultCounters: Sendable, Hashable {
     /// Of those, how many arrived more than 500 ms after the GOAWAY: the client had long had it to read
     /// (earlier ones were on the wire, or waited for a busy event loop to read the frame).
     public var openedLateAfterGoAway = 0
+    /// The latest any request arrived after its connection's GOAWAY was sent.
+    public var maxLatenessAfterGoAway: Duration = .zero
     /// 200s per apns-id, counted when the answer was written.
     public var okAnswers: [String: Int] = [:]
     /// For each apns-id answered 200, the connections the 200s went out on, in order.

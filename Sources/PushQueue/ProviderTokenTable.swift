@@ -17,7 +17,12 @@ public struct ProviderTokenTable: ProviderTokenStore {
 
     public func load(teamID: String, keyID: String) async throws -> ProviderToken? {
         let rows = try await self.client.query(
-            "SELECT jwt, issued_at FROM push.provider_tokens WHERE team_id = \(teamID) AND key_id = \(keyID)",
+            // A token "issued" in the future (a worker whose clock runs fast minted it) would count as
+            // fresh for the whole fleet for too long: ignore it, and let it be replaced.
+            """
+            SELECT jwt, issued_at FROM push.provider_tokens
+             WHERE team_id = \(teamID) AND key_id = \(keyID) AND issued_at <= now() + interval '60 seconds'
+            """,
             logger: self.logger
         )
         for try await (jwt, issuedAt) in rows.decode((String, Date).self) {
@@ -34,13 +39,14 @@ public struct ProviderTokenTable: ProviderTokenStore {
                 INSERT INTO push.provider_tokens AS t (team_id, key_id, jwt, issued_at)
                 VALUES (\(teamID), \(keyID), \(token.jwt), \(token.issuedAt))
                 ON CONFLICT (team_id, key_id) DO UPDATE SET jwt = excluded.jwt, issued_at = excluded.issued_at
-                 WHERE t.issued_at < excluded.issued_at
+                 WHERE t.issued_at < excluded.issued_at OR t.issued_at > now() + interval '60 seconds'
                 RETURNING jwt, issued_at
             )
             SELECT jwt, issued_at FROM upsert
             UNION ALL
             SELECT jwt, issued_at FROM push.provider_tokens
              WHERE team_id = \(teamID) AND key_id = \(keyID) AND NOT EXISTS (SELECT 1 FROM upsert)
+               AND issued_at <= now() + interval '60 seconds'
             """,
             logger: self.logger
         )

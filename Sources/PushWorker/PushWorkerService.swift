@@ -37,6 +37,8 @@ public final class PushWorkerService: Sendable {
         /// Since when heartbeats have succeeded without a gap; other workers' jobs are reaped only after
         /// a full stale period of it, so workers cut off by the same outage can check in first.
         var connectedSince: ContinuousClock.Instant?
+        /// The client's not-processed count at the last scrape (the metric counts the difference).
+        var notProcessedReported = 0
     }
 
     /// Counters since start, for logs and tests.
@@ -112,7 +114,12 @@ public final class PushWorkerService: Sendable {
     /// Sets the `push_worker_ready` gauge from ``isReady``; call it before each scrape.
     public func recordReadiness() {
         self.metrics.ready.record(self.isReady ? 1 : 0)
-        self.metrics.requestsNotProcessed.record(self.client.notProcessedCount)
+        let notProcessed = self.client.notProcessedCount
+        let delta = self.state.withLock { state -> Int in
+            defer { state.notProcessedReported = notProcessed }
+            return notProcessed - state.notProcessedReported
+        }
+        if delta > 0 { self.metrics.requestsNotProcessed.increment(by: delta) }
     }
 
     /// Whether this worker may start a send now: its heartbeat is fresh, so no other worker takes it

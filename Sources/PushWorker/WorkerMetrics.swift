@@ -26,7 +26,7 @@ struct WorkerMetrics: Sendable {
     /// Jobs returned to pending because their worker was gone: `push_leases_reclaimed_total`.
     let leasesReclaimed = Counter(label: "push_leases_reclaimed_total")
     /// Requests APNs certainly did not process (resent, or given back uncounted): `push_requests_not_processed_total`.
-    let requestsNotProcessed = Gauge(label: "push_requests_not_processed_total")
+    let requestsNotProcessed = Counter(label: "push_requests_not_processed_total")
     /// Outcomes written as dead letters by the last resort: `push_outcomes_unwritable_total`.
     let unwritableOutcomes = Counter(label: "push_outcomes_unwritable_total")
     private let outcomes: [String: Counter] = Dictionary(uniqueKeysWithValues: ["delivered", "retry", "requeue", "transport_retry", "dead"].map {

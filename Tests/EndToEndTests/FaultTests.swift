@@ -44,7 +44,7 @@ struct FaultTests {
             #expect(worker.wait() == 0)
             let faults = f.simulator.faultCounters
             let summary = try await Self.assertInvariants(f, jobs: count, diedWorkers: [])
-            print("storm (\(count) jobs, GOAWAY every \(goAwayEvery)): \(elapsed) to drain; \(faults.goAways) GOAWAYs, \(faults.drops) drops, \(faults.resets) resets, \(faults.unansweredAfterGoAway) streams left unanswered after GOAWAY, \(faults.openedAfterGoAway) arrived after a GOAWAY was sent (\(faults.openedLateAfterGoAway) more than 500 ms after); \(summary)")
+            print("storm (\(count) jobs, GOAWAY every \(goAwayEvery)): \(elapsed) to drain; \(faults.goAways) GOAWAYs, \(faults.drops) drops, \(faults.resets) resets, \(faults.unansweredAfterGoAway) streams left unanswered after GOAWAY, \(faults.openedAfterGoAway) arrived after a GOAWAY was sent (\(faults.openedLateAfterGoAway) more than 500 ms after; the latest \(faults.maxLatenessAfterGoAway) after); \(summary)")
             #expect(try await f.db.int64("SELECT count(*) FROM push.dead_jobs") == 0, "no healthy job dead-lettered")
             #expect(try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == Int64(count))
             #expect(faults.goAways > 0 && faults.drops > 0 && faults.resets > 0, "the faults happened")

@@ -5,7 +5,6 @@ import Testing
 /// Pure: no socket, no database, no clock.
 @Suite("Decision.decide: one interpretation of a send")
 struct DecisionTests {
-    struct Zero: RandomNumberGenerator { mutating func next() -> UInt64 { 0 } }
 
     static let reasons: [(Int, String?)] = [(200, nil)]
         + [(410, "Unregistered"), (410, "ExpiredToken"), (400, "BadDeviceToken"), (400, "DeviceTokenNotForTopic")]
@@ -16,7 +15,7 @@ struct DecisionTests {
         + [(400, "SomethingNew")]
 
     func decide(_ outcome: SendOutcome, attempt: Int, priority: Int, transportRetries: Int = 0) -> DecidedOutcome {
-        var random = Zero()
+        var random = SystemRandomNumberGenerator()
         let policy = RetryPolicy(.init(maxRetries: 3, baseDelay: .milliseconds(100), maxDelay: .seconds(5), jitter: false), priority: priority, environment: [:])
         return Decision.decide(outcome, attempt: attempt, transportRetries: transportRetries, policy: policy, transportBudget: 10, using: &random)
     }
@@ -70,8 +69,11 @@ struct DecisionTests {
                 continue
             }
         }
-        #expect(self.decide(.transport(.unknownOutcome, reason: "Timeout"), attempt: 1, priority: 10, transportRetries: 0).decision == .transportRetry(after: .milliseconds(100)))
-        #expect(self.decide(.transport(.unknownOutcome, reason: "Timeout"), attempt: 1, priority: 10, transportRetries: 9).decision == .transportRetry(after: .seconds(5)))
+        // Transport backoff: 100 ms doubling to 5 s, plus up to 100 ms of jitter.
+        for (retries, low) in [(0, Duration.milliseconds(100)), (3, .milliseconds(800)), (9, .seconds(5))] {
+            let delay = self.decide(.transport(.unknownOutcome, reason: "Timeout"), attempt: 1, priority: 10, transportRetries: retries).decision.delay
+            #expect(delay.map { $0 >= low && $0 <= low + .milliseconds(100) } == true, "after \(retries) unknown outcomes: \(String(describing: delay))")
+        }
         guard case .dead(let sentence) = self.decide(.transport(.unknownOutcome, reason: "ConnectionReset"), attempt: 1, priority: 10, transportRetries: 10).decision else {
             Issue.record("a spent transport budget must dead-letter")
             return

@@ -50,15 +50,23 @@ extension JobQueue {
     /// (`workerID`'s own jobs with a lapsed lease). The attempt stays counted; `locked_by` is kept, so
     /// a late outcome from the old holder is still accepted unless another worker re-claimed the job.
     ///
+    /// A worker last seen before Postgres itself restarted is not taken for gone until `restartGrace`
+    /// after the restart: every worker was cut off alike, and its pool may take a while to reconnect.
+    ///
     /// - Returns: the ids of the jobs reclaimed.
     @discardableResult
-    public func reapJobsOfGoneWorkers(staleAfter: Duration, workerID: String) async throws -> [Int64] {
+    public func reapJobsOfGoneWorkers(staleAfter: Duration, workerID: String, restartGrace: Duration = .seconds(75)) async throws -> [Int64] {
         let stale = Double(staleAfter.components.seconds) + Double(staleAfter.components.attoseconds) / 1e18
+        let grace = Double(restartGrace.components.seconds)
         var ids: [Int64] = []
         for try await id in try await self.client.query(
             """
             WITH holders AS (
-                SELECT w.worker_id, w.heartbeat_at > now() - make_interval(secs => \(stale)) AS live
+                SELECT w.worker_id,
+                       w.heartbeat_at > now() - make_interval(secs => \(stale))
+                       -- Last seen before Postgres restarted, and the restart is recent: cut off, not gone.
+                       OR (w.heartbeat_at < pg_postmaster_start_time()
+                           AND pg_postmaster_start_time() > now() - make_interval(secs => \(grace))) AS live
                   FROM push.workers AS w
             )
             UPDATE push.jobs AS j

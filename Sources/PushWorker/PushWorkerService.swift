@@ -34,9 +34,12 @@ public final class PushWorkerService: Sendable {
         var held: Set<Int64> = []
         /// The last heartbeat Postgres took; sends start only while it is fresh.
         var lastHeartbeat: ContinuousClock.Instant?
-        /// Since when heartbeats have succeeded without a gap; other workers' jobs are reaped only after
-        /// a full stale period of it, so workers cut off by the same outage can check in first.
-        var connectedSince: ContinuousClock.Instant?
+        /// When this worker may first take other workers for gone: a stale period after it started, a
+        /// reconnect grace after it was cut off from Postgres (the others were cut off too and check in
+        /// as their pools reconnect). `nil` while cut off.
+        var reapAllowedAfter: ContinuousClock.Instant?
+        /// Whether a heartbeat failed since the last success.
+        var cutOff = false
         /// The client's not-processed count at the last scrape (the metric counts the difference).
         var notProcessedReported = 0
     }
@@ -269,9 +272,11 @@ public final class PushWorkerService: Sendable {
         let credentials = self.configuration.credentials ?? []
         try await self.queue.heartbeat(workerID: self.configuration.workerID, host: ProcessInfo.processInfo.hostName, pid: Int(getpid()), credentials: credentials)
         let now = ContinuousClock.now
+        let (stale, grace) = (self.configuration.staleAfter, self.configuration.reconnectGrace)
         self.state.withLock { state in
             state.lastHeartbeat = now
-            if state.connectedSince == nil { state.connectedSince = now }
+            if state.reapAllowedAfter == nil { state.reapAllowedAfter = now + (state.cutOff ? grace : stale) }
+            state.cutOff = false
         }
         let held = Array(self.state.withLock { $0.held })
         if !held.isEmpty {
@@ -286,9 +291,11 @@ public final class PushWorkerService: Sendable {
         while !Task.isCancelled {
             do {
                 try await self.beat()
-                let connectedSince = self.state.withLock { $0.connectedSince } ?? .now
-                if ContinuousClock.now - connectedSince >= self.configuration.staleAfter {
-                    let reaped = try await self.queue.reapJobsOfGoneWorkers(staleAfter: self.configuration.staleAfter, workerID: self.configuration.workerID)
+                let allowedAfter = self.state.withLock { $0.reapAllowedAfter } ?? .now
+                if ContinuousClock.now >= allowedAfter {
+                    let reaped = try await self.queue.reapJobsOfGoneWorkers(
+                        staleAfter: self.configuration.staleAfter, workerID: self.configuration.workerID,
+                        restartGrace: self.configuration.reconnectGrace)
                     if !reaped.isEmpty {
                         self.metrics.leasesReclaimed.increment(by: reaped.count)
                         self.logger.warning("reclaimed the jobs of a worker that is gone", metadata: ["push.jobs": "\(reaped.count)"])
@@ -296,7 +303,10 @@ public final class PushWorkerService: Sendable {
                     }
                 }
             } catch {
-                self.state.withLock { $0.connectedSince = nil }
+                self.state.withLock { state in
+                    state.reapAllowedAfter = nil
+                    state.cutOff = true
+                }
                 self.logger.warning("could not write the heartbeat; sends pause once it is stale", metadata: ["push.error": "\(QueueError.summary(of: error))"])
             }
             try? await Task.sleep(for: self.configuration.heartbeatInterval)

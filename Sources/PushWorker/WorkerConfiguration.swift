@@ -33,6 +33,9 @@ public struct WorkerConfiguration: Sendable {
     /// A worker whose heartbeat is older than this is gone: its running jobs return to pending (three
     /// heartbeats). A live worker never starts a send once its own heartbeat is this old.
     public var staleAfter: Duration = .seconds(6)
+    /// After this worker (or Postgres) was cut off, how long it waits before it takes other workers for
+    /// gone: they were cut off too, and Postgres' client pool backs off up to a minute between connects.
+    public var reconnectGrace: Duration = .seconds(75)
     /// Unknown outcomes (connection lost mid-request, stream reset, deadline) a job may have before it
     /// is dead-lettered; separate from the retry policy's attempts.
     public var transportBudget: Int = 10

@@ -76,7 +76,7 @@ struct FailurePathTests {
             let theirs = try await queue.claim(limit: 2, workerID: gone, lease: .milliseconds(1))
             try await db.execute("UPDATE push.workers SET heartbeat_at = now() - interval '1 minute' WHERE worker_id = '\(gone)'")
             try await Task.sleep(for: .milliseconds(20))
-            let reaped = try await queue.reapJobsOfGoneWorkers(staleAfter: .seconds(6), workerID: reaper)
+            let reaped = try await queue.reapJobsOfGoneWorkers(staleAfter: .seconds(6), workerID: reaper, restartGrace: .zero)
             #expect(Set(reaped) == Set(theirs.map(\.id)), "only the gone worker's jobs")
             // The live worker's outcome is written although its lease lapsed.
             let written = try await queue.record(mine.map { JobOutcome(jobID: $0.id, attempt: $0.attempts, disposition: .delivered, status: 200) }, workerID: alive)
@@ -89,6 +89,20 @@ struct FailurePathTests {
             #expect(again.map(\.id) == [theirs[1].id] && again[0].attempts == 2)
             let fenced = try await queue.record([JobOutcome(jobID: theirs[1].id, attempt: 1, disposition: .delivered, status: 200)], workerID: gone)
             #expect(fenced.fenced == [theirs[1].id])
+        }
+    }
+
+    @Test("a worker last seen before Postgres restarted is not taken for gone until the restart grace has passed")
+    func restartGrace() async throws {
+        try await TestPostgres.withDatabase { db in
+            _ = try await enqueue(db, count: 1)
+            let cutOff = workerName("cut-off"), reaper = workerName("reaper")
+            try await db.queue.heartbeat(workerID: cutOff, host: "h", pid: 1, credentials: [])
+            _ = try await db.queue.claim(limit: 1, workerID: cutOff, lease: .milliseconds(1))
+            // Its last heartbeat predates the server's start (as after a restart).
+            try await db.execute("UPDATE push.workers SET heartbeat_at = pg_postmaster_start_time() - interval '1 second' WHERE worker_id = '\(cutOff)'")
+            #expect(try await db.queue.reapJobsOfGoneWorkers(staleAfter: .milliseconds(1), workerID: reaper, restartGrace: .seconds(86_400)).isEmpty)
+            #expect(try await db.queue.reapJobsOfGoneWorkers(staleAfter: .milliseconds(1), workerID: reaper, restartGrace: .zero).count == 1)
         }
     }
 

@@ -138,3 +138,27 @@ struct ConnectionTests {
         }
     }
 }
+
+@Suite("Connections against a hostile peer")
+struct HostilePeerTests {
+    @Test("a peer that accepts and at once sends GOAWAY gets reconnect backoff, not a TLS handshake per request; the request comes back not processed")
+    func immediateGoAway() async throws {
+        try await Fixture.run(simulator: { $0.faults.goAwayEvery = 1; $0.faults.goAwayGrace = .milliseconds(100) }) { f in
+            let started = ContinuousClock.now
+            var faults: [TransportFault] = []
+            while ContinuousClock.now - started < .seconds(3) {
+                do {
+                    _ = try await f.send(try Fixture.alert(Fixture.token()))
+                    Issue.record("a request the peer never processes cannot succeed")
+                } catch let error as TransportError {
+                    faults.append(error.fault)
+                }
+            }
+            let connections = f.simulator.connectionsAccepted
+            print("immediate GOAWAY for 3 s: \(connections) connections, \(faults.count) sends given back (\(Set(faults.map(\.rawValue)).sorted()))")
+            // Backoff 1 s, 2 s: at most a handful of connects in 3 s (before: one per request, hundreds).
+            #expect(connections <= 4)
+            #expect(faults.allSatisfy { $0 == .notProcessed || $0 == .unreachable }, "never an unknown outcome: nothing was processed")
+        }
+    }
+}

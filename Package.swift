@@ -73,7 +73,6 @@ let package = Package(
         .target(
             name: "APNsSimulator",
             dependencies: [
-                "PushCore",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOTLS", package: "swift-nio"),

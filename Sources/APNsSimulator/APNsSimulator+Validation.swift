@@ -1,7 +1,6 @@
 import Foundation
 import NIOCore
 import NIOHPACK
-import PushCore
 
 extension APNsSimulator {
     /// Validates a request in Apple's order and decides the answer (faithful mode).
@@ -21,7 +20,7 @@ extension APNsSimulator {
         guard method == "POST" else { return .error(405, "MethodNotAllowed") }
         if let failure = self.authenticateRequest(headers) { return failure }
 
-        guard let pushTypeName = headers.first(name: "apns-push-type"), let pushType = PushType(rawValue: pushTypeName) else {
+        guard let pushTypeName = headers.first(name: "apns-push-type"), let pushType = AppleRules.pushTypes[pushTypeName] else {
             return .error(400, "InvalidPushType")
         }
         let bundle: String
@@ -29,14 +28,14 @@ extension APNsSimulator {
             guard let topic = headers.first(name: "apns-topic"), !topic.isEmpty else { return .error(400, "MissingTopic") }
             guard topic.hasSuffix(pushType.topicSuffix) else { return .error(400, "BadTopic") }
             bundle = String(topic.dropLast(pushType.topicSuffix.count))
-            guard PushType.suffix(in: bundle) == nil else { return .error(400, "BadTopic") }
+            guard !AppleRules.carriesSuffix(bundle) else { return .error(400, "BadTopic") }
         } else {
             bundle = segments[4]
-            guard pushType == .liveactivity else { return .error(400, "InvalidPushType") }
+            guard pushTypeName == "liveactivity" else { return .error(400, "InvalidPushType") }
         }
         if let allowed = self.configuration.allowedTopics, !allowed.contains(bundle) { return .error(400, "TopicDisallowed") }
         if let priority = headers.first(name: "apns-priority") {
-            guard let value = Int(priority), pushType.allowedPriorities.contains(value) else { return .error(400, "BadPriority") }
+            guard let value = Int(priority), pushType.priorities.contains(value) else { return .error(400, "BadPriority") }
         }
         if let id = headers.first(name: "apns-id"), UUID(uuidString: id) == nil { return .error(400, "BadMessageId") }
         if let expiration = headers.first(name: "apns-expiration"), Int64(expiration) == nil { return .error(400, "BadExpirationDate") }
@@ -54,7 +53,7 @@ extension APNsSimulator {
             target = channel
         }
         guard !body.isEmpty else { return .error(400, "PayloadEmpty") }
-        let limit = isBroadcast ? PushType.broadcastPayloadLimit : pushType.payloadLimit
+        let limit = isBroadcast ? AppleRules.broadcastPayloadLimit : pushType.payloadLimit
         guard body.count <= limit else { return .error(413, "PayloadTooLarge") }
 
         if let behaviour = self.state.withLock({ $0.behaviour(for: target) }) {

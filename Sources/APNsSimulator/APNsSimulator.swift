@@ -5,7 +5,6 @@ public import NIOCore
 import NIOHTTP2
 public import NIOPosix
 import NIOSSL
-import PushCore
 import Synchronization
 
 /// An APNs-faithful HTTP/2 TLS server for tests, the no-credentials default, benchmarks and staging.

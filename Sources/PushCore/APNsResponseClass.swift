@@ -23,55 +23,22 @@ public struct APNsVerdict: Sendable, Hashable {
     /// The trap id met, if any.
     public var trapID: TrapID?
 
-    /// Classifies an HTTP status and `reason` (or a transport failure: `status` nil).
+    /// Classifies an HTTP status and `reason` (or a transport failure: `status` nil) by
+    /// ``APNsReason/table``; a reason the table does not know is classed by its status (429 and 5xx
+    /// retryable, 413 too large) or as unknown.
     public static func classify(status: Int?, reason: String?) -> APNsVerdict {
         guard let status else { return APNsVerdict(responseClass: .retryable, trapID: nil) }
         if status == 200 { return APNsVerdict(responseClass: .delivered, trapID: nil) }
-        let reason = reason ?? ""
-        switch (status, reason) {
-        case (410, "Unregistered"), (410, "ExpiredToken"):
-            return APNsVerdict(responseClass: .tokenInvalid, trapID: .tokenUnregistered)
-        case (400, "BadDeviceToken"):
-            return APNsVerdict(responseClass: .tokenInvalid, trapID: .tokenEnvironment)
-        case (400, "DeviceTokenNotForTopic"):
-            return APNsVerdict(responseClass: .tokenInvalid, trapID: nil)
-        case (429, "TooManyProviderTokenUpdates"):
-            return APNsVerdict(responseClass: .credentialFatal, trapID: .providerToken)
-        case (429, _):
-            return APNsVerdict(responseClass: .retryable, trapID: .priorityBudget)
-        case (400, "IdleTimeout"):
-            return APNsVerdict(responseClass: .retryable, trapID: nil)
-        case (500..., _):
-            return APNsVerdict(responseClass: .retryable, trapID: nil)
-        case (403, "ExpiredProviderToken"), (403, "UnrelatedKeyIdInToken"):
-            return APNsVerdict(responseClass: .credentialRetry, trapID: .providerToken)
-        case (403, "InvalidProviderToken"), (403, "MissingProviderToken"), (403, "Forbidden"):
-            return APNsVerdict(responseClass: .credentialFatal, trapID: .providerToken)
-        case (403, "BadEnvironmentKeyIdInToken"), (403, "BadCertificate"), (403, "BadCertificateEnvironment"):
-            return APNsVerdict(responseClass: .credentialFatal, trapID: nil)
-        case (400, "TopicDisallowed"):
-            return APNsVerdict(responseClass: .credentialFatal, trapID: .topicSuffix)
-        case (_, "BadExpirationDate"):
-            return APNsVerdict(responseClass: .permanent, trapID: .timestamps)
-        case (_, "MissingTopic"):
-            return APNsVerdict(responseClass: .permanent, trapID: .topicMissing)
-        case (413, _), (_, "PayloadTooLarge"):
-            return APNsVerdict(responseClass: .permanent, trapID: .payloadTooLarge)
-        case (_, "MissingChannelId"), (_, "BadChannelId"), (_, "ChannelNotRegistered"):
-            return APNsVerdict(responseClass: .permanent, trapID: .channel)
-        case (_, "FeatureNotEnabled"):
-            return APNsVerdict(responseClass: .permanent, trapID: .broadcastNotEnabled)
-        case (_, let known) where Self.permanentReasons.contains(known):
-            return APNsVerdict(responseClass: .permanent, trapID: nil)
-        default:
-            return APNsVerdict(responseClass: .unknown, trapID: nil)
-        }
+        let known = APNsReason(reason ?? "")
+        // A 429 is the throttle whatever its reason, except the credential's own.
+        if status == 429, known != .tooManyProviderTokenUpdates { return APNsVerdict(responseClass: .retryable, trapID: .priorityBudget) }
+        // A 5xx is the server's fault whatever its reason.
+        if status >= 500 { return APNsVerdict(responseClass: .retryable, trapID: nil) }
+        if let row = known.row { return APNsVerdict(responseClass: row.responseClass, trapID: row.trapID) }
+        if status == 413 { return APNsVerdict(responseClass: .permanent, trapID: .payloadTooLarge) }
+        return APNsVerdict(responseClass: .unknown, trapID: nil)
     }
 
     /// Every other 4xx reason APNs documents: the job can never succeed as it is.
-    public static let permanentReasons: Set<String> = [
-        "BadCollapseId", "BadExpirationDate", "BadMessageId", "BadPriority", "BadTopic", "DuplicateHeaders",
-        "InvalidPushType", "MissingDeviceToken", "MissingTopic", "PayloadEmpty", "BadPath", "MethodNotAllowed",
-        "PayloadTooLarge", "MissingChannelId", "BadChannelId", "ChannelNotRegistered", "FeatureNotEnabled",
-    ]
+    public static let permanentReasons: Set<String> = Set(APNsReason.table.filter { $0.row.responseClass == .permanent }.map(\.text))
 }

@@ -103,3 +103,23 @@ struct RetryPolicyTests {
         #expect(RetryAfter.parse(nil, now: now) == nil)
     }
 }
+
+@Suite("APNs reasons: one table of class, trap id and sentence")
+struct ReasonTableTests {
+    @Test("every row round-trips its wire text; unknown text is kept; final reasons name what to fix")
+    func table() {
+        #expect(Set(APNsReason.table.map(\.text)).count == APNsReason.table.count, "no reason twice")
+        for (reason, text, row) in APNsReason.table {
+            #expect(APNsReason(text) == reason)
+            #expect(reason.description == text)
+            #expect(reason.row?.responseClass == row.responseClass)
+            let sentence = reason.sentence(status: 400)
+            #expect(!sentence.contains("%@") && sentence.contains(text) || row.sentence == nil && sentence.contains(text), "\(text): \(sentence)")
+        }
+        #expect(APNsReason("SomethingNew") == .unknown("SomethingNew"))
+        #expect(APNsReason("SomethingNew").description == "SomethingNew")
+        #expect(APNsReason("SomethingNew").row == nil)
+        #expect(DeadLetterSentence.sentence(status: 410, reason: "Unregistered", attempts: 1, exhausted: false).contains("no longer valid"))
+        #expect(DeadLetterSentence.sentence(status: 503, reason: "ServiceUnavailable", attempts: 3, exhausted: true).hasPrefix("gave up after 3 attempts"))
+    }
+}

@@ -4,12 +4,18 @@ import NIOHPACK
 extension APNsSimulator {
     /// Broadcast channel management: create (POST …/channels), list (GET …/all-channels), delete
     /// (DELETE …/channels with apns-channel-id).
-    func manageChannels(method: String, bundle: String, resource: String, headers: HPACKHeaders, body: [UInt8]) -> SimulatorAnswer {
+    func manageChannels(
+        method: String,
+        bundle: String,
+        resource: String,
+        headers: HPACKHeaders,
+        body: [UInt8]
+    ) -> SimulatorAnswer {
         switch (method, resource) {
         case ("POST", "channels"):
             guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
-                  let policy = (object["message-storage-policy"] as? NSNumber)?.intValue, [0, 1].contains(policy),
-                  object["push-type"] as? String == "LiveActivity"
+                let policy = (object["message-storage-policy"] as? NSNumber)?.intValue, [0, 1].contains(policy),
+                object["push-type"] as? String == "LiveActivity"
             else {
                 return .error(400, "BadRequest")
             }
@@ -19,7 +25,12 @@ extension APNsSimulator {
         case ("GET", "all-channels"):
             let ids = self.state.withLock { $0.channels[bundle].map { Array($0.keys).sorted() } ?? [] }
             let data = (try? JSONSerialization.data(withJSONObject: ["channels": ids])).map(Array.init) ?? []
-            return SimulatorAnswer(status: 200, reason: nil, headers: [("content-type", "application/json")], body: data)
+            return SimulatorAnswer(
+                status: 200,
+                reason: nil,
+                headers: [("content-type", "application/json")],
+                body: data
+            )
         case ("DELETE", "channels"):
             guard let id = headers.first(name: "apns-channel-id") else { return .error(400, "MissingChannelId") }
             let removed = self.state.withLock { $0.channels[bundle]?.removeValue(forKey: id) != nil }

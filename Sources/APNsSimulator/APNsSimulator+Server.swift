@@ -31,7 +31,8 @@ extension APNsSimulator {
                         HTTP2Setting(parameter: .maxHeaderListSize, value: 8_192),
                     ]
                     configuration.stream.targetWindowSize = 1 << 20
-                    let multiplexer = try sync.configureAsyncHTTP2Pipeline(mode: .server, configuration: configuration) { stream in
+                    let multiplexer = try sync.configureAsyncHTTP2Pipeline(mode: .server, configuration: configuration)
+                    { stream in
                         stream.eventLoop.makeCompletedFuture { try Stream(wrappingChannelSynchronously: stream) }
                     }
                     return (channel, multiplexer)
@@ -66,7 +67,10 @@ extension APNsSimulator {
                     group.addTask { await self.serveStream(stream, connectionID: id, connection: connection.channel) }
                 }
             } catch {
-                self.logger.debug("simulator connection ended", metadata: ["push.connection": "\(id)", "push.error": "\(error)"])
+                self.logger.debug(
+                    "simulator connection ended",
+                    metadata: ["push.connection": "\(id)", "push.error": "\(error)"]
+                )
             }
         }
     }
@@ -76,7 +80,10 @@ extension APNsSimulator {
         let first = self.state.withLock { $0.authenticatedConnections.insert(connectionID).inserted }
         guard first, !self.configuration.fastMode else { return }
         let value = self.state.withLock { $0.announcedMaxStreams } ?? self.configuration.authenticatedMaxStreams
-        let frame = HTTP2Frame(streamID: .rootStream, payload: .settings(.settings([HTTP2Setting(parameter: .maxConcurrentStreams, value: value)])))
+        let frame = HTTP2Frame(
+            streamID: .rootStream,
+            payload: .settings(.settings([HTTP2Setting(parameter: .maxConcurrentStreams, value: value)]))
+        )
         channel.writeAndFlush(frame, promise: nil)
     }
 }

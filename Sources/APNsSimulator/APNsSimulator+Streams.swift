@@ -17,7 +17,12 @@ struct SimulatorAnswer {
         var object: [String: Any] = ["reason": reason]
         for (key, value) in extra { object[key] = value }
         let body = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])).map(Array.init) ?? []
-        return SimulatorAnswer(status: status, reason: reason, headers: [("content-type", "application/json")], body: body)
+        return SimulatorAnswer(
+            status: status,
+            reason: reason,
+            headers: [("content-type", "application/json")],
+            body: body
+        )
     }
 }
 
@@ -44,11 +49,15 @@ extension APNsSimulator {
                         continue
                     }
                 }
-                let streamID = (try? await stream.channel.getOption(HTTP2StreamChannelOptions.streamID).get()).map { Int($0) } ?? 0
+                let streamID =
+                    (try? await stream.channel.getOption(HTTP2StreamChannelOptions.streamID).get()).map { Int($0) } ?? 0
                 self.state.withLock { _ = $0.openStreamIDs[connectionID, default: []].insert(streamID) }
                 defer { self.state.withLock { _ = $0.openStreamIDs[connectionID]?.remove(streamID) } }
                 var answer: SimulatorAnswer
-                let fault = self.configuration.faults.isActive ? self.fault(for: headers, streamID: streamID, connectionID: connectionID, connection: connection) : .none
+                let fault =
+                    self.configuration.faults.isActive
+                    ? self.fault(for: headers, streamID: streamID, connectionID: connectionID, connection: connection)
+                    : .none
                 if case .silent = fault {
                     try await Task.sleep(for: .seconds(3_600))
                     return
@@ -66,12 +75,27 @@ extension APNsSimulator {
                     answer = .error(status, reason)
                     if status == 429 { answer.headers.append(("retry-after", "1")) }
                 } else if self.configuration.fastMode {
-                    answer = SimulatorAnswer(status: 200, reason: nil, headers: headers.first(name: "apns-id").map { [("apns-id", $0)] } ?? [])
+                    answer = SimulatorAnswer(
+                        status: 200,
+                        reason: nil,
+                        headers: headers.first(name: "apns-id").map { [("apns-id", $0)] } ?? []
+                    )
                 } else {
-                    answer = self.answer(headers: headers, body: body, connectionID: connectionID, connection: connection)
+                    answer = self.answer(
+                        headers: headers,
+                        body: body,
+                        connectionID: connectionID,
+                        connection: connection
+                    )
                 }
                 if self.configuration.recordRequests {
-                    self.record(headers: headers, body: body, connectionID: connectionID, streamID: streamID, answer: answer)
+                    self.record(
+                        headers: headers,
+                        body: body,
+                        connectionID: connectionID,
+                        streamID: streamID,
+                        answer: answer
+                    )
                 }
                 if case .slow(let latency) = fault { answer.delay = max(answer.delay, latency) }
                 if answer.delay > .zero { try await Task.sleep(for: answer.delay) }
@@ -88,7 +112,9 @@ extension APNsSimulator {
                     for (name, value) in answer.headers { responseHeaders.add(name: name, value: value) }
                     try await outbound.write(.headers(.init(headers: responseHeaders, endStream: answer.body.isEmpty)))
                     if !answer.body.isEmpty {
-                        try await outbound.write(.data(.init(data: .byteBuffer(ByteBuffer(bytes: answer.body)), endStream: true)))
+                        try await outbound.write(
+                            .data(.init(data: .byteBuffer(ByteBuffer(bytes: answer.body)), endStream: true))
+                        )
                     }
                     if answer.status == 200, let id = headers.first(name: "apns-id") {
                         self.state.withLock {
@@ -102,8 +128,14 @@ extension APNsSimulator {
                     try await outbound.write(.rstStream(.internalError))
                 case .goAway:
                     let last = HTTP2StreamID(max(streamID - 2, 0))
-                    let frame = HTTP2Frame(streamID: .rootStream, payload: .goAway(
-                        lastStreamID: last, errorCode: .noError, opaqueData: ByteBuffer(string: #"{"reason":"Shutdown"}"#)))
+                    let frame = HTTP2Frame(
+                        streamID: .rootStream,
+                        payload: .goAway(
+                            lastStreamID: last,
+                            errorCode: .noError,
+                            opaqueData: ByteBuffer(string: #"{"reason":"Shutdown"}"#)
+                        )
+                    )
                     try await connection.writeAndFlush(frame)
                     // Like APNs, finish the streams it processed before closing.
                     try await Task.sleep(for: .milliseconds(500))
@@ -123,9 +155,18 @@ extension APNsSimulator {
         let jwt = headers.first(name: "authorization").map { String($0.dropFirst("bearer ".count)) }
         let claims = jwt.flatMap { token in self.state.withLock { $0.verifiedTokens[token] } }
         let request = RecordedRequest(
-            connectionID: connectionID, streamID: streamID, method: headers.first(name: ":method") ?? "",
-            path: headers.first(name: ":path") ?? "", headers: plain, hadAuthorization: jwt != nil, tokenIssuedAt: claims?.issuedAt, tokenKeyID: claims?.keyID,
-            body: body, receivedAt: Date(), status: answer.action == .respond ? answer.status : 0, reason: answer.reason
+            connectionID: connectionID,
+            streamID: streamID,
+            method: headers.first(name: ":method") ?? "",
+            path: headers.first(name: ":path") ?? "",
+            headers: plain,
+            hadAuthorization: jwt != nil,
+            tokenIssuedAt: claims?.issuedAt,
+            tokenKeyID: claims?.keyID,
+            body: body,
+            receivedAt: Date(),
+            status: answer.action == .respond ? answer.status : 0,
+            reason: answer.reason
         )
         self.state.withLock { $0.requests.append(request) }
     }
@@ -133,7 +174,8 @@ extension APNsSimulator {
 
 /// What the fault plan does with one request.
 enum FaultAction {
-    case none, silent, drop, reset, slow(Duration)
+    case none, silent, drop, reset
+    case slow(Duration)
     case respond(Int, String)
 }
 
@@ -171,7 +213,9 @@ extension APNsSimulator {
             }
             let apnsID = headers.first(name: "apns-id")?.lowercased() ?? ""
             let first = state.seenAPNsIDs.insert(apnsID).inserted
-            if first, plan.resetFirstAttempts > 0, Double.random(in: 0..<1, using: &state.faultRandom) < plan.resetFirstAttempts {
+            if first, plan.resetFirstAttempts > 0,
+                Double.random(in: 0..<1, using: &state.faultRandom) < plan.resetFirstAttempts
+            {
                 state.faults.resets += 1
                 return .reset
             }
@@ -182,16 +226,28 @@ extension APNsSimulator {
             }
             if roll < plan.throttleShare + plan.serverErrorShare {
                 state.faults.errors += 1
-                return Bool.random(using: &state.faultRandom) ? .respond(500, "InternalServerError") : .respond(503, "ServiceUnavailable")
+                return Bool.random(using: &state.faultRandom)
+                    ? .respond(500, "InternalServerError") : .respond(503, "ServiceUnavailable")
             }
             if roll < plan.throttleShare + plan.serverErrorShare + plan.slowShare { return .slow(plan.slowLatency) }
             return .none
         }
         if let last = goAwayLast {
-            let frame = HTTP2Frame(streamID: .rootStream, payload: .goAway(
-                lastStreamID: HTTP2StreamID(last), errorCode: .noError, opaqueData: ByteBuffer(string: #"{"reason":"Shutdown"}"#)))
+            let frame = HTTP2Frame(
+                streamID: .rootStream,
+                payload: .goAway(
+                    lastStreamID: HTTP2StreamID(last),
+                    errorCode: .noError,
+                    opaqueData: ByteBuffer(string: #"{"reason":"Shutdown"}"#)
+                )
+            )
             connection.writeAndFlush(frame, promise: nil)
-            connection.eventLoop.scheduleTask(in: .nanoseconds(Int64(plan.goAwayGrace.components.seconds) * 1_000_000_000 + plan.goAwayGrace.components.attoseconds / 1_000_000_000)) {
+            connection.eventLoop.scheduleTask(
+                in: .nanoseconds(
+                    Int64(plan.goAwayGrace.components.seconds) * 1_000_000_000 + plan.goAwayGrace.components.attoseconds
+                        / 1_000_000_000
+                )
+            ) {
                 self.state.withLock { _ = $0.faults.cutConnections.insert(connectionID) }
                 connection.close(promise: nil)
             }

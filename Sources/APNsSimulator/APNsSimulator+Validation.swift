@@ -12,20 +12,31 @@ extension APNsSimulator {
         // Channel management: /1/apps/<bundle>/channels, /1/apps/<bundle>/all-channels.
         if segments.count == 5, segments[1] == "1", segments[2] == "apps" {
             if let failure = self.authenticateRequest(headers) { return failure }
-            return self.manageChannels(method: method, bundle: segments[3], resource: segments[4], headers: headers, body: body)
+            return self.manageChannels(
+                method: method,
+                bundle: segments[3],
+                resource: segments[4],
+                headers: headers,
+                body: body
+            )
         }
         let isDevice = segments.count == 4 && segments[1] == "3" && segments[2] == "device"
-        let isBroadcast = segments.count == 5 && segments[1] == "4" && segments[2] == "broadcasts" && segments[3] == "apps"
+        let isBroadcast =
+            segments.count == 5 && segments[1] == "4" && segments[2] == "broadcasts" && segments[3] == "apps"
         guard isDevice || isBroadcast else { return .error(404, "BadPath") }
         guard method == "POST" else { return .error(405, "MethodNotAllowed") }
         if let failure = self.authenticateRequest(headers) { return failure }
 
-        guard let pushTypeName = headers.first(name: "apns-push-type"), let pushType = AppleRules.pushTypes[pushTypeName] else {
+        guard let pushTypeName = headers.first(name: "apns-push-type"),
+            let pushType = AppleRules.pushTypes[pushTypeName]
+        else {
             return .error(400, "InvalidPushType")
         }
         let bundle: String
         if isDevice {
-            guard let topic = headers.first(name: "apns-topic"), !topic.isEmpty else { return .error(400, "MissingTopic") }
+            guard let topic = headers.first(name: "apns-topic"), !topic.isEmpty else {
+                return .error(400, "MissingTopic")
+            }
             guard topic.hasSuffix(pushType.topicSuffix) else { return .error(400, "BadTopic") }
             bundle = String(topic.dropLast(pushType.topicSuffix.count))
             guard !AppleRules.carriesSuffix(bundle) else { return .error(400, "BadTopic") }
@@ -33,23 +44,37 @@ extension APNsSimulator {
             bundle = segments[4]
             guard pushTypeName == "liveactivity" else { return .error(400, "InvalidPushType") }
         }
-        if let allowed = self.configuration.allowedTopics, !allowed.contains(bundle) { return .error(400, "TopicDisallowed") }
+        if let allowed = self.configuration.allowedTopics, !allowed.contains(bundle) {
+            return .error(400, "TopicDisallowed")
+        }
         if let priority = headers.first(name: "apns-priority") {
-            guard let value = Int(priority), pushType.priorities.contains(value) else { return .error(400, "BadPriority") }
+            guard let value = Int(priority), pushType.priorities.contains(value) else {
+                return .error(400, "BadPriority")
+            }
         }
         if let id = headers.first(name: "apns-id"), UUID(uuidString: id) == nil { return .error(400, "BadMessageId") }
-        if let expiration = headers.first(name: "apns-expiration"), Int64(expiration) == nil { return .error(400, "BadExpirationDate") }
-        if let collapse = headers.first(name: "apns-collapse-id"), collapse.utf8.count > 64 { return .error(400, "BadCollapseId") }
+        if let expiration = headers.first(name: "apns-expiration"), Int64(expiration) == nil {
+            return .error(400, "BadExpirationDate")
+        }
+        if let collapse = headers.first(name: "apns-collapse-id"), collapse.utf8.count > 64 {
+            return .error(400, "BadCollapseId")
+        }
 
         let target: String
         if isDevice {
             target = segments[3]
             guard !target.isEmpty else { return .error(400, "MissingDeviceToken") }
-            guard target.count % 2 == 0, target.count >= 16, target.allSatisfy(\.isHexDigit) else { return .error(400, "BadDeviceToken") }
+            guard target.count % 2 == 0, target.count >= 16, target.allSatisfy(\.isHexDigit) else {
+                return .error(400, "BadDeviceToken")
+            }
         } else {
-            guard let channel = headers.first(name: "apns-channel-id"), !channel.isEmpty else { return .error(400, "MissingChannelId") }
+            guard let channel = headers.first(name: "apns-channel-id"), !channel.isEmpty else {
+                return .error(400, "MissingChannelId")
+            }
             guard Data(base64Encoded: channel) != nil else { return .error(400, "BadChannelId") }
-            guard self.state.withLock({ $0.channels[bundle]?[channel] != nil }) else { return .error(400, "ChannelNotRegistered") }
+            guard self.state.withLock({ $0.channels[bundle]?[channel] != nil }) else {
+                return .error(400, "ChannelNotRegistered")
+            }
             target = channel
         }
         guard !body.isEmpty else { return .error(400, "PayloadEmpty") }
@@ -58,17 +83,33 @@ extension APNsSimulator {
 
         if let behaviour = self.state.withLock({ $0.behaviour(for: target) }) {
             let scripted = self.scripted(behaviour)
-            if scripted.status == 200 && scripted.action == .respond { return self.success(headers, isDevice: isDevice, connectionID: connectionID, connection: connection, delay: scripted.delay) }
+            if scripted.status == 200 && scripted.action == .respond {
+                return self.success(
+                    headers,
+                    isDevice: isDevice,
+                    connectionID: connectionID,
+                    connection: connection,
+                    delay: scripted.delay
+                )
+            }
             return scripted
         }
         return self.success(headers, isDevice: isDevice, connectionID: connectionID, connection: connection)
     }
 
-    func success(_ headers: HPACKHeaders, isDevice: Bool, connectionID: Int, connection: any Channel, delay: Duration = .zero) -> SimulatorAnswer {
+    func success(
+        _ headers: HPACKHeaders,
+        isDevice: Bool,
+        connectionID: Int,
+        connection: any Channel,
+        delay: Duration = .zero
+    ) -> SimulatorAnswer {
         self.authenticate(connectionID: connectionID, channel: connection)
         var answer = SimulatorAnswer(status: 200, reason: nil)
         answer.headers.append(("apns-id", headers.first(name: "apns-id") ?? UUID().uuidString.lowercased()))
-        if isDevice && self.configuration.uniqueIDs { answer.headers.append(("apns-unique-id", UUID().uuidString.lowercased())) }
+        if isDevice && self.configuration.uniqueIDs {
+            answer.headers.append(("apns-unique-id", UUID().uuidString.lowercased()))
+        }
         answer.delay = delay
         return answer
     }
@@ -112,7 +153,9 @@ extension APNsSimulator {
         let jwt = String(authorization.dropFirst("bearer ".count))
         let now = Date()
         if let cached = self.state.withLock({ $0.verifiedTokens[jwt] }) {
-            if now.timeIntervalSince1970 - Double(cached.issuedAt) > self.configuration.tokenMaxAge { return .error(403, "ExpiredProviderToken") }
+            if now.timeIntervalSince1970 - Double(cached.issuedAt) > self.configuration.tokenMaxAge {
+                return .error(403, "ExpiredProviderToken")
+            }
             return nil
         }
         let claims: JWTVerifier.Claims

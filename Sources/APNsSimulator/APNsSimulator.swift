@@ -59,9 +59,16 @@ public final class APNsSimulator: Sendable {
 
         /// Defaults: loopback, free port, faithful mode, 1,000 streams once authenticated, unique ids on.
         public init(
-            host: String = "127.0.0.1", port: Int = 0, keys: [String: TrustedKey] = [:], fastMode: Bool = false,
-            authenticatedMaxStreams: Int = 1_000, uniqueIDs: Bool = true, tokenMaxAge: TimeInterval = 3600,
-            minimumTokenRefresh: TimeInterval = 20 * 60, allowedTopics: Set<String>? = nil, recordRequests: Bool = true
+            host: String = "127.0.0.1",
+            port: Int = 0,
+            keys: [String: TrustedKey] = [:],
+            fastMode: Bool = false,
+            authenticatedMaxStreams: Int = 1_000,
+            uniqueIDs: Bool = true,
+            tokenMaxAge: TimeInterval = 3600,
+            minimumTokenRefresh: TimeInterval = 20 * 60,
+            allowedTopics: Set<String>? = nil,
+            recordRequests: Bool = true
         ) {
             self.host = host
             self.port = port
@@ -136,13 +143,19 @@ public final class APNsSimulator: Sendable {
             return Array(state.connections.values)
         }
         for channel in channels {
-            let frame = HTTP2Frame(streamID: .rootStream, payload: .settings(.settings([HTTP2Setting(parameter: .maxConcurrentStreams, value: value)])))
+            let frame = HTTP2Frame(
+                streamID: .rootStream,
+                payload: .settings(.settings([HTTP2Setting(parameter: .maxConcurrentStreams, value: value)]))
+            )
             channel.writeAndFlush(frame, promise: nil)
         }
     }
 
     /// Binds, serves until `body` returns (or throws), then closes every connection.
-    public func run<T: Sendable>(group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, _ body: @Sendable (APNsSimulator) async throws -> T) async throws -> T {
+    public func run<T: Sendable>(
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        _ body: @Sendable (APNsSimulator) async throws -> T
+    ) async throws -> T {
         let server = try await self.bind(group: group)
         self.boundPort.withLock { $0 = server.channel.localAddress?.port ?? 0 }
         return try await withThrowingTaskGroup(of: T?.self) { group in

@@ -17,10 +17,18 @@ enum AppleRules {
         "alert": PushTypeRule(topicSuffix: "", priorities: [10, 5, 1], payloadLimit: 4_096),
         "background": PushTypeRule(topicSuffix: "", priorities: [5, 1], payloadLimit: 4_096),
         "mdm": PushTypeRule(topicSuffix: "", priorities: [10, 5, 1], payloadLimit: 4_096),
-        "liveactivity": PushTypeRule(topicSuffix: ".push-type.liveactivity", priorities: [10, 5, 1], payloadLimit: 4_096),
+        "liveactivity": PushTypeRule(
+            topicSuffix: ".push-type.liveactivity",
+            priorities: [10, 5, 1],
+            payloadLimit: 4_096
+        ),
         "voip": PushTypeRule(topicSuffix: ".voip", priorities: [10, 5, 1], payloadLimit: 5_120),
         "complication": PushTypeRule(topicSuffix: ".complication", priorities: [10, 5, 1], payloadLimit: 4_096),
-        "fileprovider": PushTypeRule(topicSuffix: ".pushkit.fileprovider", priorities: [10, 5, 1], payloadLimit: 4_096),
+        "fileprovider": PushTypeRule(
+            topicSuffix: ".pushkit.fileprovider",
+            priorities: [10, 5, 1],
+            payloadLimit: 4_096
+        ),
         "location": PushTypeRule(topicSuffix: ".location-query", priorities: [10, 5, 1], payloadLimit: 4_096),
         "pushtotalk": PushTypeRule(topicSuffix: ".voip-ptt", priorities: [10, 5, 1], payloadLimit: 4_096),
         "widgets": PushTypeRule(topicSuffix: ".push-type.widgets", priorities: [10, 5, 1], payloadLimit: 4_096),
@@ -32,6 +40,7 @@ enum AppleRules {
 
     /// Whether a bundle id (the topic less its push type's suffix) still ends in a push-type suffix.
     static func carriesSuffix(_ bundle: String) -> Bool {
-        pushTypes.values.contains { !$0.topicSuffix.isEmpty && bundle.hasSuffix($0.topicSuffix) } || bundle.contains(".push-type.")
+        pushTypes.values.contains { !$0.topicSuffix.isEmpty && bundle.hasSuffix($0.topicSuffix) }
+            || bundle.contains(".push-type.")
     }
 }

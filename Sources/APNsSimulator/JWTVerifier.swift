@@ -21,19 +21,19 @@ struct JWTVerifier: Sendable {
     func verify(_ jwt: String, now: Date) throws(Failure) -> Claims {
         let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3,
-              let headerData = Self.base64URLDecode(parts[0]),
-              let claimsData = Self.base64URLDecode(parts[1]),
-              let signatureData = Self.base64URLDecode(parts[2]),
-              let header = try? JSONSerialization.jsonObject(with: headerData) as? [String: Any],
-              let claims = try? JSONSerialization.jsonObject(with: claimsData) as? [String: Any],
-              header["alg"] as? String == "ES256",
-              let keyID = header["kid"] as? String,
-              let issuer = claims["iss"] as? String,
-              let iat = (claims["iat"] as? NSNumber)?.int64Value,
-              let trusted = self.keys[keyID],
-              trusted.teamID == issuer,
-              let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureData),
-              trusted.publicKey.isValidSignature(signature, for: Data((parts[0] + "." + parts[1]).utf8))
+            let headerData = Self.base64URLDecode(parts[0]),
+            let claimsData = Self.base64URLDecode(parts[1]),
+            let signatureData = Self.base64URLDecode(parts[2]),
+            let header = try? JSONSerialization.jsonObject(with: headerData) as? [String: Any],
+            let claims = try? JSONSerialization.jsonObject(with: claimsData) as? [String: Any],
+            header["alg"] as? String == "ES256",
+            let keyID = header["kid"] as? String,
+            let issuer = claims["iss"] as? String,
+            let iat = (claims["iat"] as? NSNumber)?.int64Value,
+            let trusted = self.keys[keyID],
+            trusted.teamID == issuer,
+            let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureData),
+            trusted.publicKey.isValidSignature(signature, for: Data((parts[0] + "." + parts[1]).utf8))
         else {
             throw .invalid
         }

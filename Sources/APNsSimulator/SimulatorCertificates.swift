@@ -51,7 +51,10 @@ struct SimulatorCertificates {
                 Critical(BasicConstraints.notCertificateAuthority)
                 Critical(KeyUsage(digitalSignature: true))
                 try ExtendedKeyUsage([.serverAuth])
-                SubjectAlternativeNames([.dnsName("localhost"), .ipAddress(ASN1OctetString(contentBytes: [127, 0, 0, 1]))] + extraNames.map { .dnsName($0) })
+                SubjectAlternativeNames(
+                    [.dnsName("localhost"), .ipAddress(ASN1OctetString(contentBytes: [127, 0, 0, 1]))]
+                        + extraNames.map { .dnsName($0) }
+                )
             },
             issuerPrivateKey: .init(caKey)
         )

@@ -14,12 +14,22 @@ public struct SimulatorCredentials: Sendable {
     public var keyPath: String
 
     /// Makes a fresh key and writes it into `directory` (created if needed).
-    public static func generate(in directory: String, teamID: String = "SIMTEAM001", keyID: String = "SIMKEY0001") throws -> SimulatorCredentials {
+    public static func generate(
+        in directory: String,
+        teamID: String = "SIMTEAM001",
+        keyID: String = "SIMKEY0001"
+    ) throws -> SimulatorCredentials {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let key = P256.Signing.PrivateKey()
         let path = (directory as NSString).appendingPathComponent("AuthKey_\(keyID).p8")
         try? FileManager.default.removeItem(atPath: path)
-        guard FileManager.default.createFile(atPath: path, contents: Data(key.pemRepresentation.utf8), attributes: [.posixPermissions: 0o600]) else {
+        guard
+            FileManager.default.createFile(
+                atPath: path,
+                contents: Data(key.pemRepresentation.utf8),
+                attributes: [.posixPermissions: 0o600]
+            )
+        else {
             throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path])
         }
         return SimulatorCredentials(teamID: teamID, keyID: keyID, privateKey: key, keyPath: path)

@@ -25,30 +25,80 @@ extension APNsClient {
     }
 
     /// Creates an iOS 18 broadcast channel for `bundleID` and returns its id (base64).
-    public func createChannel(bundleID: String, environment: APNsEnvironment, credential: String, storage: MessageStoragePolicy) async throws -> String {
+    public func createChannel(
+        bundleID: String,
+        environment: APNsEnvironment,
+        credential: String,
+        storage: MessageStoragePolicy
+    ) async throws -> String {
         let body = Array(#"{"message-storage-policy":\#(storage.rawValue),"push-type":"LiveActivity"}"#.utf8)
-        let response = try await self.channelRequest("POST", "/1/apps/\(bundleID)/channels", environment: environment, credential: credential, headers: [("content-type", "application/json")], body: body)
-        guard response.status == 201 || response.status == 200, let id = response.channelID else { throw Self.channelError(response) }
+        let response = try await self.channelRequest(
+            "POST",
+            "/1/apps/\(bundleID)/channels",
+            environment: environment,
+            credential: credential,
+            headers: [("content-type", "application/json")],
+            body: body
+        )
+        guard response.status == 201 || response.status == 200, let id = response.channelID else {
+            throw Self.channelError(response)
+        }
         return id
     }
 
     /// The ids of every channel of `bundleID`.
-    public func listChannels(bundleID: String, environment: APNsEnvironment, credential: String) async throws -> [String] {
-        let response = try await self.channelRequest("GET", "/1/apps/\(bundleID)/all-channels", environment: environment, credential: credential)
+    public func listChannels(
+        bundleID: String,
+        environment: APNsEnvironment,
+        credential: String
+    ) async throws -> [String] {
+        let response = try await self.channelRequest(
+            "GET",
+            "/1/apps/\(bundleID)/all-channels",
+            environment: environment,
+            credential: credential
+        )
         guard response.status == 200 else { throw Self.channelError(response) }
         let object = try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any]
         return object?["channels"] as? [String] ?? []
     }
 
     /// Deletes a channel.
-    public func deleteChannel(_ channelID: String, bundleID: String, environment: APNsEnvironment, credential: String) async throws {
-        let response = try await self.channelRequest("DELETE", "/1/apps/\(bundleID)/channels", environment: environment, credential: credential, headers: [("apns-channel-id", channelID)])
+    public func deleteChannel(
+        _ channelID: String,
+        bundleID: String,
+        environment: APNsEnvironment,
+        credential: String
+    ) async throws {
+        let response = try await self.channelRequest(
+            "DELETE",
+            "/1/apps/\(bundleID)/channels",
+            environment: environment,
+            credential: credential,
+            headers: [("apns-channel-id", channelID)]
+        )
         guard response.status == 204 || response.status == 200 else { throw Self.channelError(response) }
     }
 
-    func channelRequest(_ method: String, _ path: String, environment: APNsEnvironment, credential: String, headers: [(name: String, value: String)] = [], body: [UInt8] = []) async throws -> APNsResponse {
-        let endpoint = self.configuration.channelEndpointOverride ?? self.configuration.endpointOverride ?? .appleChannels(environment)
-        var response = try await self.perform(endpoint: endpoint, credential: credential, method: method, path: path, headers: headers, body: body)
+    func channelRequest(
+        _ method: String,
+        _ path: String,
+        environment: APNsEnvironment,
+        credential: String,
+        headers: [(name: String, value: String)] = [],
+        body: [UInt8] = []
+    ) async throws -> APNsResponse {
+        let endpoint =
+            self.configuration.channelEndpointOverride ?? self.configuration.endpointOverride
+            ?? .appleChannels(environment)
+        var response = try await self.perform(
+            endpoint: endpoint,
+            credential: credential,
+            method: method,
+            path: path,
+            headers: headers,
+            body: body
+        )
         if response.status != 200, response.reason == nil {
             response.reason = APNsResponse.parseErrorBody(response.body).reason
         }

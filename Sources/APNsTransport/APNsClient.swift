@@ -40,10 +40,16 @@ public final class APNsClient: Sendable {
         /// Defaults: Apple's hosts, 2 connections per pool, 10 s request and connect deadlines, PING after
         /// 60 s idle, reconnect backoff 1 s → 60 s.
         public init(
-            endpointOverride: APNsEndpoint? = nil, channelEndpointOverride: APNsEndpoint? = nil, caFile: String? = nil,
-            connectionsPerPool: Int = 2, requestTimeout: Duration = .seconds(10), connectTimeout: Duration = .seconds(10),
-            idlePingAfter: Duration = .seconds(60), initialReconnectBackoff: Duration = .seconds(1),
-            maximumReconnectBackoff: Duration = .seconds(60), tokens: ProviderTokenCache.Configuration = .init()
+            endpointOverride: APNsEndpoint? = nil,
+            channelEndpointOverride: APNsEndpoint? = nil,
+            caFile: String? = nil,
+            connectionsPerPool: Int = 2,
+            requestTimeout: Duration = .seconds(10),
+            connectTimeout: Duration = .seconds(10),
+            idlePingAfter: Duration = .seconds(60),
+            initialReconnectBackoff: Duration = .seconds(1),
+            maximumReconnectBackoff: Duration = .seconds(60),
+            tokens: ProviderTokenCache.Configuration = .init()
         ) {
             self.endpointOverride = endpointOverride
             self.channelEndpointOverride = channelEndpointOverride
@@ -77,9 +83,12 @@ public final class APNsClient: Sendable {
     /// - Throws: ``TransportError`` (`connectFailed`) when the CA file cannot be loaded.
     ///   - tokenStore: where worker processes share provider tokens (Postgres in the daemon).
     public init(
-        configuration: Configuration, credentials: [String: SigningKey], tokenCaches: [String: ProviderTokenCache] = [:],
+        configuration: Configuration,
+        credentials: [String: SigningKey],
+        tokenCaches: [String: ProviderTokenCache] = [:],
         tokenStore: (any ProviderTokenStore)? = nil,
-        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger
     ) throws {
         self.configuration = configuration
         var caches = tokenCaches
@@ -97,13 +106,21 @@ public final class APNsClient: Sendable {
                 let extra = try NIOSSLCertificate.fromPEMFile(caFile)
                 tls.additionalTrustRoots = [.certificates(extra)]
             } catch {
-                throw TransportError(code: .connectFailed, mayHaveBeenProcessed: false, message: "--apns-ca-file \(caFile) is not a readable PEM certificate file: \(error)")
+                throw TransportError(
+                    code: .connectFailed,
+                    mayHaveBeenProcessed: false,
+                    message: "--apns-ca-file \(caFile) is not a readable PEM certificate file: \(error)"
+                )
             }
         }
         do {
             self.tlsContext = try NIOSSLContext(configuration: tls)
         } catch {
-            throw TransportError(code: .connectFailed, mayHaveBeenProcessed: false, message: "could not set up TLS: \(error)")
+            throw TransportError(
+                code: .connectFailed,
+                mayHaveBeenProcessed: false,
+                message: "could not set up TLS: \(error)"
+            )
         }
     }
 
@@ -120,11 +137,20 @@ public final class APNsClient: Sendable {
     ///   - mayWrite: asked once a stream is granted, just before the request is written; `false`
     ///     withdraws it unsent (``TransportError/Code/shutdown``): a job whose lease lapsed while it
     ///     waited for a stream is never sent.
-    public func send(_ request: APNsRequest, credential: String, mayWrite: (@Sendable () -> Bool)? = nil) async throws -> APNsResponse {
+    public func send(
+        _ request: APNsRequest,
+        credential: String,
+        mayWrite: (@Sendable () -> Bool)? = nil
+    ) async throws -> APNsResponse {
         let endpoint = self.configuration.endpointOverride ?? .apple(request.environment)
         return try await self.perform(
-            endpoint: endpoint, credential: credential, method: request.method, path: request.path,
-            headers: request.headers, body: request.body, mayWrite: mayWrite
+            endpoint: endpoint,
+            credential: credential,
+            method: request.method,
+            path: request.path,
+            headers: request.headers,
+            body: request.body,
+            mayWrite: mayWrite
         )
     }
 
@@ -138,11 +164,21 @@ public final class APNsClient: Sendable {
 
     /// Sends any request with a credential's token, with the in-call resend rules.
     func perform(
-        endpoint: APNsEndpoint, credential: String, method: String, path: String, headers: [(name: String, value: String)], body: [UInt8],
+        endpoint: APNsEndpoint,
+        credential: String,
+        method: String,
+        path: String,
+        headers: [(name: String, value: String)],
+        body: [UInt8],
         mayWrite: (@Sendable () -> Bool)? = nil
     ) async throws -> APNsResponse {
         guard let cache = self.tokenCaches[credential] else {
-            throw TransportError(code: .credentialsMissing, mayHaveBeenProcessed: false, message: "no APNs signing key is configured for credential '\(credential)': set APNS_KEY_ID, APNS_TEAM_ID and APNS_KEY_PATH, or name it in the config file")
+            throw TransportError(
+                code: .credentialsMissing,
+                mayHaveBeenProcessed: false,
+                message:
+                    "no APNs signing key is configured for credential '\(credential)': set APNS_KEY_ID, APNS_TEAM_ID and APNS_KEY_PATH, or name it in the config file"
+            )
         }
         let pool = self.pool(for: PoolKey(endpoint: endpoint, credential: credential))
         var reMinted = false
@@ -153,8 +189,13 @@ public final class APNsClient: Sendable {
             let token = try await cache.token()
             do {
                 let response = try await connection.send(
-                    method: method, path: path, headers: headers, body: body, authorization: token.jwt,
-                    deadline: self.configuration.requestTimeout, mayWrite: mayWrite
+                    method: method,
+                    path: path,
+                    headers: headers,
+                    body: body,
+                    authorization: token.jwt,
+                    deadline: self.configuration.requestTimeout,
+                    mayWrite: mayWrite
                 )
                 switch (response.status, response.reason) {
                 case (403, "ExpiredProviderToken") where !reMinted:
@@ -189,7 +230,15 @@ public final class APNsClient: Sendable {
     func pool(for key: PoolKey) -> ConnectionPool {
         self.pools.withLock { pools in
             if let pool = pools[key] { return pool }
-            let pool = ConnectionPool(endpoint: key.endpoint, context: .init(configuration: self.configuration, tlsContext: self.tlsContext, group: self.group, logger: self.logger))
+            let pool = ConnectionPool(
+                endpoint: key.endpoint,
+                context: .init(
+                    configuration: self.configuration,
+                    tlsContext: self.tlsContext,
+                    group: self.group,
+                    logger: self.logger
+                )
+            )
             pools[key] = pool
             return pool
         }

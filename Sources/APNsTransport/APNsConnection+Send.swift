@@ -13,12 +13,27 @@ extension APNsConnection {
     ///   - authorization: the provider token, sent as `bearer <jwt>`, if any.
     ///   - deadline: how long from now the whole exchange may take; past it the stream is reset.
     func send(
-        method: String, path: String, headers: [(name: String, value: String)], body: [UInt8], authorization: String?, deadline: Duration,
+        method: String,
+        path: String,
+        headers: [(name: String, value: String)],
+        body: [UInt8],
+        authorization: String?,
+        deadline: Duration,
         mayWrite: (@Sendable () -> Bool)? = nil
     ) async throws -> APNsResponse {
         guard await self.limiter.acquire() else {
-            if Task.isCancelled { throw TransportError(code: .shutdown, mayHaveBeenProcessed: false, message: "withdrawn before it was sent") }
-            throw TransportError(code: .connectionReset, mayHaveBeenProcessed: false, message: "the connection closed before the request was sent")
+            if Task.isCancelled {
+                throw TransportError(
+                    code: .shutdown,
+                    mayHaveBeenProcessed: false,
+                    message: "withdrawn before it was sent"
+                )
+            }
+            throw TransportError(
+                code: .connectionReset,
+                mayHaveBeenProcessed: false,
+                message: "the connection closed before the request was sent"
+            )
         }
         // A stream was granted; the request is written only if the caller still wants it sent and the
         // connection has not been told to go away meanwhile.
@@ -30,7 +45,11 @@ extension APNsConnection {
         if self.observer.isDraining {
             self.limiter.release()
             self.closeIfRetiredAndIdle()
-            throw TransportError(code: .goAway, mayHaveBeenProcessed: false, message: "the connection is going away; not sent on it")
+            throw TransportError(
+                code: .goAway,
+                mayHaveBeenProcessed: false,
+                message: "the connection is going away; not sent on it"
+            )
         }
         let started = ContinuousClock.now
         self.touch(started)
@@ -45,7 +64,11 @@ extension APNsConnection {
                 channel.eventLoop.makeCompletedFuture { try Stream(wrappingChannelSynchronously: channel) }
             }
         } catch {
-            throw TransportError(code: .connectionReset, mayHaveBeenProcessed: false, message: "could not open an HTTP/2 stream: \(error)")
+            throw TransportError(
+                code: .connectionReset,
+                mayHaveBeenProcessed: false,
+                message: "could not open an HTTP/2 stream: \(error)"
+            )
         }
         var requestHeaders = HPACKHeaders()
         requestHeaders.reserveCapacity(headers.count + 6)
@@ -53,7 +76,9 @@ extension APNsConnection {
         requestHeaders.add(name: ":scheme", value: "https")
         requestHeaders.add(name: ":path", value: path)
         requestHeaders.add(name: ":authority", value: self.authority)
-        if let authorization { requestHeaders.add(name: "authorization", value: "bearer " + authorization, indexing: .neverIndexed) }
+        if let authorization {
+            requestHeaders.add(name: "authorization", value: "bearer " + authorization, indexing: .neverIndexed)
+        }
         for header in headers { requestHeaders.add(name: header.name, value: header.value) }
         if !body.isEmpty { requestHeaders.add(name: "content-length", value: String(body.count)) }
         let finalHeaders = requestHeaders
@@ -70,7 +95,11 @@ extension APNsConnection {
             return try await Self.exchange(stream: stream, headers: finalHeaders, body: body, started: started)
         } catch {
             if timedOut.withLockedValue({ $0 }) {
-                throw TransportError(code: .timeout, mayHaveBeenProcessed: true, message: "no response within \(deadline)")
+                throw TransportError(
+                    code: .timeout,
+                    mayHaveBeenProcessed: true,
+                    message: "no response within \(deadline)"
+                )
             }
             stream.channel.close(promise: nil)
             if let transport = error as? TransportError { throw transport }
@@ -78,7 +107,12 @@ extension APNsConnection {
         }
     }
 
-    private static func exchange(stream: Stream, headers: HPACKHeaders, body: [UInt8], started: ContinuousClock.Instant) async throws -> APNsResponse {
+    private static func exchange(
+        stream: Stream,
+        headers: HPACKHeaders,
+        body: [UInt8],
+        started: ContinuousClock.Instant
+    ) async throws -> APNsResponse {
         try await stream.executeThenClose { inbound, outbound in
             // HEADERS and DATA in one write: one flush, so they go out in one TLS record and one syscall.
             if body.isEmpty {
@@ -100,12 +134,22 @@ extension APNsConnection {
                         status = code
                         responseHeaders = h.headers
                     }
-                    if h.endStream { ended = true; break loop }
+                    if h.endStream {
+                        ended = true
+                        break loop
+                    }
                 case .data(let d):
                     if case .byteBuffer(let buffer) = d.data { responseBody += buffer.readableBytesView }
-                    if d.endStream { ended = true; break loop }
+                    if d.endStream {
+                        ended = true
+                        break loop
+                    }
                 case .rstStream(let code):
-                    throw TransportError(code: .streamReset, mayHaveBeenProcessed: code != .refusedStream, message: "APNs reset the stream (\(code))")
+                    throw TransportError(
+                        code: .streamReset,
+                        mayHaveBeenProcessed: code != .refusedStream,
+                        message: "APNs reset the stream (\(code))"
+                    )
                 default:
                     continue
                 }
@@ -132,15 +176,31 @@ extension APNsConnection {
         if let last = self.observer.goAwayLastStreamID {
             let streamID = try? await stream.channel.getOption(HTTP2StreamChannelOptions.streamID).get()
             let notProcessed = streamID.map { $0 > last } ?? true
-            return TransportError(code: .goAway, mayHaveBeenProcessed: !notProcessed, message: "APNs closed the connection (GOAWAY, last stream \(last))")
+            return TransportError(
+                code: .goAway,
+                mayHaveBeenProcessed: !notProcessed,
+                message: "APNs closed the connection (GOAWAY, last stream \(last))"
+            )
         }
         if error is StreamEndedEarly {
-            return TransportError(code: .connectionReset, mayHaveBeenProcessed: true, message: "the stream closed before a response")
+            return TransportError(
+                code: .connectionReset,
+                mayHaveBeenProcessed: true,
+                message: "the stream closed before a response"
+            )
         }
         if let streamError = error as? NIOHTTP2Errors.StreamClosed {
-            return TransportError(code: .streamReset, mayHaveBeenProcessed: streamError.errorCode != .refusedStream, message: "the stream closed: \(streamError.errorCode)")
+            return TransportError(
+                code: .streamReset,
+                mayHaveBeenProcessed: streamError.errorCode != .refusedStream,
+                message: "the stream closed: \(streamError.errorCode)"
+            )
         }
-        return TransportError(code: .connectionReset, mayHaveBeenProcessed: true, message: "the connection failed mid-request: \(error)")
+        return TransportError(
+            code: .connectionReset,
+            mayHaveBeenProcessed: true,
+            message: "the connection failed mid-request: \(error)"
+        )
     }
 }
 

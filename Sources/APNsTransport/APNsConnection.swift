@@ -23,7 +23,14 @@ final class APNsConnection: Sendable {
     private let lastUsed = Mutex(ContinuousClock.now)
     private let retired = Mutex(false)
 
-    private init(id: Int, channel: any Channel, multiplexer: NIOHTTP2Handler.AsyncStreamMultiplexer<Void>, limiter: StreamLimiter, observer: ConnectionObserver, authority: String) {
+    private init(
+        id: Int,
+        channel: any Channel,
+        multiplexer: NIOHTTP2Handler.AsyncStreamMultiplexer<Void>,
+        limiter: StreamLimiter,
+        observer: ConnectionObserver,
+        authority: String
+    ) {
         self.id = id
         self.channel = channel
         self.multiplexer = multiplexer
@@ -37,19 +44,37 @@ final class APNsConnection: Sendable {
 
     /// Opens a connection: TCP, TLS with ALPN `h2` (checked), then HTTP/2.
     static func connect(
-        id: Int, host: String, port: Int, tls: NIOSSLContext, group: any EventLoopGroup, connectTimeout: Duration, logger: Logger
+        id: Int,
+        host: String,
+        port: Int,
+        tls: NIOSSLContext,
+        group: any EventLoopGroup,
+        connectTimeout: Duration,
+        logger: Logger
     ) async throws -> APNsConnection {
         let limiter = StreamLimiter()
         let observer = ConnectionObserver(limiter: limiter) { event in
             switch event {
             case .goAway(let last, let code, let reason):
-                logger.warning("APNs sent GOAWAY", metadata: ["push.connection": "\(id)", "push.last_stream_id": "\(last)", "push.error_code": "\(code)", "push.reason": "\(reason ?? "-")"])
+                logger.warning(
+                    "APNs sent GOAWAY",
+                    metadata: [
+                        "push.connection": "\(id)", "push.last_stream_id": "\(last)", "push.error_code": "\(code)",
+                        "push.reason": "\(reason ?? "-")",
+                    ]
+                )
             case .maxConcurrentStreams(let value):
-                logger.debug("APNs stream limit", metadata: ["push.connection": "\(id)", "push.max_streams": "\(value)"])
+                logger.debug(
+                    "APNs stream limit",
+                    metadata: ["push.connection": "\(id)", "push.max_streams": "\(value)"]
+                )
             case .closed:
                 logger.debug("APNs connection closed", metadata: ["push.connection": "\(id)"])
             case .error(let description):
-                logger.warning("APNs connection error", metadata: ["push.connection": "\(id)", "push.error": "\(description)"])
+                logger.warning(
+                    "APNs connection error",
+                    metadata: ["push.connection": "\(id)", "push.error": "\(description)"]
+                )
             }
         }
         let isIPAddress = (try? SocketAddress(ipAddress: host, port: port)) != nil
@@ -72,7 +97,8 @@ final class APNsConnection: Sendable {
                         HTTP2Setting(parameter: .initialWindowSize, value: 1 << 20),
                         HTTP2Setting(parameter: .enablePush, value: 0),
                     ]
-                    let multiplexer = try sync.configureAsyncHTTP2Pipeline(mode: .client, configuration: configuration) { stream in
+                    let multiplexer = try sync.configureAsyncHTTP2Pipeline(mode: .client, configuration: configuration)
+                    { stream in
                         stream.eventLoop.makeSucceededVoidFuture()
                     }
                     try sync.addHandler(observer)
@@ -89,14 +115,31 @@ final class APNsConnection: Sendable {
             negotiated = try await alpn.futureResult.get()
         } catch {
             try? await channel.close()
-            throw TransportError(code: .connectFailed, mayHaveBeenProcessed: false, message: "TLS handshake with \(host):\(port) failed: \(error). Check --apns-ca-file for a private endpoint; TLS verification is never switched off")
+            throw TransportError(
+                code: .connectFailed,
+                mayHaveBeenProcessed: false,
+                message:
+                    "TLS handshake with \(host):\(port) failed: \(error). Check --apns-ca-file for a private endpoint; TLS verification is never switched off"
+            )
         }
         guard negotiated == "h2" else {
             try? await channel.close()
-            throw TransportError(code: .protocolNotNegotiated, mayHaveBeenProcessed: false, message: "\(host):\(port) did not negotiate HTTP/2 (ALPN gave \(negotiated ?? "nothing")): point --apns-endpoint at an APNs-compatible HTTP/2 server")
+            throw TransportError(
+                code: .protocolNotNegotiated,
+                mayHaveBeenProcessed: false,
+                message:
+                    "\(host):\(port) did not negotiate HTTP/2 (ALPN gave \(negotiated ?? "nothing")): point --apns-endpoint at an APNs-compatible HTTP/2 server"
+            )
         }
         let authority = port == 443 ? host : "\(host):\(port)"
-        return APNsConnection(id: id, channel: channel, multiplexer: multiplexer, limiter: limiter, observer: observer, authority: authority)
+        return APNsConnection(
+            id: id,
+            channel: channel,
+            multiplexer: multiplexer,
+            limiter: limiter,
+            observer: observer,
+            authority: authority
+        )
     }
 
     /// Sends PING and waits for the ack: whether an idle connection can still be trusted.

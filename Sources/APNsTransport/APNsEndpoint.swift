@@ -18,7 +18,11 @@ public struct APNsEndpoint: Sendable, Hashable {
     public init(url: String) throws {
         var rest = Substring(url)
         guard rest.hasPrefix("https://") else {
-            throw TransportError(code: .connectFailed, mayHaveBeenProcessed: false, message: "--apns-endpoint \(url) must start with https:// (APNs is HTTP/2 over TLS)")
+            throw TransportError(
+                code: .connectFailed,
+                mayHaveBeenProcessed: false,
+                message: "--apns-endpoint \(url) must start with https:// (APNs is HTTP/2 over TLS)"
+            )
         }
         rest = rest.dropFirst("https://".count)
         if let slash = rest.firstIndex(of: "/") { rest = rest[..<slash] }
@@ -30,7 +34,11 @@ public struct APNsEndpoint: Sendable, Hashable {
             self.port = 443
         }
         guard !self.host.isEmpty else {
-            throw TransportError(code: .connectFailed, mayHaveBeenProcessed: false, message: "--apns-endpoint \(url) has no host")
+            throw TransportError(
+                code: .connectFailed,
+                mayHaveBeenProcessed: false,
+                message: "--apns-endpoint \(url) has no host"
+            )
         }
     }
 

@@ -23,8 +23,17 @@ public struct APNsResponse: Sendable, Hashable {
     public var latency: Duration
 
     /// Creates a response.
-    public init(status: Int, reason: String? = nil, apnsID: UUID? = nil, apnsUniqueID: String? = nil, timestampMs: Int64? = nil,
-                retryAfter: String? = nil, channelID: String? = nil, body: [UInt8] = [], latency: Duration = .zero) {
+    public init(
+        status: Int,
+        reason: String? = nil,
+        apnsID: UUID? = nil,
+        apnsUniqueID: String? = nil,
+        timestampMs: Int64? = nil,
+        retryAfter: String? = nil,
+        channelID: String? = nil,
+        body: [UInt8] = [],
+        latency: Duration = .zero
+    ) {
         self.status = status
         self.reason = reason
         self.apnsID = apnsID

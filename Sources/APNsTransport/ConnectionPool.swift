@@ -22,7 +22,9 @@ final class ConnectionPool: Sendable {
         /// next connect waits out the backoff.
         mutating func connectionLost(configuration: APNsClient.Configuration) {
             guard !self.succeededSinceConnect else { return }
-            self.backoff = self.backoff == .zero ? configuration.initialReconnectBackoff : min(self.backoff * 2, configuration.maximumReconnectBackoff)
+            self.backoff =
+                self.backoff == .zero
+                ? configuration.initialReconnectBackoff : min(self.backoff * 2, configuration.maximumReconnectBackoff)
             self.retryAt = .now + self.backoff
         }
     }
@@ -43,7 +45,9 @@ final class ConnectionPool: Sendable {
         self.endpoint = endpoint
         self.context = context
         let size = max(context.configuration.connectionsPerPool, 1)
-        self.state = Mutex(State(slots: Array(repeating: nil, count: size), connecting: Array(repeating: false, count: size)))
+        self.state = Mutex(
+            State(slots: Array(repeating: nil, count: size), connecting: Array(repeating: false, count: size))
+        )
     }
 
     /// A request succeeded: the endpoint is healthy, reconnects need no backoff.
@@ -61,7 +65,12 @@ final class ConnectionPool: Sendable {
     /// A usable connection: the one with the most free streams, opening an empty slot first.
     func connection() async throws -> APNsConnection {
         while true {
-            enum Step { case use(APNsConnection), open(Int, id: Int), wait, backoff(ContinuousClock.Instant) }
+            enum Step {
+                case use(APNsConnection)
+                case open(Int, id: Int)
+                case wait
+                case backoff(ContinuousClock.Instant)
+            }
             var swept: [APNsConnection] = []
             let step = self.state.withLock { state -> Step in
                 for index in state.slots.indices where state.slots[index].map({ !$0.isUsable }) ?? false {
@@ -73,7 +82,8 @@ final class ConnectionPool: Sendable {
                     return .backoff(retryAt)
                 }
                 if let empty = state.slots.indices.first(where: { state.slots[$0] == nil && !state.connecting[$0] }),
-                   state.retryAt.map({ $0 <= .now }) ?? true {
+                    state.retryAt.map({ $0 <= .now }) ?? true
+                {
                     state.connecting[empty] = true
                     state.nextConnectionID += 1
                     return .open(empty, id: state.nextConnectionID)
@@ -90,8 +100,13 @@ final class ConnectionPool: Sendable {
             for connection in swept { connection.retire() }
             switch step {
             case .use(let connection):
-                if connection.idleFor > self.context.configuration.idlePingAfter, !(await connection.ping(timeout: .seconds(5))) {
-                    self.context.logger.info("idle APNs connection did not answer PING; replacing it", metadata: ["push.connection": "\(connection.id)"])
+                if connection.idleFor > self.context.configuration.idlePingAfter,
+                    !(await connection.ping(timeout: .seconds(5)))
+                {
+                    self.context.logger.info(
+                        "idle APNs connection did not answer PING; replacing it",
+                        metadata: ["push.connection": "\(connection.id)"]
+                    )
                     await self.discard(connection)
                     continue
                 }
@@ -99,8 +114,13 @@ final class ConnectionPool: Sendable {
             case .open(let index, let id):
                 do {
                     let connection = try await APNsConnection.connect(
-                        id: id, host: self.endpoint.host, port: self.endpoint.port, tls: self.context.tlsContext,
-                        group: self.context.group, connectTimeout: self.context.configuration.connectTimeout, logger: self.context.logger
+                        id: id,
+                        host: self.endpoint.host,
+                        port: self.endpoint.port,
+                        tls: self.context.tlsContext,
+                        group: self.context.group,
+                        connectTimeout: self.context.configuration.connectTimeout,
+                        logger: self.context.logger
                     )
                     let waiters = self.state.withLock { state -> [CheckedContinuation<Void, Never>] in
                         state.slots[index] = connection
@@ -110,23 +130,35 @@ final class ConnectionPool: Sendable {
                         defer { state.waiters.removeAll() }
                         return state.waiters
                     }
-                    waiters.forEach { $0.resume() }
+                    for waiter in waiters { waiter.resume() }
                     return connection
                 } catch {
-                    let (waiters, backoff) = self.state.withLock { state -> ([CheckedContinuation<Void, Never>], Duration) in
+                    let (waiters, backoff) = self.state.withLock {
+                        state -> ([CheckedContinuation<Void, Never>], Duration) in
                         state.connecting[index] = false
                         let configuration = self.context.configuration
-                        state.backoff = state.backoff == .zero ? configuration.initialReconnectBackoff : min(state.backoff * 2, configuration.maximumReconnectBackoff)
+                        state.backoff =
+                            state.backoff == .zero
+                            ? configuration.initialReconnectBackoff
+                            : min(state.backoff * 2, configuration.maximumReconnectBackoff)
                         state.retryAt = .now + state.backoff
                         defer { state.waiters.removeAll() }
                         return (state.waiters, state.backoff)
                     }
-                    waiters.forEach { $0.resume() }
-                    self.context.logger.warning("could not connect to APNs", metadata: [
-                        "push.endpoint": "\(self.endpoint.host):\(self.endpoint.port)", "push.retry_in": "\(backoff)", "push.error": "\(error)",
-                    ])
+                    for waiter in waiters { waiter.resume() }
+                    self.context.logger.warning(
+                        "could not connect to APNs",
+                        metadata: [
+                            "push.endpoint": "\(self.endpoint.host):\(self.endpoint.port)",
+                            "push.retry_in": "\(backoff)", "push.error": "\(error)",
+                        ]
+                    )
                     if let transport = error as? TransportError { throw transport }
-                    throw TransportError(code: .connectFailed, mayHaveBeenProcessed: false, message: "could not connect to \(self.endpoint.host):\(self.endpoint.port): \(error)")
+                    throw TransportError(
+                        code: .connectFailed,
+                        mayHaveBeenProcessed: false,
+                        message: "could not connect to \(self.endpoint.host):\(self.endpoint.port): \(error)"
+                    )
                 }
             case .wait:
                 await withCheckedContinuation { continuation in
@@ -140,7 +172,12 @@ final class ConnectionPool: Sendable {
                     if resumeNow { continuation.resume() }
                 }
             case .backoff(let until):
-                throw TransportError(code: .connectFailed, mayHaveBeenProcessed: false, message: "APNs at \(self.endpoint.host):\(self.endpoint.port) is unreachable; next connect attempt in \(until - .now)")
+                throw TransportError(
+                    code: .connectFailed,
+                    mayHaveBeenProcessed: false,
+                    message:
+                        "APNs at \(self.endpoint.host):\(self.endpoint.port) is unreachable; next connect attempt in \(until - .now)"
+                )
             }
         }
     }

@@ -1,6 +1,5 @@
 public import Crypto
 public import Foundation
-
 public import PushCore
 
 /// Minting ES256 provider tokens: header `{"alg":"ES256","kid":…}`, claims `{"iss":…,"iat":…}`, raw
@@ -13,7 +12,10 @@ extension ProviderToken {
         let claims = #"{"iss":"\#(key.teamID)","iat":\#(iat)}"#
         let signingInput = base64URL(Data(header.utf8)) + "." + base64URL(Data(claims.utf8))
         let signature = try key.privateKey.signature(for: Data(signingInput.utf8))
-        return ProviderToken(jwt: signingInput + "." + base64URL(signature.rawRepresentation), issuedAt: Date(timeIntervalSince1970: TimeInterval(iat)))
+        return ProviderToken(
+            jwt: signingInput + "." + base64URL(signature.rawRepresentation),
+            issuedAt: Date(timeIntervalSince1970: TimeInterval(iat))
+        )
     }
 
     /// base64url without padding.

@@ -38,7 +38,12 @@ public final class ProviderTokenCache: Sendable {
     /// - Parameters:
     ///   - store: where worker processes share tokens; `nil` keeps them in this process.
     ///   - now: the clock (tests inject one).
-    public init(key: SigningKey, configuration: Configuration = .init(), store: (any ProviderTokenStore)? = nil, now: @escaping @Sendable () -> Date = Date.init) {
+    public init(
+        key: SigningKey,
+        configuration: Configuration = .init(),
+        store: (any ProviderTokenStore)? = nil,
+        now: @escaping @Sendable () -> Date = Date.init
+    ) {
         self.key = key
         self.configuration = configuration
         self.store = store
@@ -72,7 +77,8 @@ public final class ProviderTokenCache: Sendable {
     private func fresh() -> ProviderToken? {
         let now = self.now()
         return self.state.withLock { state in
-            guard let current = state.current, now.timeIntervalSince(current.issuedAt) < self.configuration.reuseFor else { return nil }
+            guard let current = state.current, now.timeIntervalSince(current.issuedAt) < self.configuration.reuseFor
+            else { return nil }
             return current
         }
     }
@@ -82,7 +88,8 @@ public final class ProviderTokenCache: Sendable {
         let now = self.now()
         var newest = self.state.withLock { $0.current }
         if let store = self.store, let shared = try? await store.load(teamID: self.key.teamID, keyID: self.key.keyID),
-           shared.issuedAt > (newest?.issuedAt ?? .distantPast) {
+            shared.issuedAt > (newest?.issuedAt ?? .distantPast)
+        {
             newest = shared
         }
         if let newest {
@@ -96,7 +103,9 @@ public final class ProviderTokenCache: Sendable {
         }
         var token = try ProviderToken.mint(for: self.key, at: now)
         self.state.withLock { $0.mints += 1 }
-        if let store = self.store, let stored = try? await store.save(token, teamID: self.key.teamID, keyID: self.key.keyID) {
+        if let store = self.store,
+            let stored = try? await store.save(token, teamID: self.key.teamID, keyID: self.key.keyID)
+        {
             token = stored
         }
         self.state.withLock { $0.current = token }

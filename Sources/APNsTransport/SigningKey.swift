@@ -27,26 +27,47 @@ public struct SigningKey: Sendable, CustomStringConvertible {
         func fail(_ what: String) -> TransportError {
             TransportError(code: .invalidKey, mayHaveBeenProcessed: false, message: "APNs key file \(path) \(what)")
         }
-        guard !teamID.isEmpty else { throw fail("has no team id configured: set APNS_TEAM_ID (10 characters, from the Apple Developer account)") }
-        guard !keyID.isEmpty else { throw fail("has no key id configured: set APNS_KEY_ID (the 10 characters in AuthKey_<KEYID>.p8)") }
+        guard !teamID.isEmpty else {
+            throw fail("has no team id configured: set APNS_TEAM_ID (10 characters, from the Apple Developer account)")
+        }
+        guard !keyID.isEmpty else {
+            throw fail("has no key id configured: set APNS_KEY_ID (the 10 characters in AuthKey_<KEYID>.p8)")
+        }
         let fm = FileManager.default
-        guard fm.fileExists(atPath: path) else { throw fail("does not exist: download the .p8 from Certificates, Identifiers & Profiles > Keys, and set APNS_KEY_PATH to it") }
-        guard let attributes = try? fm.attributesOfItem(atPath: path) else { throw fail("cannot be inspected: check the path and its directory's permissions") }
+        guard fm.fileExists(atPath: path) else {
+            throw fail(
+                "does not exist: download the .p8 from Certificates, Identifiers & Profiles > Keys, and set APNS_KEY_PATH to it"
+            )
+        }
+        guard let attributes = try? fm.attributesOfItem(atPath: path) else {
+            throw fail("cannot be inspected: check the path and its directory's permissions")
+        }
         if let mode = (attributes[.posixPermissions] as? NSNumber)?.intValue, mode & 0o004 != 0 {
-            throw fail(String(format: "is readable by every user (mode %o): run `chmod 600 %@` (and keep it owned by the worker's user)", mode, path))
+            throw fail(
+                String(
+                    format:
+                        "is readable by every user (mode %o): run `chmod 600 %@` (and keep it owned by the worker's user)",
+                    mode,
+                    path
+                )
+            )
         }
         guard fm.isReadableFile(atPath: path), let data = fm.contents(atPath: path) else {
             throw fail("cannot be read by this process: make it readable by the worker's user (chmod 600, chown)")
         }
         let text = String(decoding: data, as: UTF8.self)
         guard text.contains("-----BEGIN PRIVATE KEY-----") else {
-            throw fail("is not a PEM PKCS#8 private key (no BEGIN PRIVATE KEY line): use the AuthKey_<KEYID>.p8 file exactly as Apple issued it")
+            throw fail(
+                "is not a PEM PKCS#8 private key (no BEGIN PRIVATE KEY line): use the AuthKey_<KEYID>.p8 file exactly as Apple issued it"
+            )
         }
         do {
             let key = try P256.Signing.PrivateKey(pemRepresentation: text)
             return SigningKey(teamID: teamID, keyID: keyID, privateKey: key)
         } catch {
-            throw fail("is not a P-256 (ES256) private key: APNs token auth needs the .p8 of an APNs key, not a certificate or another key type")
+            throw fail(
+                "is not a P-256 (ES256) private key: APNs token auth needs the .p8 of an APNs key, not a certificate or another key type"
+            )
         }
     }
 }

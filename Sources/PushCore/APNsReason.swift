@@ -24,19 +24,38 @@ public enum APNsReason: Sendable, Hashable, CustomStringConvertible {
 
     /// Every known reason with its wire text and row (APNS.md, "Responses: what each means for a job").
     public static let table: [(reason: APNsReason, text: String, row: Row)] = {
-        func r(_ reason: APNsReason, _ text: String, _ c: APNsResponseClass, _ trap: TrapID? = nil, _ sentence: String? = nil) -> (APNsReason, String, Row) {
+        func r(
+            _ reason: APNsReason,
+            _ text: String,
+            _ c: APNsResponseClass,
+            _ trap: TrapID? = nil,
+            _ sentence: String? = nil
+        ) -> (APNsReason, String, Row) {
             (reason, text, Row(responseClass: c, trapID: trap, sentence: sentence))
         }
-        let credential = "APNs rejected the provider token (%@, MS030): check APNS_KEY_ID, APNS_TEAM_ID and the .p8 belong together and to this app's team."
-        let channel = "APNs refused the broadcast channel (%@, MS031): create the channel first (push-worker channels create) and use its id as sent back."
-        let gone = "APNs says the device token is no longer valid for this topic (%@): stop sending to it; a token the app registers again later is valid."
+        let credential =
+            "APNs rejected the provider token (%@, MS030): check APNS_KEY_ID, APNS_TEAM_ID and the .p8 belong together and to this app's team."
+        let channel =
+            "APNs refused the broadcast channel (%@, MS031): create the channel first (push-worker channels create) and use its id as sent back."
+        let gone =
+            "APNs says the device token is no longer valid for this topic (%@): stop sending to it; a token the app registers again later is valid."
         return [
             r(.unregistered, "Unregistered", .tokenInvalid, .tokenUnregistered, gone),
             r(.expiredToken, "ExpiredToken", .tokenInvalid, .tokenUnregistered, gone),
-            r(.badDeviceToken, "BadDeviceToken", .tokenInvalid, .tokenEnvironment,
-              "APNs rejected the device token (BadDeviceToken): usually a sandbox token sent to production or the reverse; check the job's environment matches the app build (MS014)."),
-            r(.deviceTokenNotForTopic, "DeviceTokenNotForTopic", .tokenInvalid, nil,
-              "the device token belongs to another app (DeviceTokenNotForTopic): check the job's topic is the bundle id the token was registered for."),
+            r(
+                .badDeviceToken,
+                "BadDeviceToken",
+                .tokenInvalid,
+                .tokenEnvironment,
+                "APNs rejected the device token (BadDeviceToken): usually a sandbox token sent to production or the reverse; check the job's environment matches the app build (MS014)."
+            ),
+            r(
+                .deviceTokenNotForTopic,
+                "DeviceTokenNotForTopic",
+                .tokenInvalid,
+                nil,
+                "the device token belongs to another app (DeviceTokenNotForTopic): check the job's topic is the bundle id the token was registered for."
+            ),
             r(.tooManyRequests, "TooManyRequests", .retryable, .priorityBudget),
             r(.internalServerError, "InternalServerError", .retryable),
             r(.serviceUnavailable, "ServiceUnavailable", .retryable),
@@ -50,34 +69,70 @@ public enum APNsReason: Sendable, Hashable, CustomStringConvertible {
             r(.badEnvironmentKeyIdInToken, "BadEnvironmentKeyIdInToken", .credentialFatal, nil, credential),
             r(.badCertificate, "BadCertificate", .credentialFatal),
             r(.badCertificateEnvironment, "BadCertificateEnvironment", .credentialFatal),
-            r(.tooManyProviderTokenUpdates, "TooManyProviderTokenUpdates", .credentialFatal, .providerToken,
-              "APNs saw provider tokens refreshed too often (TooManyProviderTokenUpdates, MS030): make sure every worker shares one token per key."),
-            r(.topicDisallowed, "TopicDisallowed", .credentialFatal, .topicSuffix,
-              "the signing key may not send to this topic (TopicDisallowed): check the bundle id and that the key belongs to the app's team."),
+            r(
+                .tooManyProviderTokenUpdates,
+                "TooManyProviderTokenUpdates",
+                .credentialFatal,
+                .providerToken,
+                "APNs saw provider tokens refreshed too often (TooManyProviderTokenUpdates, MS030): make sure every worker shares one token per key."
+            ),
+            r(
+                .topicDisallowed,
+                "TopicDisallowed",
+                .credentialFatal,
+                .topicSuffix,
+                "the signing key may not send to this topic (TopicDisallowed): check the bundle id and that the key belongs to the app's team."
+            ),
             r(.badCollapseId, "BadCollapseId", .permanent),
-            r(.badExpirationDate, "BadExpirationDate", .permanent, .timestamps,
-              "APNs refused apns-expiration (MS032): expires_at must be a time in the future, in whole seconds."),
+            r(
+                .badExpirationDate,
+                "BadExpirationDate",
+                .permanent,
+                .timestamps,
+                "APNs refused apns-expiration (MS032): expires_at must be a time in the future, in whole seconds."
+            ),
             r(.badMessageId, "BadMessageId", .permanent),
             r(.badPriority, "BadPriority", .permanent),
             r(.badTopic, "BadTopic", .permanent),
             r(.duplicateHeaders, "DuplicateHeaders", .permanent),
             r(.invalidPushType, "InvalidPushType", .permanent),
             r(.missingDeviceToken, "MissingDeviceToken", .permanent),
-            r(.missingTopic, "MissingTopic", .permanent, .topicMissing, "APNs needs apns-topic (MS035): set the job's topic to the app's bundle id."),
+            r(
+                .missingTopic,
+                "MissingTopic",
+                .permanent,
+                .topicMissing,
+                "APNs needs apns-topic (MS035): set the job's topic to the app's bundle id."
+            ),
             r(.payloadEmpty, "PayloadEmpty", .permanent),
             r(.badPath, "BadPath", .permanent),
             r(.methodNotAllowed, "MethodNotAllowed", .permanent),
-            r(.payloadTooLarge, "PayloadTooLarge", .permanent, .payloadTooLarge, "APNs refused the payload as too large (MS011): shorten it to the push type's limit."),
+            r(
+                .payloadTooLarge,
+                "PayloadTooLarge",
+                .permanent,
+                .payloadTooLarge,
+                "APNs refused the payload as too large (MS011): shorten it to the push type's limit."
+            ),
             r(.missingChannelId, "MissingChannelId", .permanent, .channel, channel),
             r(.badChannelId, "BadChannelId", .permanent, .channel, channel),
             r(.channelNotRegistered, "ChannelNotRegistered", .permanent, .channel, channel),
-            r(.featureNotEnabled, "FeatureNotEnabled", .permanent, .broadcastNotEnabled,
-              "broadcast is not enabled for this app (FeatureNotEnabled, MS034): enable the Broadcast capability for the key and app."),
+            r(
+                .featureNotEnabled,
+                "FeatureNotEnabled",
+                .permanent,
+                .broadcastNotEnabled,
+                "broadcast is not enabled for this app (FeatureNotEnabled, MS034): enable the Broadcast capability for the key and app."
+            ),
         ].map { (reason: $0.0, text: $0.1, row: $0.2) }
     }()
 
-    private static let byText: [String: (APNsReason, Row)] = Dictionary(uniqueKeysWithValues: table.map { ($0.text, ($0.reason, $0.row)) })
-    private static let byReason: [APNsReason: (String, Row)] = Dictionary(uniqueKeysWithValues: table.map { ($0.reason, ($0.text, $0.row)) })
+    private static let byText: [String: (APNsReason, Row)] = Dictionary(
+        uniqueKeysWithValues: table.map { ($0.text, ($0.reason, $0.row)) }
+    )
+    private static let byReason: [APNsReason: (String, Row)] = Dictionary(
+        uniqueKeysWithValues: table.map { ($0.reason, ($0.text, $0.row)) }
+    )
 
     /// The reason for APNs' text (`unknown` for text this build does not know).
     public init(_ text: String) {
@@ -96,7 +151,8 @@ public enum APNsReason: Sendable, Hashable, CustomStringConvertible {
     /// The dead letter's sentence for a final answer with this reason, naming what to fix.
     public func sentence(status: Int?) -> String {
         if let template = self.row?.sentence { return template.replacingFirst("%@", with: self.description) }
-        return "APNs answered \(status.map(String.init) ?? "-") \(self.description): this job cannot succeed as it is; fix the job's columns and replay it."
+        return
+            "APNs answered \(status.map(String.init) ?? "-") \(self.description): this job cannot succeed as it is; fix the job's columns and replay it."
     }
 }
 

@@ -27,7 +27,15 @@ public struct APNsRequest: Sendable, Hashable {
     }
 
     /// Creates a request from its parts.
-    public init(environment: APNsEnvironment, method: String = "POST", path: String, headers: [(name: String, value: String)], body: [UInt8], limit: Int, apnsID: UUID) {
+    public init(
+        environment: APNsEnvironment,
+        method: String = "POST",
+        path: String,
+        headers: [(name: String, value: String)],
+        body: [UInt8],
+        limit: Int,
+        apnsID: UUID
+    ) {
         self.environment = environment
         self.method = method
         self.path = path
@@ -39,7 +47,8 @@ public struct APNsRequest: Sendable, Hashable {
 
     public static func == (lhs: APNsRequest, rhs: APNsRequest) -> Bool {
         lhs.environment == rhs.environment && lhs.method == rhs.method && lhs.path == rhs.path
-            && lhs.headers.map(\.name) == rhs.headers.map(\.name) && lhs.headers.map(\.value) == rhs.headers.map(\.value)
+            && lhs.headers.map(\.name) == rhs.headers.map(\.name)
+            && lhs.headers.map(\.value) == rhs.headers.map(\.value)
             && lhs.body == rhs.body && lhs.limit == rhs.limit && lhs.apnsID == rhs.apnsID
     }
 
@@ -62,6 +71,7 @@ public enum APNsEnvironment: String, Sendable, Hashable, CaseIterable, Codable {
 
     /// The host and port of broadcast channel management.
     public var channelHost: (host: String, port: Int) {
-        self == .production ? ("api-manage-broadcast.push.apple.com", 2196) : ("api-manage-broadcast.sandbox.push.apple.com", 2195)
+        self == .production
+            ? ("api-manage-broadcast.push.apple.com", 2196) : ("api-manage-broadcast.sandbox.push.apple.com", 2195)
     }
 }

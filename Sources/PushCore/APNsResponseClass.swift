@@ -31,7 +31,9 @@ public struct APNsVerdict: Sendable, Hashable {
         if status == 200 { return APNsVerdict(responseClass: .delivered, trapID: nil) }
         let known = APNsReason(reason ?? "")
         // A 429 is the throttle whatever its reason, except the credential's own.
-        if status == 429, known != .tooManyProviderTokenUpdates { return APNsVerdict(responseClass: .retryable, trapID: .priorityBudget) }
+        if status == 429, known != .tooManyProviderTokenUpdates {
+            return APNsVerdict(responseClass: .retryable, trapID: .priorityBudget)
+        }
         // A 5xx is the server's fault whatever its reason.
         if status >= 500 { return APNsVerdict(responseClass: .retryable, trapID: nil) }
         if let row = known.row { return APNsVerdict(responseClass: row.responseClass, trapID: row.trapID) }
@@ -40,5 +42,7 @@ public struct APNsVerdict: Sendable, Hashable {
     }
 
     /// Every other 4xx reason APNs documents: the job can never succeed as it is.
-    public static let permanentReasons: Set<String> = Set(APNsReason.table.filter { $0.row.responseClass == .permanent }.map(\.text))
+    public static let permanentReasons: Set<String> = Set(
+        APNsReason.table.filter { $0.row.responseClass == .permanent }.map(\.text)
+    )
 }

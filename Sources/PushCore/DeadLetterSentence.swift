@@ -6,7 +6,8 @@ public enum DeadLetterSentence {
         if exhausted {
             let reason = reason ?? "no reason"
             let what = status.map { "\($0) \(reason)" } ?? reason
-            return "gave up after \(attempts) attempt\(attempts == 1 ? "" : "s"); the last ended in \(what). Check APNs status and the worker's connectivity, then replay if it is still worth sending."
+            return
+                "gave up after \(attempts) attempt\(attempts == 1 ? "" : "s"); the last ended in \(what). Check APNs status and the worker's connectivity, then replay if it is still worth sending."
         }
         return APNsReason(reason ?? "no reason").sentence(status: status)
     }

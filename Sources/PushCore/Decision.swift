@@ -71,24 +71,42 @@ extension Decision {
     ///   - transportBudget: how many unknown outcomes a job may have before it is dead-lettered.
     ///   - random: jitter source, injectable for tests.
     public static func decide(
-        _ outcome: SendOutcome, attempt: Int, transportRetries: Int, policy: RetryPolicy, transportBudget: Int,
+        _ outcome: SendOutcome,
+        attempt: Int,
+        transportRetries: Int,
+        policy: RetryPolicy,
+        transportBudget: Int,
         using random: inout some RandomNumberGenerator
     ) -> DecidedOutcome {
         switch outcome {
         case .rejected(let rejection):
-            return DecidedOutcome(decision: .dead(sentence: rejection.message), reason: rejection.reason, trapID: rejection.trapID)
+            return DecidedOutcome(
+                decision: .dead(sentence: rejection.message),
+                reason: rejection.reason,
+                trapID: rejection.trapID
+            )
 
         case .transport(let fault, let reason):
             switch fault {
             case .notProcessed, .cancelled:
                 return DecidedOutcome(decision: .requeue(after: .zero), reason: reason)
             case .unreachable:
-                return DecidedOutcome(decision: .requeue(after: Self.requeueDelay), reason: reason, endpointUnreachable: true)
+                return DecidedOutcome(
+                    decision: .requeue(after: Self.requeueDelay),
+                    reason: reason,
+                    endpointUnreachable: true
+                )
             case .credentialMissing:
-                return DecidedOutcome(decision: .requeue(after: Self.requeueDelay), reason: reason, trapID: .credentialsMissing, pausesCredential: true)
+                return DecidedOutcome(
+                    decision: .requeue(after: Self.requeueDelay),
+                    reason: reason,
+                    trapID: .credentialsMissing,
+                    pausesCredential: true
+                )
             case .unknownOutcome:
                 guard transportRetries < transportBudget else {
-                    let sentence = "APNs' answer was lost \(transportRetries + 1) times (the last: \(reason)); the transport budget of \(transportBudget) is spent. Check the network path to APNs, then replay: the same apns-id is sent."
+                    let sentence =
+                        "APNs' answer was lost \(transportRetries + 1) times (the last: \(reason)); the transport budget of \(transportBudget) is spent. Check the network path to APNs, then replay: the same apns-id is sent."
                     return DecidedOutcome(decision: .dead(sentence: sentence), reason: reason)
                 }
                 // Transport backoff: 100 ms doubling to 5 s, with jitter; nothing to do with the token.
@@ -106,20 +124,46 @@ extension Decision {
                 return decided
             case .tokenInvalid:
                 decided.invalidatesToken = true
-                decided.decision = .dead(sentence: DeadLetterSentence.sentence(status: status, reason: reason, attempts: attempt, exhausted: false))
+                decided.decision = .dead(
+                    sentence: DeadLetterSentence.sentence(
+                        status: status,
+                        reason: reason,
+                        attempts: attempt,
+                        exhausted: false
+                    )
+                )
             case .permanent:
-                decided.decision = .dead(sentence: DeadLetterSentence.sentence(status: status, reason: reason, attempts: attempt, exhausted: false))
+                decided.decision = .dead(
+                    sentence: DeadLetterSentence.sentence(
+                        status: status,
+                        reason: reason,
+                        attempts: attempt,
+                        exhausted: false
+                    )
+                )
             case .credentialFatal:
                 decided.pausesCredential = true
                 decided.decision = .requeue(after: Self.requeueDelay)
             case .retryable, .credentialRetry, .unknown:
                 decided.unknownReason = verdict.responseClass == .unknown
                 let honoured = status == 429 ? retryAfter.map { min($0, Self.maximumRetryAfter) } : nil
-                switch policy.decide(after: attempt, responseClass: verdict.responseClass, retryAfter: honoured, using: &random) {
+                switch policy.decide(
+                    after: attempt,
+                    responseClass: verdict.responseClass,
+                    retryAfter: honoured,
+                    using: &random
+                ) {
                 case .retry(let delay):
                     decided.decision = .retry(after: delay)
                 case .exhausted, .stop:
-                    decided.decision = .dead(sentence: DeadLetterSentence.sentence(status: status, reason: reason, attempts: attempt, exhausted: true))
+                    decided.decision = .dead(
+                        sentence: DeadLetterSentence.sentence(
+                            status: status,
+                            reason: reason,
+                            attempts: attempt,
+                            exhausted: true
+                        )
+                    )
                 }
             }
             return decided
@@ -127,8 +171,21 @@ extension Decision {
     }
 
     /// ``decide(_:attempt:transportRetries:policy:transportBudget:using:)`` with the system's random numbers.
-    public static func decide(_ outcome: SendOutcome, attempt: Int, transportRetries: Int, policy: RetryPolicy, transportBudget: Int) -> DecidedOutcome {
+    public static func decide(
+        _ outcome: SendOutcome,
+        attempt: Int,
+        transportRetries: Int,
+        policy: RetryPolicy,
+        transportBudget: Int
+    ) -> DecidedOutcome {
         var generator = SystemRandomNumberGenerator()
-        return self.decide(outcome, attempt: attempt, transportRetries: transportRetries, policy: policy, transportBudget: transportBudget, using: &generator)
+        return self.decide(
+            outcome,
+            attempt: attempt,
+            transportRetries: transportRetries,
+            policy: policy,
+            transportBudget: transportBudget,
+            using: &generator
+        )
     }
 }

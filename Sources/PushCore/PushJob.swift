@@ -49,11 +49,26 @@ public struct PushJob: Sendable, Hashable {
 
     /// Creates a job value; every field is as stored in `push.jobs`.
     public init(
-        id: Int64, apnsID: UUID, topic: String, deviceToken: String? = nil, channelID: String? = nil,
-        payload: String, pushType: String = "alert", priority: Int? = nil, environment: String = "production",
-        credential: String = "default", collapseID: String? = nil, expiresAt: Date? = nil, runAt: Date = Date(),
-        maxAttempts: Int? = nil, attempts: Int = 0, trapIDs: [String] = [], createdAt: Date = Date(),
-        firstAttemptAt: Date? = nil, transportRetries: Int = 0, claimedAt: Date? = nil
+        id: Int64,
+        apnsID: UUID,
+        topic: String,
+        deviceToken: String? = nil,
+        channelID: String? = nil,
+        payload: String,
+        pushType: String = "alert",
+        priority: Int? = nil,
+        environment: String = "production",
+        credential: String = "default",
+        collapseID: String? = nil,
+        expiresAt: Date? = nil,
+        runAt: Date = Date(),
+        maxAttempts: Int? = nil,
+        attempts: Int = 0,
+        trapIDs: [String] = [],
+        createdAt: Date = Date(),
+        firstAttemptAt: Date? = nil,
+        transportRetries: Int = 0,
+        claimedAt: Date? = nil
     ) {
         self.transportRetries = transportRetries
         self.claimedAt = claimedAt

@@ -12,44 +12,96 @@ public enum RequestBuilder {
     /// `aps`, within the size limit, MS011), Live Activity fields and timestamps (MS032).
     public static func describe(_ job: PushJob, now: Date = Date()) throws(PreSendRejection) -> APNsRequest {
         guard let pushType = PushType(rawValue: job.pushType) else {
-            throw PreSendRejection(reason: "InvalidPushType", trapID: nil, message: "push_type '\(job.pushType)' is not an APNs push type: use one of \(PushType.allCases.map(\.rawValue).joined(separator: ", ")).")
+            throw PreSendRejection(
+                reason: "InvalidPushType",
+                trapID: nil,
+                message:
+                    "push_type '\(job.pushType)' is not an APNs push type: use one of \(PushType.allCases.map(\.rawValue).joined(separator: ", "))."
+            )
         }
         guard let environment = APNsEnvironment(rawValue: job.environment) else {
-            throw PreSendRejection(reason: "BadEnvironment", trapID: .tokenEnvironment, message: "environment '\(job.environment)' is neither production nor development.")
+            throw PreSendRejection(
+                reason: "BadEnvironment",
+                trapID: .tokenEnvironment,
+                message: "environment '\(job.environment)' is neither production nor development."
+            )
         }
         let isBroadcast = job.channelID != nil
         if let token = job.deviceToken {
             guard !token.isEmpty, token.count % 2 == 0, token.utf8.allSatisfy(\.isHexDigit) else {
-                throw PreSendRejection(reason: "BadDeviceToken", trapID: .tokenEnvironment, message: "device_token is not a hex string of whole bytes: store the token as the app received it, hex-encoded, without spaces or brackets.")
+                throw PreSendRejection(
+                    reason: "BadDeviceToken",
+                    trapID: .tokenEnvironment,
+                    message:
+                        "device_token is not a hex string of whole bytes: store the token as the app received it, hex-encoded, without spaces or brackets."
+                )
             }
         } else if job.channelID == nil || job.channelID!.isEmpty {
-            throw PreSendRejection(reason: "MissingDeviceToken", trapID: nil, message: "the job has neither device_token nor channel_id: set exactly one.")
+            throw PreSendRejection(
+                reason: "MissingDeviceToken",
+                trapID: nil,
+                message: "the job has neither device_token nor channel_id: set exactly one."
+            )
         }
         let expiry = job.expiresAt ?? (job.firstAttemptAt ?? now).addingTimeInterval(Self.defaultExpiry)
         if now > expiry {
-            let whose = job.expiresAt == nil ? "the default expiry (1 hour after the first request was sent)" : "expires_at"
-            throw PreSendRejection(reason: "Expired", trapID: nil, message: "the job passed \(whose) before it could be sent: set a later expires_at if it is still worth sending.")
+            let whose =
+                job.expiresAt == nil ? "the default expiry (1 hour after the first request was sent)" : "expires_at"
+            throw PreSendRejection(
+                reason: "Expired",
+                trapID: nil,
+                message:
+                    "the job passed \(whose) before it could be sent: set a later expires_at if it is still worth sending."
+            )
         }
         if job.topic.isEmpty {
-            throw PreSendRejection(reason: "MissingTopic", trapID: .topicMissing, message: "topic is empty: set it to the app's bundle id.")
+            throw PreSendRejection(
+                reason: "MissingTopic",
+                trapID: .topicMissing,
+                message: "topic is empty: set it to the app's bundle id."
+            )
         }
         if let suffix = PushType.suffix(in: job.topic) {
-            throw PreSendRejection(reason: "TopicHasPushTypeSuffix", trapID: .topicSuffix, message: "topic '\(job.topic)' already carries the push-type suffix '\(suffix)': store the bare bundle id; the worker appends the suffix push_type needs.")
+            throw PreSendRejection(
+                reason: "TopicHasPushTypeSuffix",
+                trapID: .topicSuffix,
+                message:
+                    "topic '\(job.topic)' already carries the push-type suffix '\(suffix)': store the bare bundle id; the worker appends the suffix push_type needs."
+            )
         }
         let priority = job.sendPriority
         guard pushType.allowedPriorities.contains(priority) else {
-            throw PreSendRejection(reason: "BadPriority", trapID: .priorityBudget, message: "priority \(priority) is not allowed for \(pushType.rawValue) pushes: use \(pushType.allowedPriorities.sorted(by: >).map(String.init).joined(separator: " or ")).")
+            throw PreSendRejection(
+                reason: "BadPriority",
+                trapID: .priorityBudget,
+                message:
+                    "priority \(priority) is not allowed for \(pushType.rawValue) pushes: use \(pushType.allowedPriorities.sorted(by: >).map(String.init).joined(separator: " or "))."
+            )
         }
         if let collapse = job.collapseID, collapse.utf8.count > 64 {
-            throw PreSendRejection(reason: "BadCollapseId", trapID: nil, message: "collapse_id is \(collapse.utf8.count) bytes: APNs allows at most 64.")
+            throw PreSendRejection(
+                reason: "BadCollapseId",
+                trapID: nil,
+                message: "collapse_id is \(collapse.utf8.count) bytes: APNs allows at most 64."
+            )
         }
         if isBroadcast && pushType != .liveactivity {
-            throw PreSendRejection(reason: "InvalidPushType", trapID: .channel, message: "broadcast channels carry Live Activity updates only: set push_type to liveactivity for a channel_id job.")
+            throw PreSendRejection(
+                reason: "InvalidPushType",
+                trapID: .channel,
+                message:
+                    "broadcast channels carry Live Activity updates only: set push_type to liveactivity for a channel_id job."
+            )
         }
         let body = Array(job.payload.utf8)
         let limit = isBroadcast ? PushType.broadcastPayloadLimit : pushType.payloadLimit
         if body.count > limit {
-            throw PreSendRejection(reason: "PayloadTooLarge", trapID: .payloadTooLarge, message: "payload is \(body.count) bytes; \(isBroadcast ? "broadcast" : pushType.rawValue) pushes allow \(limit): shorten the text or move data to your server.")
+            throw PreSendRejection(
+                reason: "PayloadTooLarge",
+                trapID: .payloadTooLarge,
+                message:
+                    "payload is \(body.count) bytes; \(isBroadcast ? "broadcast" : pushType.rawValue) pushes allow \(limit): shorten the text or move data to your server."
+            )
         }
         try PayloadRules.check(body, pushType: pushType)
 
@@ -61,7 +113,14 @@ public enum RequestBuilder {
         headers.append(("apns-id", job.apnsID.uuidString.lowercased()))
         if let channel = job.channelID { headers.append(("apns-channel-id", channel)) }
         let path = isBroadcast ? "/4/broadcasts/apps/\(job.topic)" : "/3/device/\(job.deviceToken!)"
-        return APNsRequest(environment: environment, path: path, headers: headers, body: body, limit: limit, apnsID: job.apnsID)
+        return APNsRequest(
+            environment: environment,
+            path: path,
+            headers: headers,
+            body: body,
+            limit: limit,
+            apnsID: job.apnsID
+        )
     }
 }
 

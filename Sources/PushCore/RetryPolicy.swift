@@ -14,7 +14,12 @@ public struct RetryPolicy: Sendable, Hashable {
         public var jitter: Bool
 
         /// The defaults: 3 retries, 100 ms base, 5 s cap, jitter on.
-        public init(maxRetries: Int = 3, baseDelay: Duration = .milliseconds(100), maxDelay: Duration = .seconds(5), jitter: Bool = true) {
+        public init(
+            maxRetries: Int = 3,
+            baseDelay: Duration = .milliseconds(100),
+            maxDelay: Duration = .seconds(5),
+            jitter: Bool = true
+        ) {
             self.maxRetries = maxRetries
             self.baseDelay = baseDelay
             self.maxDelay = maxDelay
@@ -41,7 +46,12 @@ public struct RetryPolicy: Sendable, Hashable {
     ///   - priority: the priority the job is sent with.
     ///   - maxAttempts: the job's `max_attempts`; it can only narrow.
     ///   - environment: the process environment (for ``killSwitchVariable``).
-    public init(_ configuration: Configuration, priority: Int, maxAttempts: Int? = nil, environment: [String: String] = ProcessInfo.processInfo.environment) {
+    public init(
+        _ configuration: Configuration,
+        priority: Int,
+        maxAttempts: Int? = nil,
+        environment: [String: String] = ProcessInfo.processInfo.environment
+    ) {
         var retries = max(configuration.maxRetries, 0)
         var base = configuration.baseDelay
         var cap = configuration.maxDelay
@@ -83,7 +93,9 @@ public struct RetryPolicy: Sendable, Hashable {
     /// or stop. Terminal classes never retry, whatever the configuration; a 429's `Retry-After`
     /// replaces the computed delay and is not capped.
     public func decide(
-        after attempt: Int, responseClass: APNsResponseClass, retryAfter: Duration? = nil,
+        after attempt: Int,
+        responseClass: APNsResponseClass,
+        retryAfter: Duration? = nil,
         using generator: inout some RandomNumberGenerator
     ) -> RetryDecision {
         switch responseClass {
@@ -96,7 +108,11 @@ public struct RetryPolicy: Sendable, Hashable {
     }
 
     /// ``decide(after:responseClass:retryAfter:using:)`` with the system's random numbers.
-    public func decide(after attempt: Int, responseClass: APNsResponseClass, retryAfter: Duration? = nil) -> RetryDecision {
+    public func decide(
+        after attempt: Int,
+        responseClass: APNsResponseClass,
+        retryAfter: Duration? = nil
+    ) -> RetryDecision {
         var generator = SystemRandomNumberGenerator()
         return self.decide(after: attempt, responseClass: responseClass, retryAfter: retryAfter, using: &generator)
     }

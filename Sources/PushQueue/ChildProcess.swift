@@ -48,7 +48,12 @@ extension ChildProcess {
     }
 
     /// Starts `executable` with `arguments` and extra `environment` variables, without waiting.
-    package static func start(_ executable: String, _ arguments: [String], environment extra: [String: String], outputPath: String) throws -> Running {
+    package static func start(
+        _ executable: String,
+        _ arguments: [String],
+        environment extra: [String: String],
+        outputPath: String
+    ) throws -> Running {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -80,7 +85,10 @@ extension ChildProcess {
         var pid: pid_t = 0
         let spawned = posix_spawn(&pid, executable, &actions, &attributes, argv, envp)
         guard spawned == 0 else {
-            throw QueueError(code: .invalidArgument, message: "could not start \(executable): \(String(cString: strerror(spawned)))")
+            throw QueueError(
+                code: .invalidArgument,
+                message: "could not start \(executable): \(String(cString: strerror(spawned)))"
+            )
         }
         return Running(pid: pid, outputPath: outputPath)
     }

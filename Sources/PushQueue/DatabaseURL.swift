@@ -1,6 +1,6 @@
 public import Foundation
-public import PostgresNIO
 import NIOSSL
+public import PostgresNIO
 
 /// A parsed `DATABASE_URL` (`postgres://user:password@host:port/database?sslmode=…`).
 ///
@@ -19,7 +19,8 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
         func fail(_ what: String) -> QueueError {
             QueueError(
                 code: .invalidDatabaseURL,
-                message: "DATABASE_URL \(what); expected postgres://USER:PASSWORD@HOST:PORT/DATABASE (password and port optional)"
+                message:
+                    "DATABASE_URL \(what); expected postgres://USER:PASSWORD@HOST:PORT/DATABASE (password and port optional)"
             )
         }
         guard let components = URLComponents(string: string) else { throw fail("is not a URL") }
@@ -41,7 +42,14 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Builds a URL from parts (the embedded cluster uses this).
-    public init(host: String, port: Int, username: String, password: String? = nil, database: String, sslMode: String = "disable") {
+    public init(
+        host: String,
+        port: Int,
+        username: String,
+        password: String? = nil,
+        database: String,
+        sslMode: String = "disable"
+    ) {
         self.host = host
         self.port = port
         self.username = username
@@ -92,8 +100,12 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
         default: tls = .require(self.tlsConfiguration)
         }
         return PostgresClient.Configuration(
-            host: self.host, port: self.port, username: self.username, password: self.password,
-            database: self.database, tls: tls
+            host: self.host,
+            port: self.port,
+            username: self.username,
+            password: self.password,
+            database: self.database,
+            tls: tls
         )
     }
 
@@ -106,8 +118,12 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
         default: tls = .require(try NIOSSLContext(configuration: self.tlsConfiguration))
         }
         return PostgresConnection.Configuration(
-            host: self.host, port: self.port, username: self.username, password: self.password,
-            database: self.database, tls: tls
+            host: self.host,
+            port: self.port,
+            username: self.username,
+            password: self.password,
+            database: self.database,
+            tls: tls
         )
     }
 
@@ -115,12 +131,17 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
     /// and what to check, rather than with a connection pool's circuit-breaker error later.
     public func probe(logger: Logger) async throws {
         do {
-            let connection = try await PostgresConnection.connect(configuration: try self.connectionConfiguration(), id: 0, logger: logger)
+            let connection = try await PostgresConnection.connect(
+                configuration: try self.connectionConfiguration(),
+                id: 0,
+                logger: logger
+            )
             try? await connection.close()
         } catch {
             throw QueueError(
                 code: .databaseUnreachable,
-                message: "cannot connect to Postgres at \(self.host):\(self.port) as \(self.username) (database \(self.database)): \(QueueError.summary(of: error)). Check that the server is running and accepts connections, and DATABASE_URL (or --database-url)"
+                message:
+                    "cannot connect to Postgres at \(self.host):\(self.port) as \(self.username) (database \(self.database)): \(QueueError.summary(of: error)). Check that the server is running and accepts connections, and DATABASE_URL (or --database-url)"
             )
         }
     }

@@ -40,8 +40,13 @@ public struct DeadLetterFilter: Sendable, Hashable {
 
     /// A filter; with no arguments it matches every dead letter, up to 100.
     public init(
-        ids: [Int64] = [], trapID: String? = nil, reason: String? = nil, topic: String? = nil,
-        since: Date? = nil, before: Date? = nil, limit: Int = 100
+        ids: [Int64] = [],
+        trapID: String? = nil,
+        reason: String? = nil,
+        topic: String? = nil,
+        since: Date? = nil,
+        before: Date? = nil,
+        limit: Int = 100
     ) {
         self.ids = ids
         self.trapID = trapID

@@ -28,7 +28,13 @@ public struct EmbeddedPostgres: Sendable {
         /// - Parameters:
         ///   - dataDirectory: the cluster's data directory.
         ///   - port: 0 picks a free port.
-        public init(dataDirectory: String, port: Int = 0, fsync: Bool = true, binDirectory: String? = nil, settings: [String: String] = [:]) {
+        public init(
+            dataDirectory: String,
+            port: Int = 0,
+            fsync: Bool = true,
+            binDirectory: String? = nil,
+            settings: [String: String] = [:]
+        ) {
             self.dataDirectory = dataDirectory
             self.port = port
             self.fsync = fsync
@@ -61,12 +67,14 @@ public struct EmbeddedPostgres: Sendable {
         }
         candidates += ["/usr/local/pgsql/bin", "/usr/local/bin", "/usr/bin"]
         for directory in candidates
-        where fm.isExecutableFile(atPath: directory + "/initdb") && fm.isExecutableFile(atPath: directory + "/postgres") {
+        where fm.isExecutableFile(atPath: directory + "/initdb") && fm.isExecutableFile(atPath: directory + "/postgres")
+        {
             return directory
         }
         throw QueueError(
             code: .postgresNotInstalled,
-            message: "no PostgreSQL server binaries (initdb, postgres) found in /usr/lib/postgresql/*/bin: install Debian's `postgresql` package (apt-get install -y postgresql), or set DATABASE_URL to an existing server"
+            message:
+                "no PostgreSQL server binaries (initdb, postgres) found in /usr/lib/postgresql/*/bin: install Debian's `postgresql` package (apt-get install -y postgresql), or set DATABASE_URL to an existing server"
         )
     }
 
@@ -83,7 +91,12 @@ public struct EmbeddedPostgres: Sendable {
         }
         if !fm.fileExists(atPath: data + "/PG_VERSION") {
             self.logger.info("initializing embedded Postgres cluster", metadata: ["push.data_dir": "\(data)"])
-            try self.run(bin + "/initdb", ["-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-instructions"] + (self.configuration.fsync ? [] : ["--no-sync"]), asPostgres: asRoot)
+            try self.run(
+                bin + "/initdb",
+                ["-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-instructions"]
+                    + (self.configuration.fsync ? [] : ["--no-sync"]),
+                asPostgres: asRoot
+            )
             var conf = [
                 "listen_addresses": "'127.0.0.1'",
                 "unix_socket_directories": "''",
@@ -121,7 +134,12 @@ public struct EmbeddedPostgres: Sendable {
 
     /// The port a running cluster listens on, from its `postmaster.pid` (line 4).
     func runningPort() -> Int? {
-        guard let text = try? String(contentsOfFile: self.configuration.dataDirectory + "/postmaster.pid", encoding: .utf8) else { return nil }
+        guard
+            let text = try? String(
+                contentsOfFile: self.configuration.dataDirectory + "/postmaster.pid",
+                encoding: .utf8
+            )
+        else { return nil }
         let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
         return lines.count > 3 ? Int(lines[3].trimmingCharacters(in: .whitespaces)) : nil
     }
@@ -131,7 +149,11 @@ public struct EmbeddedPostgres: Sendable {
         guard let bin = try? self.configuration.binDirectory ?? Self.findBinDirectory() else { return }
         let asRoot = geteuid() == 0
         guard self.isRunning(bin: bin, asRoot: asRoot) else { return }
-        try? self.run(bin + "/pg_ctl", ["-D", self.configuration.dataDirectory, "-m", "fast", "-w", "stop"], asPostgres: asRoot)
+        try? self.run(
+            bin + "/pg_ctl",
+            ["-D", self.configuration.dataDirectory, "-m", "fast", "-w", "stop"],
+            asPostgres: asRoot
+        )
     }
 
     private func isRunning(bin: String, asRoot: Bool) -> Bool {
@@ -140,7 +162,8 @@ public struct EmbeddedPostgres: Sendable {
 
     @discardableResult
     private func run(_ executable: String, _ arguments: [String], asPostgres: Bool) throws -> String {
-        let result = asPostgres
+        let result =
+            asPostgres
             ? try ChildProcess.run("/usr/sbin/runuser", ["-u", "postgres", "--", executable] + arguments)
             : try ChildProcess.run(executable, arguments)
         let text = result.output
@@ -148,7 +171,8 @@ public struct EmbeddedPostgres: Sendable {
             let name = (executable as NSString).lastPathComponent
             var message = "embedded Postgres: `\(name)` failed (exit \(result.status)): \(text.trimmingWhitespace())"
             if text.contains("Permission denied") && asPostgres {
-                message += ". The postgres user must be able to reach \(self.configuration.dataDirectory): choose a data directory outside /root (e.g. under /var/lib or /tmp)"
+                message +=
+                    ". The postgres user must be able to reach \(self.configuration.dataDirectory): choose a data directory outside /root (e.g. under /var/lib or /tmp)"
             }
             if name == "pg_ctl" && arguments.last == "start" {
                 message += ". Server log: \(self.configuration.dataDirectory)/server.log"
@@ -161,7 +185,9 @@ public struct EmbeddedPostgres: Sendable {
     /// A TCP port on 127.0.0.1 that is free right now.
     public static func freePort() throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw QueueError(code: .embeddedPostgresFailed, message: "could not open a socket to find a free port") }
+        guard fd >= 0 else {
+            throw QueueError(code: .embeddedPostgresFailed, message: "could not open a socket to find a free port")
+        }
         defer { close(fd) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
@@ -171,11 +197,15 @@ public struct EmbeddedPostgres: Sendable {
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
         }
-        guard bound == 0 else { throw QueueError(code: .embeddedPostgresFailed, message: "could not bind 127.0.0.1:0 to find a free port") }
+        guard bound == 0 else {
+            throw QueueError(code: .embeddedPostgresFailed, message: "could not bind 127.0.0.1:0 to find a free port")
+        }
         let named = withUnsafeMutablePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
         }
-        guard named == 0 else { throw QueueError(code: .embeddedPostgresFailed, message: "could not read the port the system chose") }
+        guard named == 0 else {
+            throw QueueError(code: .embeddedPostgresFailed, message: "could not read the port the system chose")
+        }
         return Int(UInt16(bigEndian: address.sin_port))
     }
 }

@@ -37,7 +37,9 @@ public struct JobNotificationListener: Sendable {
             connectionID += 1
             do {
                 let connection = try await PostgresConnection.connect(
-                    configuration: self.configuration, id: connectionID, logger: self.logger
+                    configuration: self.configuration,
+                    id: connectionID,
+                    logger: self.logger
                 )
                 do {
                     try await connection.listen(on: Self.channel) { notifications in

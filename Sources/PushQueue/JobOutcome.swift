@@ -34,9 +34,17 @@ public struct JobOutcome: Sendable, Hashable {
 
     /// Creates an outcome; only the job, attempt and disposition are required.
     public init(
-        jobID: Int64, attempt: Int, disposition: Decision, status: Int? = nil, reason: String? = nil,
-        trapIDs: [String] = [], apnsUniqueID: String? = nil, latencyMs: Int? = nil,
-        attemptedAt: ContinuousClock.Instant = .now, sent: Bool = true, invalidatesToken: Bool = false,
+        jobID: Int64,
+        attempt: Int,
+        disposition: Decision,
+        status: Int? = nil,
+        reason: String? = nil,
+        trapIDs: [String] = [],
+        apnsUniqueID: String? = nil,
+        latencyMs: Int? = nil,
+        attemptedAt: ContinuousClock.Instant = .now,
+        sent: Bool = true,
+        invalidatesToken: Bool = false,
         apnsTimestampMs: Int64? = nil
     ) {
         self.jobID = jobID

@@ -1,6 +1,6 @@
 public import Foundation
-public import PushCore
 import PostgresNIO
+public import PushCore
 
 extension JobQueue {
     /// Claims up to `limit` due jobs for `workerID`: marks them `running`, counts the attempt, and sets a
@@ -75,15 +75,32 @@ extension JobQueue {
 
     static func decodeJob(_ row: PostgresRow) throws -> PushJob {
         let r = try row.decode(
-            (Int64, UUID, String, String?, String?, String, String, Int16?, String,
-             String, String?, Date?, Date, Int16?, Int16, [String], Date, Date?, Int16, Date).self
+            (
+                Int64, UUID, String, String?, String?, String, String, Int16?, String,
+                String, String?, Date?, Date, Int16?, Int16, [String], Date, Date?, Int16, Date
+            ).self
         )
         return PushJob(
-            id: r.0, apnsID: r.1, topic: r.2, deviceToken: r.3, channelID: r.4,
-            payload: r.5, pushType: r.6, priority: r.7.map(Int.init), environment: r.8,
-            credential: r.9, collapseID: r.10, expiresAt: r.11, runAt: r.12,
-            maxAttempts: r.13.map(Int.init), attempts: Int(r.14), trapIDs: r.15, createdAt: r.16,
-            firstAttemptAt: r.17, transportRetries: Int(r.18), claimedAt: r.19
+            id: r.0,
+            apnsID: r.1,
+            topic: r.2,
+            deviceToken: r.3,
+            channelID: r.4,
+            payload: r.5,
+            pushType: r.6,
+            priority: r.7.map(Int.init),
+            environment: r.8,
+            credential: r.9,
+            collapseID: r.10,
+            expiresAt: r.11,
+            runAt: r.12,
+            maxAttempts: r.13.map(Int.init),
+            attempts: Int(r.14),
+            trapIDs: r.15,
+            createdAt: r.16,
+            firstAttemptAt: r.17,
+            transportRetries: Int(r.18),
+            claimedAt: r.19
         )
     }
 }

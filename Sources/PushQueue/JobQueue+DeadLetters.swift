@@ -27,10 +27,15 @@ extension JobQueue {
     /// unless `newAPNsID`. With `dryRun` nothing moves and the result lists what would.
     ///
     /// A dead letter whose id or `apns_id` is already in `push.jobs` is skipped, never dropped.
-    public func replay(matching filter: DeadLetterFilter, newAPNsID: Bool = false, dryRun: Bool = false) async throws -> ReplayResult {
+    public func replay(
+        matching filter: DeadLetterFilter,
+        newAPNsID: Bool = false,
+        dryRun: Bool = false
+    ) async throws -> ReplayResult {
         var binds = PostgresBindings()
         let condition = Self.appendFilter(filter, to: &binds)
-        let conflict = "EXISTS (SELECT 1 FROM push.jobs AS x WHERE x.id = j.id OR (NOT \(newAPNsID) AND x.apns_id = j.apns_id))"
+        let conflict =
+            "EXISTS (SELECT 1 FROM push.jobs AS x WHERE x.id = j.id OR (NOT \(newAPNsID) AND x.apns_id = j.apns_id))"
         var candidates = PostgresQuery(
             unsafeSQL: """
                 SELECT j.id, j.apns_id, j.reason, \(conflict) AS conflicted FROM push.dead_jobs AS j
@@ -39,10 +44,18 @@ extension JobQueue {
             binds: binds
         )
         if dryRun {
-            var moved: [ReplayResult.Moved] = [], skipped: [Int64] = []
-            for try await (id, apnsID, reason, conflicted) in try await self.client.query(candidates, logger: self.logger)
-                .decode((Int64, UUID, String, Bool).self) {
-                if conflicted { skipped.append(id) } else { moved.append(.init(id: id, apnsID: apnsID, reason: reason)) }
+            var moved: [ReplayResult.Moved] = []
+            var skipped: [Int64] = []
+            for try await (id, apnsID, reason, conflicted) in try await self.client.query(
+                candidates,
+                logger: self.logger
+            )
+            .decode((Int64, UUID, String, Bool).self) {
+                if conflicted {
+                    skipped.append(id)
+                } else {
+                    moved.append(.init(id: id, apnsID: apnsID, reason: reason))
+                }
             }
             return ReplayResult(moved: moved, skippedConflicts: skipped, dryRun: true)
         }
@@ -73,9 +86,11 @@ extension JobQueue {
             UNION ALL
             SELECT c.id, NULL, NULL, true FROM candidates AS c WHERE c.conflicted
             """
-        var moved: [ReplayResult.Moved] = [], skipped: [Int64] = []
+        var moved: [ReplayResult.Moved] = []
+        var skipped: [Int64] = []
         for try await (id, apnsID, reason, conflicted) in try await self.client.query(candidates, logger: self.logger)
-            .decode((Int64, UUID?, String?, Bool).self) {
+            .decode((Int64, UUID?, String?, Bool).self)
+        {
             if conflicted {
                 skipped.append(id)
             } else if let apnsID {
@@ -127,9 +142,10 @@ extension JobQueue {
         return conditions.joined(separator: " AND ")
     }
 
-    static let deadColumns = jobColumns + """
-        , j.status, j.reason, j.apns_unique_id, j.dead_at, j.error, j.history::text, to_jsonb(j)::text
-        """
+    static let deadColumns =
+        jobColumns + """
+            , j.status, j.reason, j.apns_unique_id, j.dead_at, j.error, j.history::text, to_jsonb(j)::text
+            """
 
     static func decodeDeadLetter(_ row: PostgresRow) throws -> DeadLetter {
         let job = try decodeJob(row)

@@ -11,7 +11,10 @@ extension JobQueue {
     public func record(_ outcomes: [JobOutcome], workerID: String) async throws -> RecordResult {
         guard !outcomes.isEmpty else { return RecordResult(recorded: [], fenced: []) }
         let binds = Self.bindings(outcomes, workerID: workerID)
-        let rows = try await self.client.query(PostgresQuery(unsafeSQL: Self.recordSQL, binds: binds), logger: self.logger)
+        let rows = try await self.client.query(
+            PostgresQuery(unsafeSQL: Self.recordSQL, binds: binds),
+            logger: self.logger
+        )
         var recorded: [Int64] = []
         for try await id in rows.decode(Int64.self) { recorded.append(id) }
         let written = Set(recorded)
@@ -85,10 +88,20 @@ extension JobQueue {
         """
 
     static func bindings(_ outcomes: [JobOutcome], workerID: String) -> PostgresBindings {
-        var ids: [Int64] = [], attempts: [Int16] = [], kinds: [String] = [], delays: [Int64] = []
-        var statuses: [Int16] = [], reasons: [String] = [], traps: [String] = [], uniqueIDs: [String] = []
-        var latencies: [Int32] = [], ages: [Int64] = [], errors: [String] = [], sent: [Bool] = []
-        var invalidate: [Bool] = [], timestamps: [Int64] = []
+        var ids: [Int64] = []
+        var attempts: [Int16] = []
+        var kinds: [String] = []
+        var delays: [Int64] = []
+        var statuses: [Int16] = []
+        var reasons: [String] = []
+        var traps: [String] = []
+        var uniqueIDs: [String] = []
+        var latencies: [Int32] = []
+        var ages: [Int64] = []
+        var errors: [String] = []
+        var sent: [Bool] = []
+        var invalidate: [Bool] = []
+        var timestamps: [Int64] = []
         let now = ContinuousClock.now
         for outcome in outcomes {
             ids.append(outcome.jobID)

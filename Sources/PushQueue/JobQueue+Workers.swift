@@ -55,7 +55,11 @@ extension JobQueue {
     ///
     /// - Returns: the ids of the jobs reclaimed.
     @discardableResult
-    public func reapJobsOfGoneWorkers(staleAfter: Duration, workerID: String, restartGrace: Duration = .seconds(75)) async throws -> [Int64] {
+    public func reapJobsOfGoneWorkers(
+        staleAfter: Duration,
+        workerID: String,
+        restartGrace: Duration = .seconds(75)
+    ) async throws -> [Int64] {
         let stale = Double(staleAfter.components.seconds) + Double(staleAfter.components.attoseconds) / 1e18
         let grace = Double(restartGrace.components.seconds)
         var ids: [Int64] = []
@@ -97,7 +101,10 @@ extension JobQueue {
     public func deadLetterUnsignable(wait: Duration, staleAfter: Duration) async throws -> Int {
         let waitSeconds = Double(wait.components.seconds)
         let stale = Double(staleAfter.components.seconds) + Double(staleAfter.components.attoseconds) / 1e18
-        try await self.client.query("DELETE FROM push.workers WHERE heartbeat_at < now() - interval '1 day'", logger: self.logger)
+        try await self.client.query(
+            "DELETE FROM push.workers WHERE heartbeat_at < now() - interval '1 day'",
+            logger: self.logger
+        )
         var count = 0
         for try await _ in try await self.client.query(
             """

@@ -9,8 +9,20 @@ public struct Migration: Sendable, Hashable {
 
     /// Every migration this build knows, in order.
     public static let all: [Migration] = [
-        Migration(version: 1, name: "0001_schema.sql", sql: String(decoding: PackageResources._001_schema_sql, as: UTF8.self)),
-        Migration(version: 2, name: "0002_provider_tokens.sql", sql: String(decoding: PackageResources._002_provider_tokens_sql, as: UTF8.self)),
-        Migration(version: 3, name: "0003_failure_paths.sql", sql: String(decoding: PackageResources._003_failure_paths_sql, as: UTF8.self)),
+        Migration(
+            version: 1,
+            name: "0001_schema.sql",
+            sql: String(decoding: PackageResources._001_schema_sql, as: UTF8.self)
+        ),
+        Migration(
+            version: 2,
+            name: "0002_provider_tokens.sql",
+            sql: String(decoding: PackageResources._002_provider_tokens_sql, as: UTF8.self)
+        ),
+        Migration(
+            version: 3,
+            name: "0003_failure_paths.sql",
+            sql: String(decoding: PackageResources._003_failure_paths_sql, as: UTF8.self)
+        ),
     ]
 }

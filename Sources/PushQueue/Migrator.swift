@@ -45,7 +45,8 @@ public struct Migrator: Sendable {
                 )
                 var applied: Set<Int> = []
                 for try await version in try await connection.query(
-                    "SELECT version FROM push.schema_migrations", logger: logger
+                    "SELECT version FROM push.schema_migrations",
+                    logger: logger
                 ).decode(Int32.self) {
                     applied.insert(Int(version))
                 }
@@ -64,19 +65,23 @@ public struct Migrator: Sendable {
                 return newlyApplied
             }
         } catch let error as PostgresTransactionError {
-            throw QueueError.migrationFailed(underlying: error.closureError ?? error.commitError ?? error.beginError ?? error)
+            throw QueueError.migrationFailed(
+                underlying: error.closureError ?? error.commitError ?? error.beginError ?? error
+            )
         }
     }
 
     /// The versions recorded in `push.schema_migrations`, or empty when the schema was never migrated.
     public func appliedVersions() async throws -> [Int] {
         let exists = try await self.client.query(
-            "SELECT to_regclass('push.schema_migrations') IS NOT NULL", logger: self.logger
+            "SELECT to_regclass('push.schema_migrations') IS NOT NULL",
+            logger: self.logger
         ).decode(Bool.self)
         for try await present in exists where !present { return [] }
         var versions: [Int] = []
         for try await version in try await self.client.query(
-            "SELECT version FROM push.schema_migrations ORDER BY version", logger: self.logger
+            "SELECT version FROM push.schema_migrations ORDER BY version",
+            logger: self.logger
         ).decode(Int32.self) {
             versions.append(Int(version))
         }
@@ -99,7 +104,8 @@ public struct Migrator: Sendable {
         let at = applied.last.map { "is at version \($0)" } ?? "does not exist yet"
         throw QueueError(
             code: .schemaMissing,
-            message: "the push schema \(at) and lacks \(missing.map(\.name).joined(separator: ", ")), which this build needs: apply the migrations first (push-worker migrate)"
+            message:
+                "the push schema \(at) and lacks \(missing.map(\.name).joined(separator: ", ")), which this build needs: apply the migrations first (push-worker migrate)"
         )
     }
 }

@@ -1,7 +1,7 @@
 public import Foundation
+import Logging
 public import PostgresNIO
 public import PushCore
-import Logging
 
 /// `push.provider_tokens`: the provider token of each signing key, shared by every worker process.
 public struct ProviderTokenTable: ProviderTokenStore {

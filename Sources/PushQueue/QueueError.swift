@@ -1,7 +1,7 @@
-public import PostgresNIO
 import Foundation
 import NIOCore
 import NIOPosix
+public import PostgresNIO
 
 /// An error from the queue: what went wrong, in a sentence that says what to do, and never a token,
 /// payload or password.
@@ -9,7 +9,8 @@ public struct QueueError: Error, Sendable, CustomStringConvertible {
     /// What kind of failure this is; compare with the static members.
     public struct Code: Sendable, Hashable, CustomStringConvertible {
         private enum Base: Sendable, Hashable {
-            case migrationFailed, schemaMissing, invalidDatabaseURL, databaseUnreachable, postgresNotInstalled, embeddedPostgresFailed
+            case migrationFailed, schemaMissing, invalidDatabaseURL, databaseUnreachable, postgresNotInstalled,
+                embeddedPostgresFailed
             case invalidArgument
         }
         private let base: Base
@@ -96,7 +97,8 @@ public struct QueueError: Error, Sendable, CustomStringConvertible {
     static func migrationFailed(underlying: any Error) -> QueueError {
         QueueError(
             code: .migrationFailed,
-            message: "could not apply the push schema migrations; nothing was changed. Check that the database user may create schemas, tables and functions",
+            message:
+                "could not apply the push schema migrations; nothing was changed. Check that the database user may create schemas, tables and functions",
             underlying: underlying
         )
     }

@@ -71,7 +71,10 @@ public enum TestPostgres {
     }
 
     /// Runs `body` with a short-lived client on the server's maintenance database.
-    private static func admin(_ server: DatabaseURL, _ body: @Sendable (PostgresClient) async throws -> Void) async throws {
+    private static func admin(
+        _ server: DatabaseURL,
+        _ body: @Sendable (PostgresClient) async throws -> Void
+    ) async throws {
         let client = PostgresClient(configuration: server.clientConfiguration)
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await client.run() }

@@ -22,7 +22,12 @@ public enum HealthProbe {
 
     /// GETs `path` from `host:port` and returns the status and body. Throws ``Failure`` when the
     /// endpoint cannot be reached or does not answer within `timeout`.
-    public static func get(host: String, port: Int, path: String, timeout: Duration = .seconds(3)) async throws -> (status: Int, body: String) {
+    public static func get(
+        host: String,
+        port: Int,
+        path: String,
+        timeout: Duration = .seconds(3)
+    ) async throws -> (status: Int, body: String) {
         let channel: NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>
         do {
             channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -30,11 +35,16 @@ public enum HealthProbe {
                 .connect(host: host, port: port) { channel in
                     channel.eventLoop.makeCompletedFuture {
                         try channel.pipeline.syncOperations.addHTTPClientHandlers()
-                        return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(wrappingChannelSynchronously: channel)
+                        return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(
+                            wrappingChannelSynchronously: channel
+                        )
                     }
                 }
         } catch {
-            throw Failure(description: "cannot connect to http://\(host):\(port) (\(Self.reason(error))); is push-worker run listening there with this --metrics-port?")
+            throw Failure(
+                description:
+                    "cannot connect to http://\(host):\(port) (\(Self.reason(error))); is push-worker run listening there with this --metrics-port?"
+            )
         }
         return try await withThrowingTaskGroup(of: (status: Int, body: String)?.self) { group in
             group.addTask {
@@ -44,7 +54,10 @@ public enum HealthProbe {
                     // the end of the request may already fail: the answer, if it came, still counts.
                     var writeError: (any Error)?
                     do {
-                        try await outbound.write(contentsOf: [.head(HTTPRequestHead(version: .http1_1, method: .GET, uri: path, headers: headers)), .end(nil)])
+                        try await outbound.write(contentsOf: [
+                            .head(HTTPRequestHead(version: .http1_1, method: .GET, uri: path, headers: headers)),
+                            .end(nil),
+                        ])
                     } catch {
                         writeError = error
                     }
@@ -58,7 +71,7 @@ public enum HealthProbe {
                             case .end: return (status, String(buffer: body))
                             }
                         }
-                    } catch where status != 0 {
+                    } catch  where status != 0 {
                         // Closed right after the answer: keep it.
                     }
                     if status == 0, let writeError { throw writeError }

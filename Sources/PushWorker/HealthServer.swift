@@ -17,7 +17,13 @@ public struct HealthServer: Sendable {
     /// - Parameters:
     ///   - isReady: the readiness probe's answer.
     ///   - metrics: the Prometheus exposition text.
-    public init(host: String, port: Int, isReady: @escaping @Sendable () -> Bool, metrics: @escaping @Sendable () -> [UInt8], logger: Logger) {
+    public init(
+        host: String,
+        port: Int,
+        isReady: @escaping @Sendable () -> Bool,
+        metrics: @escaping @Sendable () -> [UInt8],
+        logger: Logger
+    ) {
         self.host = host
         self.port = port
         self.isReady = isReady
@@ -32,7 +38,9 @@ public struct HealthServer: Sendable {
             .bind(host: self.host, port: self.port) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline()
-                    return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(wrappingChannelSynchronously: channel)
+                    return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(
+                        wrappingChannelSynchronously: channel
+                    )
                 }
             }
         onListening(server.channel.localAddress?.port ?? self.port)
@@ -57,13 +65,19 @@ public struct HealthServer: Sendable {
                 switch (request.method, request.uri.split(separator: "?").first.map(String.init) ?? request.uri) {
                 case (.GET, "/healthz"): (status, body, type) = (.ok, Array("ok\n".utf8), "text/plain")
                 case (.GET, "/readyz"):
-                    (status, body, type) = self.isReady() ? (.ok, Array("ready\n".utf8), "text/plain") : (.serviceUnavailable, Array("not ready\n".utf8), "text/plain")
+                    (status, body, type) =
+                        self.isReady()
+                        ? (.ok, Array("ready\n".utf8), "text/plain")
+                        : (.serviceUnavailable, Array("not ready\n".utf8), "text/plain")
                 case (.GET, "/metrics"): (status, body, type) = (.ok, self.metrics(), "text/plain; version=0.0.4")
-                default: (status, body, type) = (.notFound, Array("try /healthz, /readyz or /metrics\n".utf8), "text/plain")
+                default:
+                    (status, body, type) = (.notFound, Array("try /healthz, /readyz or /metrics\n".utf8), "text/plain")
                 }
                 var headers = HTTPHeaders([("content-type", type), ("content-length", String(body.count))])
                 if !request.isKeepAlive { headers.add(name: "connection", value: "close") }
-                try await outbound.write(.head(HTTPResponseHead(version: request.version, status: status, headers: headers)))
+                try await outbound.write(
+                    .head(HTTPResponseHead(version: request.version, status: status, headers: headers))
+                )
                 try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: body))))
                 try await outbound.write(.end(nil))
                 if !request.isKeepAlive { return }

@@ -18,17 +18,31 @@ struct JobProcessor: Sendable {
     /// - Parameters:
     ///   - databaseNow: the database's clock now (the claim's `now()` carried forward), for expiry.
     ///   - mayWrite: asked just before the request is written: `false` withdraws it unsent.
-    func process(_ job: PushJob, databaseNow: Date, mayWrite: @escaping @Sendable () -> Bool) async -> (JobOutcome, DecidedOutcome) {
+    func process(
+        _ job: PushJob,
+        databaseNow: Date,
+        mayWrite: @escaping @Sendable () -> Bool
+    ) async -> (JobOutcome, DecidedOutcome) {
         let started = ContinuousClock.now
-        let policy = RetryPolicy(self.retry, priority: job.sendPriority, maxAttempts: job.maxAttempts, environment: self.environment)
+        let policy = RetryPolicy(
+            self.retry,
+            priority: job.sendPriority,
+            maxAttempts: job.maxAttempts,
+            environment: self.environment
+        )
         var status: Int?
         var response: APNsResponse?
         let sendOutcome: SendOutcome
         if job.attempts > policy.maxAttempts {
             // A job reclaimed after crashes can arrive with its attempts already used.
-            sendOutcome = .rejected(PreSendRejection(
-                reason: "AttemptsExhausted", trapID: nil,
-                message: "the job was claimed \(job.attempts) times without an outcome (worker crashes); replay it once the workers are healthy."))
+            sendOutcome = .rejected(
+                PreSendRejection(
+                    reason: "AttemptsExhausted",
+                    trapID: nil,
+                    message:
+                        "the job was claimed \(job.attempts) times without an outcome (worker crashes); replay it once the workers are healthy."
+                )
+            )
         } else {
             do {
                 let request = try RequestBuilder.describe(job, now: databaseNow)
@@ -36,7 +50,11 @@ struct JobProcessor: Sendable {
                     let answer = try await self.client.send(request, credential: job.credential, mayWrite: mayWrite)
                     response = answer
                     status = answer.status
-                    sendOutcome = .response(status: answer.status, reason: answer.reason, retryAfter: answer.status == 429 ? RetryAfter.parse(answer.retryAfter) : nil)
+                    sendOutcome = .response(
+                        status: answer.status,
+                        reason: answer.reason,
+                        retryAfter: answer.status == 429 ? RetryAfter.parse(answer.retryAfter) : nil
+                    )
                 } catch let error as TransportError {
                     sendOutcome = .transport(error.fault, reason: error.reason)
                 } catch {
@@ -46,7 +64,13 @@ struct JobProcessor: Sendable {
                 sendOutcome = .rejected(error)
             }
         }
-        let decided = Decision.decide(sendOutcome, attempt: job.attempts, transportRetries: job.transportRetries, policy: policy, transportBudget: self.transportBudget)
+        let decided = Decision.decide(
+            sendOutcome,
+            attempt: job.attempts,
+            transportRetries: job.transportRetries,
+            policy: policy,
+            transportBudget: self.transportBudget
+        )
         let sent: Bool
         switch sendOutcome {
         case .response: sent = true
@@ -54,10 +78,19 @@ struct JobProcessor: Sendable {
         case .rejected: sent = false
         }
         let outcome = JobOutcome(
-            jobID: job.id, attempt: job.attempts, disposition: decided.decision, status: status, reason: decided.reason,
-            trapIDs: decided.trapID.map { [$0.rawValue] } ?? [], apnsUniqueID: response?.apnsUniqueID,
-            latencyMs: sent ? Int(((response?.latency ?? (ContinuousClock.now - started)).seconds * 1000).rounded()) : nil,
-            attemptedAt: started, sent: sent, invalidatesToken: decided.invalidatesToken, apnsTimestampMs: response?.timestampMs
+            jobID: job.id,
+            attempt: job.attempts,
+            disposition: decided.decision,
+            status: status,
+            reason: decided.reason,
+            trapIDs: decided.trapID.map { [$0.rawValue] } ?? [],
+            apnsUniqueID: response?.apnsUniqueID,
+            latencyMs: sent
+                ? Int(((response?.latency ?? (ContinuousClock.now - started)).seconds * 1000).rounded()) : nil,
+            attemptedAt: started,
+            sent: sent,
+            invalidatesToken: decided.invalidatesToken,
+            apnsTimestampMs: response?.timestampMs
         )
         if decided.unknownReason || { if case .rejected = sendOutcome { return true } else { return false } }() {
             var logger = self.logger
@@ -65,9 +98,17 @@ struct JobProcessor: Sendable {
             logger[metadataKey: "push.apns_id"] = "\(job.apnsID.uuidString.lowercased())"
             logger[metadataKey: "push.token_fp"] = "\(job.tokenFingerprint)"
             if decided.unknownReason {
-                logger.warning("unknown APNs reason; retrying with the normal budget", metadata: ["push.status": "\(status ?? 0)", "push.reason": "\(decided.reason ?? "-")"])
+                logger.warning(
+                    "unknown APNs reason; retrying with the normal budget",
+                    metadata: ["push.status": "\(status ?? 0)", "push.reason": "\(decided.reason ?? "-")"]
+                )
             } else {
-                logger.info("job refused before sending", metadata: ["push.reason": "\(decided.reason ?? "-")", "push.trap": "\(decided.trapID?.rawValue ?? "-")"])
+                logger.info(
+                    "job refused before sending",
+                    metadata: [
+                        "push.reason": "\(decided.reason ?? "-")", "push.trap": "\(decided.trapID?.rawValue ?? "-")",
+                    ]
+                )
             }
         }
         return (outcome, decided)

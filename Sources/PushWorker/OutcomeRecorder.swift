@@ -34,7 +34,15 @@ final class OutcomeRecorder: Sendable {
     let metrics: WorkerMetrics
     let onWritten: @Sendable (Report) -> Void
 
-    init(queue: JobQueue, workerID: String, batchSize: Int, interval: Duration, logger: Logger, metrics: WorkerMetrics, onWritten: @escaping @Sendable (Report) -> Void) {
+    init(
+        queue: JobQueue,
+        workerID: String,
+        batchSize: Int,
+        interval: Duration,
+        logger: Logger,
+        metrics: WorkerMetrics,
+        onWritten: @escaping @Sendable (Report) -> Void
+    ) {
         self.queue = queue
         self.workerID = workerID
         self.batchSize = batchSize
@@ -68,7 +76,10 @@ final class OutcomeRecorder: Sendable {
             let giveUpAt = self.stopped.withLock { $0 }
             let stopping = giveUpAt != nil
             if let giveUpAt, ContinuousClock.now > giveUpAt, self.pending > 0 {
-                self.logger.error("could not write the last outcomes before the shutdown deadline; those jobs return to pending when this worker's heartbeat goes stale (same apns_id)", metadata: ["push.outcomes": "\(self.pending)"])
+                self.logger.error(
+                    "could not write the last outcomes before the shutdown deadline; those jobs return to pending when this worker's heartbeat goes stale (same apns_id)",
+                    metadata: ["push.outcomes": "\(self.pending)"]
+                )
                 return
             }
             if self.pending == 0 {
@@ -106,7 +117,10 @@ final class OutcomeRecorder: Sendable {
         self.metrics.outcomeBacklog.record(self.pending)
         if !report.fenced.isEmpty {
             self.metrics.fencedOutcomes.increment(by: report.fenced.count)
-            self.logger.warning("outcomes refused by the fence: another worker re-claimed those jobs", metadata: ["push.jobs": "\(report.fenced.count)"])
+            self.logger.warning(
+                "outcomes refused by the fence: another worker re-claimed those jobs",
+                metadata: ["push.jobs": "\(report.fenced.count)"]
+            )
         }
         self.onWritten(report)
         return kept.isEmpty
@@ -119,10 +133,14 @@ final class OutcomeRecorder: Sendable {
             let result = try await self.queue.record(outcomes, workerID: self.workerID)
             let written = Set(result.recorded)
             for outcome in outcomes {
-                if written.contains(outcome.jobID) { report.written.append(outcome) } else { report.fenced.append(outcome) }
+                if written.contains(outcome.jobID) {
+                    report.written.append(outcome)
+                } else {
+                    report.fenced.append(outcome)
+                }
             }
             return []
-        } catch where QueueError.isRefusedByServer(error) {
+        } catch  where QueueError.isRefusedByServer(error) {
             self.metrics.outcomeWriteFailures.increment()
             if batch.count > 1 {
                 // Isolate the poison: the halves that Postgres accepts are written now.
@@ -134,7 +152,10 @@ final class OutcomeRecorder: Sendable {
             return await self.writeUnwritable(batch[0], error: error, report: &report)
         } catch {
             self.metrics.outcomeWriteFailures.increment()
-            self.logger.error("could not write outcomes; keeping them and retrying", metadata: ["push.outcomes": "\(batch.count)", "push.error": "\(QueueError.summary(of: error))"])
+            self.logger.error(
+                "could not write outcomes; keeping them and retrying",
+                metadata: ["push.outcomes": "\(batch.count)", "push.error": "\(QueueError.summary(of: error))"]
+            )
             return batch
         }
     }
@@ -142,8 +163,12 @@ final class OutcomeRecorder: Sendable {
     private func writeUnwritable(_ waiting: Waiting, error: any Error, report: inout Report) async -> [Waiting] {
         let outcome = waiting.outcome
         let summary = QueueError.summary(of: error)
-        let sentence = "the worker could not write this job's outcome (\(outcome.disposition.name)\(outcome.reason.map { ", \($0)" } ?? "")): Postgres refused it (\(summary)). It was moved here so nothing is lost, without the side effect that failed (such as the invalid-token row); fix the row and replay it if it is still worth sending."
-        self.logger.error("Postgres refused one job's outcome; writing it as a dead letter without its side effects", metadata: ["push.job_id": "\(outcome.jobID)", "push.error": "\(summary)"])
+        let sentence =
+            "the worker could not write this job's outcome (\(outcome.disposition.name)\(outcome.reason.map { ", \($0)" } ?? "")): Postgres refused it (\(summary)). It was moved here so nothing is lost, without the side effect that failed (such as the invalid-token row); fix the row and replay it if it is still worth sending."
+        self.logger.error(
+            "Postgres refused one job's outcome; writing it as a dead letter without its side effects",
+            metadata: ["push.job_id": "\(outcome.jobID)", "push.error": "\(summary)"]
+        )
         do {
             if try await self.queue.recordUnwritable(outcome, workerID: self.workerID, sentence: sentence) {
                 report.unwritable.append(outcome)
@@ -152,7 +177,10 @@ final class OutcomeRecorder: Sendable {
             }
             return []
         } catch {
-            self.logger.error("could not write the last-resort outcome either; keeping it", metadata: ["push.job_id": "\(outcome.jobID)", "push.error": "\(QueueError.summary(of: error))"])
+            self.logger.error(
+                "could not write the last-resort outcome either; keeping it",
+                metadata: ["push.job_id": "\(outcome.jobID)", "push.error": "\(QueueError.summary(of: error))"]
+            )
             return [waiting]
         }
     }

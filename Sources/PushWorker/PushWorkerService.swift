@@ -2,8 +2,8 @@ public import APNsTransport
 import Foundation
 public import Logging
 public import PostgresNIO
-public import PushQueue
 import PushCore
+public import PushQueue
 import Synchronization
 
 /// The worker: claims jobs up to its free send capacity, sends them, records outcomes in batches, keeps
@@ -58,21 +58,40 @@ public final class PushWorkerService: Sendable {
 
     /// - Parameters:
     ///   - listenerConfiguration: the dedicated LISTEN connection's configuration; `nil` polls only.
-    public init(configuration: WorkerConfiguration, queue: JobQueue, client: APNsClient, listenerConfiguration: PostgresConnection.Configuration?, logger: Logger) {
+    public init(
+        configuration: WorkerConfiguration,
+        queue: JobQueue,
+        client: APNsClient,
+        listenerConfiguration: PostgresConnection.Configuration?,
+        logger: Logger
+    ) {
         self.configuration = configuration
         self.queue = queue
         self.client = client
         self.listenerConfiguration = listenerConfiguration
         self.logger = logger
-        self.processor = JobProcessor(client: client, retry: configuration.retry, transportBudget: configuration.transportBudget, environment: ProcessInfo.processInfo.environment, logger: logger)
-        self.pauses = CredentialPauses(initial: configuration.credentialPause, maximum: configuration.maximumCredentialPause)
+        self.processor = JobProcessor(
+            client: client,
+            retry: configuration.retry,
+            transportBudget: configuration.transportBudget,
+            environment: ProcessInfo.processInfo.environment,
+            logger: logger
+        )
+        self.pauses = CredentialPauses(
+            initial: configuration.credentialPause,
+            maximum: configuration.maximumCredentialPause
+        )
         self.unreachable = CredentialPauses(initial: .seconds(1), maximum: .seconds(30))
         let stats = self.stats
         let state = self.state
         let capacity = self.capacity
         self.recorder = OutcomeRecorder(
-            queue: queue, workerID: configuration.workerID, batchSize: configuration.batchSize,
-            interval: configuration.recordInterval, logger: logger, metrics: self.metrics
+            queue: queue,
+            workerID: configuration.workerID,
+            batchSize: configuration.batchSize,
+            interval: configuration.recordInterval,
+            logger: logger,
+            metrics: self.metrics
         ) { report in
             stats.withLock { stats in
                 stats.fenced += report.fenced.count
@@ -135,7 +154,10 @@ public final class PushWorkerService: Sendable {
     /// Runs until ``shutdown()`` (or cancellation), then drains.
     public func run() async {
         let id = self.configuration.workerID
-        self.logger.info("worker started", metadata: ["push.worker": "\(id)", "push.concurrency": "\(self.configuration.concurrency)"])
+        self.logger.info(
+            "worker started",
+            metadata: ["push.worker": "\(id)", "push.concurrency": "\(self.configuration.concurrency)"]
+        )
         // Check in before the first claim; jobs a previous process of this worker id left running come back now.
         while !self.isShuttingDown && !Task.isCancelled {
             do {
@@ -143,18 +165,28 @@ public final class PushWorkerService: Sendable {
                 let reclaimed = try await self.queue.reclaimPreviousLife(workerID: id)
                 if !reclaimed.isEmpty {
                     self.metrics.leasesReclaimed.increment(by: reclaimed.count)
-                    self.logger.warning("took back the jobs an earlier process of this worker id left running", metadata: ["push.jobs": "\(reclaimed.count)"])
+                    self.logger.warning(
+                        "took back the jobs an earlier process of this worker id left running",
+                        metadata: ["push.jobs": "\(reclaimed.count)"]
+                    )
                 }
                 break
             } catch {
-                self.logger.error("could not check in with Postgres; retrying", metadata: ["push.error": "\(QueueError.summary(of: error))"])
+                self.logger.error(
+                    "could not check in with Postgres; retrying",
+                    metadata: ["push.error": "\(QueueError.summary(of: error))"]
+                )
                 _ = await self.wake.wait(timeout: .seconds(1))
             }
         }
         await withTaskGroup(of: Void.self) { background in
             if let listenerConfiguration = self.listenerConfiguration {
                 background.addTask {
-                    await JobNotificationListener(configuration: listenerConfiguration, signal: self.wake, logger: self.logger).run()
+                    await JobNotificationListener(
+                        configuration: listenerConfiguration,
+                        signal: self.wake,
+                        logger: self.logger
+                    ).run()
                 }
             }
             background.addTask { await self.maintenanceLoop() }
@@ -191,15 +223,22 @@ public final class PushWorkerService: Sendable {
                 let jobs: [PushJob]
                 do {
                     jobs = try await self.queue.claim(
-                        limit: limit, workerID: configuration.workerID, lease: configuration.lease,
-                        excludingCredentials: self.pauses.active(), onlyCredentials: configuration.credentials,
-                        excludingEnvironments: self.unreachable.active())
+                        limit: limit,
+                        workerID: configuration.workerID,
+                        lease: configuration.lease,
+                        excludingCredentials: self.pauses.active(),
+                        onlyCredentials: configuration.credentials,
+                        excludingEnvironments: self.unreachable.active()
+                    )
                     failures = 0
                     self.lastDatabaseSuccess.withLock { $0 = .now }
                 } catch {
                     failures += 1
                     let delay = Duration.milliseconds(min(100 << min(failures, 9), 30_000))
-                    self.logger.error("could not claim jobs; retrying", metadata: ["push.error": "\(QueueError.summary(of: error))", "push.retry_in": "\(delay)"])
+                    self.logger.error(
+                        "could not claim jobs; retrying",
+                        metadata: ["push.error": "\(QueueError.summary(of: error))", "push.retry_in": "\(delay)"]
+                    )
                     _ = await self.wake.wait(timeout: delay)
                     continue
                 }
@@ -215,8 +254,14 @@ public final class PushWorkerService: Sendable {
                     // The database's clock: its now() at the claim, carried forward by this process's clock.
                     let offset = (job.claimedAt ?? claimedAt).timeIntervalSince(claimedAt)
                     sends.addTask {
-                        let mayWrite: @Sendable () -> Bool = { [weak self] in self.map { !Task.isCancelled && $0.heartbeatFresh } ?? false }
-                        let (outcome, decided) = await self.processor.process(job, databaseNow: Date().addingTimeInterval(offset), mayWrite: mayWrite)
+                        let mayWrite: @Sendable () -> Bool = { [weak self] in
+                            self.map { !Task.isCancelled && $0.heartbeatFresh } ?? false
+                        }
+                        let (outcome, decided) = await self.processor.process(
+                            job,
+                            databaseNow: Date().addingTimeInterval(offset),
+                            mayWrite: mayWrite
+                        )
                         self.react(to: decided, of: job)
                         self.metrics.record(outcome)
                         self.recorder.add(outcome)
@@ -240,7 +285,10 @@ public final class PushWorkerService: Sendable {
                 _ = await self.capacity.wait(timeout: .milliseconds(50))
             }
             if self.state.withLock({ $0.inFlight }) > 0 {
-                self.logger.warning("shutdown grace period over; withdrawing the sends still waiting", metadata: ["push.jobs": "\(self.state.withLock { $0.inFlight })"])
+                self.logger.warning(
+                    "shutdown grace period over; withdrawing the sends still waiting",
+                    metadata: ["push.jobs": "\(self.state.withLock { $0.inFlight })"]
+                )
                 sends.cancelAll()
             }
         }
@@ -256,13 +304,19 @@ public final class PushWorkerService: Sendable {
             let (until, isNew) = self.pauses.pause(job.credential)
             if isNew {
                 let reason = decided.reason ?? "-"
-                self.logger.error("APNs refused credential '\(job.credential)' (\(reason)): its jobs stay pending until \(until); fix the key configuration", metadata: ["push.credential": "\(job.credential)", "push.reason": "\(reason)"])
+                self.logger.error(
+                    "APNs refused credential '\(job.credential)' (\(reason)): its jobs stay pending until \(until); fix the key configuration",
+                    metadata: ["push.credential": "\(job.credential)", "push.reason": "\(reason)"]
+                )
             }
         }
         if decided.endpointUnreachable {
             let (_, isNew) = self.unreachable.pause(job.environment)
             if isNew {
-                self.logger.warning("APNs unreachable for \(job.environment): its jobs stay pending, unclaimed, while the pool reconnects", metadata: ["push.environment": "\(job.environment)"])
+                self.logger.warning(
+                    "APNs unreachable for \(job.environment): its jobs stay pending, unclaimed, while the pool reconnects",
+                    metadata: ["push.environment": "\(job.environment)"]
+                )
             }
         }
     }
@@ -270,7 +324,12 @@ public final class PushWorkerService: Sendable {
     /// One heartbeat: the worker's row, then the leases of every job it holds.
     func beat() async throws {
         let credentials = self.configuration.credentials ?? []
-        try await self.queue.heartbeat(workerID: self.configuration.workerID, host: ProcessInfo.processInfo.hostName, pid: Int(getpid()), credentials: credentials)
+        try await self.queue.heartbeat(
+            workerID: self.configuration.workerID,
+            host: ProcessInfo.processInfo.hostName,
+            pid: Int(getpid()),
+            credentials: credentials
+        )
         let now = ContinuousClock.now
         let (stale, grace) = (self.configuration.staleAfter, self.configuration.reconnectGrace)
         self.state.withLock { state in
@@ -280,7 +339,11 @@ public final class PushWorkerService: Sendable {
         }
         let held = Array(self.state.withLock { $0.held })
         if !held.isEmpty {
-            try await self.queue.extendLeases(held, workerID: self.configuration.workerID, lease: self.configuration.lease)
+            try await self.queue.extendLeases(
+                held,
+                workerID: self.configuration.workerID,
+                lease: self.configuration.lease
+            )
         }
     }
 
@@ -294,11 +357,16 @@ public final class PushWorkerService: Sendable {
                 let allowedAfter = self.state.withLock { $0.reapAllowedAfter } ?? .now
                 if ContinuousClock.now >= allowedAfter {
                     let reaped = try await self.queue.reapJobsOfGoneWorkers(
-                        staleAfter: self.configuration.staleAfter, workerID: self.configuration.workerID,
-                        restartGrace: self.configuration.reconnectGrace)
+                        staleAfter: self.configuration.staleAfter,
+                        workerID: self.configuration.workerID,
+                        restartGrace: self.configuration.reconnectGrace
+                    )
                     if !reaped.isEmpty {
                         self.metrics.leasesReclaimed.increment(by: reaped.count)
-                        self.logger.warning("reclaimed the jobs of a worker that is gone", metadata: ["push.jobs": "\(reaped.count)"])
+                        self.logger.warning(
+                            "reclaimed the jobs of a worker that is gone",
+                            metadata: ["push.jobs": "\(reaped.count)"]
+                        )
                         self.wake.signal()
                     }
                 }
@@ -307,7 +375,10 @@ public final class PushWorkerService: Sendable {
                     state.reapAllowedAfter = nil
                     state.cutOff = true
                 }
-                self.logger.warning("could not write the heartbeat; sends pause once it is stale", metadata: ["push.error": "\(QueueError.summary(of: error))"])
+                self.logger.warning(
+                    "could not write the heartbeat; sends pause once it is stale",
+                    metadata: ["push.error": "\(QueueError.summary(of: error))"]
+                )
             }
             try? await Task.sleep(for: self.configuration.heartbeatInterval)
         }
@@ -328,17 +399,28 @@ public final class PushWorkerService: Sendable {
                     lastStats = .now
                     self.metrics.record(try await self.queue.stats())
                 }
-                let unsignable = try await self.queue.deadLetterUnsignable(wait: self.configuration.credentialWait, staleAfter: self.configuration.staleAfter)
+                let unsignable = try await self.queue.deadLetterUnsignable(
+                    wait: self.configuration.credentialWait,
+                    staleAfter: self.configuration.staleAfter
+                )
                 if unsignable > 0 {
-                    self.logger.error("dead-lettered jobs whose credential no running worker can sign for (MS028)", metadata: ["push.jobs": "\(unsignable)"])
+                    self.logger.error(
+                        "dead-lettered jobs whose credential no running worker can sign for (MS028)",
+                        metadata: ["push.jobs": "\(unsignable)"]
+                    )
                 }
                 if ContinuousClock.now - lastPrune >= self.configuration.pruneInterval {
                     lastPrune = .now
                     let pruned = try await self.queue.pruneDelivered(olderThan: self.configuration.retention)
-                    if pruned > 0 { self.logger.info("pruned delivered jobs past retention", metadata: ["push.jobs": "\(pruned)"]) }
+                    if pruned > 0 {
+                        self.logger.info("pruned delivered jobs past retention", metadata: ["push.jobs": "\(pruned)"])
+                    }
                 }
             } catch {
-                self.logger.warning("maintenance query failed; will retry", metadata: ["push.error": "\(QueueError.summary(of: error))"])
+                self.logger.warning(
+                    "maintenance query failed; will retry",
+                    metadata: ["push.error": "\(QueueError.summary(of: error))"]
+                )
             }
         }
     }

@@ -23,7 +23,8 @@ public struct ServiceManagerNotifier: Sendable {
         self.socketPath = path
         var interval: Duration?
         if path != nil, let text = environment["WATCHDOG_USEC"], let usec = Int64(text), usec > 0,
-           environment["WATCHDOG_PID"].map({ $0 == String(getpid()) }) ?? true {
+            environment["WATCHDOG_PID"].map({ $0 == String(getpid()) }) ?? true
+        {
             interval = .microseconds(usec)
         }
         self.watchdogInterval = interval
@@ -48,7 +49,9 @@ public struct ServiceManagerNotifier: Sendable {
             if abstract { raw[0] = 0 }
         }
         // An abstract address is exactly its bytes; a path address includes its terminating NUL.
-        let length = socklen_t(MemoryLayout<sockaddr_un>.offset(of: \sockaddr_un.sun_path)! + pathBytes.count + (abstract ? 0 : 1))
+        let length = socklen_t(
+            MemoryLayout<sockaddr_un>.offset(of: \sockaddr_un.sun_path)! + pathBytes.count + (abstract ? 0 : 1)
+        )
         #if canImport(Glibc)
         let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         #else

@@ -46,10 +46,19 @@ public struct WorkerConfiguration: Sendable {
 
     /// Defaults: 500 in flight, batches of 250, 60 s lease, 1 s poll, 7 days retention.
     public init(
-        workerID: String, concurrency: Int = 500, batchSize: Int = 250, lease: Duration = .seconds(60),
-        pollInterval: Duration = .seconds(1), reaperInterval: Duration = .seconds(5), retention: Duration = .seconds(7 * 86_400),
-        pruneInterval: Duration = .seconds(60), recordInterval: Duration = .milliseconds(5), retry: RetryPolicy.Configuration = .init(),
-        shutdownGrace: Duration = .seconds(20), credentialPause: Duration = .seconds(30), maximumCredentialPause: Duration = .seconds(600)
+        workerID: String,
+        concurrency: Int = 500,
+        batchSize: Int = 250,
+        lease: Duration = .seconds(60),
+        pollInterval: Duration = .seconds(1),
+        reaperInterval: Duration = .seconds(5),
+        retention: Duration = .seconds(7 * 86_400),
+        pruneInterval: Duration = .seconds(60),
+        recordInterval: Duration = .milliseconds(5),
+        retry: RetryPolicy.Configuration = .init(),
+        shutdownGrace: Duration = .seconds(20),
+        credentialPause: Duration = .seconds(30),
+        maximumCredentialPause: Duration = .seconds(600)
     ) {
         self.workerID = workerID
         self.concurrency = concurrency

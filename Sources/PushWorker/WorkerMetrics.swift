@@ -29,9 +29,11 @@ struct WorkerMetrics: Sendable {
     let requestsNotProcessed = Counter(label: "push_requests_not_processed_total")
     /// Outcomes written as dead letters by the last resort: `push_outcomes_unwritable_total`.
     let unwritableOutcomes = Counter(label: "push_outcomes_unwritable_total")
-    private let outcomes: [String: Counter] = Dictionary(uniqueKeysWithValues: ["delivered", "retry", "requeue", "transport_retry", "dead"].map {
-        ($0, Counter(label: "push_outcomes_total", dimensions: [("outcome", $0)]))
-    })
+    private let outcomes: [String: Counter] = Dictionary(
+        uniqueKeysWithValues: ["delivered", "retry", "requeue", "transport_retry", "dead"].map {
+            ($0, Counter(label: "push_outcomes_total", dimensions: [("outcome", $0)]))
+        }
+    )
     private let retries = Counter(label: "push_retries_total")
 
     /// One attempt's outcome: `push_sends_total{status,reason,trap}` (attempts that reached APNs),
@@ -41,17 +43,27 @@ struct WorkerMetrics: Sendable {
     func record(_ outcome: JobOutcome) {
         self.outcomes[outcome.disposition.name]?.increment()
         if outcome.sent {
-            Counter(label: "push_sends_total", dimensions: [
-                ("status", outcome.status.map(String.init) ?? "none"),
-                ("reason", outcome.reason ?? "none"),
-                ("trap", outcome.trapIDs.first ?? "none"),
-            ]).increment()
+            Counter(
+                label: "push_sends_total",
+                dimensions: [
+                    ("status", outcome.status.map(String.init) ?? "none"),
+                    ("reason", outcome.reason ?? "none"),
+                    ("trap", outcome.trapIDs.first ?? "none"),
+                ]
+            ).increment()
         } else if case .dead = outcome.disposition {
-            Counter(label: "push_rejected_before_send_total", dimensions: [("reason", outcome.reason ?? "none"), ("trap", outcome.trapIDs.first ?? "none")]).increment()
+            Counter(
+                label: "push_rejected_before_send_total",
+                dimensions: [("reason", outcome.reason ?? "none"), ("trap", outcome.trapIDs.first ?? "none")]
+            ).increment()
         }
         switch outcome.disposition {
         case .retry: self.retries.increment()
-        case .dead: Counter(label: "push_dead_letters_total", dimensions: [("reason", outcome.reason ?? "none"), ("trap", outcome.trapIDs.first ?? "none")]).increment()
+        case .dead:
+            Counter(
+                label: "push_dead_letters_total",
+                dimensions: [("reason", outcome.reason ?? "none"), ("trap", outcome.trapIDs.first ?? "none")]
+            ).increment()
         case .delivered, .requeue, .transportRetry: break
         }
         if let latency = outcome.latencyMs { self.attemptLatency.recordMilliseconds(latency) }

@@ -23,12 +23,14 @@ func runPGBench(url: DatabaseURL, batch: Int, seconds: Int, sqlDirectory: String
     let script = URL(fileURLWithPath: sqlDirectory).appendingPathComponent("pgbench-claim-record.sql").path
     let result = try ChildProcess.run(
         "/usr/bin/env",
-        ["pgbench", "-n", "-M", "extended", "-c", "1", "-T", String(seconds), "-D", "batch=\(batch)",
-         "-f", script, url.connectionString]
+        [
+            "pgbench", "-n", "-M", "extended", "-c", "1", "-T", String(seconds), "-D", "batch=\(batch)",
+            "-f", script, url.connectionString,
+        ]
     )
     guard result.status == 0,
-          let line = result.output.split(separator: "\n").first(where: { $0.hasPrefix("tps = ") }),
-          let tps = Double(line.dropFirst(6).prefix { $0.isNumber || $0 == "." })
+        let line = result.output.split(separator: "\n").first(where: { $0.hasPrefix("tps = ") }),
+        let tps = Double(line.dropFirst(6).prefix { $0.isNumber || $0 == "." })
     else {
         throw ValidationError("pgbench failed (is Debian's postgresql-client installed?): \(result.output)")
     }
@@ -67,7 +69,11 @@ func startServer(logger: Logger) throws -> (DatabaseURL, BenchCluster?) {
 }
 
 /// Runs `body` with a running client on `url`.
-func withClient(_ url: DatabaseURL, logger: Logger, _ body: @Sendable (PostgresClient) async throws -> Void) async throws {
+func withClient(
+    _ url: DatabaseURL,
+    logger: Logger,
+    _ body: @Sendable (PostgresClient) async throws -> Void
+) async throws {
     let client = PostgresClient(configuration: url.clientConfiguration, backgroundLogger: logger)
     try await withThrowingTaskGroup(of: Void.self) { group in
         group.addTask { await client.run() }

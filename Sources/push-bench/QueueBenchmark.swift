@@ -8,11 +8,13 @@ import PushQueue
 struct QueueBenchmark: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "queue",
-        abstract: "Claim+record throughput of JobQueue (one worker) vs pgbench running the same SQL on the same database."
+        abstract:
+            "Claim+record throughput of JobQueue (one worker) vs pgbench running the same SQL on the same database."
     )
 
     @Option(help: "Batch sizes to measure.") var batches: [Int] = [1, 100, 500]
-    @Option(help: "Jobs drained per measurement at batch size 1 (larger batches drain --jobs).") var singleJobs: Int = 3_000
+    @Option(help: "Jobs drained per measurement at batch size 1 (larger batches drain --jobs).") var singleJobs: Int =
+        3_000
     @Option(help: "Jobs drained per measurement at batch sizes above 1.") var jobs: Int = 50_000
     @Option(help: "Seconds pgbench runs per batch size.") var pgbenchSeconds: Int = 10
     @Option(help: "Directory of bench/pgbench-claim-record.sql.") var sqlDirectory: String = "bench"
@@ -25,7 +27,9 @@ struct QueueBenchmark: AsyncParsableCommand {
         try await withClient(server, logger: logger) { client in
             try await client.query("CREATE DATABASE \(unescaped: url.database)", logger: logger)
         }
-        print("database: \(url)  (fsync \(cluster == nil ? "as configured on the server" : "on, synchronous_commit on"))")
+        print(
+            "database: \(url)  (fsync \(cluster == nil ? "as configured on the server" : "on, synchronous_commit on"))"
+        )
         print("batch  api jobs/s  pgbench jobs/s  api/pgbench")
         try await withClient(url, logger: logger) { client in
             try await Migrator(client: client, logger: logger).migrate()
@@ -40,7 +44,15 @@ struct QueueBenchmark: AsyncParsableCommand {
                     let claimed = try await queue.claim(limit: batch, workerID: "bench", lease: .seconds(60))
                     if claimed.isEmpty { break }
                     let result = try await queue.record(
-                        claimed.map { JobOutcome(jobID: $0.id, attempt: $0.attempts, disposition: .delivered, status: 200, latencyMs: 1) },
+                        claimed.map {
+                            JobOutcome(
+                                jobID: $0.id,
+                                attempt: $0.attempts,
+                                disposition: .delivered,
+                                status: 200,
+                                latencyMs: 1
+                            )
+                        },
                         workerID: "bench"
                     )
                     precondition(result.fenced.isEmpty)
@@ -51,8 +63,17 @@ struct QueueBenchmark: AsyncParsableCommand {
                 let apiRate = Double(drained) / seconds
 
                 // pgbench: enough pending jobs that it never runs dry within its time.
-                try await preloadJobs(client, count: min(max(Int(apiRate * Double(self.pgbenchSeconds) * 1.5), batch * 200), 2_000_000), logger: logger)
-                let pgbenchRate = try runPGBench(url: url, batch: batch, seconds: self.pgbenchSeconds, sqlDirectory: self.sqlDirectory)
+                try await preloadJobs(
+                    client,
+                    count: min(max(Int(apiRate * Double(self.pgbenchSeconds) * 1.5), batch * 200), 2_000_000),
+                    logger: logger
+                )
+                let pgbenchRate = try runPGBench(
+                    url: url,
+                    batch: batch,
+                    seconds: self.pgbenchSeconds,
+                    sqlDirectory: self.sqlDirectory
+                )
                 print(String(format: "%5d  %11.0f  %14.0f  %10.2f", batch, apiRate, pgbenchRate, apiRate / pgbenchRate))
             }
         }

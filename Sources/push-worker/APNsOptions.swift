@@ -7,19 +7,51 @@ import PushCore
 /// Where APNs is and which key signs: flags, then the environment (APNS_KEY_ID, APNS_TEAM_ID,
 /// APNS_KEY_PATH, APNS_ENVIRONMENT).
 struct APNsOptions: ParsableArguments {
-    @Option(name: .customLong("apns-endpoint"), help: ArgumentHelp("Send to this APNs instead of Apple's (simulator, staging proxy), for both environments: https://host:port.", valueName: "url"))
+    @Option(
+        name: .customLong("apns-endpoint"),
+        help: ArgumentHelp(
+            "Send to this APNs instead of Apple's (simulator, staging proxy), for both environments: https://host:port.",
+            valueName: "url"
+        )
+    )
     var endpoint: String?
-    @Option(name: .customLong("apns-ca-file"), help: ArgumentHelp("Extra trusted CA certificate (PEM) for --apns-endpoint. TLS verification is never switched off.", valueName: "pem"))
+    @Option(
+        name: .customLong("apns-ca-file"),
+        help: ArgumentHelp(
+            "Extra trusted CA certificate (PEM) for --apns-endpoint. TLS verification is never switched off.",
+            valueName: "pem"
+        )
+    )
     var caFile: String?
-    @Option(name: .customLong("apns-key-path"), help: ArgumentHelp("The .p8 signing key (default: $APNS_KEY_PATH).", valueName: "path"))
+    @Option(
+        name: .customLong("apns-key-path"),
+        help: ArgumentHelp("The .p8 signing key (default: $APNS_KEY_PATH).", valueName: "path")
+    )
     var keyPath: String?
-    @Option(name: .customLong("apns-key-id"), help: ArgumentHelp("The key id (default: $APNS_KEY_ID).", valueName: "id"))
+    @Option(
+        name: .customLong("apns-key-id"),
+        help: ArgumentHelp("The key id (default: $APNS_KEY_ID).", valueName: "id")
+    )
     var keyID: String?
-    @Option(name: .customLong("apns-team-id"), help: ArgumentHelp("The team id (default: $APNS_TEAM_ID).", valueName: "id"))
+    @Option(
+        name: .customLong("apns-team-id"),
+        help: ArgumentHelp("The team id (default: $APNS_TEAM_ID).", valueName: "id")
+    )
     var teamID: String?
-    @Option(help: ArgumentHelp("A JSON file naming several credentials (the jobs' credential column picks one) and the endpoint; flags and the environment win over it.", valueName: "path"))
+    @Option(
+        help: ArgumentHelp(
+            "A JSON file naming several credentials (the jobs' credential column picks one) and the endpoint; flags and the environment win over it.",
+            valueName: "path"
+        )
+    )
     var config: String?
-    @Option(name: .customLong("apns-environment"), help: ArgumentHelp("production or development, for verbs without a job (default: $APNS_ENVIRONMENT, else production).", valueName: "env"))
+    @Option(
+        name: .customLong("apns-environment"),
+        help: ArgumentHelp(
+            "production or development, for verbs without a job (default: $APNS_ENVIRONMENT, else production).",
+            valueName: "env"
+        )
+    )
     var environmentName: String?
 
     var environment: APNsEnvironment {
@@ -39,19 +71,31 @@ struct APNsOptions: ParsableArguments {
 
     /// A client with every configured key: the config file's credentials, and `default` from the flags
     /// or APNS_KEY_PATH/APNS_KEY_ID/APNS_TEAM_ID (which win over the file's `default`).
-    func makeClient(logger: Logger, base: APNsClient.Configuration = .init(), tokenStore: (any ProviderTokenStore)? = nil) throws -> APNsClient {
+    func makeClient(
+        logger: Logger,
+        base: APNsClient.Configuration = .init(),
+        tokenStore: (any ProviderTokenStore)? = nil
+    ) throws -> APNsClient {
         let env = ProcessInfo.processInfo.environment
         let file = try self.config.map(ConfigFile.load)
         var keys = try file?.signingKeys() ?? [:]
         if let path = self.keyPath ?? env["APNS_KEY_PATH"], !path.isEmpty {
-            keys["default"] = try SigningKey.load(teamID: self.teamID ?? env["APNS_TEAM_ID"] ?? "", keyID: self.keyID ?? env["APNS_KEY_ID"] ?? "", path: path)
+            keys["default"] = try SigningKey.load(
+                teamID: self.teamID ?? env["APNS_TEAM_ID"] ?? "",
+                keyID: self.keyID ?? env["APNS_KEY_ID"] ?? "",
+                path: path
+            )
         }
         guard !keys.isEmpty else {
-            throw CLIError("no APNs key configured (trap MS028): set APNS_KEY_PATH, APNS_KEY_ID and APNS_TEAM_ID, pass --apns-key-path, --apns-key-id and --apns-team-id, or name credentials in --config")
+            throw CLIError(
+                "no APNs key configured (trap MS028): set APNS_KEY_PATH, APNS_KEY_ID and APNS_TEAM_ID, pass --apns-key-path, --apns-key-id and --apns-team-id, or name credentials in --config"
+            )
         }
         var configuration = base
         configuration.caFile = self.caFile ?? file?.apnsCAFile
-        if let endpoint = self.endpoint ?? file?.apnsEndpoint { configuration.endpointOverride = try APNsEndpoint(url: endpoint) }
+        if let endpoint = self.endpoint ?? file?.apnsEndpoint {
+            configuration.endpointOverride = try APNsEndpoint(url: endpoint)
+        }
         return try APNsClient(configuration: configuration, credentials: keys, tokenStore: tokenStore, logger: logger)
     }
 }

@@ -11,14 +11,17 @@ struct ChannelsCommand: AsyncParsableCommand {
     )
 
     enum Storage: String, ExpressibleByArgument, CaseIterable {
-        case none, mostRecent = "most-recent"
+        case none
+        case mostRecent = "most-recent"
     }
 
     struct Create: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Create a channel and print its id.")
         @OptionGroup var apns: APNsOptions
         @Option(name: .customLong("bundle-id"), help: "The app's bundle id.") var bundleID: String
-        @Option(help: "Message storage: none (only connected devices get updates; send with expiration 0) or most-recent.") var storage: Storage = .none
+        @Option(
+            help: "Message storage: none (only connected devices get updates; send with expiration 0) or most-recent."
+        ) var storage: Storage = .none
         @Flag(help: "Print the result as JSON.") var json = false
 
         func run() async throws {
@@ -26,7 +29,14 @@ struct ChannelsCommand: AsyncParsableCommand {
             let environment = try self.apns.environment
             let result: Result<String, any Error>
             do {
-                result = .success(try await client.createChannel(bundleID: self.bundleID, environment: environment, credential: "default", storage: self.storage == .none ? .noStorage : .mostRecentMessageStored))
+                result = .success(
+                    try await client.createChannel(
+                        bundleID: self.bundleID,
+                        environment: environment,
+                        credential: "default",
+                        storage: self.storage == .none ? .noStorage : .mostRecentMessageStored
+                    )
+                )
             } catch { result = .failure(error) }
             await client.shutdown()
             let id = try result.get()
@@ -44,10 +54,24 @@ struct ChannelsCommand: AsyncParsableCommand {
             let client = try self.apns.makeClient(logger: Logger(label: "push-worker"))
             let environment = try self.apns.environment
             let result: Result<[String], any Error>
-            do { result = .success(try await client.listChannels(bundleID: self.bundleID, environment: environment, credential: "default")) } catch { result = .failure(error) }
+            do {
+                result = .success(
+                    try await client.listChannels(
+                        bundleID: self.bundleID,
+                        environment: environment,
+                        credential: "default"
+                    )
+                )
+            } catch { result = .failure(error) }
             await client.shutdown()
             let ids = try result.get()
-            if self.json { printJSON(ids) } else if ids.isEmpty { print("no channels") } else { ids.forEach { print($0) } }
+            if self.json {
+                printJSON(ids)
+            } else if ids.isEmpty {
+                print("no channels")
+            } else {
+                for id in ids { print(id) }
+            }
         }
     }
 
@@ -61,7 +85,16 @@ struct ChannelsCommand: AsyncParsableCommand {
             let client = try self.apns.makeClient(logger: Logger(label: "push-worker"))
             let environment = try self.apns.environment
             let result: Result<Void, any Error>
-            do { result = .success(try await client.deleteChannel(self.channelID, bundleID: self.bundleID, environment: environment, credential: "default")) } catch { result = .failure(error) }
+            do {
+                result = .success(
+                    try await client.deleteChannel(
+                        self.channelID,
+                        bundleID: self.bundleID,
+                        environment: environment,
+                        credential: "default"
+                    )
+                )
+            } catch { result = .failure(error) }
             await client.shutdown()
             try result.get()
             print("deleted \(self.channelID)")

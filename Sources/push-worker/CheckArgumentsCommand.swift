@@ -15,13 +15,17 @@ struct CheckArgumentsCommand: ParsableCommand {
     @Argument(parsing: .captureForPassthrough, help: "The command line after push-worker.") var arguments: [String] = []
 
     func run() throws {
-        guard !self.arguments.isEmpty else { throw ValidationError("give the command line to check, e.g. check-arguments run --worker-id a") }
+        guard !self.arguments.isEmpty else {
+            throw ValidationError("give the command line to check, e.g. check-arguments run --worker-id a")
+        }
         do {
             let command = try PushWorkerCommand.parseAsRoot(self.arguments)
             guard type(of: command).configuration.commandName != "help", !(command is PushWorkerCommand) else {
                 throw ValidationError("that asks for help and runs nothing; give a verb and its options")
             }
-            print("ok: push-worker \(type(of: command).configuration.commandName ?? "") \(self.arguments.dropFirst().joined(separator: " "))")
+            print(
+                "ok: push-worker \(type(of: command).configuration.commandName ?? "") \(self.arguments.dropFirst().joined(separator: " "))"
+            )
         } catch {
             printError("push-worker \(self.arguments.joined(separator: " ")): \(PushWorkerCommand.message(for: error))")
             throw ExitCode(64)

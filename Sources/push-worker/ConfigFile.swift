@@ -21,7 +21,9 @@ struct ConfigFile: Decodable {
         var keyPath: String
 
         enum CodingKeys: String, CodingKey {
-            case teamID = "team_id", keyID = "key_id", keyPath = "key_path"
+            case teamID = "team_id"
+            case keyID = "key_id"
+            case keyPath = "key_path"
         }
     }
 
@@ -30,7 +32,9 @@ struct ConfigFile: Decodable {
     var credentials: [String: Credential]
 
     enum CodingKeys: String, CodingKey {
-        case apnsEndpoint = "apns_endpoint", apnsCAFile = "apns_ca_file", credentials
+        case apnsEndpoint = "apns_endpoint"
+        case apnsCAFile = "apns_ca_file"
+        case credentials
     }
 
     /// Reads and checks the file; errors name the file and what to fix.
@@ -40,16 +44,21 @@ struct ConfigFile: Decodable {
         }
         do {
             let config = try JSONDecoder().decode(ConfigFile.self, from: data)
-            for (name, credential) in config.credentials where credential.teamID.isEmpty || credential.keyID.isEmpty || credential.keyPath.isEmpty {
+            for (name, credential) in config.credentials
+            where credential.teamID.isEmpty || credential.keyID.isEmpty || credential.keyPath.isEmpty {
                 throw CLIError("--config \(path): credential '\(name)' needs team_id, key_id and key_path")
             }
             return config
         } catch let error as CLIError {
             throw error
         } catch DecodingError.keyNotFound(let key, let context) {
-            throw CLIError("--config \(path): missing \"\(key.stringValue)\" at \(context.codingPath.map(\.stringValue).joined(separator: "."))")
+            throw CLIError(
+                "--config \(path): missing \"\(key.stringValue)\" at \(context.codingPath.map(\.stringValue).joined(separator: "."))"
+            )
         } catch DecodingError.typeMismatch(_, let context), DecodingError.valueNotFound(_, let context) {
-            throw CLIError("--config \(path): wrong value at \(context.codingPath.map(\.stringValue).joined(separator: ".")): \(context.debugDescription)")
+            throw CLIError(
+                "--config \(path): wrong value at \(context.codingPath.map(\.stringValue).joined(separator: ".")): \(context.debugDescription)"
+            )
         } catch {
             throw CLIError("--config \(path) is not valid JSON: \(error.localizedDescription)")
         }

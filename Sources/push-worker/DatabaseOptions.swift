@@ -6,17 +6,28 @@ import PushQueue
 
 /// Where the database is: flags, then the environment, then the embedded cluster.
 struct DatabaseOptions: ParsableArguments {
-    @Option(name: .customLong("database-url"), help: ArgumentHelp(
-        "Postgres URL, postgres://USER:PASSWORD@HOST:PORT/DATABASE?sslmode=… (default: $DATABASE_URL, else the embedded cluster).",
-        valueName: "url"))
+    @Option(
+        name: .customLong("database-url"),
+        help: ArgumentHelp(
+            "Postgres URL, postgres://USER:PASSWORD@HOST:PORT/DATABASE?sslmode=… (default: $DATABASE_URL, else the embedded cluster).",
+            valueName: "url"
+        )
+    )
     var databaseURL: String?
 
-    @Option(name: .customLong("data-dir"), help: ArgumentHelp(
-        "Data directory of the embedded Postgres cluster, used when no database URL is given.",
-        valueName: "path"))
+    @Option(
+        name: .customLong("data-dir"),
+        help: ArgumentHelp(
+            "Data directory of the embedded Postgres cluster, used when no database URL is given.",
+            valueName: "path"
+        )
+    )
     var dataDirectory: String = ".pushworker/postgres"
 
-    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical (default: warning; info for run).")
+    @Option(
+        name: .customLong("log-level"),
+        help: "trace, debug, info, notice, warning, error or critical (default: warning; info for run)."
+    )
     var logLevel: String?
 
     @Option(name: .customLong("log-format"), help: "text, or json for one JSON object per line.")
@@ -28,7 +39,9 @@ struct DatabaseOptions: ParsableArguments {
 
     func makeLoggerDefaultingTo(_ defaultLevel: Logger.Level) throws -> Logger {
         guard let level = self.logLevel.map({ Logger.Level(rawValue: $0) }) ?? defaultLevel else {
-            throw ValidationError("--log-level \(self.logLevel ?? "") is not a level: use trace, debug, info, notice, warning, error or critical")
+            throw ValidationError(
+                "--log-level \(self.logLevel ?? "") is not a level: use trace, debug, info, notice, warning, error or critical"
+            )
         }
         switch self.logFormat {
         case "text": break
@@ -60,7 +73,9 @@ struct DatabaseOptions: ParsableArguments {
     }
 
     /// Runs `body` with a queue on a running client, and turns database errors into sentences.
-    func withQueue<T: Sendable>(_ body: @Sendable (JobQueue, PostgresClient, Logger) async throws -> T) async throws -> T {
+    func withQueue<T: Sendable>(
+        _ body: @Sendable (JobQueue, PostgresClient, Logger) async throws -> T
+    ) async throws -> T {
         let logger = try self.makeLogger()
         let url = try self.resolve(logger: logger)
         try await url.probe(logger: logger)
@@ -83,7 +98,9 @@ struct DatabaseOptions: ParsableArguments {
         }
         do {
             return try result.get()
-        } catch let error as PSQLError where error.serverInfo?[.sqlState] == "42P01" || error.serverInfo?[.sqlState] == "3F000" {
+        } catch let error as PSQLError
+            where error.serverInfo?[.sqlState] == "42P01" || error.serverInfo?[.sqlState] == "3F000"
+        {
             throw CLIError("the push schema is missing in \(url): run `push-worker migrate` first")
         } catch let error as PSQLError {
             throw CLIError("database error at \(url): \(QueueError.summary(of: error))")

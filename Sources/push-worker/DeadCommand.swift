@@ -19,7 +19,9 @@ struct DeadCommand: AsyncParsableCommand {
     struct Filters: ParsableArguments {
         @Option(help: ArgumentHelp("Only dead letters that met this trap id, e.g. MS020.", valueName: "trap-id"))
         var trap: String?
-        @Option(help: ArgumentHelp("Only this reason, e.g. Unregistered, BadDeviceToken, Expired.", valueName: "reason"))
+        @Option(
+            help: ArgumentHelp("Only this reason, e.g. Unregistered, BadDeviceToken, Expired.", valueName: "reason")
+        )
         var reason: String?
         @Option(help: ArgumentHelp("Only this topic (bundle id).", valueName: "topic"))
         var topic: String?
@@ -30,8 +32,13 @@ struct DeadCommand: AsyncParsableCommand {
 
         func filter(ids: [Int64] = [], limit: Int) -> DeadLetterFilter {
             DeadLetterFilter(
-                ids: ids, trapID: self.trap, reason: self.reason, topic: self.topic,
-                since: self.since?.date, before: self.before?.date, limit: limit
+                ids: ids,
+                trapID: self.trap,
+                reason: self.reason,
+                topic: self.topic,
+                since: self.since?.date,
+                before: self.before?.date,
+                limit: limit
             )
         }
     }
@@ -123,7 +130,8 @@ struct DeadCommand: AsyncParsableCommand {
         @Argument(help: "Dead-letter ids to replay.") var ids: [Int64] = []
         @OptionGroup var filters: Filters
         @Flag(help: "Replay every dead letter (up to --limit).") var all = false
-        @Flag(name: .customLong("new-apns-id"), help: "Mint a fresh apns-id instead of keeping the original.") var newAPNsID = false
+        @Flag(name: .customLong("new-apns-id"), help: "Mint a fresh apns-id instead of keeping the original.")
+        var newAPNsID = false
         @Flag(name: .customLong("dry-run"), help: "List what would move; move nothing.") var dryRun = false
         @Option(help: "At most this many.") var limit: Int = 1000
         @Flag(help: "Print the result as JSON.") var json = false
@@ -131,7 +139,9 @@ struct DeadCommand: AsyncParsableCommand {
         func validate() throws {
             let filter = self.filters.filter(ids: self.ids, limit: self.limit)
             if filter.isUnrestricted && !self.all {
-                throw ValidationError("name what to replay: ids, --trap, --reason, --topic, --since/--before, or --all for everything")
+                throw ValidationError(
+                    "name what to replay: ids, --trap, --reason, --topic, --since/--before, or --all for everything"
+                )
             }
             if !filter.isUnrestricted && self.all {
                 throw ValidationError("--all replays everything: leave out ids and filters, or drop --all")
@@ -140,7 +150,9 @@ struct DeadCommand: AsyncParsableCommand {
         }
 
         func run() async throws {
-            let (filter, newAPNsID, dryRun, json) = (self.filters.filter(ids: self.ids, limit: self.limit), self.newAPNsID, self.dryRun, self.json)
+            let (filter, newAPNsID, dryRun, json) = (
+                self.filters.filter(ids: self.ids, limit: self.limit), self.newAPNsID, self.dryRun, self.json
+            )
             let result = try await self.database.withQueue { queue, _, _ in
                 try await queue.replay(matching: filter, newAPNsID: newAPNsID, dryRun: dryRun)
             }
@@ -151,15 +163,22 @@ struct DeadCommand: AsyncParsableCommand {
             let verb = dryRun ? "would replay" : "replayed"
             print("\(verb) \(result.moved.count) dead letter\(result.moved.count == 1 ? "" : "s")")
             if !result.moved.isEmpty {
-                printTable(["ID", "APNS-ID", "WAS"], result.moved.map { [String($0.id), $0.apnsID.uuidString.lowercased(), $0.reason] })
+                printTable(
+                    ["ID", "APNS-ID", "WAS"],
+                    result.moved.map { [String($0.id), $0.apnsID.uuidString.lowercased(), $0.reason] }
+                )
             }
             if !result.skippedConflicts.isEmpty {
-                print("skipped \(result.skippedConflicts.count) already in push.jobs (id or apns_id re-enqueued): \(result.skippedConflicts.map(String.init).joined(separator: ", "))")
+                print(
+                    "skipped \(result.skippedConflicts.count) already in push.jobs (id or apns_id re-enqueued): \(result.skippedConflicts.map(String.init).joined(separator: ", "))"
+                )
                 print("  they stay dead letters; replay them with --new-apns-id to send them as new notifications")
             }
             if !dryRun && !result.moved.isEmpty && !ids.isEmpty {
                 let missing = Set(ids).subtracting(result.moved.map(\.id)).subtracting(result.skippedConflicts)
-                if !missing.isEmpty { print("not dead letters: \(missing.sorted().map(String.init).joined(separator: ", "))") }
+                if !missing.isEmpty {
+                    print("not dead letters: \(missing.sorted().map(String.init).joined(separator: ", "))")
+                }
             }
         }
     }
@@ -171,7 +190,10 @@ struct DeadCommand: AsyncParsableCommand {
         )
 
         @OptionGroup var database: DatabaseOptions
-        @Option(name: .customLong("older-than"), help: ArgumentHelp("Age cut-off: 90s, 15m, 12h, 30d, 2w.", valueName: "age"))
+        @Option(
+            name: .customLong("older-than"),
+            help: ArgumentHelp("Age cut-off: 90s, 15m, 12h, 30d, 2w.", valueName: "age")
+        )
         var olderThan: HumanDuration
         @Flag(help: "Print the result as JSON.") var json = false
 
@@ -183,7 +205,9 @@ struct DeadCommand: AsyncParsableCommand {
             if json {
                 printJSON(["purged": purged])
             } else {
-                print("purged \(purged) dead letter\(purged == 1 ? "" : "s") older than \(formatSeconds(Double(age.seconds)))")
+                print(
+                    "purged \(purged) dead letter\(purged == 1 ? "" : "s") older than \(formatSeconds(Double(age.seconds)))"
+                )
             }
         }
     }

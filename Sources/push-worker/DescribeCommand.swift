@@ -7,13 +7,16 @@ import PushQueue
 struct DescribeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "describe",
-        abstract: "The exact HTTP/2 request a send of job ID would issue: method, path, headers, payload, bytes and limit.",
-        discussion: "No JWT is minted and no socket is opened. A job that would be refused before sending shows the trap id and the fix instead. The device token is masked unless --show-token."
+        abstract:
+            "The exact HTTP/2 request a send of job ID would issue: method, path, headers, payload, bytes and limit.",
+        discussion:
+            "No JWT is minted and no socket is opened. A job that would be refused before sending shows the trap id and the fix instead. The device token is masked unless --show-token."
     )
 
     @OptionGroup var database: DatabaseOptions
     @Argument(help: "The job id (live or dead letter).") var id: Int64
-    @Flag(name: .customLong("show-token"), help: "Print the device token in the path instead of its fingerprint.") var showToken = false
+    @Flag(name: .customLong("show-token"), help: "Print the device token in the path instead of its fingerprint.")
+    var showToken = false
     @Flag(help: "Print the result as JSON.") var json = false
 
     func run() async throws {
@@ -28,7 +31,10 @@ struct DescribeCommand: AsyncParsableCommand {
             request = try RequestBuilder.describe(job)
         } catch {
             if self.json {
-                printJSON(["job_id": String(id), "rejected": error.reason, "trap_id": error.trapID?.rawValue ?? "", "error": error.message])
+                printJSON([
+                    "job_id": String(id), "rejected": error.reason, "trap_id": error.trapID?.rawValue ?? "",
+                    "error": error.message,
+                ])
             } else {
                 print("job \(id) would not be sent: \(error.reason)\(error.trapID.map { " [\($0)]" } ?? "")")
                 print("  \(error.message)")
@@ -36,11 +42,22 @@ struct DescribeCommand: AsyncParsableCommand {
             throw ExitCode(2)
         }
         var path = request.path
-        if !self.showToken, let token = job.deviceToken { path = path.replacingOccurrences(of: token, with: "<token fp \(job.tokenFingerprint)>") }
+        if !self.showToken, let token = job.deviceToken {
+            path = path.replacingOccurrences(of: token, with: "<token fp \(job.tokenFingerprint)>")
+        }
         let host = APNsEndpoint.apple(request.environment)
         let payload = String(decoding: request.body, as: UTF8.self)
         if self.json {
-            printJSON(DescribeJSON(method: request.method, url: "https://\(host.host)\(path)", headers: Dictionary(request.headers.map { ($0.name, $0.value) }, uniquingKeysWith: { $1 }), payload: payload, bytes: request.byteCount, limit: request.limit))
+            printJSON(
+                DescribeJSON(
+                    method: request.method,
+                    url: "https://\(host.host)\(path)",
+                    headers: Dictionary(request.headers.map { ($0.name, $0.value) }, uniquingKeysWith: { $1 }),
+                    payload: payload,
+                    bytes: request.byteCount,
+                    limit: request.limit
+                )
+            )
             return
         }
         print("\(request.method) https://\(host.host)\(path)  HTTP/2")

@@ -71,7 +71,8 @@ struct HumanDuration: ExpressibleByArgument, Sendable {
 
     /// How `--help` shows a default: the largest whole unit (`60s`, `7d`).
     var defaultValueDescription: String {
-        for (unit, scale) in [("w", 604_800), ("d", 86_400), ("h", 3600), ("m", 60)] where self.seconds >= scale && self.seconds % scale == 0 {
+        for (unit, scale) in [("w", 604_800), ("d", 86_400), ("h", 3600), ("m", 60)]
+        where self.seconds >= scale && self.seconds % scale == 0 {
             return "\(self.seconds / scale)\(unit)"
         }
         return "\(self.seconds)s"
@@ -90,7 +91,9 @@ struct HumanTime: ExpressibleByArgument, Sendable {
             return
         }
         let formatter = ISO8601DateFormatter()
-        for options: ISO8601DateFormatter.Options in [[.withInternetDateTime], [.withInternetDateTime, .withFractionalSeconds], [.withFullDate]] {
+        for options: ISO8601DateFormatter.Options in [
+            [.withInternetDateTime], [.withInternetDateTime, .withFractionalSeconds], [.withFullDate],
+        ] {
             formatter.formatOptions = options
             if let date = formatter.date(from: argument) {
                 self.date = date

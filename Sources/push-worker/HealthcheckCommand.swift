@@ -1,5 +1,5 @@
-import Foundation
 import ArgumentParser
+import Foundation
 import PushWorker
 
 struct HealthcheckCommand: AsyncParsableCommand {
@@ -16,12 +16,18 @@ struct HealthcheckCommand: AsyncParsableCommand {
     @Option(help: "The worker's metrics and health address.") var host: String = "127.0.0.1"
     @Option(help: "The worker's --metrics-port.") var port: Int = 9464
     @Flag(help: "Check readiness (/readyz) rather than liveness (/healthz).") var ready = false
-    @Option(help: ArgumentHelp("How long to wait for an answer.", valueName: "duration")) var timeout: HumanDuration = HumanDuration(argument: "3s")!
+    @Option(help: ArgumentHelp("How long to wait for an answer.", valueName: "duration")) var timeout: HumanDuration =
+        HumanDuration(argument: "3s")!
 
     func run() async throws {
         let path = self.ready ? "/readyz" : "/healthz"
         do {
-            let (status, body) = try await HealthProbe.get(host: self.host, port: self.port, path: path, timeout: self.timeout.duration)
+            let (status, body) = try await HealthProbe.get(
+                host: self.host,
+                port: self.port,
+                path: path,
+                timeout: self.timeout.duration
+            )
             let answer = body.trimmingCharacters(in: .whitespacesAndNewlines)
             if status == 200 {
                 print("\(path): \(answer)")

@@ -16,14 +16,25 @@ struct JSONLogHandler: LogHandler {
 
     func log(event: LogEvent) {
         var object: [String: String] = [
-            "ts": ISO8601DateFormatter.string(from: Date(), timeZone: .gmt, formatOptions: [.withInternetDateTime, .withFractionalSeconds]),
+            "ts": ISO8601DateFormatter.string(
+                from: Date(),
+                timeZone: .gmt,
+                formatOptions: [.withInternetDateTime, .withFractionalSeconds]
+            ),
             "level": event.level.rawValue,
             "label": self.label,
             "msg": "\(event.message)",
             "source": event.source,
         ]
-        for (key, value) in self.metadata.merging(event.metadata ?? [:], uniquingKeysWith: { $1 }) { object[key] = "\(value)" }
-        guard var line = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) else { return }
+        for (key, value) in self.metadata.merging(event.metadata ?? [:], uniquingKeysWith: { $1 }) {
+            object[key] = "\(value)"
+        }
+        guard
+            var line = try? JSONSerialization.data(
+                withJSONObject: object,
+                options: [.sortedKeys, .withoutEscapingSlashes]
+            )
+        else { return }
         line.append(0x0A)
         FileHandle.standardError.write(line)
     }

@@ -13,7 +13,8 @@ struct JobsCommand: AsyncParsableCommand {
     struct Show: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "One job with its outcome and attempt history (device tokens shown as fingerprints).",
-            discussion: "A job that can never succeed has moved to the dead-letter table: see `push-worker dead show ID`."
+            discussion:
+                "A job that can never succeed has moved to the dead-letter table: see `push-worker dead show ID`."
         )
 
         @OptionGroup var database: DatabaseOptions
@@ -28,20 +29,28 @@ struct JobsCommand: AsyncParsableCommand {
                     if try await queue.deadLetter(id: id) != nil {
                         throw CLIError("job \(id) is a dead letter now: see `push-worker dead show \(id)`")
                     }
-                    throw CLIError("no job \(id) in push.jobs or push.dead_jobs (delivered jobs are pruned after the retention period)")
+                    throw CLIError(
+                        "no job \(id) in push.jobs or push.dead_jobs (delivered jobs are pruned after the retention period)"
+                    )
                 }
                 if json {
                     print(record.rowJSON)
                     return
                 }
                 printJobHeader(record.job, title: "job \(record.job.id)  \(record.state.rawValue)")
-                print("  status      \(record.status.map(String.init) ?? "-")\(record.reason.map { "  reason \($0)" } ?? "")")
+                print(
+                    "  status      \(record.status.map(String.init) ?? "-")\(record.reason.map { "  reason \($0)" } ?? "")"
+                )
                 print("  attempts    \(record.job.attempts)\(record.job.maxAttempts.map { " (max \($0))" } ?? "")")
                 print("  trap ids    \(record.job.trapIDs.isEmpty ? "-" : record.job.trapIDs.joined(separator: ", "))")
-                print("  delivered   \(formatDate(record.deliveredAt))\(record.latencyMs.map { "  latency \($0) ms" } ?? "")")
+                print(
+                    "  delivered   \(formatDate(record.deliveredAt))\(record.latencyMs.map { "  latency \($0) ms" } ?? "")"
+                )
                 print("  last try    \(formatDate(record.lastAttemptAt))")
                 if let unique = record.apnsUniqueID { print("  unique id   \(unique)") }
-                if let worker = record.lockedBy { print("  locked by   \(worker) until \(formatDate(record.lockedUntil))") }
+                if let worker = record.lockedBy {
+                    print("  locked by   \(worker) until \(formatDate(record.lockedUntil))")
+                }
                 printHistory(record.historyJSON)
                 if showPayload { print("payload\n  \(record.job.payload)") }
             }
@@ -53,16 +62,23 @@ struct JobsCommand: AsyncParsableCommand {
 func printJobHeader(_ job: PushJob, title: String) {
     print(title)
     print("  apns-id     \(job.apnsID.uuidString.lowercased())")
-    print("  topic       \(job.topic)  push type \(job.pushType)  priority \(job.priority.map(String.init) ?? "default")")
-    print("  target      \(job.deviceToken != nil ? "device token" : "channel") fp \(job.tokenFingerprint)  \(job.environment)  credential \(job.credential)")
+    print(
+        "  topic       \(job.topic)  push type \(job.pushType)  priority \(job.priority.map(String.init) ?? "default")"
+    )
+    print(
+        "  target      \(job.deviceToken != nil ? "device token" : "channel") fp \(job.tokenFingerprint)  \(job.environment)  credential \(job.credential)"
+    )
     if let collapse = job.collapseID { print("  collapse id \(collapse)") }
-    print("  created     \(formatDate(job.createdAt))  run at \(formatDate(job.runAt))  expires \(formatDate(job.expiresAt))")
+    print(
+        "  created     \(formatDate(job.createdAt))  run at \(formatDate(job.runAt))  expires \(formatDate(job.expiresAt))"
+    )
     print("  payload     \(job.payload.utf8.count) bytes")
 }
 
 /// The attempt history, one line per entry.
 func printHistory(_ json: String) {
-    guard let entries = try? JSONSerialization.jsonObject(with: Data(json.utf8)) as? [[String: Any]], !entries.isEmpty else {
+    guard let entries = try? JSONSerialization.jsonObject(with: Data(json.utf8)) as? [[String: Any]], !entries.isEmpty
+    else {
         print("history       (no attempts yet)")
         return
     }

@@ -29,7 +29,9 @@ struct MigrateCommand: AsyncParsableCommand {
                 } else if pending.isEmpty {
                     print("push schema is current (version \(versions.last ?? 0))")
                 } else {
-                    print("push schema is at version \(versions.last ?? 0); pending: \(pending.map(\.name).joined(separator: ", ")) (apply with push-worker migrate)")
+                    print(
+                        "push schema is at version \(versions.last ?? 0); pending: \(pending.map(\.name).joined(separator: ", ")) (apply with push-worker migrate)"
+                    )
                 }
                 if !pending.isEmpty { throw ExitCode(3) }
                 return

@@ -5,7 +5,8 @@ import ArgumentParser
 struct PushWorkerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "push-worker",
-        abstract: "A durable Apple push-notification worker: jobs in Postgres, sent over HTTP/2, outcomes written back.",
+        abstract:
+            "A durable Apple push-notification worker: jobs in Postgres, sent over HTTP/2, outcomes written back.",
         discussion: """
             Producers enqueue with SQL:
               INSERT INTO push.jobs (topic, device_token, payload)

@@ -4,8 +4,8 @@ import ArgumentParser
 import Foundation
 import Logging
 import Metrics
-import Prometheus
 import PostgresNIO
+import Prometheus
 import PushCore
 import PushQueue
 import PushWorker
@@ -25,27 +25,61 @@ struct RunCommand: AsyncParsableCommand {
     @OptionGroup var database: DatabaseOptions
     @OptionGroup var apns: APNsOptions
 
-    @Option(name: .customLong("worker-id"), help: "This worker's name in locked_by (default: host-pid).") var workerID: String?
+    @Option(name: .customLong("worker-id"), help: "This worker's name in locked_by (default: host-pid).") var workerID:
+        String?
     @Option(help: "Sends in flight at most.") var concurrency: Int = 500
     @Option(name: .customLong("batch-size"), help: "Jobs per claim at most.") var batchSize: Int = 250
-    @Option(help: ArgumentHelp("Claim lease: a job whose worker is silent this long is reclaimed (e.g. 60s).", valueName: "duration")) var lease: HumanDuration = HumanDuration(argument: "60s")!
-    @Option(name: .customLong("poll-interval-ms"), help: "Polling fallback when no NOTIFY arrives.") var pollIntervalMs: Int = 1000
-    @Option(help: ArgumentHelp("Delete delivered jobs this long after delivery (e.g. 7d).", valueName: "duration")) var retention: HumanDuration = HumanDuration(argument: "7d")!
-    @Option(name: .customLong("max-retries"), help: "Retries after the first attempt (priority 10: at most 2).") var maxRetries: Int = 3
-    @Option(name: .customLong("base-delay-ms"), help: "First retry backoff (priority 10: doubled).") var baseDelayMs: Int = 100
-    @Option(name: .customLong("max-delay-ms"), help: "Backoff cap before jitter (priority 10: doubled).") var maxDelayMs: Int = 5000
+    @Option(
+        help: ArgumentHelp(
+            "Claim lease: a job whose worker is silent this long is reclaimed (e.g. 60s).",
+            valueName: "duration"
+        )
+    ) var lease: HumanDuration = HumanDuration(argument: "60s")!
+    @Option(name: .customLong("poll-interval-ms"), help: "Polling fallback when no NOTIFY arrives.") var pollIntervalMs:
+        Int = 1000
+    @Option(help: ArgumentHelp("Delete delivered jobs this long after delivery (e.g. 7d).", valueName: "duration"))
+    var retention: HumanDuration = HumanDuration(argument: "7d")!
+    @Option(name: .customLong("max-retries"), help: "Retries after the first attempt (priority 10: at most 2).")
+    var maxRetries: Int = 3
+    @Option(name: .customLong("base-delay-ms"), help: "First retry backoff (priority 10: doubled).") var baseDelayMs:
+        Int = 100
+    @Option(name: .customLong("max-delay-ms"), help: "Backoff cap before jitter (priority 10: doubled).")
+    var maxDelayMs: Int = 5000
     @Flag(name: .customLong("no-jitter"), help: "Turn off backoff jitter.") var noJitter = false
     @Option(help: "HTTP/2 connections per (environment, credential).") var connections: Int = 2
-    @Option(name: .customLong("request-timeout-ms"), help: "Deadline of one APNs request.") var requestTimeoutMs: Int = 10_000
-    @Option(name: .customLong("metrics-port"), help: "Port of /metrics (Prometheus), /healthz and /readyz; 0 picks a free one.") var metricsPort: Int = 9464
-    @Option(name: .customLong("metrics-host"), help: "Address the metrics and health endpoints listen on.") var metricsHost: String = "0.0.0.0"
+    @Option(name: .customLong("request-timeout-ms"), help: "Deadline of one APNs request.") var requestTimeoutMs: Int =
+        10_000
+    @Option(
+        name: .customLong("metrics-port"),
+        help: "Port of /metrics (Prometheus), /healthz and /readyz; 0 picks a free one."
+    ) var metricsPort: Int = 9464
+    @Option(name: .customLong("metrics-host"), help: "Address the metrics and health endpoints listen on.")
+    var metricsHost: String = "0.0.0.0"
     @Flag(name: .customLong("no-metrics"), help: "Do not serve /metrics, /healthz and /readyz.") var noMetrics = false
-    @Option(help: ArgumentHelp("apply: migrate the schema at start (under a lock). check: refuse to start unless a deploy step ran push-worker migrate.", valueName: "apply|check"))
+    @Option(
+        help: ArgumentHelp(
+            "apply: migrate the schema at start (under a lock). check: refuse to start unless a deploy step ran push-worker migrate.",
+            valueName: "apply|check"
+        )
+    )
     var migrations: MigrationMode = .apply
-    @Option(name: .customLong("shutdown-grace"), help: ArgumentHelp("How long in-flight sends may finish after SIGTERM.", valueName: "duration")) var shutdownGrace: HumanDuration = HumanDuration(argument: "20s")!
+    @Option(
+        name: .customLong("shutdown-grace"),
+        help: ArgumentHelp("How long in-flight sends may finish after SIGTERM.", valueName: "duration")
+    ) var shutdownGrace: HumanDuration = HumanDuration(argument: "20s")!
 
-    @Option(name: .customLong("credential-wait"), help: ArgumentHelp("How long a job whose credential no running worker has a key for waits before it is dead-lettered (MS028).", valueName: "duration")) var credentialWait: HumanDuration = HumanDuration(argument: "10m")!
-    @Option(name: .customLong("transport-budget"), help: "Unknown outcomes (connection lost mid-request, stream reset, deadline) a job may have before it is dead-lettered; they never use the job's attempts.") var transportBudget: Int = 10
+    @Option(
+        name: .customLong("credential-wait"),
+        help: ArgumentHelp(
+            "How long a job whose credential no running worker has a key for waits before it is dead-lettered (MS028).",
+            valueName: "duration"
+        )
+    ) var credentialWait: HumanDuration = HumanDuration(argument: "10m")!
+    @Option(
+        name: .customLong("transport-budget"),
+        help:
+            "Unknown outcomes (connection lost mid-request, stream reset, deadline) a job may have before it is dead-lettered; they never use the job's attempts."
+    ) var transportBudget: Int = 10
 
     func validate() throws {
         guard self.transportBudget >= 0 else { throw ValidationError("--transport-budget must be 0 or more") }
@@ -53,7 +87,9 @@ struct RunCommand: AsyncParsableCommand {
         guard self.batchSize >= 1 else { throw ValidationError("--batch-size must be at least 1") }
         guard self.connections >= 1 else { throw ValidationError("--connections must be at least 1") }
         guard self.lease.seconds * 1000 > self.requestTimeoutMs else {
-            throw ValidationError("--lease (\(self.lease.seconds)s) must be longer than --request-timeout-ms (\(self.requestTimeoutMs) ms), or live sends would be reclaimed")
+            throw ValidationError(
+                "--lease (\(self.lease.seconds)s) must be longer than --request-timeout-ms (\(self.requestTimeoutMs) ms), or live sends would be reclaimed"
+            )
         }
     }
 
@@ -63,35 +99,64 @@ struct RunCommand: AsyncParsableCommand {
         defer { startedCluster?.stop() }
         try await url.probe(logger: logger)
         if self.apns.hasKey {
-            try await self.serve(url: url, logger: logger) { store in try self.makeClient(logger: logger, simulator: nil, tokenStore: store) }
+            try await self.serve(url: url, logger: logger) { store in
+                try self.makeClient(logger: logger, simulator: nil, tokenStore: store)
+            }
             return
         }
         // No key: the built-in simulator, in this process, with a throwaway key.
-        let stateDirectory = URL(fileURLWithPath: self.database.dataDirectory).deletingLastPathComponent().appendingPathComponent("simulator").standardizedFileURL.path
+        let stateDirectory = URL(fileURLWithPath: self.database.dataDirectory).deletingLastPathComponent()
+            .appendingPathComponent("simulator").standardizedFileURL.path
         let credentials = try SimulatorCredentials.generate(in: stateDirectory)
-        let simulator = try APNsSimulator(configuration: .init(keys: [credentials.keyID: credentials.trustedKey], recordRequests: false), logger: logger)
+        let simulator = try APNsSimulator(
+            configuration: .init(keys: [credentials.keyID: credentials.trustedKey], recordRequests: false),
+            logger: logger
+        )
         let caPath = try simulator.writeCACertificate(to: (stateDirectory as NSString).appendingPathComponent("ca.pem"))
         try await simulator.run { simulator in
-            printError("no APNs key configured (APNS_KEY_PATH, APNS_KEY_ID, APNS_TEAM_ID): sending to the built-in APNs simulator at \(simulator.endpointURL); nothing reaches Apple")
-            let key = try SigningKey.load(teamID: credentials.teamID, keyID: credentials.keyID, path: credentials.keyPath)
+            printError(
+                "no APNs key configured (APNS_KEY_PATH, APNS_KEY_ID, APNS_TEAM_ID): sending to the built-in APNs simulator at \(simulator.endpointURL); nothing reaches Apple"
+            )
+            let key = try SigningKey.load(
+                teamID: credentials.teamID,
+                keyID: credentials.keyID,
+                path: credentials.keyPath
+            )
             try await self.serve(url: url, logger: logger) { _ in
                 // The throwaway key is new each run: a token shared from an earlier run would not verify.
-                try self.makeClient(logger: logger, simulator: (APNsEndpoint(host: "localhost", port: simulator.port), caPath, key), tokenStore: nil)
+                try self.makeClient(
+                    logger: logger,
+                    simulator: (APNsEndpoint(host: "localhost", port: simulator.port), caPath, key),
+                    tokenStore: nil
+                )
             }
         }
     }
 
-    func makeClient(logger: Logger, simulator: (APNsEndpoint, String, SigningKey)?, tokenStore: (any ProviderTokenStore)?) throws -> APNsClient {
-        var configuration = APNsClient.Configuration(connectionsPerPool: self.connections, requestTimeout: .milliseconds(self.requestTimeoutMs))
+    func makeClient(
+        logger: Logger,
+        simulator: (APNsEndpoint, String, SigningKey)?,
+        tokenStore: (any ProviderTokenStore)?
+    ) throws -> APNsClient {
+        var configuration = APNsClient.Configuration(
+            connectionsPerPool: self.connections,
+            requestTimeout: .milliseconds(self.requestTimeoutMs)
+        )
         if let (endpoint, caFile, key) = simulator {
             configuration.endpointOverride = endpoint
             configuration.caFile = caFile
-            return try APNsClient(configuration: configuration, credentials: ["default": key], tokenStore: tokenStore, logger: logger)
+            return try APNsClient(
+                configuration: configuration,
+                credentials: ["default": key],
+                tokenStore: tokenStore,
+                logger: logger
+            )
         }
         return try self.apns.makeClient(logger: logger, base: configuration, tokenStore: tokenStore)
     }
 
-    func serve(url: DatabaseURL, logger: Logger, makeClient: (any ProviderTokenStore) throws -> APNsClient) async throws {
+    func serve(url: DatabaseURL, logger: Logger, makeClient: (any ProviderTokenStore) throws -> APNsClient) async throws
+    {
         var postgres = url.clientConfiguration
         postgres.options.maximumConnections = 8
         // The pool warns once if a query is queued before its run() is scheduled (harmless); query
@@ -102,9 +167,18 @@ struct RunCommand: AsyncParsableCommand {
         let client = PostgresClient(configuration: postgres, backgroundLogger: poolLogger)
         let workerID = self.workerID ?? "\(ProcessInfo.processInfo.hostName)-\(getpid())"
         var configuration = WorkerConfiguration(
-            workerID: workerID, concurrency: self.concurrency, batchSize: self.batchSize, lease: self.lease.duration,
-            pollInterval: .milliseconds(self.pollIntervalMs), retention: self.retention.duration,
-            retry: .init(maxRetries: self.maxRetries, baseDelay: .milliseconds(self.baseDelayMs), maxDelay: .milliseconds(self.maxDelayMs), jitter: !self.noJitter),
+            workerID: workerID,
+            concurrency: self.concurrency,
+            batchSize: self.batchSize,
+            lease: self.lease.duration,
+            pollInterval: .milliseconds(self.pollIntervalMs),
+            retention: self.retention.duration,
+            retry: .init(
+                maxRetries: self.maxRetries,
+                baseDelay: .milliseconds(self.baseDelayMs),
+                maxDelay: .milliseconds(self.maxDelayMs),
+                jitter: !self.noJitter
+            ),
             shutdownGrace: self.shutdownGrace.duration
         )
         configuration.credentialWait = self.credentialWait.duration
@@ -127,7 +201,13 @@ struct RunCommand: AsyncParsableCommand {
                 let apnsClient = try makeClient(ProviderTokenTable(client: client, logger: logger))
                 var configuration = configuration
                 configuration.credentials = apnsClient.credentialNames
-                let service = PushWorkerService(configuration: configuration, queue: JobQueue(client: client, logger: logger), client: apnsClient, listenerConfiguration: listener, logger: logger)
+                let service = PushWorkerService(
+                    configuration: configuration,
+                    queue: JobQueue(client: client, logger: logger),
+                    client: apnsClient,
+                    listenerConfiguration: listener,
+                    logger: logger
+                )
                 let signals = TerminationSignals()
                 group.addTask {
                     var received = 0
@@ -145,7 +225,9 @@ struct RunCommand: AsyncParsableCommand {
                 }
                 if let registry {
                     let health = HealthServer(
-                        host: self.metricsHost, port: self.metricsPort, isReady: { service.isReady },
+                        host: self.metricsHost,
+                        port: self.metricsPort,
+                        isReady: { service.isReady },
                         metrics: {
                             service.recordReadiness()
                             return registry.emitToBuffer()
@@ -155,10 +237,14 @@ struct RunCommand: AsyncParsableCommand {
                     let host = self.metricsHost
                     group.addTask {
                         do {
-                            try await health.run { port in writeLine("metrics and health on http://\(host):\(port) (/metrics, /healthz, /readyz)") }
+                            try await health.run { port in
+                                writeLine("metrics and health on http://\(host):\(port) (/metrics, /healthz, /readyz)")
+                            }
                         } catch is CancellationError {
                         } catch {
-                            logger.error("could not serve metrics and health: \(error); use --metrics-port to pick another port or --no-metrics")
+                            logger.error(
+                                "could not serve metrics and health: \(error); use --metrics-port to pick another port or --no-metrics"
+                            )
                         }
                     }
                 }
@@ -169,7 +255,13 @@ struct RunCommand: AsyncParsableCommand {
                 await service.run()
                 await apnsClient.shutdown()
                 let counters = service.counters
-                logger.notice("drained", metadata: ["push.delivered": "\(counters.delivered)", "push.retried": "\(counters.retried)", "push.dead": "\(counters.dead)"])
+                logger.notice(
+                    "drained",
+                    metadata: [
+                        "push.delivered": "\(counters.delivered)", "push.retried": "\(counters.retried)",
+                        "push.dead": "\(counters.dead)",
+                    ]
+                )
                 return .success(())
             } catch {
                 return .failure(error)

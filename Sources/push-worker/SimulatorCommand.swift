@@ -17,28 +17,70 @@ struct SimulatorCommand: AsyncParsableCommand {
 
     @Option(help: "Address to listen on.") var host: String = "127.0.0.1"
     @Option(help: "Port to listen on (0 picks a free one).") var port: Int = 2197
-    @Option(name: .customLong("state-dir"), help: ArgumentHelp("Where the CA certificate and the signing key are written.", valueName: "path"))
+    @Option(
+        name: .customLong("state-dir"),
+        help: ArgumentHelp("Where the CA certificate and the signing key are written.", valueName: "path")
+    )
     var stateDirectory: String = ".pushworker/simulator"
-    @Option(name: .customLong("tls-name"), help: ArgumentHelp("A host name clients use to reach it (besides localhost), added to its TLS certificate; repeatable.", valueName: "name"))
+    @Option(
+        name: .customLong("tls-name"),
+        help: ArgumentHelp(
+            "A host name clients use to reach it (besides localhost), added to its TLS certificate; repeatable.",
+            valueName: "name"
+        )
+    )
     var tlsNames: [String] = []
     @Flag(help: "Answer every request 200 at once, with no checks (benchmarks).") var fast = false
-    @Option(name: .customLong("goaway-every"), help: ArgumentHelp("Every Nth request, send GOAWAY with a last-stream-id below most streams in flight; answer the lower ones, never the higher, close after 2 s (as Apple may).", valueName: "n"))
+    @Option(
+        name: .customLong("goaway-every"),
+        help: ArgumentHelp(
+            "Every Nth request, send GOAWAY with a last-stream-id below most streams in flight; answer the lower ones, never the higher, close after 2 s (as Apple may).",
+            valueName: "n"
+        )
+    )
     var goAwayEvery: Int?
-    @Option(name: .customLong("drop-every"), help: ArgumentHelp("Every Nth request, drop the TCP connection without GOAWAY.", valueName: "n"))
+    @Option(
+        name: .customLong("drop-every"),
+        help: ArgumentHelp("Every Nth request, drop the TCP connection without GOAWAY.", valueName: "n")
+    )
     var dropEvery: Int?
-    @Option(name: .customLong("reset-share"), help: ArgumentHelp("Share of first attempts (by apns-id) answered RST_STREAM INTERNAL_ERROR, 0 to 1.", valueName: "share"))
+    @Option(
+        name: .customLong("reset-share"),
+        help: ArgumentHelp(
+            "Share of first attempts (by apns-id) answered RST_STREAM INTERNAL_ERROR, 0 to 1.",
+            valueName: "share"
+        )
+    )
     var resetShare: Double = 0
-    @Option(name: .customLong("throttle-share"), help: ArgumentHelp("Share of requests answered 429 TooManyRequests, 0 to 1.", valueName: "share"))
+    @Option(
+        name: .customLong("throttle-share"),
+        help: ArgumentHelp("Share of requests answered 429 TooManyRequests, 0 to 1.", valueName: "share")
+    )
     var throttleShare: Double = 0
-    @Option(name: .customLong("error-share"), help: ArgumentHelp("Share of requests answered 500 or 503, 0 to 1.", valueName: "share"))
+    @Option(
+        name: .customLong("error-share"),
+        help: ArgumentHelp("Share of requests answered 500 or 503, 0 to 1.", valueName: "share")
+    )
     var errorShare: Double = 0
-    @Option(name: .customLong("latency-ms"), help: ArgumentHelp("Add this much latency to a share of answers (--slow-share).", valueName: "ms"))
+    @Option(
+        name: .customLong("latency-ms"),
+        help: ArgumentHelp("Add this much latency to a share of answers (--slow-share).", valueName: "ms")
+    )
     var latencyMs: Int = 300
-    @Option(name: .customLong("slow-share"), help: ArgumentHelp("Share of requests answered after --latency-ms, 0 to 1.", valueName: "share"))
+    @Option(
+        name: .customLong("slow-share"),
+        help: ArgumentHelp("Share of requests answered after --latency-ms, 0 to 1.", valueName: "share")
+    )
     var slowShare: Double = 0
-    @Option(help: ArgumentHelp("Seed of the fault mix, printed at start: the same seed replays the same schedule.", valueName: "n"))
+    @Option(
+        help: ArgumentHelp(
+            "Seed of the fault mix, printed at start: the same seed replays the same schedule.",
+            valueName: "n"
+        )
+    )
     var seed: UInt64?
-    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.") var logLevel: String = "info"
+    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
+    var logLevel: String = "info"
 
     func run() async throws {
         var logger = Logger(label: "push-worker.simulator")
@@ -48,9 +90,20 @@ struct SimulatorCommand: AsyncParsableCommand {
         // ca.pem appears once this run's key and CA are in place: a health check can wait for it.
         try? FileManager.default.removeItem(atPath: caPath)
         let credentials = try SimulatorCredentials.generate(in: directory)
-        var configuration = APNsSimulator.Configuration(host: self.host, port: self.port, keys: [credentials.keyID: credentials.trustedKey], fastMode: self.fast, recordRequests: false)
-        for (name, share) in [("--reset-share", self.resetShare), ("--throttle-share", self.throttleShare), ("--error-share", self.errorShare), ("--slow-share", self.slowShare)] {
-            guard (0...1).contains(share) else { throw ValidationError("\(name) must be between 0 and 1 (a share of requests), not \(share)") }
+        var configuration = APNsSimulator.Configuration(
+            host: self.host,
+            port: self.port,
+            keys: [credentials.keyID: credentials.trustedKey],
+            fastMode: self.fast,
+            recordRequests: false
+        )
+        for (name, share) in [
+            ("--reset-share", self.resetShare), ("--throttle-share", self.throttleShare),
+            ("--error-share", self.errorShare), ("--slow-share", self.slowShare),
+        ] {
+            guard (0...1).contains(share) else {
+                throw ValidationError("\(name) must be between 0 and 1 (a share of requests), not \(share)")
+            }
         }
         configuration.faults.goAwayEvery = self.goAwayEvery
         configuration.faults.dropEvery = self.dropEvery
@@ -61,13 +114,16 @@ struct SimulatorCommand: AsyncParsableCommand {
         configuration.faults.slowLatency = .milliseconds(self.latencyMs)
         let seed = self.seed ?? UInt64.random(in: 1...UInt64(Int64.max))
         configuration.faults.seed = seed
-        if configuration.faults.isActive { printError("simulator fault mix on, seed \(seed) (--seed \(seed) replays it)") }
+        if configuration.faults.isActive {
+            printError("simulator fault mix on, seed \(seed) (--seed \(seed) replays it)")
+        }
         configuration.tlsNames = self.tlsNames
         let simulator = try APNsSimulator(configuration: configuration, logger: logger)
         let fast = self.fast
         try await simulator.run { simulator in
             try simulator.writeCACertificate(to: caPath)
-            writeLine("""
+            writeLine(
+                """
                 APNs simulator listening on \(simulator.endpointURL) (\(fast ? "fast mode: every request 200, no checks" : "faithful mode"))
                   CA certificate  \(caPath)
                   signing key     \(credentials.keyPath)   team \(credentials.teamID)   key \(credentials.keyID)
@@ -76,7 +132,8 @@ struct SimulatorCommand: AsyncParsableCommand {
                   APNS_KEY_PATH=\(credentials.keyPath) APNS_TEAM_ID=\(credentials.teamID) APNS_KEY_ID=\(credentials.keyID) \\
                     push-worker run --apns-endpoint \(simulator.endpointURL) --apns-ca-file \(caPath)
                 Stop with Ctrl-C.
-                """)
+                """
+            )
             await waitForTerminationSignal()
             print("simulator stopping")
         }
@@ -103,7 +160,7 @@ final class TerminationSignals: @unchecked Sendable {  // sources are only cance
         self.sources = sources
     }
 
-    deinit { self.sources.forEach { $0.cancel() } }
+    deinit { for source in self.sources { source.cancel() } }
 }
 
 /// Returns when the process receives SIGINT or SIGTERM.

@@ -19,7 +19,9 @@ struct StatsCommand: AsyncParsableCommand {
                 return
             }
             let states = stats.byState
-            print("jobs          pending \(states["pending"] ?? 0) (due now \(stats.pendingDue))   running \(states["running"] ?? 0)   delivered \(states["delivered"] ?? 0)")
+            print(
+                "jobs          pending \(states["pending"] ?? 0) (due now \(stats.pendingDue))   running \(states["running"] ?? 0)   delivered \(states["delivered"] ?? 0)"
+            )
             print("oldest due    \(stats.pendingDue == 0 ? "-" : formatSeconds(stats.oldestPendingAgeSeconds))")
             print("last minute   delivered \(stats.deliveredLastMinute)   dead-lettered \(stats.deadLastMinute)")
             print("dead letters  \(stats.deadLetters)")

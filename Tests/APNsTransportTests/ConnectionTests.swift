@@ -1,8 +1,9 @@
 import APNsSimulator
-@testable import APNsTransport
 import Foundation
 import PushCore
 import Testing
+
+@testable import APNsTransport
 
 @Suite("Connections: stream limits, sharing, GOAWAY and drops")
 struct ConnectionTests {
@@ -11,7 +12,9 @@ struct ConnectionTests {
         await withTaskGroup(of: (Int, Result<APNsResponse, any Error>).self) { group in
             for (index, token) in tokens.enumerated() {
                 group.addTask {
-                    do { return (index, .success(try await f.send(try Fixture.alert(token)))) } catch { return (index, .failure(error)) }
+                    do { return (index, .success(try await f.send(try Fixture.alert(token)))) } catch {
+                        return (index, .failure(error))
+                    }
                 }
             }
             var results = [Result<APNsResponse, any Error>?](repeating: nil, count: tokens.count)
@@ -20,7 +23,9 @@ struct ConnectionTests {
         }
     }
 
-    @Test("one stream until the first authenticated success, then the peer's SETTINGS; parallel sends share one connection")
+    @Test(
+        "one stream until the first authenticated success, then the peer's SETTINGS; parallel sends share one connection"
+    )
     func streamLimitWidens() async throws {
         try await Fixture.run(simulator: { $0.authenticatedMaxStreams = 500 }) { f in
             let slow = (0..<8).map { _ in Fixture.token() }
@@ -29,11 +34,16 @@ struct ConnectionTests {
             let first = await burst(f, slow)
             #expect(first.allSatisfy { (try? $0.get().status) == 200 })
             let arrivals = f.simulator.requests.map(\.receivedAt).sorted()
-            #expect(arrivals[1].timeIntervalSince(arrivals[0]) >= 0.14, "the second request waited for the first answer")
+            #expect(
+                arrivals[1].timeIntervalSince(arrivals[0]) >= 0.14,
+                "the second request waited for the first answer"
+            )
             #expect(f.simulator.maxConcurrentStreamsSeen >= 2, "after it, the others went out together")
 
             // Authenticated: the limit is the simulator's SETTINGS value, and a burst runs in parallel.
-            let pool = f.client.pool(for: .init(endpoint: APNsEndpoint(host: "localhost", port: f.simulator.port), credential: "default"))
+            let pool = f.client.pool(
+                for: .init(endpoint: APNsEndpoint(host: "localhost", port: f.simulator.port), credential: "default")
+            )
             let connection = try await pool.connection()
             #expect(connection.limiter.limit == 500)
             f.simulator.resetStreamHighWater()
@@ -52,7 +62,9 @@ struct ConnectionTests {
             #expect(try await f.send(try Fixture.alert(Fixture.token())).status == 200)
             f.simulator.announceMaxConcurrentStreams(2)
             // Let the SETTINGS frame arrive before the burst.
-            let pool = f.client.pool(for: .init(endpoint: APNsEndpoint(host: "localhost", port: f.simulator.port), credential: "default"))
+            let pool = f.client.pool(
+                for: .init(endpoint: APNsEndpoint(host: "localhost", port: f.simulator.port), credential: "default")
+            )
             let connection = try await pool.connection()
             for _ in 0..<200 where connection.limiter.limit != 2 { try await Task.sleep(for: .milliseconds(5)) }
             #expect(connection.limiter.limit == 2)
@@ -78,7 +90,10 @@ struct ConnectionTests {
             let poisoned: Result<APNsResponse, any Error>
             do { poisoned = .success(try await f.send(try Fixture.alert(poison))) } catch { poisoned = .failure(error) }
             let others = await results
-            #expect(others.allSatisfy { (try? $0.get().status) == 200 }, "every other request delivered: \(others.compactMap { if case .failure(let e) = $0 { "\(e)" } else { nil } })")
+            #expect(
+                others.allSatisfy { (try? $0.get().status) == 200 },
+                "every other request delivered: \(others.compactMap { if case .failure(let e) = $0 { "\(e)" } else { nil } })"
+            )
             // The request that triggers GOAWAY every time is never processed: after its resends (and the
             // reconnect backoff a peer that never lets a request succeed earns) it comes back as not
             // processed or unreachable, which the worker requeues uncounted.
@@ -102,7 +117,8 @@ struct ConnectionTests {
             async let results = burst(f, tokens)
             // Drop only once the whole burst is in flight at the simulator.
             let inFlight = Set(tokens)
-            for _ in 0..<500 where f.simulator.requests.filter({ inFlight.contains($0.deviceToken ?? "") }).count < tokens.count {
+            for _ in 0..<500
+            where f.simulator.requests.filter({ inFlight.contains($0.deviceToken ?? "") }).count < tokens.count {
                 try await Task.sleep(for: .milliseconds(5))
             }
             _ = try? await f.send(try Fixture.alert(dropper))
@@ -116,7 +132,10 @@ struct ConnectionTests {
                     #expect(APNsVerdict.classify(status: nil, reason: transport.reason).responseClass == .retryable)
                 }
             }
-            #expect(outcomes.contains { if case .failure = $0 { true } else { false } }, "the drop cut some in-flight requests")
+            #expect(
+                outcomes.contains { if case .failure = $0 { true } else { false } },
+                "the drop cut some in-flight requests"
+            )
             #expect(try await f.send(try Fixture.alert(Fixture.token())).status == 200)
             #expect(f.simulator.connectionsAccepted == 2)
         }
@@ -141,9 +160,14 @@ struct ConnectionTests {
 
 @Suite("Connections against a hostile peer")
 struct HostilePeerTests {
-    @Test("a peer that accepts and at once sends GOAWAY gets reconnect backoff, not a TLS handshake per request; the request comes back not processed")
+    @Test(
+        "a peer that accepts and at once sends GOAWAY gets reconnect backoff, not a TLS handshake per request; the request comes back not processed"
+    )
     func immediateGoAway() async throws {
-        try await Fixture.run(simulator: { $0.faults.goAwayEvery = 1; $0.faults.goAwayGrace = .milliseconds(100) }) { f in
+        try await Fixture.run(simulator: {
+            $0.faults.goAwayEvery = 1
+            $0.faults.goAwayGrace = .milliseconds(100)
+        }) { f in
             let started = ContinuousClock.now
             var faults: [TransportFault] = []
             while ContinuousClock.now - started < .seconds(3) {
@@ -155,10 +179,15 @@ struct HostilePeerTests {
                 }
             }
             let connections = f.simulator.connectionsAccepted
-            print("immediate GOAWAY for 3 s: \(connections) connections, \(faults.count) sends given back (\(Set(faults.map(\.rawValue)).sorted()))")
+            print(
+                "immediate GOAWAY for 3 s: \(connections) connections, \(faults.count) sends given back (\(Set(faults.map(\.rawValue)).sorted()))"
+            )
             // Backoff 1 s, 2 s: at most a handful of connects in 3 s (before: one per request, hundreds).
             #expect(connections <= 4)
-            #expect(faults.allSatisfy { $0 == .notProcessed || $0 == .unreachable }, "never an unknown outcome: nothing was processed")
+            #expect(
+                faults.allSatisfy { $0 == .notProcessed || $0 == .unreachable },
+                "never an unknown outcome: nothing was processed"
+            )
         }
     }
 }

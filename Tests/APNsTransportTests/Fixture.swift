@@ -1,9 +1,11 @@
 import APNsSimulator
-@testable import APNsTransport
 import Crypto
 import Foundation
 import Logging
 import PushCore
+import Synchronization
+
+@testable import APNsTransport
 
 /// A simulator over real TLS with one trusted key, and a client pointed at it.
 struct Fixture: Sendable {
@@ -28,20 +30,31 @@ struct Fixture: Sendable {
         _ body: @Sendable (Fixture) async throws -> T
     ) async throws -> T {
         let key = SigningKey(teamID: teamID, keyID: keyID, privateKey: P256.Signing.PrivateKey())
-        var configuration = APNsSimulator.Configuration(keys: [keyID: .init(teamID: teamID, publicKey: key.privateKey.publicKey)])
+        var configuration = APNsSimulator.Configuration(keys: [
+            keyID: .init(teamID: teamID, publicKey: key.privateKey.publicKey)
+        ])
         configure(&configuration)
         let simulator = try APNsSimulator(configuration: configuration, logger: logger)
         return try await simulator.run { simulator in
-            let caFile = FileManager.default.temporaryDirectory.appendingPathComponent("sim-ca-\(UUID().uuidString).pem").path
+            let caFile = FileManager.default.temporaryDirectory.appendingPathComponent(
+                "sim-ca-\(UUID().uuidString).pem"
+            ).path
             try simulator.writeCACertificate(to: caFile)
             defer { try? FileManager.default.removeItem(atPath: caFile) }
             var clientConfiguration = APNsClient.Configuration(
-                endpointOverride: APNsEndpoint(host: "localhost", port: simulator.port), caFile: caFile,
-                connectionsPerPool: 1, requestTimeout: .seconds(5)
+                endpointOverride: APNsEndpoint(host: "localhost", port: simulator.port),
+                caFile: caFile,
+                connectionsPerPool: 1,
+                requestTimeout: .seconds(5)
             )
             configureClient(&clientConfiguration)
             let caches = tokenCache.map { ["default": $0(key)] } ?? [:]
-            let client = try APNsClient(configuration: clientConfiguration, credentials: ["default": key], tokenCaches: caches, logger: logger)
+            let client = try APNsClient(
+                configuration: clientConfiguration,
+                credentials: ["default": key],
+                tokenCaches: caches,
+                logger: logger
+            )
             do {
                 let result = try await body(Fixture(simulator: simulator, client: client, key: key))
                 await client.shutdown()
@@ -60,10 +73,25 @@ struct Fixture: Sendable {
     }
 
     /// The request for a plain alert to `token`.
-    static func alert(_ token: String, apnsID: UUID = UUID(), pushType: String = "alert", priority: Int? = nil,
-                      payload: String = #"{"aps":{"alert":"hello"}}"#) throws -> APNsRequest {
-        try RequestBuilder.describe(PushJob(id: 1, apnsID: apnsID, topic: "com.example.app", deviceToken: token, payload: payload,
-                                            pushType: pushType, priority: priority, environment: "development"))
+    static func alert(
+        _ token: String,
+        apnsID: UUID = UUID(),
+        pushType: String = "alert",
+        priority: Int? = nil,
+        payload: String = #"{"aps":{"alert":"hello"}}"#
+    ) throws -> APNsRequest {
+        try RequestBuilder.describe(
+            PushJob(
+                id: 1,
+                apnsID: apnsID,
+                topic: "com.example.app",
+                deviceToken: token,
+                payload: payload,
+                pushType: pushType,
+                priority: priority,
+                environment: "development"
+            )
+        )
     }
 
     func send(_ request: APNsRequest) async throws -> APNsResponse {
@@ -77,5 +105,3 @@ final class ManualClock: Sendable {
     func advance(by seconds: TimeInterval) { self.offset.withLock { $0 += seconds } }
     var now: Date { Date().addingTimeInterval(self.offset.withLock { $0 }) }
 }
-
-import Synchronization

@@ -12,22 +12,34 @@ struct InteropTests {
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("Interop/httpx_apns_client.py").path
         let probe = try ChildProcess.run("/usr/bin/env", ["python3", "-c", "import httpx, h2, cryptography"])
-        try #require(probe.status == 0, "python3 with httpx[http2] and cryptography is needed: pip install 'httpx[http2]' cryptography (.ci/run installs them)")
+        try #require(
+            probe.status == 0,
+            "python3 with httpx[http2] and cryptography is needed: pip install 'httpx[http2]' cryptography (.ci/run installs them)"
+        )
 
         try await Fixture.run { f in
-            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("interop-\(UUID().uuidString)")
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+                "interop-\(UUID().uuidString)"
+            )
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             defer { try? FileManager.default.removeItem(at: directory) }
             let ca = try f.simulator.writeCACertificate(to: directory.appendingPathComponent("ca.pem").path)
             let keyPath = directory.appendingPathComponent("key.p8").path
-            FileManager.default.createFile(atPath: keyPath, contents: Data(f.key.privateKey.pemRepresentation.utf8), attributes: [.posixPermissions: 0o600])
+            FileManager.default.createFile(
+                atPath: keyPath,
+                contents: Data(f.key.privateKey.pemRepresentation.utf8),
+                attributes: [.posixPermissions: 0o600]
+            )
 
             let gone = Fixture.token()
             f.simulator.script(gone, .unregistered(timestampMs: 1_700_000_000_123))
-            let result = try ChildProcess.run("/usr/bin/env", [
-                "python3", script, "--url", "https://localhost:\(f.simulator.port)", "--ca", ca, "--key", keyPath,
-                "--team", Fixture.teamID, "--key-id", Fixture.keyID, "--token", Fixture.token(), "--token", gone,
-            ])
+            let result = try ChildProcess.run(
+                "/usr/bin/env",
+                [
+                    "python3", script, "--url", "https://localhost:\(f.simulator.port)", "--ca", ca, "--key", keyPath,
+                    "--team", Fixture.teamID, "--key-id", Fixture.keyID, "--token", Fixture.token(), "--token", gone,
+                ]
+            )
             try #require(result.status == 0, "httpx client failed: \(result.output)")
             let lines = try result.output.split(separator: "\n").filter { $0.hasPrefix("{") }.map {
                 try #require(try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])

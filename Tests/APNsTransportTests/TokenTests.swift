@@ -1,10 +1,11 @@
 import APNsSimulator
-@testable import APNsTransport
 import Crypto
 import Foundation
 import PushCore
 import Synchronization
 import Testing
+
+@testable import APNsTransport
 
 @Suite("Provider tokens and signing keys")
 struct TokenTests {
@@ -25,7 +26,12 @@ struct TokenTests {
         #expect(String(decoding: decode(parts[1]), as: UTF8.self) == #"{"iss":"TEAM123456","iat":1800000000}"#)
         let signature = decode(parts[2])
         #expect(signature.count == 64)
-        #expect(Self.key.privateKey.publicKey.isValidSignature(try P256.Signing.ECDSASignature(rawRepresentation: signature), for: Data((parts[0] + "." + parts[1]).utf8)))
+        #expect(
+            Self.key.privateKey.publicKey.isValidSignature(
+                try P256.Signing.ECDSASignature(rawRepresentation: signature),
+                for: Data((parts[0] + "." + parts[1]).utf8)
+            )
+        )
     }
 
     @Test("reused within its window, re-minted after it; a replacement happens once and never within 20 minutes")
@@ -94,7 +100,10 @@ struct TokenTests {
     @Test("ExpiredProviderToken under concurrency: one re-mint, every request then delivered")
     func expiredProviderToken() async throws {
         try await Fixture.run(
-            simulator: { $0.tokenMaxAge = 3; $0.minimumTokenRefresh = 1 },
+            simulator: {
+                $0.tokenMaxAge = 3
+                $0.minimumTokenRefresh = 1
+            },
             tokenCache: { ProviderTokenCache(key: $0, configuration: .init(reuseFor: 3600, minimumRefreshInterval: 1)) }
         ) { f in
             #expect(try await f.send(try Fixture.alert(Fixture.token())).status == 200)
@@ -135,14 +144,25 @@ struct TokenTests {
         #expect(!"\(loaded)".contains("PRIVATE"))
 
         func failure(_ path: String) -> String {
-            do { _ = try SigningKey.load(teamID: "TEAM123456", keyID: "KEY1234567", path: path); return "" } catch { return "\(error)" }
+            do {
+                _ = try SigningKey.load(teamID: "TEAM123456", keyID: "KEY1234567", path: path)
+                return ""
+            } catch { return "\(error)" }
         }
         let open = directory.appendingPathComponent("open.p8").path
         FileManager.default.createFile(atPath: open, contents: Data(pem.utf8), attributes: [.posixPermissions: 0o644])
         let notKey = directory.appendingPathComponent("cert.p8").path
-        FileManager.default.createFile(atPath: notKey, contents: Data("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".utf8), attributes: [.posixPermissions: 0o600])
+        FileManager.default.createFile(
+            atPath: notKey,
+            contents: Data("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".utf8),
+            attributes: [.posixPermissions: 0o600]
+        )
         let rsaLike = directory.appendingPathComponent("garbage.p8").path
-        FileManager.default.createFile(atPath: rsaLike, contents: Data("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n".utf8), attributes: [.posixPermissions: 0o600])
+        FileManager.default.createFile(
+            atPath: rsaLike,
+            contents: Data("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n".utf8),
+            attributes: [.posixPermissions: 0o600]
+        )
 
         let missing = failure(directory.appendingPathComponent("nope.p8").path)
         #expect(missing.contains("does not exist") && missing.contains("nope.p8"))
@@ -161,13 +181,30 @@ struct ChannelTests {
     @Test("create, list, broadcast to, and delete a channel")
     func lifecycle() async throws {
         try await Fixture.run { f in
-            let id = try await f.client.createChannel(bundleID: "com.example.app", environment: .development, credential: "default", storage: .noStorage)
+            let id = try await f.client.createChannel(
+                bundleID: "com.example.app",
+                environment: .development,
+                credential: "default",
+                storage: .noStorage
+            )
             #expect(Data(base64Encoded: id) != nil)
-            #expect(try await f.client.listChannels(bundleID: "com.example.app", environment: .development, credential: "default") == [id])
+            #expect(
+                try await f.client.listChannels(
+                    bundleID: "com.example.app",
+                    environment: .development,
+                    credential: "default"
+                ) == [id]
+            )
 
-            let job = PushJob(id: 9, apnsID: UUID(), topic: "com.example.app", channelID: id,
-                              payload: #"{"aps":{"timestamp":1800000000,"event":"update","content-state":{"score":"2-1"}}}"#,
-                              pushType: "liveactivity", environment: "development")
+            let job = PushJob(
+                id: 9,
+                apnsID: UUID(),
+                topic: "com.example.app",
+                channelID: id,
+                payload: #"{"aps":{"timestamp":1800000000,"event":"update","content-state":{"score":"2-1"}}}"#,
+                pushType: "liveactivity",
+                environment: "development"
+            )
             let sent = try await f.send(try RequestBuilder.describe(job))
             #expect(sent.status == 200)
             let recorded = try #require(f.simulator.requests.last)
@@ -175,13 +212,29 @@ struct ChannelTests {
             #expect(recorded.headers["apns-topic"] == nil)
             #expect(recorded.headers["apns-channel-id"] == id)
 
-            try await f.client.deleteChannel(id, bundleID: "com.example.app", environment: .development, credential: "default")
-            #expect(try await f.client.listChannels(bundleID: "com.example.app", environment: .development, credential: "default").isEmpty)
+            try await f.client.deleteChannel(
+                id,
+                bundleID: "com.example.app",
+                environment: .development,
+                credential: "default"
+            )
+            #expect(
+                try await f.client.listChannels(
+                    bundleID: "com.example.app",
+                    environment: .development,
+                    credential: "default"
+                ).isEmpty
+            )
             let afterDelete = try await f.send(try RequestBuilder.describe(job))
             #expect(afterDelete.reason == "ChannelNotRegistered")
             #expect(afterDelete.verdict.trapID == .channel)
             await #expect(throws: ChannelManagementError.self) {
-                try await f.client.deleteChannel(id, bundleID: "com.example.app", environment: .development, credential: "default")
+                try await f.client.deleteChannel(
+                    id,
+                    bundleID: "com.example.app",
+                    environment: .development,
+                    credential: "default"
+                )
             }
         }
     }

@@ -1,8 +1,9 @@
 import APNsSimulator
-@testable import APNsTransport
 import Foundation
 import PushCore
 import Testing
+
+@testable import APNsTransport
 
 @Suite("APNs transport against the simulator over real TLS and HTTP/2")
 struct TransportTests {
@@ -32,10 +33,14 @@ struct TransportTests {
     @Test("each push type reaches APNs with its topic suffix and default priority")
     func wireShapePerPushType() async throws {
         try await Fixture.run { f in
-            for (pushType, suffix, priority) in [("background", "", "5"), ("voip", ".voip", "10"), ("complication", ".complication", "10"),
-                                                 ("location", ".location-query", "10"), ("pushtotalk", ".voip-ptt", "10"),
-                                                 ("widgets", ".push-type.widgets", "10"), ("fileprovider", ".pushkit.fileprovider", "10")] {
-                let response = try await f.send(try Fixture.alert(Fixture.token(), pushType: pushType, payload: #"{"aps":{"content-available":1}}"#))
+            for (pushType, suffix, priority) in [
+                ("background", "", "5"), ("voip", ".voip", "10"), ("complication", ".complication", "10"),
+                ("location", ".location-query", "10"), ("pushtotalk", ".voip-ptt", "10"),
+                ("widgets", ".push-type.widgets", "10"), ("fileprovider", ".pushkit.fileprovider", "10"),
+            ] {
+                let response = try await f.send(
+                    try Fixture.alert(Fixture.token(), pushType: pushType, payload: #"{"aps":{"content-available":1}}"#)
+                )
                 #expect(response.status == 200, "\(pushType): \(response.reason ?? "")")
                 let recorded = try #require(f.simulator.requests.last)
                 #expect(recorded.headers["apns-topic"] == "com.example.app" + suffix)
@@ -44,7 +49,9 @@ struct TransportTests {
         }
     }
 
-    @Test("scripted answers come back classified; 410 carries its exact millisecond timestamp; unknown reasons stay raw")
+    @Test(
+        "scripted answers come back classified; 410 carries its exact millisecond timestamp; unknown reasons stay raw"
+    )
     func classifiedAnswers() async throws {
         try await Fixture.run { f in
             let cases: [(SimulatorBehaviour, Int, String?, APNsResponseClass, String?)] = [
@@ -76,7 +83,11 @@ struct TransportTests {
             var request = try Fixture.alert(Fixture.token())
             request.headers = request.headers.map { $0.name == "apns-topic" ? ($0.name, "com.example.app.voip") : $0 }
             #expect(try await f.send(request).reason == "BadTopic")
-            request = try Fixture.alert(Fixture.token(), pushType: "background", payload: #"{"aps":{"content-available":1}}"#)
+            request = try Fixture.alert(
+                Fixture.token(),
+                pushType: "background",
+                payload: #"{"aps":{"content-available":1}}"#
+            )
             request.headers = request.headers.map { $0.name == "apns-priority" ? ($0.name, "10") : $0 }
             #expect(try await f.send(request).reason == "BadPriority")
             request = try Fixture.alert(Fixture.token())

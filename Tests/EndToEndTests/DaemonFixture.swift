@@ -18,16 +18,21 @@ struct DaemonFixture: Sendable {
 
     /// The push-worker executable next to the test bundle.
     static var binary: String {
-        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("push-worker").path
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("push-worker")
+            .path
     }
 
     static func run<T: Sendable>(
         simulator configure: @Sendable (inout APNsSimulator.Configuration) -> Void = { _ in },
         _ body: @Sendable (DaemonFixture) async throws -> T
     ) async throws -> T {
-        try #require(FileManager.default.isExecutableFile(atPath: binary), "build the push-worker executable first (swift build)")
+        try #require(
+            FileManager.default.isExecutableFile(atPath: binary),
+            "build the push-worker executable first (swift build)"
+        )
         return try await TestPostgres.withDatabase { db in
-            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("e2e-\(UUID().uuidString)").path
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("e2e-\(UUID().uuidString)")
+                .path
             let credentials = try SimulatorCredentials.generate(in: directory)
             var configuration = APNsSimulator.Configuration(keys: [credentials.keyID: credentials.trustedKey])
             configure(&configuration)
@@ -37,27 +42,50 @@ struct DaemonFixture: Sendable {
             defer { try? FileManager.default.removeItem(atPath: directory) }
             return try await simulator.run { simulator in
                 let caFile = try simulator.writeCACertificate(to: directory + "/ca.pem")
-                return try await body(DaemonFixture(db: db, simulator: simulator, directory: directory, caFile: caFile, keyPath: credentials.keyPath, credentials: credentials))
+                return try await body(
+                    DaemonFixture(
+                        db: db,
+                        simulator: simulator,
+                        directory: directory,
+                        caFile: caFile,
+                        keyPath: credentials.keyPath,
+                        credentials: credentials
+                    )
+                )
             }
         }
     }
 
     /// Starts `push-worker run` with fast test timings; `extra` overrides them.
-    func startWorker(_ name: String = "w1", _ extra: [String] = [], environment more: [String: String] = [:]) throws -> ChildProcess.Running {
-        let arguments = [
-            "run", "--worker-id", name, "--apns-endpoint", "https://localhost:\(self.simulator.port)", "--apns-ca-file", self.caFile,
-            "--base-delay-ms", "20", "--max-delay-ms", "100", "--poll-interval-ms", "200", "--log-level", "warning",
-            "--metrics-port", "0", "--metrics-host", "127.0.0.1",
-        ] + extra
-        return try ChildProcess.start(Self.binary, arguments, environment: self.environment.merging(more) { $1 }, outputPath: self.directory + "/\(name).log")
+    func startWorker(
+        _ name: String = "w1",
+        _ extra: [String] = [],
+        environment more: [String: String] = [:]
+    ) throws -> ChildProcess.Running {
+        let arguments =
+            [
+                "run", "--worker-id", name, "--apns-endpoint", "https://localhost:\(self.simulator.port)",
+                "--apns-ca-file", self.caFile,
+                "--base-delay-ms", "20", "--max-delay-ms", "100", "--poll-interval-ms", "200", "--log-level", "warning",
+                "--metrics-port", "0", "--metrics-host", "127.0.0.1",
+            ] + extra
+        return try ChildProcess.start(
+            Self.binary,
+            arguments,
+            environment: self.environment.merging(more) { $1 },
+            outputPath: self.directory + "/\(name).log"
+        )
     }
 
     /// The port a worker printed for its metrics and health endpoint.
     func metricsPort(_ worker: ChildProcess.Running) async throws -> Int {
         for _ in 0..<100 {
-            if let line = worker.output.split(separator: "\n").first(where: { $0.hasPrefix("metrics and health on http://") }),
-               let address = line.split(separator: " ").dropFirst(4).first, let colon = address.lastIndex(of: ":"),
-               let port = Int(address[address.index(after: colon)...]) {
+            if let line = worker.output.split(separator: "\n").first(where: {
+                $0.hasPrefix("metrics and health on http://")
+            }),
+                let address = line.split(separator: " ").dropFirst(4).first, let colon = address.lastIndex(of: ":"),
+                let port = Int(address[address.index(after: colon)...])
+            {
                 return port
             }
             try await Task.sleep(for: .milliseconds(50))
@@ -91,12 +119,17 @@ struct DaemonFixture: Sendable {
     var environment: [String: String] {
         [
             "DATABASE_URL": self.db.url.connectionString,
-            "APNS_KEY_PATH": self.keyPath, "APNS_KEY_ID": self.credentials.keyID, "APNS_TEAM_ID": self.credentials.teamID,
+            "APNS_KEY_PATH": self.keyPath, "APNS_KEY_ID": self.credentials.keyID,
+            "APNS_TEAM_ID": self.credentials.teamID,
         ]
     }
 
     /// Polls `condition` until it holds or `timeout` passes.
-    func waitUntil(_ timeout: Duration = .seconds(60), _ what: String, _ condition: @Sendable () async throws -> Bool) async throws {
+    func waitUntil(
+        _ timeout: Duration = .seconds(60),
+        _ what: String,
+        _ condition: @Sendable () async throws -> Bool
+    ) async throws {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             if try await condition() { return }

@@ -10,32 +10,47 @@ import Testing
 /// withdraw unsent requests, a Postgres outage longer than the lease.
 @Suite("push-worker run: outcomes that cannot be written, clean shutdown, its own Postgres outage", .serialized)
 struct FailurePathDaemonTests {
-    @Test("one outcome Postgres refuses never wedges the worker: the rest are delivered, that job is dead-lettered with Postgres' message, the metrics say so")
+    @Test(
+        "one outcome Postgres refuses never wedges the worker: the rest are delivered, that job is dead-lettered with Postgres' message, the metrics say so"
+    )
     func poisonOutcome() async throws {
         try await DaemonFixture.run { f in
             // Any statement writing this token to push.invalid_tokens fails (an operator's trigger, a
             // constraint this build does not know): the batch it rides in is refused as a whole.
             let poison = DaemonFixture.token(4_242)
-            try await f.db.execute("""
+            try await f.db.execute(
+                """
                 CREATE FUNCTION push.test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
                 BEGIN
                     IF NEW.device_token = '\(poison)' THEN RAISE EXCEPTION 'refused by a test trigger'; END IF;
                     RETURN NEW;
                 END $$
-                """)
-            try await f.db.execute("""
+                """
+            )
+            try await f.db.execute(
+                """
                 CREATE TRIGGER test_refuse BEFORE INSERT ON push.invalid_tokens FOR EACH ROW EXECUTE FUNCTION push.test_refuse();
-                """)
+                """
+            )
             f.simulator.script(poison, .respond(status: 410, reason: "Unregistered"))
-            try await f.db.execute("""
+            try await f.db.execute(
+                """
                 INSERT INTO push.jobs (topic, device_token, payload)
                 SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"hi"}}' FROM generate_series(4000, 4499) AS g
-                """)
+                """
+            )
             let worker = try f.startWorker("poisoned", ["--log-level", "error"])
             try await f.waitUntil(.seconds(60), "every job terminal") { try await f.unfinished() == 0 }
             #expect(try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == 499)
-            #expect(try await f.db.int64("SELECT count(*) FROM push.dead_jobs WHERE device_token = '\(unescaped: poison)' AND error LIKE '%could not write this job''s outcome%refused by a test trigger%'") == 1)
-            #expect(try await f.db.int64("SELECT count(*) FROM push.invalid_tokens") == 0, "the side effect that failed was skipped")
+            #expect(
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.dead_jobs WHERE device_token = '\(unescaped: poison)' AND error LIKE '%could not write this job''s outcome%refused by a test trigger%'"
+                ) == 1
+            )
+            #expect(
+                try await f.db.int64("SELECT count(*) FROM push.invalid_tokens") == 0,
+                "the side effect that failed was skipped"
+            )
             let (status, _) = try await f.get(worker, "/readyz")
             #expect(status == 200, "ready again once the outcome is written")
             let (_, metrics) = try await f.get(worker, "/metrics")
@@ -48,41 +63,70 @@ struct FailurePathDaemonTests {
         }
     }
 
-    @Test("drain past the grace period: requests never written are withdrawn and their jobs released uncounted; none stays running")
+    @Test(
+        "drain past the grace period: requests never written are withdrawn and their jobs released uncounted; none stays running"
+    )
     func shutdownReleases() async throws {
         try await DaemonFixture.run(simulator: { $0.authenticatedMaxStreams = 5 }) { f in
             let count = 60
             // The first answers at once (APNs then allows 5 streams on the connection); the rest hang 30 s.
             for n in 2...count { f.simulator.script(DaemonFixture.token(n), .latency(.seconds(30))) }
-            let worker = try f.startWorker("drainer", ["--connections", "1", "--shutdown-grace", "1s", "--request-timeout-ms", "40000", "--lease", "60s", "--log-level", "error"])
-            try await f.db.execute("INSERT INTO push.jobs (topic, device_token, payload) VALUES ('com.example.app', '\(DaemonFixture.token(1))', '{\"aps\":{}}')")
+            let worker = try f.startWorker(
+                "drainer",
+                [
+                    "--connections", "1", "--shutdown-grace", "1s", "--request-timeout-ms", "40000", "--lease", "60s",
+                    "--log-level", "error",
+                ]
+            )
+            try await f.db.execute(
+                "INSERT INTO push.jobs (topic, device_token, payload) VALUES ('com.example.app', '\(DaemonFixture.token(1))', '{\"aps\":{}}')"
+            )
             try await f.waitUntil(.seconds(30), "the first delivered") { try await f.unfinished() == 0 }
-            try await f.db.execute("""
+            try await f.db.execute(
+                """
                 INSERT INTO push.jobs (topic, device_token, payload)
                 SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"hi"}}' FROM generate_series(2, \(count)) AS g
-                """)
+                """
+            )
             try await f.waitUntil(.seconds(30), "sends in flight and waiting") {
-                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running'") == Int64(count - 1) && f.simulator.requests.count >= 6
+                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running'") == Int64(count - 1)
+                    && f.simulator.requests.count >= 6
             }
             worker.signal(SIGTERM)
             #expect(worker.wait() == 0, "\(worker.output.suffix(1000))")
             let sent = f.simulator.requests.count
             #expect(sent <= 7, "only the streams APNs allowed went out: \(sent)")
-            #expect(try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'pending' AND attempts = 0") == Int64(count - 1), "every job not delivered is back in pending, no attempt used")
+            #expect(
+                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'pending' AND attempts = 0")
+                    == Int64(count - 1),
+                "every job not delivered is back in pending, no attempt used"
+            )
             #expect(try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running'") == 0)
-            #expect(try await f.db.int64("SELECT count(*) FROM push.jobs WHERE transport_retries > 0") <= Int64(sent), "only the requests written have an unknown outcome")
-            #expect(try await f.db.int64("SELECT count(*) FROM push.workers WHERE worker_id = 'drainer'") == 0, "a clean stop deregisters")
+            #expect(
+                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE transport_retries > 0") <= Int64(sent),
+                "only the requests written have an unknown outcome"
+            )
+            #expect(
+                try await f.db.int64("SELECT count(*) FROM push.workers WHERE worker_id = 'drainer'") == 0,
+                "a clean stop deregisters"
+            )
         }
     }
 
-    @Test("Postgres stopped for 60 s with 500 requests in flight and two workers: no apns-id answered 200 twice, every job delivered")
+    @Test(
+        "Postgres stopped for 60 s with 500 requests in flight and two workers: no apns-id answered 200 twice, every job delivered"
+    )
     func postgresOutage() async throws {
         let outage = Duration.seconds(Int64(ProcessInfo.processInfo.environment["PUSH_PG_OUTAGE_SECONDS"] ?? "") ?? 60)
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pg-outage-\(UUID().uuidString)").path
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pg-outage-\(UUID().uuidString)")
+            .path
         var logger = Logger(label: "push.test.outage")
         logger.logLevel = .error
         let port = try EmbeddedPostgres.freePort()
-        let cluster = EmbeddedPostgres(configuration: .init(dataDirectory: directory + "/data", port: port, fsync: false), logger: logger)
+        let cluster = EmbeddedPostgres(
+            configuration: .init(dataDirectory: directory + "/data", port: port, fsync: false),
+            logger: logger
+        )
         let url = try cluster.start()
         defer {
             cluster.stop()
@@ -95,18 +139,33 @@ struct FailurePathDaemonTests {
         let simulator = try APNsSimulator(configuration: configuration, logger: logger)
         try await simulator.run { simulator in
             let caFile = try simulator.writeCACertificate(to: directory + "/ca.pem")
-            let environment = ["DATABASE_URL": url.connectionString, "APNS_KEY_PATH": credentials.keyPath, "APNS_KEY_ID": credentials.keyID, "APNS_TEAM_ID": credentials.teamID]
+            let environment = [
+                "DATABASE_URL": url.connectionString, "APNS_KEY_PATH": credentials.keyPath,
+                "APNS_KEY_ID": credentials.keyID, "APNS_TEAM_ID": credentials.teamID,
+            ]
             func start(_ name: String) throws -> ChildProcess.Running {
-                try ChildProcess.start(DaemonFixture.binary, [
-                    "run", "--worker-id", name, "--apns-endpoint", "https://localhost:\(simulator.port)", "--apns-ca-file", caFile,
-                    "--poll-interval-ms", "200", "--log-level", "error", "--no-metrics", "--concurrency", "250", "--batch-size", "250",
-                    "--lease", "20s", "--request-timeout-ms", "10000",
-                ], environment: environment, outputPath: directory + "/\(name).log")
+                try ChildProcess.start(
+                    DaemonFixture.binary,
+                    [
+                        "run", "--worker-id", name, "--apns-endpoint", "https://localhost:\(simulator.port)",
+                        "--apns-ca-file", caFile,
+                        "--poll-interval-ms", "200", "--log-level", "error", "--no-metrics", "--concurrency", "250",
+                        "--batch-size", "250",
+                        "--lease", "20s", "--request-timeout-ms", "10000",
+                    ],
+                    environment: environment,
+                    outputPath: directory + "/\(name).log"
+                )
             }
             func psql(_ sql: String) throws -> String {
-                try ChildProcess.run("/usr/bin/env", ["psql", url.connectionString, "-Atc", sql]).output.trimmingCharacters(in: .whitespacesAndNewlines)
+                try ChildProcess.run("/usr/bin/env", ["psql", url.connectionString, "-Atc", sql]).output
+                    .trimmingCharacters(in: .whitespacesAndNewlines)
             }
-            func waitFor(_ what: String, _ timeout: Duration = .seconds(120), _ condition: () throws -> Bool) async throws {
+            func waitFor(
+                _ what: String,
+                _ timeout: Duration = .seconds(120),
+                _ condition: () throws -> Bool
+            ) async throws {
                 let deadline = ContinuousClock.now + timeout
                 while ContinuousClock.now < deadline {
                     if (try? condition()) == true { return }
@@ -118,20 +177,32 @@ struct FailurePathDaemonTests {
             let a = try start("a")
             let b = try start("b")
             defer {
-                a.signal(SIGKILL); _ = a.wait()
-                b.signal(SIGKILL); _ = b.wait()
+                a.signal(SIGKILL)
+                _ = a.wait()
+                b.signal(SIGKILL)
+                _ = b.wait()
             }
-            try await waitFor("the schema") { try psql("SELECT count(*) FROM push.schema_migrations") == "\(Migration.all.count)" }
-            _ = try psql("INSERT INTO push.jobs (topic, device_token, payload) SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{\"aps\":{}}' FROM generate_series(1, 500) g")
-            try await waitFor("500 running") { try psql("SELECT count(*) FROM push.jobs WHERE state = 'running'") == "500" }
+            try await waitFor("the schema") {
+                try psql("SELECT count(*) FROM push.schema_migrations") == "\(Migration.all.count)"
+            }
+            _ = try psql(
+                "INSERT INTO push.jobs (topic, device_token, payload) SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{\"aps\":{}}' FROM generate_series(1, 500) g"
+            )
+            try await waitFor("500 running") {
+                try psql("SELECT count(*) FROM push.jobs WHERE state = 'running'") == "500"
+            }
             // Longer than the lease (20 s) and than the stale period: every lease lapses meanwhile.
             cluster.stop()
             print("Postgres stopped for \(outage) with \(simulator.requests.count) requests in flight or answered")
             try await Task.sleep(for: outage)
             _ = try cluster.start()
-            try await waitFor("every job delivered after the outage") { try psql("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == "500" }
+            try await waitFor("every job delivered after the outage") {
+                try psql("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == "500"
+            }
             let twice = simulator.faultCounters.okAnswers.filter { $0.value > 1 }
-            print("after the outage: \(simulator.requests.count) requests for 500 jobs, \(twice.count) answered 200 twice")
+            print(
+                "after the outage: \(simulator.requests.count) requests for 500 jobs, \(twice.count) answered 200 twice"
+            )
             #expect(twice.isEmpty, "no apns-id answered 200 twice because of the workers' own outage")
             #expect(try psql("SELECT count(*) FROM push.dead_jobs") == "0")
             a.signal(SIGTERM)

@@ -13,7 +13,9 @@ struct FaultTests {
     /// `PUSH_LONG_TESTS=1` runs the long forms (10,000 jobs, more seeds).
     static let long = !(ProcessInfo.processInfo.environment["PUSH_LONG_TESTS"] ?? "").isEmpty
 
-    @Test("GOAWAY storm: GOAWAY every 500 requests (higher streams never answered), drops every 501, RST on 1 % of first attempts: every job delivered")
+    @Test(
+        "GOAWAY storm: GOAWAY every 500 requests (higher streams never answered), drops every 501, RST on 1 % of first attempts: every job delivered"
+    )
     func goAwayStorm() async throws {
         try await self.storm(jobs: 5_000, goAwayEvery: 500)
     }
@@ -31,35 +33,48 @@ struct FaultTests {
             configuration.faults.goAwayGrace = .seconds(2)
             configuration.faults.seed = 42
         }) { f in
-            try await f.db.execute("""
+            try await f.db.execute(
+                """
                 INSERT INTO push.jobs (topic, device_token, payload)
                 SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"hi"}}' FROM generate_series(1, \(count)) AS g
-                """)
+                """
+            )
             let started = ContinuousClock.now
             // Production retry settings: a healthy job must never need them under transport faults.
-            let worker = try f.startWorker("storm", ["--log-level", "error", "--base-delay-ms", "100", "--max-delay-ms", "5000"])
+            let worker = try f.startWorker(
+                "storm",
+                ["--log-level", "error", "--base-delay-ms", "100", "--max-delay-ms", "5000"]
+            )
             try await f.waitUntil(.seconds(240), "every job terminal") { try await f.unfinished() == 0 }
             let elapsed = ContinuousClock.now - started
             worker.signal(SIGTERM)
             #expect(worker.wait() == 0)
             let faults = f.simulator.faultCounters
             let summary = try await Self.assertInvariants(f, jobs: count, diedWorkers: [])
-            print("storm (\(count) jobs, GOAWAY every \(goAwayEvery)): \(elapsed) to drain; \(faults.goAways) GOAWAYs, \(faults.drops) drops, \(faults.resets) resets, \(faults.unansweredAfterGoAway) streams left unanswered after GOAWAY, \(faults.openedAfterGoAway) arrived after a GOAWAY was sent (\(faults.openedLateAfterGoAway) more than 500 ms after; the latest \(faults.maxLatenessAfterGoAway) after); \(summary)")
+            print(
+                "storm (\(count) jobs, GOAWAY every \(goAwayEvery)): \(elapsed) to drain; \(faults.goAways) GOAWAYs, \(faults.drops) drops, \(faults.resets) resets, \(faults.unansweredAfterGoAway) streams left unanswered after GOAWAY, \(faults.openedAfterGoAway) arrived after a GOAWAY was sent (\(faults.openedLateAfterGoAway) more than 500 ms after; the latest \(faults.maxLatenessAfterGoAway) after); \(summary)"
+            )
             #expect(try await f.db.int64("SELECT count(*) FROM push.dead_jobs") == 0, "no healthy job dead-lettered")
             #expect(try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == Int64(count))
             #expect(faults.goAways > 0 && faults.drops > 0 && faults.resets > 0, "the faults happened")
             #expect(faults.openedLateAfterGoAway == 0, "no request opened on a connection after its GOAWAY was read")
-            #expect(try await f.db.int64("SELECT max(attempts) FROM push.jobs") <= 1, "transport faults never use a job's attempts")
+            #expect(
+                try await f.db.int64("SELECT max(attempts) FROM push.jobs") <= 1,
+                "transport faults never use a job's attempts"
+            )
         }
     }
 
-    @Test("randomized fault schedules (seeded): GOAWAY, drops, RSTs, 429/5xx, slow answers, kill -9 of one of two workers")
+    @Test(
+        "randomized fault schedules (seeded): GOAWAY, drops, RSTs, 429/5xx, slow answers, kill -9 of one of two workers"
+    )
     func randomSchedules() async throws {
         let seeds: [UInt64]
         if let given = ProcessInfo.processInfo.environment["PUSH_FAULT_SEEDS"] {
             seeds = given.split(separator: ",").compactMap { UInt64($0) }
         } else {
-            seeds = Self.long ? (1...10).map { _ in UInt64.random(in: 1...999_999) } : [UInt64.random(in: 1...999_999), 7]
+            seeds =
+                Self.long ? (1...10).map { _ in UInt64.random(in: 1...999_999) } : [UInt64.random(in: 1...999_999), 7]
         }
         for seed in seeds {
             print("fault schedule seed \(seed) (PUSH_FAULT_SEEDS=\(seed) replays it)")
@@ -77,13 +92,21 @@ struct FaultTests {
                 configuration.faults.seed = seed
             }) { f in
                 let count = 1_200
-                try await f.db.execute("""
+                try await f.db.execute(
+                    """
                     INSERT INTO push.jobs (topic, device_token, payload, priority)
                     SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"hi"}}', CASE WHEN g % 2 = 0 THEN 10 ELSE 5 END
                       FROM generate_series(1, \(count)) AS g
-                    """)
-                let a = try f.startWorker("a", ["--log-level", "error", "--base-delay-ms", "50", "--max-delay-ms", "500"])
-                let b = try f.startWorker("b", ["--log-level", "error", "--base-delay-ms", "50", "--max-delay-ms", "500"])
+                    """
+                )
+                let a = try f.startWorker(
+                    "a",
+                    ["--log-level", "error", "--base-delay-ms", "50", "--max-delay-ms", "500"]
+                )
+                let b = try f.startWorker(
+                    "b",
+                    ["--log-level", "error", "--base-delay-ms", "50", "--max-delay-ms", "500"]
+                )
                 try await Task.sleep(for: .milliseconds(killAfter))
                 kill(a.pid, SIGKILL)
                 _ = a.wait()
@@ -98,7 +121,9 @@ struct FaultTests {
         }
     }
 
-    @Test("kill -9 with 500 in flight: another worker, or the only worker restarted, has every job back in pending within 15 s, same apns-id")
+    @Test(
+        "kill -9 with 500 in flight: another worker, or the only worker restarted, has every job back in pending within 15 s, same apns-id"
+    )
     func killRecovery() async throws {
         try await DaemonFixture.run(simulator: { configuration in
             configuration.faults.slowShare = 1
@@ -106,43 +131,57 @@ struct FaultTests {
             configuration.faults.seed = 3
         }) { f in
             let count = 500
-            try await f.db.execute("""
+            try await f.db.execute(
+                """
                 INSERT INTO push.jobs (topic, device_token, payload)
                 SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"hi"}}' FROM generate_series(1, \(count)) AS g
-                """)
+                """
+            )
             let a = try f.startWorker("victim", ["--log-level", "error"])
             try await f.waitUntil(.seconds(30), "500 running") {
-                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running' AND locked_by = 'victim'") >= 400
+                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running' AND locked_by = 'victim'")
+                    >= 400
             }
             let b = try f.startWorker("survivor", ["--log-level", "error"])
             kill(a.pid, SIGKILL)
             _ = a.wait()
             let killed = ContinuousClock.now
             try await f.waitUntil(.seconds(60), "the victim's jobs back") {
-                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running' AND locked_by = 'victim'") == 0
+                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running' AND locked_by = 'victim'")
+                    == 0
             }
             let recovered = ContinuousClock.now - killed
-            print("kill -9 recovery: the victim's jobs were back in pending \(recovered) after the kill (target ≤ 15 s)")
+            print(
+                "kill -9 recovery: the victim's jobs were back in pending \(recovered) after the kill (target ≤ 15 s)"
+            )
             #expect(recovered < .seconds(15))
             try await f.waitUntil(.seconds(60), "every job delivered") { try await f.unfinished() == 0 }
 
             // One worker only: killed, then restarted (a new process, a new worker id).
-            try await f.db.execute("""
+            try await f.db.execute(
+                """
                 INSERT INTO push.jobs (topic, device_token, payload)
                 SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"hi"}}' FROM generate_series(\(count + 1), \(2 * count)) AS g
-                """)
+                """
+            )
             try await f.waitUntil(.seconds(30), "the survivor's jobs running") {
-                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running' AND locked_by = 'survivor'") >= 400
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.jobs WHERE state = 'running' AND locked_by = 'survivor'"
+                ) >= 400
             }
             kill(b.pid, SIGKILL)
             _ = b.wait()
             let c = try f.startWorker("reborn", ["--log-level", "error"])
             let restarted = ContinuousClock.now
             try await f.waitUntil(.seconds(60), "the survivor's jobs back") {
-                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running' AND locked_by = 'survivor'") == 0
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.jobs WHERE state = 'running' AND locked_by = 'survivor'"
+                ) == 0
             }
             let afterRestart = ContinuousClock.now - restarted
-            print("kill -9 of the only worker, restarted at once: its jobs were back in pending \(afterRestart) after the restart (target ≤ 15 s)")
+            print(
+                "kill -9 of the only worker, restarted at once: its jobs were back in pending \(afterRestart) after the restart (target ≤ 15 s)"
+            )
             #expect(afterRestart < .seconds(15))
             try await f.waitUntil(.seconds(60), "every job delivered") { try await f.unfinished() == 0 }
             c.signal(SIGTERM)
@@ -155,16 +194,26 @@ struct FaultTests {
     /// job `running`; one apns-id per job across all its requests; a 200 answered twice for a job only
     /// where a worker died between the 200 and the write. Returns a one-line summary.
     @discardableResult
-    static func assertInvariants(_ f: DaemonFixture, jobs count: Int, diedWorkers: Set<String>, seed: UInt64? = nil) async throws -> String {
+    static func assertInvariants(
+        _ f: DaemonFixture,
+        jobs count: Int,
+        diedWorkers: Set<String>,
+        seed: UInt64? = nil
+    ) async throws -> String {
         let context = seed.map { "seed \($0)" } ?? ""
         let delivered = try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'")
         let dead = try await f.db.int64("SELECT count(*) FROM push.dead_jobs")
         #expect(delivered + dead == Int64(count), "nothing lost \(context)")
-        #expect(try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running'") == 0, "no job stays running \(context)")
-        let unexplained = try await f.db.int64("""
+        #expect(
+            try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running'") == 0,
+            "no job stays running \(context)"
+        )
+        let unexplained = try await f.db.int64(
+            """
             SELECT count(*) FROM push.dead_jobs
              WHERE NOT (status BETWEEN 400 AND 599 OR error LIKE '%budget%' OR error LIKE 'gave up after%')
-            """)
+            """
+        )
         #expect(unexplained == 0, "every dead letter has an APNs-given reason or names its exhausted budget \(context)")
         var apnsIDs: [String: Set<String>] = [:]
         for request in f.simulator.requests {
@@ -184,11 +233,17 @@ struct FaultTests {
             let rows = try await f.db.client.query(
                 "SELECT apns_id::text, history::text FROM push.jobs WHERE apns_id::text = ANY (\(twice))"
             ).decode((String, String).self).collect()
-            for (_, history) in rows where diedWorkers.contains(where: { history.contains("\"worker\": \"\($0)\"") }) { explained += 1 }
+            for (_, history) in rows where diedWorkers.contains(where: { history.contains("\"worker\": \"\($0)\"") }) {
+                explained += 1
+            }
         }
-        #expect(twice.count == explained, "a 200 answered twice only across a worker's death \(context): \(twice.count) twice, \(explained) explained")
+        #expect(
+            twice.count == explained,
+            "a 200 answered twice only across a worker's death \(context): \(twice.count) twice, \(explained) explained"
+        )
         let transport = try await f.db.int64("SELECT coalesce(sum(transport_retries), 0)::bigint FROM push.jobs")
-        return "\(delivered) delivered, \(dead) dead, \(f.simulator.requests.count) requests, \(transport) transport retries, \(twice.count) jobs answered 200 twice across a worker's death, \(afterCut) after the simulator cut the connection under a written 200"
+        return
+            "\(delivered) delivered, \(dead) dead, \(f.simulator.requests.count) requests, \(transport) transport retries, \(twice.count) jobs answered 200 twice across a worker's death, \(afterCut) after the simulator cut the connection under a written 200"
     }
 }
 

@@ -36,14 +36,19 @@ struct OperationsGuideTests {
     @Test("sh blocks (systemctl, docker, kubectl: not runnable here) are valid shell and name files that exist")
     func shellBlocks() throws {
         let root = URL(fileURLWithPath: Self.guide).deletingLastPathComponent().deletingLastPathComponent().path
-        let scripts = Self.blocks(of: try String(contentsOfFile: Self.guide, encoding: .utf8)).filter { $0.language == "sh" }.map { $0.body.joined(separator: "\n") }
+        let scripts = Self.blocks(of: try String(contentsOfFile: Self.guide, encoding: .utf8)).filter {
+            $0.language == "sh"
+        }.map { $0.body.joined(separator: "\n") }
         #expect(scripts.count >= 3)
         for script in scripts {
             let syntax = try ChildProcess.run("/bin/bash", ["-n", "-c", script])
             #expect(syntax.status == 0, "bash -n: \(syntax.output)\n\(script)")
             for match in script.matches(of: /(?:deploy|docs)\/[A-Za-z0-9_.\/-]+/) {
                 let path = String(match.output)
-                #expect(FileManager.default.fileExists(atPath: root + "/" + path), "the guide names \(path), which is not in the repository")
+                #expect(
+                    FileManager.default.fileExists(atPath: root + "/" + path),
+                    "the guide names \(path), which is not in the repository"
+                )
             }
         }
     }
@@ -52,8 +57,10 @@ struct OperationsGuideTests {
     func commandsAndQueries() async throws {
         let text = try String(contentsOfFile: Self.guide, encoding: .utf8)
         let blocks = Self.blocks(of: text)
-        let commands = blocks.filter { $0.language == "console" }.flatMap(\.body).filter { $0.hasPrefix("$ push-worker ") }
-            .map { String($0.dropFirst("$ push-worker ".count)) }
+        let commands = blocks.filter { $0.language == "console" }.flatMap(\.body).filter {
+            $0.hasPrefix("$ push-worker ")
+        }
+        .map { String($0.dropFirst("$ push-worker ".count)) }
         let queries = blocks.filter { $0.language == "sql" }.map { $0.body.joined(separator: "\n") }
         #expect(commands.count >= 12, "the guide's commands were found: \(commands)")
         #expect(queries.count >= 3)
@@ -62,13 +69,15 @@ struct OperationsGuideTests {
             let (ok, gone) = (DaemonFixture.token(1), DaemonFixture.token(2))
             f.simulator.script(gone, .unregistered(timestampMs: 1_700_000_000_000))
             let big = String(repeating: "x", count: 4_200)
-            try await f.db.execute("""
+            try await f.db.execute(
+                """
                 INSERT INTO push.jobs (topic, device_token, payload, expires_at) VALUES
                 ('com.example.app', '\(ok)', '{"aps":{"alert":"hi"}}', NULL),
                 ('com.example.app', '\(gone)', '{"aps":{"alert":"hi"}}', NULL),
                 ('com.example.app', '\(DaemonFixture.token(3))', '{"aps":{"alert":"\(big)"}}', NULL),
                 ('com.example.app', '\(DaemonFixture.token(4))', '{"aps":{"alert":"hi"}}', now() - interval '1 minute')
-                """)
+                """
+            )
             let worker = try f.startWorker("guide")
             try await f.waitUntil(.seconds(60), "three dead letters and one delivered job") {
                 let dead = try await f.db.int64("SELECT count(*) FROM push.dead_jobs")
@@ -83,11 +92,15 @@ struct OperationsGuideTests {
                 // `$ push-worker verb …   # exit N: why` documents a non-zero exit status.
                 let parts = line.components(separatedBy: " #")
                 let command = parts[0].trimmingCharacters(in: .whitespaces)
-                let expected = parts.dropFirst().first.flatMap { comment in
-                    comment.firstMatch(of: /exit (\d+)/).map { Int32($0.1)! }
-                } ?? 0
+                let expected =
+                    parts.dropFirst().first.flatMap { comment in
+                        comment.firstMatch(of: /exit (\d+)/).map { Int32($0.1)! }
+                    } ?? 0
                 var arguments = command.split(separator: " ").map(String.init).map {
-                    $0.replacingOccurrences(of: "<dead-id>", with: "\(deadID)").replacingOccurrences(of: "<job-id>", with: "\(jobID)")
+                    $0.replacingOccurrences(of: "<dead-id>", with: "\(deadID)").replacingOccurrences(
+                        of: "<job-id>",
+                        with: "\(jobID)"
+                    )
                 }
                 #expect(!arguments.contains { $0.hasPrefix("<") }, "a placeholder the test does not fill: \(command)")
                 if ["run", "simulator"].contains(arguments[0]) {
@@ -96,7 +109,10 @@ struct OperationsGuideTests {
                 // The guide's health checks use the default port; this worker listens on a free one.
                 if arguments[0] == "healthcheck" { arguments += ["--port", "\(port)"] }
                 let result = try f.cli(arguments)
-                #expect(result.status == expected, "push-worker \(command) exited \(result.status), not \(expected): \(result.output.suffix(800))")
+                #expect(
+                    result.status == expected,
+                    "push-worker \(command) exited \(result.status), not \(expected): \(result.output.suffix(800))"
+                )
             }
             for query in queries {
                 do {

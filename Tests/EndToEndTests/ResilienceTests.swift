@@ -12,13 +12,18 @@ struct ResilienceTests {
     func goAwayAndDrops() async throws {
         try await DaemonFixture.run { f in
             let count = 1_500
-            try await f.db.execute("""
+            try await f.db.execute(
+                """
                 INSERT INTO push.jobs (topic, device_token, payload, priority)
                 SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"hi"}}', 5 FROM generate_series(1, \(count)) AS g
-                """)
+                """
+            )
             // A few tokens knock the connection over once each, then succeed.
             for n in stride(from: 100, through: count, by: 300) {
-                f.simulator.script(DaemonFixture.token(n), .failThenSucceed(times: 1, status: 503, reason: "ServiceUnavailable"))
+                f.simulator.script(
+                    DaemonFixture.token(n),
+                    .failThenSucceed(times: 1, status: 503, reason: "ServiceUnavailable")
+                )
             }
             for n in [200, 700] { f.simulator.script(DaemonFixture.token(n), .times(1, .goAway)) }
             for n in [450, 1200] { f.simulator.script(DaemonFixture.token(n), .times(1, .dropConnection)) }
@@ -30,10 +35,17 @@ struct ResilienceTests {
             let dead = try await f.db.int64("SELECT count(*) FROM push.dead_jobs")
             #expect(delivered + dead == Int64(count), "nothing lost")
             #expect(dead == 0, "every request cut by a GOAWAY or a drop was resent or retried and delivered")
-            #expect(try await f.db.int64("SELECT count(*) FROM push.jobs WHERE 'ConnectionReset' = ANY (SELECT jsonb_array_elements(history)->>'reason')") > 0, "the drops did cut requests in flight")
+            #expect(
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.jobs WHERE 'ConnectionReset' = ANY (SELECT jsonb_array_elements(history)->>'reason')"
+                ) > 0,
+                "the drops did cut requests in flight"
+            )
             var perToken: [String: Set<String>] = [:]
             for request in f.simulator.requests {
-                if let token = request.deviceToken { perToken[token, default: []].insert(request.headers["apns-id"] ?? "") }
+                if let token = request.deviceToken {
+                    perToken[token, default: []].insert(request.headers["apns-id"] ?? "")
+                }
             }
             #expect(perToken.values.allSatisfy { $0.count == 1 }, "retries and resends reuse the job's apns-id")
             #expect(f.simulator.connectionsAccepted > 1, "connections were replaced")
@@ -46,11 +58,19 @@ struct ResilienceTests {
         try await DaemonFixture.run(simulator: { $0.port = port }) { f in
             // The fixture's simulator is on `port`; point the worker at a port where nothing listens first.
             let closed = try EmbeddedPostgres.freePort()
-            let worker = try ChildProcess.start(DaemonFixture.binary, [
-                "run", "--worker-id", "o", "--apns-endpoint", "https://localhost:\(closed)", "--apns-ca-file", f.caFile,
-                "--poll-interval-ms", "200", "--no-metrics", "--log-level", "error",
-            ], environment: f.environment, outputPath: f.directory + "/outage.log")
-            try await f.db.execute("INSERT INTO push.jobs (topic, device_token, payload) VALUES ('com.example.app', '\(DaemonFixture.token(9))', '{\"aps\":{}}')")
+            let worker = try ChildProcess.start(
+                DaemonFixture.binary,
+                [
+                    "run", "--worker-id", "o", "--apns-endpoint", "https://localhost:\(closed)", "--apns-ca-file",
+                    f.caFile,
+                    "--poll-interval-ms", "200", "--no-metrics", "--log-level", "error",
+                ],
+                environment: f.environment,
+                outputPath: f.directory + "/outage.log"
+            )
+            try await f.db.execute(
+                "INSERT INTO push.jobs (topic, device_token, payload) VALUES ('com.example.app', '\(DaemonFixture.token(9))', '{\"aps\":{}}')"
+            )
             try await Task.sleep(for: .seconds(4))
             #expect(kill(worker.pid, 0) == 0, "the worker is still running")
             #expect(try await f.db.int64("SELECT count(*) FROM push.dead_jobs") == 0, "an outage dead-letters nothing")
@@ -69,29 +89,49 @@ struct ResilienceTests {
     @Test("Postgres restarted mid-run: the worker reconnects by itself and finishes the queue")
     func postgresRestart() async throws {
         // A cluster of its own: restarting the shared test cluster would disturb the other tests.
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pg-restart-\(UUID().uuidString)").path
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pg-restart-\(UUID().uuidString)")
+            .path
         var logger = Logger(label: "push.test.restart")
         logger.logLevel = .error
         let port = try EmbeddedPostgres.freePort()
-        let cluster = EmbeddedPostgres(configuration: .init(dataDirectory: directory + "/data", port: port, fsync: false), logger: logger)
+        let cluster = EmbeddedPostgres(
+            configuration: .init(dataDirectory: directory + "/data", port: port, fsync: false),
+            logger: logger
+        )
         let url = try cluster.start()
         defer {
             cluster.stop()
             try? FileManager.default.removeItem(atPath: directory)
         }
         let credentials = try SimulatorCredentials.generate(in: directory + "/keys")
-        let simulator = try APNsSimulator(configuration: .init(keys: [credentials.keyID: credentials.trustedKey]), logger: logger)
+        let simulator = try APNsSimulator(
+            configuration: .init(keys: [credentials.keyID: credentials.trustedKey]),
+            logger: logger
+        )
         try await simulator.run { simulator in
             let caFile = try simulator.writeCACertificate(to: directory + "/ca.pem")
-            let environment = ["DATABASE_URL": url.connectionString, "APNS_KEY_PATH": credentials.keyPath, "APNS_KEY_ID": credentials.keyID, "APNS_TEAM_ID": credentials.teamID]
-            let worker = try ChildProcess.start(DaemonFixture.binary, [
-                "run", "--worker-id", "w", "--apns-endpoint", "https://localhost:\(simulator.port)", "--apns-ca-file", caFile,
-                "--poll-interval-ms", "200", "--log-level", "warning", "--no-metrics",
-            ], environment: environment, outputPath: directory + "/worker.log")
-            defer { worker.signal(SIGKILL); _ = worker.wait() }
+            let environment = [
+                "DATABASE_URL": url.connectionString, "APNS_KEY_PATH": credentials.keyPath,
+                "APNS_KEY_ID": credentials.keyID, "APNS_TEAM_ID": credentials.teamID,
+            ]
+            let worker = try ChildProcess.start(
+                DaemonFixture.binary,
+                [
+                    "run", "--worker-id", "w", "--apns-endpoint", "https://localhost:\(simulator.port)",
+                    "--apns-ca-file", caFile,
+                    "--poll-interval-ms", "200", "--log-level", "warning", "--no-metrics",
+                ],
+                environment: environment,
+                outputPath: directory + "/worker.log"
+            )
+            defer {
+                worker.signal(SIGKILL)
+                _ = worker.wait()
+            }
 
             func psql(_ sql: String) throws -> String {
-                try ChildProcess.run("/usr/bin/env", ["psql", url.connectionString, "-Atc", sql]).output.trimmingCharacters(in: .whitespacesAndNewlines)
+                try ChildProcess.run("/usr/bin/env", ["psql", url.connectionString, "-Atc", sql]).output
+                    .trimmingCharacters(in: .whitespacesAndNewlines)
             }
             func waitFor(_ what: String, _ condition: () throws -> Bool) async throws {
                 for _ in 0..<600 {
@@ -101,15 +141,25 @@ struct ResilienceTests {
                 Issue.record("timed out waiting for \(what): \(worker.output.suffix(2000))")
                 throw CancellationError()
             }
-            try await waitFor("the schema") { try psql("SELECT count(*) FROM push.schema_migrations") == "\(Migration.all.count)" }
-            _ = try psql("INSERT INTO push.jobs (topic, device_token, payload) SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{\"aps\":{}}' FROM generate_series(1, 200) g")
-            try await waitFor("the first batch") { try psql("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == "200" }
+            try await waitFor("the schema") {
+                try psql("SELECT count(*) FROM push.schema_migrations") == "\(Migration.all.count)"
+            }
+            _ = try psql(
+                "INSERT INTO push.jobs (topic, device_token, payload) SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{\"aps\":{}}' FROM generate_series(1, 200) g"
+            )
+            try await waitFor("the first batch") {
+                try psql("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == "200"
+            }
 
             cluster.stop()
             try await Task.sleep(for: .seconds(2))
             _ = try cluster.start()
-            _ = try psql("INSERT INTO push.jobs (topic, device_token, payload) SELECT 'com.example.app', lpad(to_hex(g), 64, '1'), '{\"aps\":{}}' FROM generate_series(1, 300) g")
-            try await waitFor("the jobs inserted after the restart") { try psql("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == "500" }
+            _ = try psql(
+                "INSERT INTO push.jobs (topic, device_token, payload) SELECT 'com.example.app', lpad(to_hex(g), 64, '1'), '{\"aps\":{}}' FROM generate_series(1, 300) g"
+            )
+            try await waitFor("the jobs inserted after the restart") {
+                try psql("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == "500"
+            }
             #expect(try psql("SELECT count(*) FROM push.jobs WHERE state <> 'delivered'") == "0")
             worker.signal(SIGTERM)
             #expect(worker.wait() == 0, "\(worker.output.suffix(2000))")

@@ -9,18 +9,23 @@ struct ClassificationTests {
         (410, "Unregistered", .tokenInvalid, "MS020"), (410, "ExpiredToken", .tokenInvalid, "MS020"),
         (400, "BadDeviceToken", .tokenInvalid, "MS014"), (400, "DeviceTokenNotForTopic", .tokenInvalid, nil),
         (429, "TooManyRequests", .retryable, "MS015"), (500, "InternalServerError", .retryable, nil),
-        (503, "ServiceUnavailable", .retryable, nil), (503, "Shutdown", .retryable, nil), (400, "IdleTimeout", .retryable, nil),
+        (503, "ServiceUnavailable", .retryable, nil), (503, "Shutdown", .retryable, nil),
+        (400, "IdleTimeout", .retryable, nil),
         (nil, nil, .retryable, nil),
-        (403, "ExpiredProviderToken", .credentialRetry, "MS030"), (403, "UnrelatedKeyIdInToken", .credentialRetry, "MS030"),
-        (403, "InvalidProviderToken", .credentialFatal, "MS030"), (403, "MissingProviderToken", .credentialFatal, "MS030"),
+        (403, "ExpiredProviderToken", .credentialRetry, "MS030"),
+        (403, "UnrelatedKeyIdInToken", .credentialRetry, "MS030"),
+        (403, "InvalidProviderToken", .credentialFatal, "MS030"),
+        (403, "MissingProviderToken", .credentialFatal, "MS030"),
         (403, "Forbidden", .credentialFatal, "MS030"), (403, "BadEnvironmentKeyIdInToken", .credentialFatal, nil),
         (403, "BadCertificate", .credentialFatal, nil), (403, "BadCertificateEnvironment", .credentialFatal, nil),
-        (429, "TooManyProviderTokenUpdates", .credentialFatal, "MS030"), (400, "TopicDisallowed", .credentialFatal, "MS018"),
+        (429, "TooManyProviderTokenUpdates", .credentialFatal, "MS030"),
+        (400, "TopicDisallowed", .credentialFatal, "MS018"),
         (400, "BadExpirationDate", .permanent, "MS032"), (400, "MissingTopic", .permanent, "MS035"),
         (413, "PayloadTooLarge", .permanent, "MS011"), (400, "MissingChannelId", .permanent, "MS031"),
         (400, "BadChannelId", .permanent, "MS031"), (400, "ChannelNotRegistered", .permanent, "MS031"),
         (400, "FeatureNotEnabled", .permanent, "MS034"), (400, "BadCollapseId", .permanent, nil),
-        (400, "BadMessageId", .permanent, nil), (400, "BadPriority", .permanent, nil), (400, "BadTopic", .permanent, nil),
+        (400, "BadMessageId", .permanent, nil), (400, "BadPriority", .permanent, nil),
+        (400, "BadTopic", .permanent, nil),
         (400, "DuplicateHeaders", .permanent, nil), (400, "InvalidPushType", .permanent, nil),
         (400, "MissingDeviceToken", .permanent, nil), (400, "PayloadEmpty", .permanent, nil),
         (404, "BadPath", .permanent, nil), (405, "MethodNotAllowed", .permanent, nil),
@@ -62,10 +67,12 @@ struct RetryPolicyTests {
     @Test("backoff doubles to the cap, then jitter is added after the cap within [0, base]")
     func backoff() {
         let noJitter = RetryPolicy(.init(jitter: false), priority: 5, environment: [:])
-        #expect((0..<8).map { noJitter.backoff(beforeRetry: $0) } == [
-            .milliseconds(100), .milliseconds(200), .milliseconds(400), .milliseconds(800), .milliseconds(1600),
-            .milliseconds(3200), .seconds(5), .seconds(5),
-        ])
+        #expect(
+            (0..<8).map { noJitter.backoff(beforeRetry: $0) } == [
+                .milliseconds(100), .milliseconds(200), .milliseconds(400), .milliseconds(800), .milliseconds(1600),
+                .milliseconds(3200), .seconds(5), .seconds(5),
+            ]
+        )
         let jittered = RetryPolicy(defaults, priority: 10, environment: [:])
         var generator = SystemRandomNumberGenerator()
         var saturated: [Duration] = []
@@ -74,7 +81,9 @@ struct RetryPolicyTests {
         #expect(Set(saturated).count > 50, "saturated retries still spread")
     }
 
-    @Test("terminal classes never retry; retryable ones stop when attempts are used; Retry-After replaces the delay uncapped")
+    @Test(
+        "terminal classes never retry; retryable ones stop when attempts are used; Retry-After replaces the delay uncapped"
+    )
     func decide() {
         let policy = RetryPolicy(.init(maxRetries: 10), priority: 5, environment: [:])
         for terminal in [APNsResponseClass.tokenInvalid, .permanent, .credentialFatal, .delivered] {
@@ -83,7 +92,9 @@ struct RetryPolicyTests {
         let p10 = RetryPolicy(defaults, priority: 10, environment: [:])
         #expect(p10.decide(after: 1, responseClass: .retryable) != .exhausted)
         #expect(p10.decide(after: 3, responseClass: .retryable) == .exhausted)
-        #expect(p10.decide(after: 1, responseClass: .retryable, retryAfter: .seconds(3600)) == .retry(after: .seconds(3600)))
+        #expect(
+            p10.decide(after: 1, responseClass: .retryable, retryAfter: .seconds(3600)) == .retry(after: .seconds(3600))
+        )
         #expect(p10.decide(after: 1, responseClass: .unknown) != .stop)
     }
 
@@ -92,7 +103,9 @@ struct RetryPolicyTests {
         let now = Date(timeIntervalSince1970: 1_800_000_000.4)
         #expect(RetryAfter.parse("120", now: now) == .seconds(120))
         #expect(RetryAfter.parse("1.2", now: now) == .seconds(2))
-        #expect(RetryAfter.parse("Fri, 15 Jan 2027 08:00:10 GMT", now: Date(timeIntervalSince1970: 1_800_000_000)) != nil)
+        #expect(
+            RetryAfter.parse("Fri, 15 Jan 2027 08:00:10 GMT", now: Date(timeIntervalSince1970: 1_800_000_000)) != nil
+        )
         let date = Date(timeIntervalSince1970: 1_800_000_000 + 30)
         let formatter = DateFormatter()
         formatter.locale = Locale(identifier: "en_US_POSIX")
@@ -114,12 +127,22 @@ struct ReasonTableTests {
             #expect(reason.description == text)
             #expect(reason.row?.responseClass == row.responseClass)
             let sentence = reason.sentence(status: 400)
-            #expect(!sentence.contains("%@") && sentence.contains(text) || row.sentence == nil && sentence.contains(text), "\(text): \(sentence)")
+            #expect(
+                !sentence.contains("%@") && sentence.contains(text) || row.sentence == nil && sentence.contains(text),
+                "\(text): \(sentence)"
+            )
         }
         #expect(APNsReason("SomethingNew") == .unknown("SomethingNew"))
         #expect(APNsReason("SomethingNew").description == "SomethingNew")
         #expect(APNsReason("SomethingNew").row == nil)
-        #expect(DeadLetterSentence.sentence(status: 410, reason: "Unregistered", attempts: 1, exhausted: false).contains("no longer valid"))
-        #expect(DeadLetterSentence.sentence(status: 503, reason: "ServiceUnavailable", attempts: 3, exhausted: true).hasPrefix("gave up after 3 attempts"))
+        #expect(
+            DeadLetterSentence.sentence(status: 410, reason: "Unregistered", attempts: 1, exhausted: false).contains(
+                "no longer valid"
+            )
+        )
+        #expect(
+            DeadLetterSentence.sentence(status: 503, reason: "ServiceUnavailable", attempts: 3, exhausted: true)
+                .hasPrefix("gave up after 3 attempts")
+        )
     }
 }

@@ -7,17 +7,35 @@ struct RequestBuilderTests {
     static let token = String(repeating: "ab", count: 32)
     static let now = Date(timeIntervalSince1970: 1_800_000_000)
 
-    func job(_ pushType: String = "alert", topic: String = "com.example.app", payload: String = #"{"aps":{"alert":"hi"}}"#,
-             priority: Int? = nil, collapse: String? = nil, channel: String? = nil, expiresAt: Date? = nil) -> PushJob {
-        PushJob(id: 1, apnsID: UUID(uuidString: "6F8A2C1E-1111-4B5B-9C2D-0123456789AB")!, topic: topic,
-                deviceToken: channel == nil ? Self.token : nil, channelID: channel, payload: payload, pushType: pushType,
-                priority: priority, collapseID: collapse, expiresAt: expiresAt, firstAttemptAt: Self.now)
+    func job(
+        _ pushType: String = "alert",
+        topic: String = "com.example.app",
+        payload: String = #"{"aps":{"alert":"hi"}}"#,
+        priority: Int? = nil,
+        collapse: String? = nil,
+        channel: String? = nil,
+        expiresAt: Date? = nil
+    ) -> PushJob {
+        PushJob(
+            id: 1,
+            apnsID: UUID(uuidString: "6F8A2C1E-1111-4B5B-9C2D-0123456789AB")!,
+            topic: topic,
+            deviceToken: channel == nil ? Self.token : nil,
+            channelID: channel,
+            payload: payload,
+            pushType: pushType,
+            priority: priority,
+            collapseID: collapse,
+            expiresAt: expiresAt,
+            firstAttemptAt: Self.now
+        )
     }
 
     static let shapes: [(PushType, String, String)] = [
         (.alert, "com.example.app", "10"), (.background, "com.example.app", "5"),
         (.liveactivity, "com.example.app.push-type.liveactivity", "5"), (.voip, "com.example.app.voip", "10"),
-        (.complication, "com.example.app.complication", "10"), (.fileprovider, "com.example.app.pushkit.fileprovider", "10"),
+        (.complication, "com.example.app.complication", "10"),
+        (.fileprovider, "com.example.app.pushkit.fileprovider", "10"),
         (.mdm, "com.example.app", "10"), (.location, "com.example.app.location-query", "10"),
         (.pushtotalk, "com.example.app.voip-ptt", "10"), (.widgets, "com.example.app.push-type.widgets", "10"),
         (.controls, "com.example.app.push-type.controls", "10"),
@@ -25,7 +43,8 @@ struct RequestBuilderTests {
 
     @Test("path, topic suffix and default priority per push type", arguments: shapes)
     func wireShape(pushType: PushType, topic: String, priority: String) throws {
-        let payload = pushType == .liveactivity
+        let payload =
+            pushType == .liveactivity
             ? #"{"aps":{"timestamp":1800000000,"event":"update","content-state":{"eta":5}}}"#
             : pushType == .mdm ? #"{"mdm":"token"}"# : #"{"aps":{"content-available":1}}"#
         let request = try RequestBuilder.describe(job(pushType.rawValue, payload: payload), now: Self.now)
@@ -35,7 +54,10 @@ struct RequestBuilderTests {
         #expect(request.header("apns-topic") == topic)
         #expect(request.header("apns-priority") == priority)
         #expect(request.header("apns-id") == "6f8a2c1e-1111-4b5b-9c2d-0123456789ab")
-        #expect(request.header("apns-expiration") == String(Int(Self.now.timeIntervalSince1970) + 3600), "default expiry: 1 hour after the first attempt")
+        #expect(
+            request.header("apns-expiration") == String(Int(Self.now.timeIntervalSince1970) + 3600),
+            "default expiry: 1 hour after the first attempt"
+        )
         #expect(request.header("apns-collapse-id") == nil)
         #expect(request.header("authorization") == nil)
         #expect(request.limit == (pushType == .voip ? 5120 : 4096))
@@ -45,14 +67,27 @@ struct RequestBuilderTests {
     @Test("headers: explicit priority, collapse id, expiration; broadcast has no apns-topic")
     func headers() throws {
         let expires = Self.now.addingTimeInterval(600)
-        let request = try RequestBuilder.describe(job(priority: 5, collapse: "order-42", expiresAt: expires), now: Self.now)
-        #expect(request.headers.map(\.name) == ["apns-push-type", "apns-topic", "apns-priority", "apns-expiration", "apns-collapse-id", "apns-id"])
+        let request = try RequestBuilder.describe(
+            job(priority: 5, collapse: "order-42", expiresAt: expires),
+            now: Self.now
+        )
+        #expect(
+            request.headers.map(\.name) == [
+                "apns-push-type", "apns-topic", "apns-priority", "apns-expiration", "apns-collapse-id", "apns-id",
+            ]
+        )
         #expect(request.header("apns-priority") == "5")
         #expect(request.header("apns-collapse-id") == "order-42")
         #expect(request.header("apns-expiration") == String(Int(expires.timeIntervalSince1970)))
 
         let broadcast = try RequestBuilder.describe(
-            job("liveactivity", payload: #"{"aps":{"timestamp":1800000000,"event":"end"}}"#, channel: "dGVzdGNoYW5uZWw="), now: Self.now)
+            job(
+                "liveactivity",
+                payload: #"{"aps":{"timestamp":1800000000,"event":"end"}}"#,
+                channel: "dGVzdGNoYW5uZWw="
+            ),
+            now: Self.now
+        )
         #expect(broadcast.path == "/4/broadcasts/apps/com.example.app")
         #expect(broadcast.header("apns-topic") == nil)
         #expect(broadcast.header("apns-channel-id") == "dGVzdGNoYW5uZWw=")
@@ -62,19 +97,42 @@ struct RequestBuilderTests {
     static let rejections: [(String, String, String, String?, Int?)] = [
         // (push type, topic, payload, expected trap, priority)
         ("alert", "com.example.app.voip", #"{"aps":{}}"#, "MS018", nil),
-        ("liveactivity", "com.example.app.push-type.liveactivity", #"{"aps":{"timestamp":1,"event":"end"}}"#, "MS018", nil),
-        ("alert", "com.example.app", "{\"aps\":{\"alert\":\"" + String(repeating: "x", count: 4100) + "\"}}", "MS011", nil),
-        ("liveactivity", "com.example.app", #"{"aps":{"timestamp":1800000000000,"event":"update","content-state":{}}}"#, "MS032", nil),
-        ("liveactivity", "com.example.app", #"{"aps":{"timestamp":1800000000,"event":"update","content-state":{},"stale-date":1.5}}"#, "MS032", nil),
-        ("liveactivity", "com.example.app", #"{"aps":{"timestamp":1800000000,"event":"update","content-state":{},"dismissal-date":-3}}"#, "MS032", nil),
+        (
+            "liveactivity", "com.example.app.push-type.liveactivity", #"{"aps":{"timestamp":1,"event":"end"}}"#,
+            "MS018", nil
+        ),
+        (
+            "alert", "com.example.app", "{\"aps\":{\"alert\":\"" + String(repeating: "x", count: 4100) + "\"}}",
+            "MS011", nil
+        ),
+        (
+            "liveactivity", "com.example.app",
+            #"{"aps":{"timestamp":1800000000000,"event":"update","content-state":{}}}"#, "MS032", nil
+        ),
+        (
+            "liveactivity", "com.example.app",
+            #"{"aps":{"timestamp":1800000000,"event":"update","content-state":{},"stale-date":1.5}}"#, "MS032", nil
+        ),
+        (
+            "liveactivity", "com.example.app",
+            #"{"aps":{"timestamp":1800000000,"event":"update","content-state":{},"dismissal-date":-3}}"#, "MS032", nil
+        ),
         ("background", "com.example.app", #"{"aps":{"content-available":1}}"#, "MS015", 10),
     ]
 
     @Test("pre-send rejections carry their trap id and a sentence that names the fix", arguments: rejections)
     func rejected(pushType: String, topic: String, payload: String, trap: String?, priority: Int?) {
-        #expect(throws: PreSendRejection.self) { try RequestBuilder.describe(job(pushType, topic: topic, payload: payload, priority: priority), now: Self.now) }
+        #expect(throws: PreSendRejection.self) {
+            try RequestBuilder.describe(
+                job(pushType, topic: topic, payload: payload, priority: priority),
+                now: Self.now
+            )
+        }
         do {
-            _ = try RequestBuilder.describe(job(pushType, topic: topic, payload: payload, priority: priority), now: Self.now)
+            _ = try RequestBuilder.describe(
+                job(pushType, topic: topic, payload: payload, priority: priority),
+                now: Self.now
+            )
         } catch {
             #expect(error.trapID?.rawValue == trap)
             #expect(error.message.count > 20)
@@ -85,13 +143,20 @@ struct RequestBuilderTests {
     @Test("other pre-send rejections: expired, non-hex token, Live Activity fields, empty payload")
     func otherRejections() {
         func reason(_ job: PushJob) -> String? {
-            do { _ = try RequestBuilder.describe(job, now: Self.now); return nil } catch { return error.reason }
+            do {
+                _ = try RequestBuilder.describe(job, now: Self.now)
+                return nil
+            } catch { return error.reason }
         }
         #expect(reason(job(expiresAt: Self.now.addingTimeInterval(-1))) == "Expired")
         var badToken = job()
         badToken.deviceToken = "not-hex!"
         #expect(reason(badToken) == "BadDeviceToken")
-        #expect(reason(job("liveactivity", payload: #"{"aps":{"timestamp":1800000000,"event":"start","content-state":{}}}"#)) == "InvalidLiveActivityPayload")
+        #expect(
+            reason(
+                job("liveactivity", payload: #"{"aps":{"timestamp":1800000000,"event":"start","content-state":{}}}"#)
+            ) == "InvalidLiveActivityPayload"
+        )
         #expect(reason(job("liveactivity", payload: #"{"aps":{"event":"update"}}"#)) == "InvalidLiveActivityPayload")
         #expect(reason(job(payload: "")) == "PayloadEmpty")
         #expect(reason(job(payload: #"{"alert":"no aps"}"#)) == "InvalidPayload")
@@ -100,6 +165,9 @@ struct RequestBuilderTests {
         // The exact limits: 4096 bytes pass, 4097 do not.
         let fill = 4096 - #"{"aps":{"alert":""}}"#.utf8.count
         #expect(reason(job(payload: "{\"aps\":{\"alert\":\"" + String(repeating: "x", count: fill) + "\"}}")) == nil)
-        #expect(reason(job(payload: "{\"aps\":{\"alert\":\"" + String(repeating: "x", count: fill + 1) + "\"}}")) == "PayloadTooLarge")
+        #expect(
+            reason(job(payload: "{\"aps\":{\"alert\":\"" + String(repeating: "x", count: fill + 1) + "\"}}"))
+                == "PayloadTooLarge"
+        )
     }
 }

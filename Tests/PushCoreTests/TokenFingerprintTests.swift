@@ -18,6 +18,10 @@ struct TokenFingerprintTests {
 
     @Test("the trap catalog has the ids APNS.md names, in order, without duplicates")
     func catalog() {
-        #expect(TrapID.all.map(\.rawValue) == ["MS011", "MS014", "MS015", "MS018", "MS020", "MS028", "MS030", "MS031", "MS032", "MS034", "MS035"])
+        #expect(
+            TrapID.all.map(\.rawValue) == [
+                "MS011", "MS014", "MS015", "MS018", "MS020", "MS028", "MS030", "MS031", "MS032", "MS034", "MS035",
+            ]
+        )
     }
 }

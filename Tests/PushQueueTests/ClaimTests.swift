@@ -10,11 +10,13 @@ struct ClaimTests {
     @Test("8 concurrent claimers over 10,000 jobs never get the same job")
     func noDoubleClaims() async throws {
         try await TestPostgres.withDatabase(maxConnections: 12) { db in
-            _ = try await db.int64s("""
+            _ = try await db.int64s(
+                """
                 INSERT INTO push.jobs (topic, device_token, payload)
                 SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{}}' FROM generate_series(1, 10000) g
                 RETURNING id
-                """)
+                """
+            )
             let queue = db.queue
             let claimed = try await withThrowingTaskGroup(of: [Int64].self) { group in
                 for claimer in 0..<8 {
@@ -25,7 +27,9 @@ struct ClaimTests {
                             let jobs = try await queue.claim(limit: 97, workerID: worker, lease: .seconds(60))
                             if jobs.isEmpty { return mine }
                             mine += jobs.map(\.id)
-                            let outcomes = jobs.map { JobOutcome(jobID: $0.id, attempt: $0.attempts, disposition: .delivered, status: 200) }
+                            let outcomes = jobs.map {
+                                JobOutcome(jobID: $0.id, attempt: $0.attempts, disposition: .delivered, status: 200)
+                            }
                             let result = try await queue.record(outcomes, workerID: worker)
                             #expect(result.fenced.isEmpty)
                         }
@@ -39,7 +43,10 @@ struct ClaimTests {
             #expect(flat.count == 10_000)
             #expect(Set(flat).count == 10_000)
             #expect(claimed.filter { !$0.isEmpty }.count > 1, "the work should spread over several claimers")
-            #expect(try await db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered' AND attempts = 1") == 10_000)
+            #expect(
+                try await db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered' AND attempts = 1")
+                    == 10_000
+            )
         }
     }
 
@@ -49,7 +56,11 @@ struct ClaimTests {
             let p5old = try await enqueue(db, priority: 5, runAt: "now() - interval '10 minutes'")[0]
             let p10new = try await enqueue(db, priority: 10, runAt: "now() - interval '1 minute'")[0]
             let p10old = try await enqueue(db, priority: 10, runAt: "now() - interval '5 minutes'")[0]
-            let backgroundDefault = try await enqueue(db, pushType: "background", runAt: "now() - interval '20 minutes'")[0]
+            let backgroundDefault = try await enqueue(
+                db,
+                pushType: "background",
+                runAt: "now() - interval '20 minutes'"
+            )[0]
             let alertDefault = try await enqueue(db, runAt: "now() - interval '2 minutes'")[0]
             _ = try await enqueue(db, priority: 10, runAt: "now() + interval '1 hour'")
             let jobs = try await db.queue.claim(limit: 10, workerID: workerName(), lease: .seconds(30))
@@ -62,12 +73,19 @@ struct ClaimTests {
     @Test("a claim sets running, the lease and the worker; excluded credentials stay pending")
     func claimFields() async throws {
         try await TestPostgres.withDatabase { db in
-            try await db.execute("""
+            try await db.execute(
+                """
                 INSERT INTO push.jobs (topic, device_token, payload, credential) VALUES
                 ('com.example.app', 'aa', '{"aps":{}}', 'paused'), ('com.example.app', 'bb', '{"aps":{}}', 'default')
-                """)
+                """
+            )
             let worker = workerName()
-            let jobs = try await db.queue.claim(limit: 10, workerID: worker, lease: .seconds(30), excludingCredentials: ["paused"])
+            let jobs = try await db.queue.claim(
+                limit: 10,
+                workerID: worker,
+                lease: .seconds(30),
+                excludingCredentials: ["paused"]
+            )
             #expect(jobs.map(\.credential) == ["default"])
             let rows = try await db.client.query(
                 "SELECT state, locked_by, extract(epoch FROM locked_until - now())::float8 FROM push.jobs WHERE id = \(jobs[0].id)"

@@ -8,12 +8,27 @@ import Testing
 @Suite("Dead letters: list, replay, purge")
 struct DeadLetterTests {
     /// Enqueues `count` jobs and dead-letters them with the given reason and trap.
-    func kill(_ db: TestDatabase, count: Int, topic: String = "com.example.app", reason: String, trap: String?) async throws -> [PushJob] {
+    func kill(
+        _ db: TestDatabase,
+        count: Int,
+        topic: String = "com.example.app",
+        reason: String,
+        trap: String?
+    ) async throws -> [PushJob] {
         _ = try await enqueue(db, count: count, topic: topic)
         let worker = workerName()
         let jobs = try await db.queue.claim(limit: count, workerID: worker, lease: .seconds(30))
         let result = try await db.queue.record(
-            jobs.map { JobOutcome(jobID: $0.id, attempt: $0.attempts, disposition: .dead(sentence: "dead: \(reason)"), status: 400, reason: reason, trapIDs: trap.map { [$0] } ?? []) },
+            jobs.map {
+                JobOutcome(
+                    jobID: $0.id,
+                    attempt: $0.attempts,
+                    disposition: .dead(sentence: "dead: \(reason)"),
+                    status: 400,
+                    reason: reason,
+                    trapIDs: trap.map { [$0] } ?? []
+                )
+            },
             workerID: worker
         )
         #expect(result.recorded.count == count)
@@ -30,7 +45,11 @@ struct DeadLetterTests {
             #expect(try await queue.deadLetters(matching: .init()).count == 6)
             #expect(try await queue.deadLetters(matching: .init(trapID: "MS014")).count == 3)
             #expect(try await queue.deadLetters(matching: .init(reason: "PayloadTooLarge")).count == 2)
-            #expect(try await queue.deadLetters(matching: .init(topic: "com.example.other")).allSatisfy { $0.reason == "PayloadTooLarge" })
+            #expect(
+                try await queue.deadLetters(matching: .init(topic: "com.example.other")).allSatisfy {
+                    $0.reason == "PayloadTooLarge"
+                }
+            )
             #expect(try await queue.deadLetters(matching: .init(limit: 4)).count == 4)
             #expect(try await queue.deadLetters(matching: .init(since: Date().addingTimeInterval(3600))).isEmpty)
             #expect(try await queue.deadLetters(matching: .init(before: Date().addingTimeInterval(3600))).count == 6)
@@ -76,10 +95,12 @@ struct DeadLetterTests {
         try await TestPostgres.withDatabase { db in
             let jobs = try await kill(db, count: 2, reason: "Unregistered", trap: "MS020")
             // A producer re-enqueued the first job with the same apns_id while it was dead.
-            try await db.execute("""
+            try await db.execute(
+                """
                 INSERT INTO push.jobs (topic, device_token, payload, apns_id)
                 VALUES ('com.example.app', 'cafe', '{"aps":{}}', '\(jobs[0].apnsID.uuidString)')
-                """)
+                """
+            )
             let queue = db.queue
             let result = try await queue.replay(matching: .init(trapID: "MS020"))
             #expect(result.moved.map(\.id) == [jobs[1].id])
@@ -98,7 +119,9 @@ struct DeadLetterTests {
     func purge() async throws {
         try await TestPostgres.withDatabase { db in
             let jobs = try await kill(db, count: 5, reason: "BadTopic", trap: nil)
-            try await db.execute("UPDATE push.dead_jobs SET dead_at = now() - interval '40 days' WHERE id IN (\(jobs[0].id), \(jobs[1].id), \(jobs[2].id))")
+            try await db.execute(
+                "UPDATE push.dead_jobs SET dead_at = now() - interval '40 days' WHERE id IN (\(jobs[0].id), \(jobs[1].id), \(jobs[2].id))"
+            )
             let purged = try await db.queue.purgeDeadLetters(olderThan: .seconds(30 * 86_400), batchSize: 2)
             #expect(purged == 3)
             #expect(try await db.int64s("SELECT id FROM push.dead_jobs ORDER BY id") == [jobs[3].id, jobs[4].id])

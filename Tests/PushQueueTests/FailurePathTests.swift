@@ -9,30 +9,62 @@ import Testing
 /// leases, late outcomes, bounded history. Each case here failed before the change.
 @Suite("Failure paths in SQL")
 struct FailurePathTests {
-    @Test("poison outcomes: a 3,000-hex token answered BadDeviceToken, a dead letter whose id is taken, a 410 timestamp of 9.3e15 ms: each is written, none throws")
+    @Test(
+        "poison outcomes: a 3,000-hex token answered BadDeviceToken, a dead letter whose id is taken, a 410 timestamp of 9.3e15 ms: each is written, none throws"
+    )
     func poisonOutcomes() async throws {
         try await TestPostgres.withDatabase { db in
-            try await db.execute("""
+            try await db.execute(
+                """
                 INSERT INTO push.jobs (id, topic, device_token, payload) VALUES
                   (900001, 'com.example.app', repeat('ab', 1500), '{"aps":{}}'),
                   (900002, 'com.example.app', repeat('cd', 32), '{"aps":{}}'),
                   (900003, 'com.example.app', repeat('ef', 32), '{"aps":{}}')
-                """)
+                """
+            )
             // A dead letter already holds id 900002 (a job re-enqueued by hand with an explicit id).
-            try await db.execute("""
+            try await db.execute(
+                """
                 INSERT INTO push.dead_jobs (id, topic, device_token, payload, push_type, environment, credential, run_at, apns_id,
                                             attempts, reason, created_at, error)
                 VALUES (900002, 'com.example.app', repeat('cd', 32), '{"aps":{}}', 'alert', 'production', 'default', now(),
                         gen_random_uuid(), 1, 'BadTopic', now(), 'an older dead letter')
-                """)
+                """
+            )
             let worker = workerName()
             let jobs = try await db.queue.claim(limit: 3, workerID: worker, lease: .seconds(30))
             #expect(jobs.count == 3)
             let outcomes = jobs.map { job -> JobOutcome in
                 switch job.id {
-                case 900001: JobOutcome(jobID: job.id, attempt: 1, disposition: .dead(sentence: "bad"), status: 400, reason: "BadDeviceToken", trapIDs: ["MS014"], invalidatesToken: true)
-                case 900002: JobOutcome(jobID: job.id, attempt: 1, disposition: .dead(sentence: "topic"), status: 400, reason: "BadTopic")
-                default: JobOutcome(jobID: job.id, attempt: 1, disposition: .dead(sentence: "gone"), status: 410, reason: "Unregistered", trapIDs: ["MS020"], invalidatesToken: true, apnsTimestampMs: 9_300_000_000_000_000)
+                case 900001:
+                    JobOutcome(
+                        jobID: job.id,
+                        attempt: 1,
+                        disposition: .dead(sentence: "bad"),
+                        status: 400,
+                        reason: "BadDeviceToken",
+                        trapIDs: ["MS014"],
+                        invalidatesToken: true
+                    )
+                case 900002:
+                    JobOutcome(
+                        jobID: job.id,
+                        attempt: 1,
+                        disposition: .dead(sentence: "topic"),
+                        status: 400,
+                        reason: "BadTopic"
+                    )
+                default:
+                    JobOutcome(
+                        jobID: job.id,
+                        attempt: 1,
+                        disposition: .dead(sentence: "gone"),
+                        status: 410,
+                        reason: "Unregistered",
+                        trapIDs: ["MS020"],
+                        invalidatesToken: true,
+                        apnsTimestampMs: 9_300_000_000_000_000
+                    )
                 }
             }
             // One statement for the whole batch: before, any one of these made it throw, for ever.
@@ -40,11 +72,22 @@ struct FailurePathTests {
             #expect(Set(result.recorded) == [900001, 900002, 900003])
             #expect(try await db.int64("SELECT count(*) FROM push.jobs") == 0)
             #expect(try await db.int64("SELECT count(*) FROM push.dead_jobs") == 3)
-            #expect(try await db.int64("SELECT count(*) FROM push.dead_jobs WHERE id = 900002 AND error LIKE '%was merged into this one%' AND history::text LIKE '%merged_dead_letter%'") == 1)
+            #expect(
+                try await db.int64(
+                    "SELECT count(*) FROM push.dead_jobs WHERE id = 900002 AND error LIKE '%was merged into this one%' AND history::text LIKE '%merged_dead_letter%'"
+                ) == 1
+            )
             // The 3,000-hex token is no token: no invalid-token row (it would not fit the index).
-            #expect(try await db.int64("SELECT count(*) FROM push.invalid_tokens WHERE octet_length(device_token) > 512") == 0)
+            #expect(
+                try await db.int64("SELECT count(*) FROM push.invalid_tokens WHERE octet_length(device_token) > 512")
+                    == 0
+            )
             // The absurd timestamp is not stored as APNs' instant; the row says when the worker learnt it.
-            #expect(try await db.int64("SELECT count(*) FROM push.invalid_tokens WHERE apns_timestamp_ms IS NULL AND invalidated_at > now() - interval '1 minute'") == 1)
+            #expect(
+                try await db.int64(
+                    "SELECT count(*) FROM push.invalid_tokens WHERE apns_timestamp_ms IS NULL AND invalidated_at > now() - interval '1 minute'"
+                ) == 1
+            )
         }
     }
 
@@ -54,40 +97,72 @@ struct FailurePathTests {
             let id = try await enqueue(db)[0]
             let worker = workerName()
             _ = try await db.queue.claim(limit: 1, workerID: worker, lease: .seconds(30))
-            let outcome = JobOutcome(jobID: id, attempt: 1, disposition: .dead(sentence: "x"), status: 410, reason: "Unregistered", invalidatesToken: true)
-            #expect(try await db.queue.recordUnwritable(outcome, workerID: "someone-else", sentence: "s") == false, "fenced")
+            let outcome = JobOutcome(
+                jobID: id,
+                attempt: 1,
+                disposition: .dead(sentence: "x"),
+                status: 410,
+                reason: "Unregistered",
+                invalidatesToken: true
+            )
+            #expect(
+                try await db.queue.recordUnwritable(outcome, workerID: "someone-else", sentence: "s") == false,
+                "fenced"
+            )
             #expect(try await db.queue.recordUnwritable(outcome, workerID: worker, sentence: "could not write") == true)
-            #expect(try await db.int64("SELECT count(*) FROM push.dead_jobs WHERE id = \(id) AND error = 'could not write'") == 1)
+            #expect(
+                try await db.int64("SELECT count(*) FROM push.dead_jobs WHERE id = \(id) AND error = 'could not write'")
+                    == 1
+            )
             #expect(try await db.int64("SELECT count(*) FROM push.invalid_tokens") == 0)
         }
     }
 
-    @Test("heartbeats: a live worker keeps its jobs whatever their leases say; a gone worker's jobs come back; a late outcome of a reaped job is accepted")
+    @Test(
+        "heartbeats: a live worker keeps its jobs whatever their leases say; a gone worker's jobs come back; a late outcome of a reaped job is accepted"
+    )
     func heartbeats() async throws {
         try await TestPostgres.withDatabase { db in
             _ = try await enqueue(db, count: 4)
             let queue = db.queue
-            let alive = workerName("alive"), gone = workerName("gone"), reaper = workerName("reaper")
+            let alive = workerName("alive")
+            let gone = workerName("gone")
+            let reaper = workerName("reaper")
             try await queue.heartbeat(workerID: alive, host: "h", pid: 1, credentials: ["default"])
             try await queue.heartbeat(workerID: gone, host: "h", pid: 2, credentials: ["default"])
             try await queue.heartbeat(workerID: reaper, host: "h", pid: 3, credentials: ["default"])
             // Both claim with leases that lapse at once (a Postgres outage longer than the lease).
             let mine = try await queue.claim(limit: 2, workerID: alive, lease: .milliseconds(1))
             let theirs = try await queue.claim(limit: 2, workerID: gone, lease: .milliseconds(1))
-            try await db.execute("UPDATE push.workers SET heartbeat_at = now() - interval '1 minute' WHERE worker_id = '\(gone)'")
+            try await db.execute(
+                "UPDATE push.workers SET heartbeat_at = now() - interval '1 minute' WHERE worker_id = '\(gone)'"
+            )
             try await Task.sleep(for: .milliseconds(20))
-            let reaped = try await queue.reapJobsOfGoneWorkers(staleAfter: .seconds(6), workerID: reaper, restartGrace: .zero)
+            let reaped = try await queue.reapJobsOfGoneWorkers(
+                staleAfter: .seconds(6),
+                workerID: reaper,
+                restartGrace: .zero
+            )
             #expect(Set(reaped) == Set(theirs.map(\.id)), "only the gone worker's jobs")
             // The live worker's outcome is written although its lease lapsed.
-            let written = try await queue.record(mine.map { JobOutcome(jobID: $0.id, attempt: $0.attempts, disposition: .delivered, status: 200) }, workerID: alive)
+            let written = try await queue.record(
+                mine.map { JobOutcome(jobID: $0.id, attempt: $0.attempts, disposition: .delivered, status: 200) },
+                workerID: alive
+            )
             #expect(written.recorded.count == 2)
             // The gone worker was only slow: its late outcome for a job reaped but not re-claimed stands.
-            let late = try await queue.record([JobOutcome(jobID: theirs[0].id, attempt: 1, disposition: .delivered, status: 200)], workerID: gone)
+            let late = try await queue.record(
+                [JobOutcome(jobID: theirs[0].id, attempt: 1, disposition: .delivered, status: 200)],
+                workerID: gone
+            )
             #expect(late.recorded == [theirs[0].id])
             // Re-claimed by another: the old holder is fenced out.
             let again = try await queue.claim(limit: 1, workerID: reaper, lease: .seconds(30))
             #expect(again.map(\.id) == [theirs[1].id] && again[0].attempts == 2)
-            let fenced = try await queue.record([JobOutcome(jobID: theirs[1].id, attempt: 1, disposition: .delivered, status: 200)], workerID: gone)
+            let fenced = try await queue.record(
+                [JobOutcome(jobID: theirs[1].id, attempt: 1, disposition: .delivered, status: 200)],
+                workerID: gone
+            )
             #expect(fenced.fenced == [theirs[1].id])
         }
     }
@@ -96,13 +171,28 @@ struct FailurePathTests {
     func restartGrace() async throws {
         try await TestPostgres.withDatabase { db in
             _ = try await enqueue(db, count: 1)
-            let cutOff = workerName("cut-off"), reaper = workerName("reaper")
+            let cutOff = workerName("cut-off")
+            let reaper = workerName("reaper")
             try await db.queue.heartbeat(workerID: cutOff, host: "h", pid: 1, credentials: [])
             _ = try await db.queue.claim(limit: 1, workerID: cutOff, lease: .milliseconds(1))
             // Its last heartbeat predates the server's start (as after a restart).
-            try await db.execute("UPDATE push.workers SET heartbeat_at = pg_postmaster_start_time() - interval '1 second' WHERE worker_id = '\(cutOff)'")
-            #expect(try await db.queue.reapJobsOfGoneWorkers(staleAfter: .milliseconds(1), workerID: reaper, restartGrace: .seconds(86_400)).isEmpty)
-            #expect(try await db.queue.reapJobsOfGoneWorkers(staleAfter: .milliseconds(1), workerID: reaper, restartGrace: .zero).count == 1)
+            try await db.execute(
+                "UPDATE push.workers SET heartbeat_at = pg_postmaster_start_time() - interval '1 second' WHERE worker_id = '\(cutOff)'"
+            )
+            #expect(
+                try await db.queue.reapJobsOfGoneWorkers(
+                    staleAfter: .milliseconds(1),
+                    workerID: reaper,
+                    restartGrace: .seconds(86_400)
+                ).isEmpty
+            )
+            #expect(
+                try await db.queue.reapJobsOfGoneWorkers(
+                    staleAfter: .milliseconds(1),
+                    workerID: reaper,
+                    restartGrace: .zero
+                ).count == 1
+            )
         }
     }
 
@@ -110,9 +200,16 @@ struct FailurePathTests {
     func restartAndCredentials() async throws {
         try await TestPostgres.withDatabase { db in
             _ = try await enqueue(db, count: 2)
-            try await db.execute("UPDATE push.jobs SET credential = 'brand-b' WHERE id = (SELECT max(id) FROM push.jobs)")
+            try await db.execute(
+                "UPDATE push.jobs SET credential = 'brand-b' WHERE id = (SELECT max(id) FROM push.jobs)"
+            )
             let worker = workerName()
-            let first = try await db.queue.claim(limit: 5, workerID: worker, lease: .seconds(60), onlyCredentials: ["default"])
+            let first = try await db.queue.claim(
+                limit: 5,
+                workerID: worker,
+                lease: .seconds(60),
+                onlyCredentials: ["default"]
+            )
             #expect(first.count == 1 && first[0].credential == "default")
             #expect(try await db.queue.reclaimPreviousLife(workerID: worker) == first.map(\.id))
             #expect(try await db.int64("SELECT count(*) FROM push.jobs WHERE state = 'pending'") == 2)
@@ -126,19 +223,48 @@ struct FailurePathTests {
             let worker = workerName()
             for _ in 0..<300 {
                 let job = try #require(try await db.queue.claim(limit: 1, workerID: worker, lease: .seconds(30)).first)
-                _ = try await db.queue.record([JobOutcome(jobID: id, attempt: job.attempts, disposition: .requeue(after: .zero), reason: "ConnectFailed", sent: false)], workerID: worker)
+                _ = try await db.queue.record(
+                    [
+                        JobOutcome(
+                            jobID: id,
+                            attempt: job.attempts,
+                            disposition: .requeue(after: .zero),
+                            reason: "ConnectFailed",
+                            sent: false
+                        )
+                    ],
+                    workerID: worker
+                )
             }
             #expect(try await db.int64("SELECT jsonb_array_length(history) FROM push.jobs WHERE id = \(id)") == 1)
-            #expect(try await db.int64("SELECT (history->0->>'repeats')::bigint FROM push.jobs WHERE id = \(id)") == 300)
+            #expect(
+                try await db.int64("SELECT (history->0->>'repeats')::bigint FROM push.jobs WHERE id = \(id)") == 300
+            )
             #expect(try await db.int64("SELECT attempts FROM push.jobs WHERE id = \(id)") == 0)
-            #expect(try await db.int64("SELECT count(*) FROM push.jobs WHERE id = \(id) AND first_attempt_at IS NULL") == 1, "no request was sent")
+            #expect(
+                try await db.int64("SELECT count(*) FROM push.jobs WHERE id = \(id) AND first_attempt_at IS NULL") == 1,
+                "no request was sent"
+            )
             for n in 0..<150 {
                 let job = try #require(try await db.queue.claim(limit: 1, workerID: worker, lease: .seconds(30)).first)
-                _ = try await db.queue.record([JobOutcome(jobID: id, attempt: job.attempts, disposition: .transportRetry(after: .zero), reason: n % 2 == 0 ? "Timeout" : "ConnectionReset")], workerID: worker)
+                _ = try await db.queue.record(
+                    [
+                        JobOutcome(
+                            jobID: id,
+                            attempt: job.attempts,
+                            disposition: .transportRetry(after: .zero),
+                            reason: n % 2 == 0 ? "Timeout" : "ConnectionReset"
+                        )
+                    ],
+                    workerID: worker
+                )
             }
             #expect(try await db.int64("SELECT jsonb_array_length(history) FROM push.jobs WHERE id = \(id)") <= 101)
             #expect(try await db.int64("SELECT transport_retries FROM push.jobs WHERE id = \(id)") == 150)
-            #expect(try await db.int64("SELECT count(*) FROM push.jobs WHERE id = \(id) AND first_attempt_at IS NOT NULL") == 1)
+            #expect(
+                try await db.int64("SELECT count(*) FROM push.jobs WHERE id = \(id) AND first_attempt_at IS NOT NULL")
+                    == 1
+            )
         }
     }
 }

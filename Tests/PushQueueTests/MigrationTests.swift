@@ -1,9 +1,10 @@
 import Foundation
 import Logging
 import PostgresNIO
-@testable import PushQueue
 import PushQueueTesting
 import Testing
+
+@testable import PushQueue
 
 @Suite("Migrations")
 struct MigrationTests {
@@ -22,13 +23,17 @@ struct MigrationTests {
             }
             #expect(results.sorted() == [0, 0, 0, 0, 0, Migration.all.count])
             #expect(try await Migrator(client: db.client, logger: db.logger).migrate().isEmpty)
-            #expect(try await Migrator(client: db.client, logger: db.logger).appliedVersions() == Migration.all.map(\.version))
+            #expect(
+                try await Migrator(client: db.client, logger: db.logger).appliedVersions()
+                    == Migration.all.map(\.version)
+            )
         }
     }
 
     @Test("the sql/ files on disk are the ones the binary embeds")
     func embeddedMatchesDisk() throws {
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
         let files = try FileManager.default.contentsOfDirectory(atPath: root.appendingPathComponent("sql").path)
             .filter { $0.hasSuffix(".sql") }.sorted()
         #expect(files == Migration.all.map(\.name))

@@ -25,20 +25,38 @@ struct OutcomeTests {
             #expect(fresh.apnsID == stale.apnsID)
 
             let late = try await queue.record(
-                [JobOutcome(jobID: id, attempt: stale.attempts, disposition: .dead(sentence: "stale"), status: 410, reason: "Unregistered")],
+                [
+                    JobOutcome(
+                        jobID: id,
+                        attempt: stale.attempts,
+                        disposition: .dead(sentence: "stale"),
+                        status: 410,
+                        reason: "Unregistered"
+                    )
+                ],
                 workerID: "stale"
             )
             #expect(late.recorded.isEmpty)
             #expect(late.fenced == [id])
             // The same attempt number from the wrong worker is refused too.
             let impostor = try await queue.record(
-                [JobOutcome(jobID: id, attempt: fresh.attempts, disposition: .delivered, status: 200)], workerID: "stale"
+                [JobOutcome(jobID: id, attempt: fresh.attempts, disposition: .delivered, status: 200)],
+                workerID: "stale"
             )
             #expect(impostor.fenced == [id])
             #expect(try await db.int64("SELECT count(*) FROM push.dead_jobs") == 0)
 
             let current = try await queue.record(
-                [JobOutcome(jobID: id, attempt: fresh.attempts, disposition: .delivered, status: 200, apnsUniqueID: "u-1", latencyMs: 12)],
+                [
+                    JobOutcome(
+                        jobID: id,
+                        attempt: fresh.attempts,
+                        disposition: .delivered,
+                        status: 200,
+                        apnsUniqueID: "u-1",
+                        latencyMs: 12
+                    )
+                ],
                 workerID: "fresh"
             )
             #expect(current.recorded == [id])
@@ -51,7 +69,8 @@ struct OutcomeTests {
             #expect(record.lockedBy == nil)
             // A second write of the same outcome is fenced: the job is no longer running.
             let again = try await queue.record(
-                [JobOutcome(jobID: id, attempt: fresh.attempts, disposition: .delivered, status: 200)], workerID: "fresh"
+                [JobOutcome(jobID: id, attempt: fresh.attempts, disposition: .delivered, status: 200)],
+                workerID: "fresh"
             )
             #expect(again.fenced == [id])
         }
@@ -65,14 +84,28 @@ struct OutcomeTests {
             let worker = workerName()
             let first = try await queue.claim(limit: 1, workerID: worker, lease: .seconds(30))[0]
             let result = try await queue.record(
-                [JobOutcome(jobID: id, attempt: 1, disposition: .retry(after: .seconds(3600)), status: 429, reason: "TooManyRequests", trapIDs: ["MS015"], latencyMs: 5)],
+                [
+                    JobOutcome(
+                        jobID: id,
+                        attempt: 1,
+                        disposition: .retry(after: .seconds(3600)),
+                        status: 429,
+                        reason: "TooManyRequests",
+                        trapIDs: ["MS015"],
+                        latencyMs: 5
+                    )
+                ],
                 workerID: worker
             )
             #expect(result.recorded == [id])
             let record = try #require(try await queue.job(id: id))
             #expect(record.state == .pending)
             // The delay is added to Postgres's clock, not the worker's.
-            #expect(try await db.int64("SELECT round(extract(epoch FROM run_at - now()))::bigint FROM push.jobs WHERE id = \(id)") == 3600)
+            #expect(
+                try await db.int64(
+                    "SELECT round(extract(epoch FROM run_at - now()))::bigint FROM push.jobs WHERE id = \(id)"
+                ) == 3600
+            )
             #expect(record.job.apnsID == first.apnsID)
             #expect(record.status == 429)
             #expect(record.reason == "TooManyRequests")
@@ -87,11 +120,23 @@ struct OutcomeTests {
             #expect(second.apnsID == first.apnsID)
             #expect(second.attempts == 2)
             _ = try await queue.record(
-                [JobOutcome(jobID: id, attempt: 2, disposition: .retry(after: .zero), status: 503, reason: "ServiceUnavailable", trapIDs: ["MS015", "MS011"])],
+                [
+                    JobOutcome(
+                        jobID: id,
+                        attempt: 2,
+                        disposition: .retry(after: .zero),
+                        status: 503,
+                        reason: "ServiceUnavailable",
+                        trapIDs: ["MS015", "MS011"]
+                    )
+                ],
                 workerID: worker
             )
             let third = try await queue.claim(limit: 1, workerID: worker, lease: .seconds(30))[0]
-            _ = try await queue.record([JobOutcome(jobID: id, attempt: third.attempts, disposition: .delivered, status: 200)], workerID: worker)
+            _ = try await queue.record(
+                [JobOutcome(jobID: id, attempt: third.attempts, disposition: .delivered, status: 200)],
+                workerID: worker
+            )
             let done = try #require(try await queue.job(id: id))
             #expect(done.state == .delivered)
             #expect(done.job.trapIDs == ["MS015", "MS011"])
@@ -102,42 +147,74 @@ struct OutcomeTests {
         }
     }
 
-    @Test("a dead-letter move keeps every producer column, the apns_id and the history, and leaves nothing in push.jobs")
+    @Test(
+        "a dead-letter move keeps every producer column, the apns_id and the history, and leaves nothing in push.jobs"
+    )
     func deadLetterMove() async throws {
         try await TestPostgres.withDatabase { db in
             let apnsID = UUID()
-            let id = try await db.int64("""
+            let id = try await db.int64(
+                """
                 INSERT INTO push.jobs (topic, device_token, payload, push_type, priority, environment, credential,
                                        collapse_id, expires_at, run_at, apns_id, max_attempts)
                 VALUES ('com.example.app', 'abcdef0123', '{"aps":{"alert":"x"},"k":1}', 'alert', 10, 'development',
                         'team-b', 'order-42', '2030-01-01T00:00:00Z', now() - interval '1 second', \(apnsID), 3)
                 RETURNING id
-                """)
-            let before = try await db.int64s("SELECT 1") // keep the connection warm
+                """
+            )
+            let before = try await db.int64s("SELECT 1")  // keep the connection warm
             #expect(before == [1])
             // run_at is the producer's until the first retry reschedules it (CONTRACT.md), so it is not compared.
-            let producerColumns = "topic, device_token, channel_id, payload, push_type, priority, environment, credential, collapse_id, expires_at, apns_id, max_attempts, created_at"
-            let original = try await db.client.query(PostgresQuery(unsafeSQL:
-                "SELECT row_to_json(x)::text FROM (SELECT id, \(producerColumns) FROM push.jobs WHERE id = \(id)) x"
-            )).decode(String.self).collect()
+            let producerColumns =
+                "topic, device_token, channel_id, payload, push_type, priority, environment, credential, collapse_id, expires_at, apns_id, max_attempts, created_at"
+            let original = try await db.client.query(
+                PostgresQuery(
+                    unsafeSQL:
+                        "SELECT row_to_json(x)::text FROM (SELECT id, \(producerColumns) FROM push.jobs WHERE id = \(id)) x"
+                )
+            ).decode(String.self).collect()
 
             let queue = db.queue
             let worker = workerName()
             _ = try await queue.claim(limit: 1, workerID: worker, lease: .seconds(30))
-            _ = try await queue.record([JobOutcome(jobID: id, attempt: 1, disposition: .retry(after: .zero), status: 500, reason: "InternalServerError")], workerID: worker)
+            _ = try await queue.record(
+                [
+                    JobOutcome(
+                        jobID: id,
+                        attempt: 1,
+                        disposition: .retry(after: .zero),
+                        status: 500,
+                        reason: "InternalServerError"
+                    )
+                ],
+                workerID: worker
+            )
             _ = try await queue.claim(limit: 1, workerID: worker, lease: .seconds(30))
             let result = try await queue.record(
-                [JobOutcome(jobID: id, attempt: 2, disposition: .dead(sentence: "The device token is no longer valid: drop it."),
-                            status: 410, reason: "Unregistered", trapIDs: ["MS020"], latencyMs: 7,
-                            invalidatesToken: true, apnsTimestampMs: 1_700_000_000_123)],
+                [
+                    JobOutcome(
+                        jobID: id,
+                        attempt: 2,
+                        disposition: .dead(sentence: "The device token is no longer valid: drop it."),
+                        status: 410,
+                        reason: "Unregistered",
+                        trapIDs: ["MS020"],
+                        latencyMs: 7,
+                        invalidatesToken: true,
+                        apnsTimestampMs: 1_700_000_000_123
+                    )
+                ],
                 workerID: worker
             )
             #expect(result.recorded == [id])
             #expect(try await db.int64("SELECT count(*) FROM push.jobs") == 0)
 
-            let moved = try await db.client.query(PostgresQuery(unsafeSQL:
-                "SELECT row_to_json(x)::text FROM (SELECT id, \(producerColumns) FROM push.dead_jobs WHERE id = \(id)) x"
-            )).decode(String.self).collect()
+            let moved = try await db.client.query(
+                PostgresQuery(
+                    unsafeSQL:
+                        "SELECT row_to_json(x)::text FROM (SELECT id, \(producerColumns) FROM push.dead_jobs WHERE id = \(id)) x"
+                )
+            ).decode(String.self).collect()
             #expect(moved == original)
 
             let letter = try #require(try await queue.deadLetter(id: id))
@@ -151,10 +228,12 @@ struct OutcomeTests {
             #expect(history?.map { $0["status"] as? Int } == [500, 410])
             #expect(history?.last?["trap_ids"] as? [String] == ["MS020"])
 
-            let token = try await db.client.query("""
+            let token = try await db.client.query(
+                """
                 SELECT reason, apns_timestamp_ms, (extract(epoch FROM invalidated_at) * 1000)::bigint, job_id, environment
                   FROM push.invalid_tokens WHERE device_token = 'abcdef0123' AND topic = 'com.example.app'
-                """).decode((String, Int64, Int64, Int64, String).self).collect()
+                """
+            ).decode((String, Int64, Int64, Int64, String).self).collect()
             #expect(token.count == 1)
             #expect(token.first?.0 == "Unregistered")
             #expect(token.first?.1 == 1_700_000_000_123)
@@ -167,17 +246,36 @@ struct OutcomeTests {
     @Test("invalid tokens: one row per token, the newest invalidation wins, BadDeviceToken gets now()")
     func invalidTokenUpsert() async throws {
         try await TestPostgres.withDatabase { db in
-            try await db.execute("""
+            try await db.execute(
+                """
                 INSERT INTO push.jobs (topic, device_token, payload) VALUES
                 ('com.example.app', 'feed', '{"aps":{}}'), ('com.example.app', 'feed', '{"aps":{}}'),
                 ('com.example.app', 'beef', '{"aps":{}}')
-                """)
+                """
+            )
             let worker = workerName()
             let jobs = try await db.queue.claim(limit: 3, workerID: worker, lease: .seconds(30))
             let outcomes = jobs.map { job in
                 job.deviceToken == "beef"
-                    ? JobOutcome(jobID: job.id, attempt: 1, disposition: .dead(sentence: "bad"), status: 400, reason: "BadDeviceToken", trapIDs: ["MS014"], invalidatesToken: true)
-                    : JobOutcome(jobID: job.id, attempt: 1, disposition: .dead(sentence: "gone"), status: 410, reason: "Unregistered", trapIDs: ["MS020"], invalidatesToken: true, apnsTimestampMs: job.id == jobs[0].id ? 1_700_000_001_000 : 1_700_000_002_000)
+                    ? JobOutcome(
+                        jobID: job.id,
+                        attempt: 1,
+                        disposition: .dead(sentence: "bad"),
+                        status: 400,
+                        reason: "BadDeviceToken",
+                        trapIDs: ["MS014"],
+                        invalidatesToken: true
+                    )
+                    : JobOutcome(
+                        jobID: job.id,
+                        attempt: 1,
+                        disposition: .dead(sentence: "gone"),
+                        status: 410,
+                        reason: "Unregistered",
+                        trapIDs: ["MS020"],
+                        invalidatesToken: true,
+                        apnsTimestampMs: job.id == jobs[0].id ? 1_700_000_001_000 : 1_700_000_002_000
+                    )
             }
             let result = try await db.queue.record(outcomes, workerID: worker)
             #expect(result.recorded.count == 3)
@@ -213,7 +311,9 @@ struct OutcomeTests {
                 // Reaped jobs keep their unknown attempt counted; released ones were never sent.
                 #expect(job.attempts == (dead.contains { $0.id == job.id } ? 2 : 1))
             }
-            #expect(try await db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running' AND locked_by = 'next'") == 4)
+            #expect(
+                try await db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running' AND locked_by = 'next'") == 4
+            )
         }
     }
 
@@ -223,8 +323,13 @@ struct OutcomeTests {
             _ = try await enqueue(db, count: 25)
             let worker = workerName()
             let jobs = try await db.queue.claim(limit: 20, workerID: worker, lease: .seconds(30))
-            _ = try await db.queue.record(jobs.map { JobOutcome(jobID: $0.id, attempt: 1, disposition: .delivered, status: 200) }, workerID: worker)
-            try await db.execute("UPDATE push.jobs SET delivered_at = now() - interval '8 days' WHERE id IN (SELECT id FROM push.jobs WHERE state = 'delivered' ORDER BY id LIMIT 15)")
+            _ = try await db.queue.record(
+                jobs.map { JobOutcome(jobID: $0.id, attempt: 1, disposition: .delivered, status: 200) },
+                workerID: worker
+            )
+            try await db.execute(
+                "UPDATE push.jobs SET delivered_at = now() - interval '8 days' WHERE id IN (SELECT id FROM push.jobs WHERE state = 'delivered' ORDER BY id LIMIT 15)"
+            )
             let pruned = try await db.queue.pruneDelivered(olderThan: .seconds(7 * 86_400), batchSize: 4)
             #expect(pruned == 15)
             #expect(try await db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == 5)

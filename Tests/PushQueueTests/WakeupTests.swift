@@ -12,7 +12,9 @@ struct WakeupTests {
             let signal = WakeSignal()
             let listening = WakeSignal()
             let listener = JobNotificationListener(
-                configuration: try db.url.connectionConfiguration(), signal: signal, logger: db.logger,
+                configuration: try db.url.connectionConfiguration(),
+                signal: signal,
+                logger: db.logger,
                 onListening: { listening.signal() }
             )
             try await withThrowingTaskGroup(of: Void.self) { group in
@@ -30,7 +32,9 @@ struct WakeupTests {
                 try await Task.sleep(for: .milliseconds(50))
                 let insertedAt = clock.now
                 // Another connection, plain SQL: psql if present, else a second client connection.
-                try await db.execute("INSERT INTO push.jobs (topic, device_token, payload) VALUES ('com.example.app', 'ab', '{\"aps\":{}}')")
+                try await db.execute(
+                    "INSERT INTO push.jobs (topic, device_token, payload) VALUES ('com.example.app', 'ab', '{\"aps\":{}}')"
+                )
                 let (notified, _) = await woken
                 let latency = clock.now - insertedAt
                 #expect(notified, "woken by NOTIFY, not by the poll timeout")

@@ -16,6 +16,8 @@ let package = Package(
         .library(name: "PushCore", targets: ["PushCore"]),
         .library(name: "PushQueue", targets: ["PushQueue"]),
         .library(name: "PushQueueTesting", targets: ["PushQueueTesting"]),
+        .library(name: "PushProcess", targets: ["PushProcess"]),
+        .library(name: "PushEmbeddedPostgres", targets: ["PushEmbeddedPostgres"]),
         .library(name: "APNsTransport", targets: ["APNsTransport"]),
         .library(name: "APNsSimulator", targets: ["APNsSimulator"]),
         .library(name: "PushWorker", targets: ["PushWorker"]),
@@ -32,6 +34,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
     ],
     targets: [
         .target(
@@ -52,6 +55,19 @@ let package = Package(
                 .embedInCode("Migrations/0001_schema.sql"),
                 .embedInCode("Migrations/0002_provider_tokens.sql"),
                 .embedInCode("Migrations/0003_failure_paths.sql"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "PushProcess",
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "PushEmbeddedPostgres",
+            dependencies: [
+                "PushQueue",
+                "PushProcess",
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -95,8 +111,8 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
-                .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -104,6 +120,7 @@ let package = Package(
             name: "PushQueueTesting",
             dependencies: [
                 "PushQueue",
+                "PushEmbeddedPostgres",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -117,11 +134,14 @@ let package = Package(
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 "PushCore",
                 "PushQueue",
+                "PushEmbeddedPostgres",
                 "APNsTransport",
                 "APNsSimulator",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -129,6 +149,8 @@ let package = Package(
             name: "push-bench",
             dependencies: [
                 "PushQueue",
+                "PushProcess",
+                "PushEmbeddedPostgres",
                 "PushCore",
                 "APNsTransport",
                 "APNsSimulator",
@@ -148,7 +170,7 @@ let package = Package(
             name: "APNsTransportTests",
             dependencies: [
                 "PushCore",
-                "PushQueue",
+                "PushProcess",
                 "APNsTransport",
                 "APNsSimulator",
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -163,12 +185,19 @@ let package = Package(
                 "push-worker",
                 "PushCore",
                 "PushQueue",
+                "PushProcess",
+                "PushEmbeddedPostgres",
                 "PushQueueTesting",
                 "APNsSimulator",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "PushWorkerTests",
+            dependencies: ["PushWorker", "PushCore"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -188,7 +188,7 @@ extension APNsSimulator {
         let action = self.state.withLock { state -> FaultAction in
             if let goAway = state.goAways[connectionID] {
                 state.faults.openedAfterGoAway += 1
-                if now - goAway.at > .milliseconds(500) { state.faults.openedLateAfterGoAway += 1 }
+                if now - goAway.at > .seconds(1) { state.faults.openedLateAfterGoAway += 1 }
                 state.faults.maxLatenessAfterGoAway = max(state.faults.maxLatenessAfterGoAway, now - goAway.at)
                 if streamID > goAway.last {
                     state.faults.unansweredAfterGoAway += 1

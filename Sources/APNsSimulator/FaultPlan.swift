@@ -47,7 +47,7 @@ public struct FaultCounters: Sendable, Hashable {
     public var unansweredAfterGoAway = 0
     /// Requests that arrived on a connection after the simulator sent it GOAWAY.
     public var openedAfterGoAway = 0
-    /// Of those, how many arrived more than 500 ms after the GOAWAY: the client had long had it to read
+    /// Of those, how many arrived more than 1 s after the GOAWAY: the client had long had it to read
     /// (earlier ones were on the wire, or waited for a busy event loop to read the frame).
     public var openedLateAfterGoAway = 0
     /// The latest any request arrived after its connection's GOAWAY was sent.
@@ -61,11 +61,13 @@ public struct FaultCounters: Sendable, Hashable {
     public var cutConnections: Set<Int> = []
 }
 
-/// SplitMix64: a small seeded generator.
-struct SeededGenerator: RandomNumberGenerator, Sendable {
+/// SplitMix64: a small seeded generator, so a fault schedule (the simulator's, or a test's) replays.
+public struct SeededGenerator: RandomNumberGenerator, Sendable {
     var state: UInt64
-    init(seed: UInt64) { self.state = seed }
-    mutating func next() -> UInt64 {
+    /// A generator whose draws are fixed by `seed`.
+    public init(seed: UInt64) { self.state = seed }
+    /// The next 64 random bits.
+    public mutating func next() -> UInt64 {
         self.state &+= 0x9E37_79B9_7F4A_7C15
         var z = self.state
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9

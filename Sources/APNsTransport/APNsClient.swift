@@ -197,6 +197,8 @@ public final class APNsClient: Sendable {
                     deadline: self.configuration.requestTimeout,
                     mayWrite: mayWrite
                 )
+                // Any answer proves the endpoint works: reconnects need no backoff.
+                pool.succeeded()
                 switch (response.status, response.reason) {
                 case (403, "ExpiredProviderToken") where !reMinted:
                     reMinted = true
@@ -208,7 +210,6 @@ public final class APNsClient: Sendable {
                     continue
                 case (200...299, _):
                     connection.limiter.markAuthenticated()
-                    pool.succeeded()
                 case (403, _):
                     connection.limiter.markUnauthenticated()
                 default:

@@ -7,26 +7,8 @@ import Synchronization
 /// exponential backoff after a failed connect, PINGed when idle, replaced after GOAWAY or loss.
 final class ConnectionPool: Sendable {
     struct State {
-        var slots: [APNsConnection?]
-        var connecting: [Bool]
-        var nextConnectionID = 0
-        var backoff: Duration = .zero
-        var retryAt: ContinuousClock.Instant?
-        var roundRobin = 0
+        var machine: PoolStateMachine<APNsConnection>
         var waiters: [CheckedContinuation<Void, Never>] = []
-        /// Whether a request has succeeded since the last connect: only then is the backoff reset, so a
-        /// peer that accepts and at once sends GOAWAY (or drops) is not reconnected to in a tight loop.
-        var succeededSinceConnect = true
-
-        /// A connection left its slot (GOAWAY, closed): if none succeeded since the last connect, the
-        /// next connect waits out the backoff.
-        mutating func connectionLost(configuration: APNsClient.Configuration) {
-            guard !self.succeededSinceConnect else { return }
-            self.backoff =
-                self.backoff == .zero
-                ? configuration.initialReconnectBackoff : min(self.backoff * 2, configuration.maximumReconnectBackoff)
-            self.retryAt = .now + self.backoff
-        }
     }
 
     /// What the pool needs of its client (no reference back to it).
@@ -44,61 +26,32 @@ final class ConnectionPool: Sendable {
     init(endpoint: APNsEndpoint, context: Context) {
         self.endpoint = endpoint
         self.context = context
-        let size = max(context.configuration.connectionsPerPool, 1)
+        let configuration = context.configuration
         self.state = Mutex(
-            State(slots: Array(repeating: nil, count: size), connecting: Array(repeating: false, count: size))
+            State(
+                machine: PoolStateMachine(
+                    size: configuration.connectionsPerPool,
+                    initialBackoff: configuration.initialReconnectBackoff,
+                    maximumBackoff: configuration.maximumReconnectBackoff
+                )
+            )
         )
     }
 
-    /// A request succeeded: the endpoint is healthy, reconnects need no backoff.
+    /// APNs answered a request: the endpoint is healthy, reconnects need no backoff.
     func succeeded() {
-        self.state.withLock { state in
-            guard !state.succeededSinceConnect else { return }
-            state.succeededSinceConnect = true
-            state.backoff = .zero
-            state.retryAt = nil
-        }
+        self.state.withLock { $0.machine.answered() }
     }
 
-    var openCount: Int { self.state.withLock { $0.slots.compactMap { $0 }.filter(\.isUsable).count } }
+    var openCount: Int { self.state.withLock { $0.machine.openCount } }
 
     /// A usable connection: the one with the most free streams, opening an empty slot first.
     func connection() async throws -> APNsConnection {
         while true {
-            enum Step {
-                case use(APNsConnection)
-                case open(Int, id: Int)
-                case wait
-                case backoff(ContinuousClock.Instant)
-            }
-            var swept: [APNsConnection] = []
-            let step = self.state.withLock { state -> Step in
-                for index in state.slots.indices where state.slots[index].map({ !$0.isUsable }) ?? false {
-                    swept.append(state.slots[index]!)
-                    state.slots[index] = nil
-                    state.connectionLost(configuration: self.context.configuration)
-                }
-                if let retryAt = state.retryAt, retryAt > .now, state.slots.allSatisfy({ $0 == nil }) {
-                    return .backoff(retryAt)
-                }
-                if let empty = state.slots.indices.first(where: { state.slots[$0] == nil && !state.connecting[$0] }),
-                    state.retryAt.map({ $0 <= .now }) ?? true
-                {
-                    state.connecting[empty] = true
-                    state.nextConnectionID += 1
-                    return .open(empty, id: state.nextConnectionID)
-                }
-                let open = state.slots.compactMap { $0 }
-                if let best = open.max(by: { $0.limiter.available < $1.limiter.available }) {
-                    if best.limiter.available > 0 { return .use(best) }
-                    state.roundRobin &+= 1
-                    return .use(open[state.roundRobin % open.count])
-                }
-                return .wait
-            }
+            let (action, swept) = self.state.withLock { $0.machine.next(now: .now) }
             // A swept connection closes once its processed streams have their answers.
             for connection in swept { connection.retire() }
-            switch step {
+            switch action {
             case .use(let connection):
                 if connection.idleFor > self.context.configuration.idlePingAfter,
                     !(await connection.ping(timeout: .seconds(5)))
@@ -111,7 +64,7 @@ final class ConnectionPool: Sendable {
                     continue
                 }
                 return connection
-            case .open(let index, let id):
+            case .open(let slot, let id):
                 do {
                     let connection = try await APNsConnection.connect(
                         id: id,
@@ -123,10 +76,7 @@ final class ConnectionPool: Sendable {
                         logger: self.context.logger
                     )
                     let waiters = self.state.withLock { state -> [CheckedContinuation<Void, Never>] in
-                        state.slots[index] = connection
-                        state.connecting[index] = false
-                        state.succeededSinceConnect = false
-                        state.retryAt = nil
+                        state.machine.connected(connection, slot: slot)
                         defer { state.waiters.removeAll() }
                         return state.waiters
                     }
@@ -135,15 +85,9 @@ final class ConnectionPool: Sendable {
                 } catch {
                     let (waiters, backoff) = self.state.withLock {
                         state -> ([CheckedContinuation<Void, Never>], Duration) in
-                        state.connecting[index] = false
-                        let configuration = self.context.configuration
-                        state.backoff =
-                            state.backoff == .zero
-                            ? configuration.initialReconnectBackoff
-                            : min(state.backoff * 2, configuration.maximumReconnectBackoff)
-                        state.retryAt = .now + state.backoff
+                        let backoff = state.machine.connectFailed(slot: slot, now: .now)
                         defer { state.waiters.removeAll() }
-                        return (state.waiters, state.backoff)
+                        return (state.waiters, backoff)
                     }
                     for waiter in waiters { waiter.resume() }
                     self.context.logger.warning(
@@ -163,7 +107,7 @@ final class ConnectionPool: Sendable {
             case .wait:
                 await withCheckedContinuation { continuation in
                     let resumeNow = self.state.withLock { state -> Bool in
-                        if state.connecting.contains(true) {
+                        if state.machine.connecting.contains(true) {
                             state.waiters.append(continuation)
                             return false
                         }
@@ -171,7 +115,7 @@ final class ConnectionPool: Sendable {
                     }
                     if resumeNow { continuation.resume() }
                 }
-            case .backoff(let until):
+            case .unreachable(let until):
                 throw TransportError(
                     code: .connectFailed,
                     mayHaveBeenProcessed: false,
@@ -185,20 +129,12 @@ final class ConnectionPool: Sendable {
     /// Takes a connection out of the pool (GOAWAY, PING failure, UnrelatedKeyIdInToken); it closes once
     /// its in-flight requests finish, and its slot reopens on demand.
     func discard(_ connection: APNsConnection) async {
-        self.state.withLock { state in
-            for index in state.slots.indices where state.slots[index] === connection {
-                state.slots[index] = nil
-                state.connectionLost(configuration: self.context.configuration)
-            }
-        }
+        _ = self.state.withLock { $0.machine.discard(connection, now: .now) }
         connection.retire()
     }
 
     func closeAll() async {
-        let connections = self.state.withLock { state -> [APNsConnection] in
-            defer { state.slots = state.slots.map { _ in nil } }
-            return state.slots.compactMap { $0 }
-        }
+        let connections = self.state.withLock { $0.machine.closeAll() }
         for connection in connections { await connection.close() }
     }
 }

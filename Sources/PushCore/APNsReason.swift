@@ -89,7 +89,7 @@ public enum APNsReason: Sendable, Hashable, CustomStringConvertible {
                 "BadExpirationDate",
                 .permanent,
                 .timestamps,
-                "APNs refused apns-expiration (MS032): expires_at must be a time in the future, in whole seconds."
+                "APNs refused apns-expiration (BadExpirationDate, MS032): expires_at must be a time in the future, in whole seconds."
             ),
             r(.badMessageId, "BadMessageId", .permanent),
             r(.badPriority, "BadPriority", .permanent),
@@ -102,7 +102,7 @@ public enum APNsReason: Sendable, Hashable, CustomStringConvertible {
                 "MissingTopic",
                 .permanent,
                 .topicMissing,
-                "APNs needs apns-topic (MS035): set the job's topic to the app's bundle id."
+                "APNs needs apns-topic (MissingTopic, MS035): set the job's topic to the app's bundle id."
             ),
             r(.payloadEmpty, "PayloadEmpty", .permanent),
             r(.badPath, "BadPath", .permanent),
@@ -112,7 +112,7 @@ public enum APNsReason: Sendable, Hashable, CustomStringConvertible {
                 "PayloadTooLarge",
                 .permanent,
                 .payloadTooLarge,
-                "APNs refused the payload as too large (MS011): shorten it to the push type's limit."
+                "APNs refused the payload as too large (PayloadTooLarge, MS011): shorten it to the push type's limit."
             ),
             r(.missingChannelId, "MissingChannelId", .permanent, .channel, channel),
             r(.badChannelId, "BadChannelId", .permanent, .channel, channel),

@@ -17,6 +17,8 @@ extension JobQueue {
     ///   - excludingCredentials: credentials whose jobs must stay pending (paused after a credential fault).
     ///   - onlyCredentials: the credentials this worker can sign for; `nil` claims any.
     ///   - excludingEnvironments: environments whose APNs endpoint is unreachable now: their jobs wait.
+    ///   - excludingPairs: `environment/credential` pairs whose APNs pool is backing off: their jobs wait.
+    ///   - excludingIDs: jobs this worker still holds (an outcome not yet written): never claimed twice.
     /// - Returns: the claimed jobs, in claim order, with `attempts` counting this attempt.
     public func claim(
         limit: Int,
@@ -24,7 +26,9 @@ extension JobQueue {
         lease: Duration,
         excludingCredentials: [String] = [],
         onlyCredentials: [String]? = nil,
-        excludingEnvironments: [String] = []
+        excludingEnvironments: [String] = [],
+        excludingPairs: [String] = [],
+        excludingIDs: [Int64] = []
     ) async throws -> [PushJob] {
         guard limit > 0 else { return [] }
         let anyCredential = onlyCredentials == nil
@@ -38,6 +42,8 @@ extension JobQueue {
                    AND NOT (credential = ANY (\(excludingCredentials)::text[]))
                    AND (\(anyCredential) OR credential = ANY (\(mine)::text[]))
                    AND NOT (environment = ANY (\(excludingEnvironments)::text[]))
+                   AND (cardinality(\(excludingPairs)::text[]) = 0 OR NOT (environment || '/' || credential = ANY (\(excludingPairs)::text[])))
+                   AND (cardinality(\(excludingIDs)::bigint[]) = 0 OR NOT (id = ANY (\(excludingIDs)::bigint[])))
                  ORDER BY send_priority DESC, run_at, id
                  LIMIT \(Int64(limit))
                  FOR NO KEY UPDATE SKIP LOCKED
@@ -63,44 +69,37 @@ extension JobQueue {
         return jobs
     }
 
-    /// How many columns ``jobColumns`` lists: later columns of a query start here.
-    static let jobColumnCount = 20
-
-    /// The columns `decodeJob` reads, in its order.
+    /// The columns `decodeJob` reads, by name.
     static let jobColumns = """
-        j.id, j.apns_id, j.topic, j.device_token, j.channel_id, j.payload::text, j.push_type, j.priority,
+        j.id, j.apns_id, j.topic, j.device_token, j.channel_id, j.payload::text AS payload, j.push_type, j.priority,
         j.environment, j.credential, j.collapse_id, j.expires_at, j.run_at, j.max_attempts, j.attempts,
-        j.trap_ids, j.created_at, j.first_attempt_at, j.transport_retries, now()
+        j.trap_ids, j.created_at, j.first_attempt_at, j.transport_retries, now() AS db_now
         """
 
+    /// A job from a row that selected ``jobColumns``; columns are read by name.
     static func decodeJob(_ row: PostgresRow) throws -> PushJob {
-        let r = try row.decode(
-            (
-                Int64, UUID, String, String?, String?, String, String, Int16?, String,
-                String, String?, Date?, Date, Int16?, Int16, [String], Date, Date?, Int16, Date
-            ).self
-        )
+        let c = row.makeRandomAccess()
         return PushJob(
-            id: r.0,
-            apnsID: r.1,
-            topic: r.2,
-            deviceToken: r.3,
-            channelID: r.4,
-            payload: r.5,
-            pushType: r.6,
-            priority: r.7.map(Int.init),
-            environment: r.8,
-            credential: r.9,
-            collapseID: r.10,
-            expiresAt: r.11,
-            runAt: r.12,
-            maxAttempts: r.13.map(Int.init),
-            attempts: Int(r.14),
-            trapIDs: r.15,
-            createdAt: r.16,
-            firstAttemptAt: r.17,
-            transportRetries: Int(r.18),
-            claimedAt: r.19
+            id: try c["id"].decode(Int64.self),
+            apnsID: try c["apns_id"].decode(UUID.self),
+            topic: try c["topic"].decode(String.self),
+            deviceToken: try c["device_token"].decode(String?.self),
+            channelID: try c["channel_id"].decode(String?.self),
+            payload: try c["payload"].decode(String.self),
+            pushType: try c["push_type"].decode(String.self),
+            priority: try c["priority"].decode(Int16?.self).map(Int.init),
+            environment: try c["environment"].decode(String.self),
+            credential: try c["credential"].decode(String.self),
+            collapseID: try c["collapse_id"].decode(String?.self),
+            expiresAt: try c["expires_at"].decode(Date?.self),
+            runAt: try c["run_at"].decode(Date.self),
+            maxAttempts: try c["max_attempts"].decode(Int16?.self).map(Int.init),
+            attempts: Int(try c["attempts"].decode(Int16.self)),
+            trapIDs: try c["trap_ids"].decode([String].self),
+            createdAt: try c["created_at"].decode(Date.self),
+            firstAttemptAt: try c["first_attempt_at"].decode(Date?.self),
+            transportRetries: Int(try c["transport_retries"].decode(Int16.self)),
+            claimedAt: try c["db_now"].decode(Date.self)
         )
     }
 }

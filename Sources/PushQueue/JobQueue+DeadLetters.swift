@@ -144,22 +144,22 @@ extension JobQueue {
 
     static let deadColumns =
         jobColumns + """
-            , j.status, j.reason, j.apns_unique_id, j.dead_at, j.error, j.history::text, to_jsonb(j)::text
+            , j.status, j.reason, j.apns_unique_id, j.dead_at, j.error, j.history::text AS history_json,
+            to_jsonb(j)::text AS row_json
             """
 
     static func decodeDeadLetter(_ row: PostgresRow) throws -> DeadLetter {
         let job = try decodeJob(row)
         let cells = row.makeRandomAccess()
-        let base = Self.jobColumnCount
         return DeadLetter(
             job: job,
-            status: try cells[base].decode(Int16?.self).map(Int.init),
-            reason: try cells[base + 1].decode(String.self),
-            apnsUniqueID: try cells[base + 2].decode(String?.self),
-            deadAt: try cells[base + 3].decode(Date.self),
-            error: try cells[base + 4].decode(String.self),
-            historyJSON: try cells[base + 5].decode(String.self),
-            rowJSON: try cells[base + 6].decode(String.self)
+            status: try cells["status"].decode(Int16?.self).map(Int.init),
+            reason: try cells["reason"].decode(String.self),
+            apnsUniqueID: try cells["apns_unique_id"].decode(String?.self),
+            deadAt: try cells["dead_at"].decode(Date.self),
+            error: try cells["error"].decode(String.self),
+            historyJSON: try cells["history_json"].decode(String.self),
+            rowJSON: try cells["row_json"].decode(String.self)
         )
     }
 }

@@ -8,8 +8,8 @@ extension JobQueue {
         let rows = try await self.client.query(
             """
             SELECT \(unescaped: Self.jobColumns), j.state, j.status, j.reason, j.apns_unique_id, j.delivered_at,
-                   j.last_attempt_at, j.latency_ms, j.locked_by, j.locked_until, j.history::text,
-                   (to_jsonb(j) - 'send_priority')::text
+                   j.last_attempt_at, j.latency_ms, j.locked_by, j.locked_until, j.history::text AS history_json,
+                   (to_jsonb(j) - 'send_priority')::text AS row_json
               FROM push.jobs AS j WHERE j.id = \(id)
             """,
             logger: self.logger
@@ -17,20 +17,19 @@ extension JobQueue {
         for try await row in rows {
             let job = try Self.decodeJob(row)
             let c = row.makeRandomAccess()
-            let base = Self.jobColumnCount
             return JobRecord(
                 job: job,
-                state: JobState(rawValue: try c[base].decode(String.self)) ?? .pending,
-                status: try c[base + 1].decode(Int16?.self).map(Int.init),
-                reason: try c[base + 2].decode(String?.self),
-                apnsUniqueID: try c[base + 3].decode(String?.self),
-                deliveredAt: try c[base + 4].decode(Date?.self),
-                lastAttemptAt: try c[base + 5].decode(Date?.self),
-                latencyMs: try c[base + 6].decode(Int32?.self).map(Int.init),
-                lockedBy: try c[base + 7].decode(String?.self),
-                lockedUntil: try c[base + 8].decode(Date?.self),
-                historyJSON: try c[base + 9].decode(String.self),
-                rowJSON: try c[base + 10].decode(String.self)
+                state: JobState(rawValue: try c["state"].decode(String.self)) ?? .pending,
+                status: try c["status"].decode(Int16?.self).map(Int.init),
+                reason: try c["reason"].decode(String?.self),
+                apnsUniqueID: try c["apns_unique_id"].decode(String?.self),
+                deliveredAt: try c["delivered_at"].decode(Date?.self),
+                lastAttemptAt: try c["last_attempt_at"].decode(Date?.self),
+                latencyMs: try c["latency_ms"].decode(Int32?.self).map(Int.init),
+                lockedBy: try c["locked_by"].decode(String?.self),
+                lockedUntil: try c["locked_until"].decode(Date?.self),
+                historyJSON: try c["history_json"].decode(String.self),
+                rowJSON: try c["row_json"].decode(String.self)
             )
         }
         return nil

@@ -26,32 +26,6 @@ extension JobQueue {
         return count
     }
 
-    /// Returns every job whose lease has expired to `pending`, due at once, with the same `apns_id`: its
-    /// worker died or hung. The attempt stays counted (its outcome is unknown) and is noted in the history.
-    ///
-    /// - Returns: the ids of the jobs reclaimed.
-    @discardableResult
-    public func reapExpiredLeases() async throws -> [Int64] {
-        var ids: [Int64] = []
-        for try await id in try await self.client.query(
-            """
-            UPDATE push.jobs AS j
-               SET state = 'pending', run_at = now(), locked_until = NULL,
-                   history = push.append_history(j.history, jsonb_build_object(
-                       'attempt', j.attempts, 'at', now(), 'outcome', 'lease_expired',
-                       'worker', j.locked_by, 'sent', NULL))
-             WHERE j.state = 'running' AND j.locked_until < now()
-               AND NOT EXISTS (SELECT 1 FROM push.workers AS w WHERE w.worker_id = j.locked_by
-                                  AND w.heartbeat_at > now() - interval '30 seconds')
-            RETURNING j.id
-            """,
-            logger: self.logger
-        ).decode(Int64.self) {
-            ids.append(id)
-        }
-        return ids
-    }
-
     /// Extends the lease of jobs this worker still holds (for sends that wait on a paused connection).
     ///
     /// - Returns: how many leases were extended.
@@ -63,7 +37,9 @@ extension JobQueue {
         for try await _ in try await self.client.query(
             """
             UPDATE push.jobs SET locked_until = now() + make_interval(secs => \(seconds))
-             WHERE id = ANY (\(ids)::bigint[]) AND locked_by = \(workerID)
+             WHERE id IN (SELECT id FROM push.jobs WHERE id = ANY (\(ids.sorted())::bigint[]) AND locked_by = \(workerID)
+                           ORDER BY id FOR NO KEY UPDATE)
+               AND locked_by = \(workerID)
             RETURNING id
             """,
             logger: self.logger

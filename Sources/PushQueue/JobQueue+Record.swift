@@ -103,7 +103,8 @@ extension JobQueue {
         var invalidate: [Bool] = []
         var timestamps: [Int64] = []
         let now = ContinuousClock.now
-        for outcome in outcomes {
+        // In id order, as every statement that locks several job rows does: no deadlock between them.
+        for outcome in outcomes.sorted(by: { $0.jobID < $1.jobID }) {
             ids.append(outcome.jobID)
             attempts.append(Int16(clamping: outcome.attempt))
             kinds.append(outcome.disposition.name)

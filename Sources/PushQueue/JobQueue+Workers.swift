@@ -9,15 +9,32 @@ extension JobQueue {
             INSERT INTO push.workers (worker_id, host, pid, credentials)
             VALUES (\(workerID), \(host), \(Int32(clamping: pid)), \(credentials)::text[])
             ON CONFLICT (worker_id) DO UPDATE
-               SET heartbeat_at = now(), host = excluded.host, pid = excluded.pid, credentials = excluded.credentials
+               SET heartbeat_at = now(), host = excluded.host, pid = excluded.pid, credentials = excluded.credentials,
+                   stopped_at = NULL
             """,
             logger: self.logger
         )
     }
 
-    /// Removes this worker's row on a clean stop.
+    /// Marks this worker stopped on a clean stop (it holds no job); the row is kept as "last seen with
+    /// these credentials" for ``deadLetterUnsignable(wait:)``.
     public func deregister(workerID: String) async throws {
-        try await self.client.query("DELETE FROM push.workers WHERE worker_id = \(workerID)", logger: self.logger)
+        try await self.client.query(
+            "UPDATE push.workers SET stopped_at = now(), heartbeat_at = now() WHERE worker_id = \(workerID)",
+            logger: self.logger
+        )
+    }
+
+    /// The SET clause that returns a running job to `pending`, due at once, same `apns_id`: the attempt
+    /// stays counted (its outcome is unknown), `locked_by` is kept so the old holder's late outcome is
+    /// still accepted until another worker re-claims the job, and the history says why.
+    static func backToPending(_ why: String) -> String {
+        """
+        state = 'pending', run_at = now(), locked_until = NULL,
+        history = push.append_history(j.history, jsonb_build_object(
+            'attempt', j.attempts, 'at', now(), 'outcome', 'lease_expired', 'worker', j.locked_by,
+            'why', '\(why)'))
+        """
     }
 
     /// Returns to `pending` the jobs a previous process with this worker id left `running` (it died):
@@ -29,10 +46,7 @@ extension JobQueue {
         for try await id in try await self.client.query(
             """
             UPDATE push.jobs AS j
-               SET state = 'pending', run_at = now(), locked_until = NULL,
-                   history = push.append_history(j.history, jsonb_build_object(
-                       'attempt', j.attempts, 'at', now(), 'outcome', 'reclaimed', 'worker', j.locked_by,
-                       'why', 'its worker restarted'))
+               SET \(unescaped: Self.backToPending("its worker restarted"))
              WHERE j.state = 'running' AND j.locked_by = \(workerID)
             RETURNING j.id
             """,
@@ -74,10 +88,7 @@ extension JobQueue {
                   FROM push.workers AS w
             )
             UPDATE push.jobs AS j
-               SET state = 'pending', run_at = now(), locked_until = NULL,
-                   history = push.append_history(j.history, jsonb_build_object(
-                       'attempt', j.attempts, 'at', now(), 'outcome', 'lease_expired',
-                       'worker', j.locked_by, 'sent', NULL))
+               SET \(unescaped: Self.backToPending("its worker is gone"))
               FROM (SELECT r.id, h.live FROM push.jobs AS r LEFT JOIN holders AS h ON h.worker_id = r.locked_by
                      WHERE r.state = 'running') AS x
              WHERE j.id = x.id AND j.state = 'running'
@@ -93,29 +104,29 @@ extension JobQueue {
         return ids
     }
 
-    /// Dead-letters pending jobs whose credential no live worker can sign for, once they have waited
-    /// `wait` past their `run_at` (trap MS028). Forgets worker rows silent for a day.
+    /// Dead-letters pending jobs whose credential no worker has been seen holding for `wait` (trap
+    /// MS028), once they have waited `wait` past their `run_at`. "Seen" counts stopped workers too (a
+    /// worker restarted for maintenance keeps its jobs); a worker that names no credentials signs any.
+    /// Forgets worker rows silent for a week.
     ///
     /// - Returns: how many jobs were dead-lettered.
     @discardableResult
-    public func deadLetterUnsignable(wait: Duration, staleAfter: Duration) async throws -> Int {
+    public func deadLetterUnsignable(wait: Duration) async throws -> Int {
         let waitSeconds = Double(wait.components.seconds)
-        let stale = Double(staleAfter.components.seconds) + Double(staleAfter.components.attoseconds) / 1e18
         try await self.client.query(
-            "DELETE FROM push.workers WHERE heartbeat_at < now() - interval '1 day'",
+            "DELETE FROM push.workers WHERE heartbeat_at < now() - interval '7 days'",
             logger: self.logger
         )
         var count = 0
         for try await _ in try await self.client.query(
             """
-            WITH live AS (
-                SELECT credentials FROM push.workers WHERE heartbeat_at > now() - make_interval(secs => \(stale))
+            WITH seen AS (
+                SELECT credentials FROM push.workers WHERE heartbeat_at > now() - make_interval(secs => \(waitSeconds))
             ), moved AS (
                 DELETE FROM push.jobs AS j
                  WHERE j.id IN (SELECT p.id FROM push.jobs AS p
                                  WHERE p.state = 'pending' AND p.run_at < now() - make_interval(secs => \(waitSeconds))
-                                   -- A worker that names no credentials claims any (a library user's own set-up).
-                                   AND NOT EXISTS (SELECT 1 FROM live AS w
+                                   AND NOT EXISTS (SELECT 1 FROM seen AS w
                                                     WHERE cardinality(w.credentials) = 0 OR p.credential = ANY (w.credentials))
                                  LIMIT 1000 FOR UPDATE SKIP LOCKED)
                 RETURNING j.*

@@ -81,10 +81,12 @@ public struct QueueError: Error, Sendable, CustomStringConvertible {
     public static func isRefusedByServer(_ error: any Error) -> Bool {
         if let psql = error as? PSQLError {
             if let server = psql.serverInfo {
-                // Class 08 (connection), 53 (resources), 57 (operator intervention: shutdown, cancel) and
-                // 40 (serialization, deadlock) are transient.
+                // Only the classes that fail the same way every time: 22 data exception (a value out of
+                // range), 23 integrity constraint, 42 syntax or access rule, 54 program limit (a row too
+                // large for an index), P0 a PL/pgSQL RAISE. Anything else (read-only during a switchover,
+                // lock timeouts, deadlocks, shutdown) is retried as it is.
                 let state = server[.sqlState] ?? ""
-                return !["08", "53", "57", "40", "58"].contains(where: { state.hasPrefix($0) })
+                return ["22", "23", "42", "54", "P0"].contains(where: { state.hasPrefix($0) })
             }
             return false
         }

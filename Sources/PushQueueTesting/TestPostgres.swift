@@ -1,6 +1,7 @@
 public import Foundation
 public import Logging
 public import PostgresNIO
+public import PushEmbeddedPostgres
 public import PushQueue
 import Synchronization
 

@@ -2,6 +2,7 @@ public import Logging
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+public import ServiceLifecycle
 
 /// A small HTTP/1.1 server for probes and scraping: `GET /healthz` (the process is alive), `GET /readyz`
 /// (the worker reached Postgres recently and is not draining), `GET /metrics` (Prometheus text).
@@ -82,6 +83,33 @@ public struct HealthServer: Sendable {
                 try await outbound.write(.end(nil))
                 if !request.isKeepAlive { return }
             }
+        }
+    }
+}
+
+extension HealthServer {
+    /// The server as a service of the group: it answers until the group shuts it down (after the
+    /// worker has drained, so `/readyz` says "draining" meanwhile).
+    public func service(onListening: @escaping @Sendable (Int) -> Void) -> some Service {
+        HealthService(server: self, onListening: onListening)
+    }
+}
+
+/// ``HealthServer`` in a service group.
+struct HealthService: Service {
+    let server: HealthServer
+    let onListening: @Sendable (Int) -> Void
+
+    func run() async throws {
+        let (server, onListening) = (self.server, self.onListening)
+        do {
+            try await cancelWhenGracefulShutdown { try await server.run(onListening: onListening) }
+        } catch is CancellationError {
+        } catch {
+            server.logger.error(
+                "could not serve metrics and health: \(error); use --metrics-port to pick another port or --no-metrics"
+            )
+            throw error
         }
     }
 }

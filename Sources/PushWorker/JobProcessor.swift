@@ -40,7 +40,7 @@ struct JobProcessor: Sendable {
                     reason: "AttemptsExhausted",
                     trapID: nil,
                     message:
-                        "the job was claimed \(job.attempts) times without an outcome (worker crashes); replay it once the workers are healthy."
+                        "the job's attempt budget (\(policy.maxAttempts)) is spent: it was claimed \(job.attempts) times, some by workers that died before writing an outcome; replay it once the workers are healthy."
                 )
             )
         } else {

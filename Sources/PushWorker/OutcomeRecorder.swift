@@ -16,6 +16,8 @@ final class OutcomeRecorder: Sendable {
         var written: [JobOutcome] = []
         var fenced: [JobOutcome] = []
         var unwritable: [JobOutcome] = []
+        /// Outcomes not even the last resort could write: set aside, their jobs let go.
+        var parked: [JobOutcome] = []
     }
 
     private struct Waiting {
@@ -26,6 +28,8 @@ final class OutcomeRecorder: Sendable {
     private let buffer = Mutex<[Waiting]>([])
     private let signal = WakeSignal()
     private let stopped = Mutex<ContinuousClock.Instant?>(nil)
+    /// When the oldest outcome of the batch being written now was added (it left the buffer).
+    private let writing = Mutex<ContinuousClock.Instant?>(nil)
     let queue: JobQueue
     let workerID: String
     let batchSize: Int
@@ -57,7 +61,10 @@ final class OutcomeRecorder: Sendable {
 
     /// How long the oldest unwritten outcome has waited (zero when none waits).
     var oldestWaiting: Duration {
-        self.buffer.withLock { buffer in buffer.first.map { ContinuousClock.now - $0.added } ?? .zero }
+        let buffered = self.buffer.withLock { $0.first?.added }
+        let inFlight = self.writing.withLock { $0 }
+        guard let oldest = [buffered, inFlight].compactMap({ $0 }).min() else { return .zero }
+        return ContinuousClock.now - oldest
     }
 
     func add(_ outcome: JobOutcome) {
@@ -111,6 +118,8 @@ final class OutcomeRecorder: Sendable {
             return Array(buffer.prefix(count))
         }
         guard !batch.isEmpty else { return true }
+        self.writing.withLock { $0 = batch.map(\.added).min() }
+        defer { self.writing.withLock { $0 = nil } }
         var report = Report()
         let kept = await self.write(batch, report: &report)
         if !kept.isEmpty { self.buffer.withLock { $0.insert(contentsOf: kept, at: 0) } }
@@ -123,7 +132,8 @@ final class OutcomeRecorder: Sendable {
             )
         }
         self.onWritten(report)
-        return kept.isEmpty
+        // Progress made: no backoff, even if something waits for the database.
+        return kept.isEmpty || kept.count < batch.count
     }
 
     /// Writes `batch`, splitting it when Postgres refuses it; returns what must wait for the database.
@@ -171,14 +181,25 @@ final class OutcomeRecorder: Sendable {
         )
         do {
             if try await self.queue.recordUnwritable(outcome, workerID: self.workerID, sentence: sentence) {
+                self.metrics.unwritableOutcomes.increment()
                 report.unwritable.append(outcome)
             } else {
                 report.fenced.append(outcome)
             }
             return []
+        } catch  where QueueError.isRefusedByServer(error) {
+            // Not even the last resort can be stored (a trigger or constraint on the tables themselves):
+            // set it aside so it cannot slow the rest; the job's lease lapses and it returns to pending.
+            self.metrics.unwritableOutcomes.increment()
+            self.logger.critical(
+                "Postgres refused even the last-resort write of one outcome; letting the job go back to pending when its lease lapses",
+                metadata: ["push.job_id": "\(outcome.jobID)", "push.error": "\(QueueError.summary(of: error))"]
+            )
+            report.parked.append(outcome)
+            return []
         } catch {
             self.logger.error(
-                "could not write the last-resort outcome either; keeping it",
+                "could not write the last-resort outcome; keeping it",
                 metadata: ["push.job_id": "\(outcome.jobID)", "push.error": "\(QueueError.summary(of: error))"]
             )
             return [waiting]

@@ -1,37 +1,36 @@
 public import APNsTransport
 import Foundation
 public import Logging
-public import PostgresNIO
 import PushCore
 public import PushQueue
+public import ServiceLifecycle
 import Synchronization
 
 /// The worker: claims jobs up to its free send capacity, sends them, records outcomes in batches, keeps
 /// a heartbeat, reclaims the jobs of workers that are gone, prunes delivered rows, and wakes on NOTIFY,
 /// on its poll timer, or when the earliest scheduled retry falls due. No transaction is held across a send.
-public final class PushWorkerService: Sendable {
+public final class PushWorkerService: Service, Sendable {
     let configuration: WorkerConfiguration
     let queue: JobQueue
     let client: APNsClient
-    let listenerConfiguration: PostgresConnection.Configuration?
+    let listener: JobNotificationListener?
     let logger: Logger
     let processor: JobProcessor
     let pauses: CredentialPauses
-    /// Environments whose APNs endpoint could not be reached: their jobs are not claimed for a while.
+    /// `environment/credential` pools whose APNs endpoint could not be reached: their jobs are not claimed for a while.
     let unreachable: CredentialPauses
     let wake = WakeSignal()
     let capacity = WakeSignal()
     let metrics = WorkerMetrics()
     let recorder: OutcomeRecorder
-    private let lastDatabaseSuccess = Mutex(ContinuousClock.now)
-    private let state = Locked(State())
+    let lastDatabaseSuccess = Mutex(ContinuousClock.now)
+    let state: Locked<State>
     let stats = Locked(WorkerStats())
 
     struct State {
         var shuttingDown = false
-        var inFlight = 0
-        /// Jobs claimed and not yet written back: their leases are extended until their outcome is written.
-        var held: Set<Int64> = []
+        /// Sends in flight and jobs held until their outcome is written.
+        var capacity: ClaimCapacity
         /// The last heartbeat Postgres took; sends start only while it is fresh.
         var lastHeartbeat: ContinuousClock.Instant?
         /// When this worker may first take other workers for gone: a stale period after it started, a
@@ -57,18 +56,18 @@ public final class PushWorkerService: Sendable {
     }
 
     /// - Parameters:
-    ///   - listenerConfiguration: the dedicated LISTEN connection's configuration; `nil` polls only.
+    ///   - listener: the dedicated LISTEN connection; `nil` polls only.
     public init(
         configuration: WorkerConfiguration,
         queue: JobQueue,
         client: APNsClient,
-        listenerConfiguration: PostgresConnection.Configuration?,
+        listener: JobNotificationListener?,
         logger: Logger
     ) {
         self.configuration = configuration
         self.queue = queue
         self.client = client
-        self.listenerConfiguration = listenerConfiguration
+        self.listener = listener
         self.logger = logger
         self.processor = JobProcessor(
             client: client,
@@ -82,8 +81,11 @@ public final class PushWorkerService: Sendable {
             maximum: configuration.maximumCredentialPause
         )
         self.unreachable = CredentialPauses(initial: .seconds(1), maximum: .seconds(30))
+        let state = Locked(
+            State(capacity: ClaimCapacity(concurrency: configuration.concurrency, batchSize: configuration.batchSize))
+        )
+        self.state = state
         let stats = self.stats
-        let state = self.state
         let capacity = self.capacity
         self.recorder = OutcomeRecorder(
             queue: queue,
@@ -106,9 +108,10 @@ public final class PushWorkerService: Sendable {
                     }
                 }
             }
-            // Written (or fenced out): the job is no longer this worker's to hold.
-            let done = report.written + report.fenced + report.unwritable
-            state.withLock { state in for outcome in done { state.held.remove(outcome.jobID) } }
+            // Written, fenced out or parked: the job is no longer this worker's to hold (a parked job's
+            // lease lapses and this worker's own reaper returns it).
+            let done = report.written + report.fenced + report.unwritable + report.parked
+            state.withLock { $0.capacity.released(done.map(\.jobID)) }
             capacity.signal()
         }
     }
@@ -151,8 +154,17 @@ public final class PushWorkerService: Sendable {
         return ContinuousClock.now - last < self.configuration.staleAfter - self.configuration.heartbeatInterval / 2
     }
 
+    /// Runs until the service group's graceful shutdown (or ``shutdown()``, or cancellation), then drains.
+    public func run() async throws {
+        await withGracefulShutdownHandler {
+            await self.runUntilShutdown()
+        } onGracefulShutdown: {
+            self.shutdown()
+        }
+    }
+
     /// Runs until ``shutdown()`` (or cancellation), then drains.
-    public func run() async {
+    public func runUntilShutdown() async {
         let id = self.configuration.workerID
         self.logger.info(
             "worker started",
@@ -180,14 +192,9 @@ public final class PushWorkerService: Sendable {
             }
         }
         await withTaskGroup(of: Void.self) { background in
-            if let listenerConfiguration = self.listenerConfiguration {
-                background.addTask {
-                    await JobNotificationListener(
-                        configuration: listenerConfiguration,
-                        signal: self.wake,
-                        logger: self.logger
-                    ).run()
-                }
+            if let listener = self.listener {
+                let wake = self.wake
+                background.addTask { await listener.run { wake.signal() } }
             }
             background.addTask { await self.maintenanceLoop() }
             background.addTask { await self.heartbeatLoop() }
@@ -211,15 +218,12 @@ public final class PushWorkerService: Sendable {
         // Discarding: a plain task group keeps every finished send until the group ends (memory grows per job).
         await withDiscardingTaskGroup { sends in
             while !self.isShuttingDown && !Task.isCancelled {
-                let (free, held) = self.state.withLock { (configuration.concurrency - $0.inFlight, $0.held.count) }
-                // Claim in whole batches where possible: wait for capacity rather than claiming crumbs.
-                // Outcomes not yet written count against capacity: a worker that cannot write stops claiming.
-                let room = min(free, configuration.concurrency - held)
-                if room < min(configuration.batchSize, configuration.concurrency) / 2 || !self.heartbeatFresh {
+                // Whole batches where possible; outcomes not yet written count against capacity; no claim
+                // while this worker's own heartbeat is stale.
+                guard let limit = self.state.withLock({ $0.capacity.claimLimit() }), self.heartbeatFresh else {
                     _ = await self.capacity.wait(timeout: .milliseconds(100))
                     continue
                 }
-                let limit = min(room, configuration.batchSize)
                 let jobs: [PushJob]
                 do {
                     jobs = try await self.queue.claim(
@@ -228,7 +232,8 @@ public final class PushWorkerService: Sendable {
                         lease: configuration.lease,
                         excludingCredentials: self.pauses.active(),
                         onlyCredentials: configuration.credentials,
-                        excludingEnvironments: self.unreachable.active()
+                        excludingPairs: self.unreachable.active(),
+                        excludingIDs: self.state.withLock { Array($0.capacity.held) }
                     )
                     failures = 0
                     self.lastDatabaseSuccess.withLock { $0 = .now }
@@ -243,10 +248,7 @@ public final class PushWorkerService: Sendable {
                     continue
                 }
                 if !jobs.isEmpty {
-                    self.state.withLock { state in
-                        state.inFlight += jobs.count
-                        state.held.formUnion(jobs.map(\.id))
-                    }
+                    self.state.withLock { $0.capacity.claimed(jobs.map(\.id)) }
                     self.stats.withLock { $0.claimed += jobs.count }
                 }
                 let claimedAt = Date()
@@ -265,7 +267,7 @@ public final class PushWorkerService: Sendable {
                         self.react(to: decided, of: job)
                         self.metrics.record(outcome)
                         self.recorder.add(outcome)
-                        self.state.withLock { $0.inFlight -= 1 }
+                        self.state.withLock { $0.capacity.sendFinished() }
                         self.capacity.signal()
                     }
                 }
@@ -281,13 +283,13 @@ public final class PushWorkerService: Sendable {
             // yet written is withdrawn and its job released uncounted; one in flight has an unknown outcome.
             let grace = configuration.shutdownGrace
             let deadline = ContinuousClock.now + grace
-            while self.state.withLock({ $0.inFlight }) > 0 && ContinuousClock.now < deadline {
+            while self.state.withLock({ $0.capacity.inFlight }) > 0 && ContinuousClock.now < deadline {
                 _ = await self.capacity.wait(timeout: .milliseconds(50))
             }
-            if self.state.withLock({ $0.inFlight }) > 0 {
+            if self.state.withLock({ $0.capacity.inFlight }) > 0 {
                 self.logger.warning(
                     "shutdown grace period over; withdrawing the sends still waiting",
-                    metadata: ["push.jobs": "\(self.state.withLock { $0.inFlight })"]
+                    metadata: ["push.jobs": "\(self.state.withLock { $0.capacity.inFlight })"]
                 )
                 sends.cancelAll()
             }
@@ -296,9 +298,10 @@ public final class PushWorkerService: Sendable {
 
     /// The worker's side effects of a decision: pause a credential, pause an unreachable endpoint.
     func react(to decided: DecidedOutcome, of job: PushJob) {
+        let pool = "\(job.environment)/\(job.credential)"
         if decided.decision == .delivered {
             self.pauses.succeeded(job.credential)
-            self.unreachable.succeeded(job.environment)
+            self.unreachable.succeeded(pool)
         }
         if decided.pausesCredential {
             let (until, isNew) = self.pauses.pause(job.credential)
@@ -311,115 +314,11 @@ public final class PushWorkerService: Sendable {
             }
         }
         if decided.endpointUnreachable {
-            let (_, isNew) = self.unreachable.pause(job.environment)
+            let (_, isNew) = self.unreachable.pause(pool)
             if isNew {
                 self.logger.warning(
-                    "APNs unreachable for \(job.environment): its jobs stay pending, unclaimed, while the pool reconnects",
-                    metadata: ["push.environment": "\(job.environment)"]
-                )
-            }
-        }
-    }
-
-    /// One heartbeat: the worker's row, then the leases of every job it holds.
-    func beat() async throws {
-        let credentials = self.configuration.credentials ?? []
-        try await self.queue.heartbeat(
-            workerID: self.configuration.workerID,
-            host: ProcessInfo.processInfo.hostName,
-            pid: Int(getpid()),
-            credentials: credentials
-        )
-        let now = ContinuousClock.now
-        let (stale, grace) = (self.configuration.staleAfter, self.configuration.reconnectGrace)
-        self.state.withLock { state in
-            state.lastHeartbeat = now
-            if state.reapAllowedAfter == nil { state.reapAllowedAfter = now + (state.cutOff ? grace : stale) }
-            state.cutOff = false
-        }
-        let held = Array(self.state.withLock { $0.held })
-        if !held.isEmpty {
-            try await self.queue.extendLeases(
-                held,
-                workerID: self.configuration.workerID,
-                lease: self.configuration.lease
-            )
-        }
-    }
-
-    /// Heartbeats, extends the leases of held jobs, and reclaims the jobs of workers that are gone.
-    /// After a gap (Postgres was away), this worker first checks in and flushes, and waits a full stale
-    /// period before it reaps anyone else's jobs.
-    func heartbeatLoop() async {
-        while !Task.isCancelled {
-            do {
-                try await self.beat()
-                let allowedAfter = self.state.withLock { $0.reapAllowedAfter } ?? .now
-                if ContinuousClock.now >= allowedAfter {
-                    let reaped = try await self.queue.reapJobsOfGoneWorkers(
-                        staleAfter: self.configuration.staleAfter,
-                        workerID: self.configuration.workerID,
-                        restartGrace: self.configuration.reconnectGrace
-                    )
-                    if !reaped.isEmpty {
-                        self.metrics.leasesReclaimed.increment(by: reaped.count)
-                        self.logger.warning(
-                            "reclaimed the jobs of a worker that is gone",
-                            metadata: ["push.jobs": "\(reaped.count)"]
-                        )
-                        self.wake.signal()
-                    }
-                }
-            } catch {
-                self.state.withLock { state in
-                    state.reapAllowedAfter = nil
-                    state.cutOff = true
-                }
-                self.logger.warning(
-                    "could not write the heartbeat; sends pause once it is stale",
-                    metadata: ["push.error": "\(QueueError.summary(of: error))"]
-                )
-            }
-            try? await Task.sleep(for: self.configuration.heartbeatInterval)
-        }
-    }
-
-    /// Prunes delivered rows, dead-letters jobs nobody can sign, and refreshes the queue gauges on their timers.
-    func maintenanceLoop() async {
-        var lastPrune = ContinuousClock.now
-        var lastStats = ContinuousClock.now - .seconds(3600)
-        while !Task.isCancelled {
-            try? await Task.sleep(for: self.configuration.reaperInterval)
-            if Task.isCancelled { return }
-            do {
-                self.metrics.connections.record(self.client.openConnections)
-                self.metrics.jwtMints.record(self.client.mintCount)
-                self.metrics.pausedCredentials.record(self.pauses.active().count)
-                if ContinuousClock.now - lastStats >= .seconds(15) {
-                    lastStats = .now
-                    self.metrics.record(try await self.queue.stats())
-                }
-                let unsignable = try await self.queue.deadLetterUnsignable(
-                    wait: self.configuration.credentialWait,
-                    staleAfter: self.configuration.staleAfter
-                )
-                if unsignable > 0 {
-                    self.logger.error(
-                        "dead-lettered jobs whose credential no running worker can sign for (MS028)",
-                        metadata: ["push.jobs": "\(unsignable)"]
-                    )
-                }
-                if ContinuousClock.now - lastPrune >= self.configuration.pruneInterval {
-                    lastPrune = .now
-                    let pruned = try await self.queue.pruneDelivered(olderThan: self.configuration.retention)
-                    if pruned > 0 {
-                        self.logger.info("pruned delivered jobs past retention", metadata: ["push.jobs": "\(pruned)"])
-                    }
-                }
-            } catch {
-                self.logger.warning(
-                    "maintenance query failed; will retry",
-                    metadata: ["push.error": "\(QueueError.summary(of: error))"]
+                    "APNs unreachable for \(job.environment) with credential '\(job.credential)': those jobs stay pending, unclaimed, while the pool reconnects",
+                    metadata: ["push.environment": "\(job.environment)", "push.credential": "\(job.credential)"]
                 )
             }
         }

@@ -2,6 +2,8 @@ import ArgumentParser
 import Foundation
 import Logging
 import PostgresNIO
+import PushEmbeddedPostgres
+import PushProcess
 import PushQueue
 
 /// Empties the queue and inserts `count` alert jobs.

@@ -3,6 +3,8 @@ import ArgumentParser
 import Foundation
 import Logging
 import PostgresNIO
+import PushEmbeddedPostgres
+import PushProcess
 import PushQueue
 
 /// `push-bench e2e`: the real `push-worker run` binary against a fresh fsync-on Postgres and the

@@ -5,6 +5,8 @@ import Crypto
 import Foundation
 import Logging
 import PushCore
+import PushEmbeddedPostgres
+import PushProcess
 import PushQueue
 import Synchronization
 

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import PostgresNIO
+import PushEmbeddedPostgres
 import PushQueue
 
 /// Where the database is: flags, then the environment, then the embedded cluster.

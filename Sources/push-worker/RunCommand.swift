@@ -9,6 +9,7 @@ import Prometheus
 import PushCore
 import PushQueue
 import PushWorker
+import ServiceLifecycle
 
 struct RunCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -183,91 +184,153 @@ struct RunCommand: AsyncParsableCommand {
         )
         configuration.credentialWait = self.credentialWait.duration
         configuration.transportBudget = self.transportBudget
-        let listener = try url.connectionConfiguration()
+        let listener = JobNotificationListener(configuration: try url.connectionConfiguration(), logger: logger)
         let notifier = ServiceManagerNotifier()
         // Bootstrap metrics before anything creates a metric handler (handlers made earlier stay no-ops).
         let registry: PrometheusCollectorRegistry? = self.noMetrics ? nil : PrometheusCollectorRegistry()
         if let registry { MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry)) }
-        let result: Result<Void, any Error> = await withTaskGroup(of: Void.self) { group in
-            group.addTask { await client.run() }
-            defer { group.cancelAll() }
-            do {
-                notifier.notify("STATUS=checking the push schema")
-                switch self.migrations {
-                case .apply: try await Migrator(client: client, logger: logger).migrate()
-                case .check: try await Migrator(client: client, logger: logger).requireCurrent()
-                }
-                // One provider token per key for the whole fleet, shared through Postgres.
-                let apnsClient = try makeClient(ProviderTokenTable(client: client, logger: logger))
-                var configuration = configuration
-                configuration.credentials = apnsClient.credentialNames
-                let service = PushWorkerService(
-                    configuration: configuration,
-                    queue: JobQueue(client: client, logger: logger),
-                    client: apnsClient,
-                    listenerConfiguration: listener,
-                    logger: logger
-                )
-                let signals = TerminationSignals()
-                group.addTask {
-                    var received = 0
-                    for await _ in signals.stream {
-                        received += 1
-                        if received == 1 {
-                            logger.warning("signal received: draining (a second signal exits at once)")
-                            notifier.notify("STOPPING=1\nSTATUS=draining: finishing sends in flight")
-                            service.shutdown()
-                        } else {
-                            logger.warning("second signal: exiting now; the reaper returns unfinished jobs")
-                            Foundation.exit(130)
-                        }
-                    }
-                }
-                if let registry {
-                    let health = HealthServer(
-                        host: self.metricsHost,
-                        port: self.metricsPort,
-                        isReady: { service.isReady },
-                        metrics: {
-                            service.recordReadiness()
-                            return registry.emitToBuffer()
-                        },
-                        logger: logger
-                    )
-                    let host = self.metricsHost
-                    group.addTask {
-                        do {
-                            try await health.run { port in
-                                writeLine("metrics and health on http://\(host):\(port) (/metrics, /healthz, /readyz)")
-                            }
-                        } catch is CancellationError {
-                        } catch {
-                            logger.error(
-                                "could not serve metrics and health: \(error); use --metrics-port to pick another port or --no-metrics"
-                            )
-                        }
-                    }
-                }
-                writeLine("push-worker \(workerID) running against \(url) (Ctrl-C to stop)")
-                // systemd (Type=notify): ready once the schema is checked and the service is built.
-                notifier.notify("READY=1\nSTATUS=claiming and sending as \(workerID)\nMAINPID=\(getpid())")
-                group.addTask { await notifier.runWatchdog() }
-                await service.run()
-                await apnsClient.shutdown()
-                let counters = service.counters
-                logger.notice(
-                    "drained",
-                    metadata: [
-                        "push.delivered": "\(counters.delivered)", "push.retried": "\(counters.retried)",
-                        "push.dead": "\(counters.dead)",
-                    ]
-                )
-                return .success(())
-            } catch {
-                return .failure(error)
+        // One provider token per key for the whole fleet, shared through Postgres.
+        let apnsClient = try makeClient(ProviderTokenTable(client: client, logger: logger))
+        configuration.credentials = apnsClient.credentialNames
+        let service = PushWorkerService(
+            configuration: configuration,
+            queue: JobQueue(client: client, logger: logger),
+            client: apnsClient,
+            listener: listener,
+            logger: logger
+        )
+        let migrations = self.migrations
+        let daemon = WorkerDaemon(
+            service: service,
+            apnsClient: apnsClient,
+            notifier: notifier,
+            logger: logger,
+            workerID: workerID,
+            banner: "push-worker \(workerID) running against \(url) (Ctrl-C to stop)"
+        ) {
+            notifier.notify("STATUS=checking the push schema")
+            switch migrations {
+            case .apply: try await Migrator(client: client, logger: logger).migrate()
+            case .check: try await Migrator(client: client, logger: logger).requireCurrent()
             }
         }
-        try result.get()
+        // Every long-lived part is a service in one group: SIGTERM/SIGINT drains them in reverse order
+        // (the worker first, Postgres last), bounded by one duration; a second signal exits at once.
+        // Shut down last to first: the worker drains first, the health endpoint keeps answering through
+        // the drain, Postgres closes after the last outcome is written, the watchdog pings to the end and
+        // a second signal is heard until the very end.
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+            .init(service: WatchdogService(notifier: notifier), serviceName: "watchdog"),
+            .init(service: client, serviceName: "postgres"),
+        ]
+        if let registry {
+            let health = HealthServer(
+                host: self.metricsHost,
+                port: self.metricsPort,
+                isReady: { service.isReady },
+                metrics: {
+                    service.recordReadiness()
+                    return registry.emitToBuffer()
+                },
+                logger: logger
+            )
+            let host = self.metricsHost
+            services.append(
+                .init(
+                    service: health.service { port in
+                        writeLine("metrics and health on http://\(host):\(port) (/metrics, /healthz, /readyz)")
+                    },
+                    failureTerminationBehavior: .ignore,
+                    serviceName: "health"
+                )
+            )
+        }
+        services.append(
+            .init(service: daemon, successTerminationBehavior: .gracefullyShutdownGroup, serviceName: "worker")
+        )
+        var groupLogger = logger
+        if groupLogger.logLevel < .notice { groupLogger.logLevel = .notice }
+        // The group traps no signal itself: one listener owns SIGTERM/SIGINT (two dispatch sources for
+        // one signal undo each other's disposition), starts the drain on the first, exits on the second.
+        var groupConfiguration = ServiceGroupConfiguration(services: services, logger: groupLogger)
+        // The single drain bound: the worker's grace for sends, then as long again for the last outcomes.
+        groupConfiguration.maximumGracefulShutdownDuration = self.shutdownGrace.duration * 2 + .seconds(10)
+        let group = ServiceGroup(configuration: groupConfiguration)
+        let signals = SignalHandling(logger: logger, notifier: notifier)
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { await signals.run { await group.triggerGracefulShutdown() } }
+            defer { tasks.cancelAll() }
+            try await group.run()
+        }
+    }
+}
+
+/// The worker as the group runs it: check the schema, say ready, claim and send until the group shuts
+/// down, then close the APNs connections.
+struct WorkerDaemon: Service {
+    let service: PushWorkerService
+    let apnsClient: APNsClient
+    let notifier: ServiceManagerNotifier
+    let logger: Logger
+    let workerID: String
+    let banner: String
+    let prepare: @Sendable () async throws -> Void
+
+    func run() async throws {
+        try await self.prepare()
+        writeLine(self.banner)
+        // systemd (Type=notify): ready once the schema is checked and the service is built.
+        self.notifier.notify("READY=1\nSTATUS=claiming and sending as \(self.workerID)\nMAINPID=\(getpid())")
+        try await self.service.run()
+        await self.apnsClient.shutdown()
+        let counters = self.service.counters
+        self.logger.notice(
+            "drained",
+            metadata: [
+                "push.delivered": "\(counters.delivered)", "push.retried": "\(counters.retried)",
+                "push.dead": "\(counters.dead)",
+            ]
+        )
+    }
+}
+
+/// SIGTERM/SIGINT: the first starts the group's drain (logged and told to systemd), the second exits
+/// at once. Runs until cancelled, through the whole drain.
+struct SignalHandling: Sendable {
+    let logger: Logger
+    let notifier: ServiceManagerNotifier
+
+    func run(drain: @escaping @Sendable () async -> Void) async {
+        let signals = TerminationSignals()
+        var received = 0
+        for await _ in signals.stream {
+            received += 1
+            if received == 1 {
+                self.logger.warning("signal received: draining (a second signal exits at once)")
+                self.notifier.notify("STOPPING=1\nSTATUS=draining: finishing sends in flight")
+                await drain()
+            } else {
+                self.logger.warning(
+                    "second signal: exiting now; unfinished jobs return to pending once this worker's heartbeat is stale (same apns-id)"
+                )
+                Foundation.exit(130)
+            }
+        }
+    }
+}
+
+/// Pings the systemd watchdog until the group stops.
+struct WatchdogService: Service {
+    let notifier: ServiceManagerNotifier
+
+    func run() async throws {
+        let notifier = self.notifier
+        // Until the group shuts it down (then the sleep below is cancelled: that is the normal end).
+        try? await cancelWhenGracefulShutdown {
+            await notifier.runWatchdog()
+            // No watchdog configured: stay until the group shuts down, like every other service.
+            if notifier.watchdogInterval == nil { try await Task.sleep(for: .seconds(86_400 * 365)) }
+        }
     }
 }
 

@@ -2,7 +2,7 @@ import APNsSimulator
 import APNsTransport
 import Crypto
 import Foundation
-import PushQueue
+import PushProcess
 import Testing
 
 @Suite("An independent client agrees with the simulator")

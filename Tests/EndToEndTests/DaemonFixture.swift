@@ -3,6 +3,8 @@ import Crypto
 import Foundation
 import Logging
 import PostgresNIO
+import PushEmbeddedPostgres
+import PushProcess
 import PushQueue
 import PushQueueTesting
 import Testing

@@ -1,6 +1,8 @@
 import APNsSimulator
 import Foundation
 import PostgresNIO
+import PushEmbeddedPostgres
+import PushProcess
 import PushQueue
 import PushQueueTesting
 import Testing

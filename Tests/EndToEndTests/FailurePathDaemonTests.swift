@@ -2,6 +2,8 @@ import APNsSimulator
 import Foundation
 import Logging
 import PostgresNIO
+import PushEmbeddedPostgres
+import PushProcess
 import PushQueue
 import PushQueueTesting
 import Testing
@@ -107,8 +109,10 @@ struct FailurePathDaemonTests {
                 "only the requests written have an unknown outcome"
             )
             #expect(
-                try await f.db.int64("SELECT count(*) FROM push.workers WHERE worker_id = 'drainer'") == 0,
-                "a clean stop deregisters"
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.workers WHERE worker_id = 'drainer' AND stopped_at IS NOT NULL"
+                ) == 1,
+                "a clean stop marks the worker stopped"
             )
         }
     }
@@ -117,62 +121,42 @@ struct FailurePathDaemonTests {
         "Postgres stopped for 60 s with 500 requests in flight and two workers: no apns-id answered 200 twice, every job delivered"
     )
     func postgresOutage() async throws {
-        let outage = Duration.seconds(Int64(ProcessInfo.processInfo.environment["PUSH_PG_OUTAGE_SECONDS"] ?? "") ?? 60)
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pg-outage-\(UUID().uuidString)")
-            .path
-        var logger = Logger(label: "push.test.outage")
-        logger.logLevel = .error
-        let port = try EmbeddedPostgres.freePort()
-        let cluster = EmbeddedPostgres(
-            configuration: .init(dataDirectory: directory + "/data", port: port, fsync: false),
-            logger: logger
+        try await self.outage(
+            .restart,
+            Duration.seconds(Int64(ProcessInfo.processInfo.environment["PUSH_PG_OUTAGE_SECONDS"] ?? "") ?? 60)
         )
-        let url = try cluster.start()
-        defer {
-            cluster.stop()
-            try? FileManager.default.removeItem(atPath: directory)
-        }
-        let credentials = try SimulatorCredentials.generate(in: directory + "/keys")
-        var configuration = APNsSimulator.Configuration(keys: [credentials.keyID: credentials.trustedKey])
-        configuration.faults.slowShare = 1
-        configuration.faults.slowLatency = .seconds(2)
-        let simulator = try APNsSimulator(configuration: configuration, logger: logger)
-        try await simulator.run { simulator in
-            let caFile = try simulator.writeCACertificate(to: directory + "/ca.pem")
-            let environment = [
-                "DATABASE_URL": url.connectionString, "APNS_KEY_PATH": credentials.keyPath,
-                "APNS_KEY_ID": credentials.keyID, "APNS_TEAM_ID": credentials.teamID,
-            ]
+    }
+
+    @Test(
+        "Postgres frozen for 40 s (a network cut or failover: queries hang, no restart) with two workers: no apns-id answered 200 twice"
+    )
+    func postgresFrozen() async throws {
+        try await self.outage(.freeze, .seconds(40))
+    }
+
+    enum OutageKind { case restart, freeze }
+
+    func outage(_ kind: OutageKind, _ outage: Duration) async throws {
+        try await OwnClusterFixture.run(
+            "pg-outage",
+            simulator: { configuration in
+                configuration.faults.slowShare = 1
+                configuration.faults.slowLatency = .seconds(2)
+            }
+        ) { f in
+            let (cluster, simulator, directory) = (f.cluster, f.simulator, f.directory)
             func start(_ name: String) throws -> ChildProcess.Running {
-                try ChildProcess.start(
-                    DaemonFixture.binary,
+                try f.startWorker(
+                    name,
                     [
-                        "run", "--worker-id", name, "--apns-endpoint", "https://localhost:\(simulator.port)",
-                        "--apns-ca-file", caFile,
-                        "--poll-interval-ms", "200", "--log-level", "error", "--no-metrics", "--concurrency", "250",
-                        "--batch-size", "250",
-                        "--lease", "20s", "--request-timeout-ms", "10000",
-                    ],
-                    environment: environment,
-                    outputPath: directory + "/\(name).log"
+                        "--log-level", "error", "--concurrency", "250", "--batch-size", "250", "--lease", "20s",
+                        "--request-timeout-ms", "10000",
+                    ]
                 )
             }
-            func psql(_ sql: String) throws -> String {
-                try ChildProcess.run("/usr/bin/env", ["psql", url.connectionString, "-Atc", sql]).output
-                    .trimmingCharacters(in: .whitespacesAndNewlines)
-            }
-            func waitFor(
-                _ what: String,
-                _ timeout: Duration = .seconds(120),
-                _ condition: () throws -> Bool
-            ) async throws {
-                let deadline = ContinuousClock.now + timeout
-                while ContinuousClock.now < deadline {
-                    if (try? condition()) == true { return }
-                    try await Task.sleep(for: .milliseconds(100))
-                }
-                Issue.record("timed out waiting for \(what)")
-                throw CancellationError()
+            func psql(_ sql: String) throws -> String { try f.psql(sql) }
+            func waitFor(_ what: String, _ condition: () throws -> Bool) async throws {
+                try await f.waitFor(what, .seconds(240), condition)
             }
             let a = try start("a")
             let b = try start("b")
@@ -192,12 +176,40 @@ struct FailurePathDaemonTests {
                 try psql("SELECT count(*) FROM push.jobs WHERE state = 'running'") == "500"
             }
             // Longer than the lease (20 s) and than the stale period: every lease lapses meanwhile.
-            cluster.stop()
-            print("Postgres stopped for \(outage) with \(simulator.requests.count) requests in flight or answered")
-            try await Task.sleep(for: outage)
-            _ = try cluster.start()
-            try await waitFor("every job delivered after the outage") {
-                try psql("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == "500"
+            switch kind {
+            case .restart:
+                cluster.stop()
+                print("Postgres stopped for \(outage) with \(simulator.requests.count) requests in flight or answered")
+                try await Task.sleep(for: outage)
+                _ = try cluster.start()
+            case .freeze:
+                // Every server process stopped (SIGSTOP): connections stay open, queries hang, as behind
+                // a network cut; the server's start time does not change.
+                let postmaster = try String(contentsOfFile: directory + "/data/postmaster.pid", encoding: .utf8).split(
+                    separator: "\n"
+                )[0]
+                let children = try ChildProcess.run("/usr/bin/env", ["pgrep", "-P", String(postmaster)]).output.split(
+                    separator: "\n"
+                ).map(String.init)
+                let pids = [String(postmaster)] + children
+                for pid in pids { kill(pid_t(pid)!, SIGSTOP) }
+                print("Postgres frozen for \(outage) with \(simulator.requests.count) requests in flight or answered")
+                try await Task.sleep(for: outage)
+                for pid in pids.reversed() { kill(pid_t(pid)!, SIGCONT) }
+            }
+            do {
+                try await waitFor("every job delivered after the outage") {
+                    try psql("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == "500"
+                }
+            } catch {
+                let states = try? psql(
+                    "SELECT string_agg(state || ':' || coalesce(locked_by, '-') || ':' || attempts || ':' || n, ', ') FROM (SELECT state, locked_by, attempts, count(*) AS n FROM push.jobs GROUP BY 1, 2, 3) x"
+                )
+                let workers = try? psql(
+                    "SELECT string_agg(worker_id || ' ' || (now() - heartbeat_at)::text, ', ') FROM push.workers"
+                )
+                print("job states (state:locked_by:attempts:count): \(states ?? "?"); workers: \(workers ?? "?")")
+                throw error
             }
             let twice = simulator.faultCounters.okAnswers.filter { $0.value > 1 }
             print(

@@ -52,7 +52,7 @@ struct FaultTests {
             let faults = f.simulator.faultCounters
             let summary = try await Self.assertInvariants(f, jobs: count, diedWorkers: [])
             print(
-                "storm (\(count) jobs, GOAWAY every \(goAwayEvery)): \(elapsed) to drain; \(faults.goAways) GOAWAYs, \(faults.drops) drops, \(faults.resets) resets, \(faults.unansweredAfterGoAway) streams left unanswered after GOAWAY, \(faults.openedAfterGoAway) arrived after a GOAWAY was sent (\(faults.openedLateAfterGoAway) more than 500 ms after; the latest \(faults.maxLatenessAfterGoAway) after); \(summary)"
+                "storm (\(count) jobs, GOAWAY every \(goAwayEvery)): \(elapsed) to drain; \(faults.goAways) GOAWAYs, \(faults.drops) drops, \(faults.resets) resets, \(faults.unansweredAfterGoAway) streams left unanswered after GOAWAY, \(faults.openedAfterGoAway) arrived after a GOAWAY was sent (\(faults.openedLateAfterGoAway) more than 1 s after; the latest \(faults.maxLatenessAfterGoAway) after); \(summary)"
             )
             #expect(try await f.db.int64("SELECT count(*) FROM push.dead_jobs") == 0, "no healthy job dead-lettered")
             #expect(try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == Int64(count))
@@ -78,10 +78,10 @@ struct FaultTests {
         }
         for seed in seeds {
             print("fault schedule seed \(seed) (PUSH_FAULT_SEEDS=\(seed) replays it)")
-            var random = SeededRandom(seed: seed ^ 0xA5A5)
+            var random = SeededGenerator(seed: seed ^ 0xA5A5)
             let killAfter = Int64.random(in: 300...1_500, using: &random)
             try await DaemonFixture.run(simulator: { configuration in
-                var r = SeededRandom(seed: seed)
+                var r = SeededGenerator(seed: seed)
                 configuration.faults.goAwayEvery = Int.random(in: 80...400, using: &r)
                 configuration.faults.dropEvery = Int.random(in: 90...500, using: &r)
                 configuration.faults.resetFirstAttempts = Double.random(in: 0...0.03, using: &r)
@@ -244,18 +244,5 @@ struct FaultTests {
         let transport = try await f.db.int64("SELECT coalesce(sum(transport_retries), 0)::bigint FROM push.jobs")
         return
             "\(delivered) delivered, \(dead) dead, \(f.simulator.requests.count) requests, \(transport) transport retries, \(twice.count) jobs answered 200 twice across a worker's death, \(afterCut) after the simulator cut the connection under a written 200"
-    }
-}
-
-/// SplitMix64 for the test's own draws.
-struct SeededRandom: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { self.state = seed }
-    mutating func next() -> UInt64 {
-        self.state &+= 0x9E37_79B9_7F4A_7C15
-        var z = self.state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

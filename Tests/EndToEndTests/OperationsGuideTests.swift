@@ -1,5 +1,7 @@
 import Foundation
 import PostgresNIO
+import PushEmbeddedPostgres
+import PushProcess
 import PushQueue
 import PushQueueTesting
 import Testing

@@ -1,4 +1,6 @@
 import Foundation
+import PushEmbeddedPostgres
+import PushProcess
 import PushQueue
 import PushQueueTesting
 import Testing

@@ -2,6 +2,8 @@ import APNsSimulator
 import Foundation
 import Logging
 import PostgresNIO
+import PushEmbeddedPostgres
+import PushProcess
 import PushQueue
 import PushQueueTesting
 import Testing
@@ -71,11 +73,18 @@ struct ResilienceTests {
             try await f.db.execute(
                 "INSERT INTO push.jobs (topic, device_token, payload) VALUES ('com.example.app', '\(DaemonFixture.token(9))', '{\"aps\":{}}')"
             )
-            try await Task.sleep(for: .seconds(4))
+            // Wait for the events, not for time: the failed connect is recorded, then the worker stops
+            // claiming that pool (a second connect attempt would show as a second requeue in the history).
+            try await f.waitUntil(.seconds(20), "the failed connect recorded") {
+                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE reason = 'ConnectFailed'") == 1
+            }
             #expect(kill(worker.pid, 0) == 0, "the worker is still running")
             #expect(try await f.db.int64("SELECT count(*) FROM push.dead_jobs") == 0, "an outage dead-letters nothing")
             #expect(try await f.db.int64("SELECT attempts FROM push.jobs") == 0, "attempts are not used up")
-            #expect(try await f.db.int64("SELECT count(*) FROM push.jobs WHERE reason = 'ConnectFailed'") == 1)
+            #expect(
+                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE first_attempt_at IS NULL") == 1,
+                "nothing was sent: the expiry clock has not started"
+            )
             worker.signal(SIGTERM)
             #expect(worker.wait() == 0)
             // APNs back (the simulator's port): the same job goes out.
@@ -89,57 +98,16 @@ struct ResilienceTests {
     @Test("Postgres restarted mid-run: the worker reconnects by itself and finishes the queue")
     func postgresRestart() async throws {
         // A cluster of its own: restarting the shared test cluster would disturb the other tests.
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pg-restart-\(UUID().uuidString)")
-            .path
-        var logger = Logger(label: "push.test.restart")
-        logger.logLevel = .error
-        let port = try EmbeddedPostgres.freePort()
-        let cluster = EmbeddedPostgres(
-            configuration: .init(dataDirectory: directory + "/data", port: port, fsync: false),
-            logger: logger
-        )
-        let url = try cluster.start()
-        defer {
-            cluster.stop()
-            try? FileManager.default.removeItem(atPath: directory)
-        }
-        let credentials = try SimulatorCredentials.generate(in: directory + "/keys")
-        let simulator = try APNsSimulator(
-            configuration: .init(keys: [credentials.keyID: credentials.trustedKey]),
-            logger: logger
-        )
-        try await simulator.run { simulator in
-            let caFile = try simulator.writeCACertificate(to: directory + "/ca.pem")
-            let environment = [
-                "DATABASE_URL": url.connectionString, "APNS_KEY_PATH": credentials.keyPath,
-                "APNS_KEY_ID": credentials.keyID, "APNS_TEAM_ID": credentials.teamID,
-            ]
-            let worker = try ChildProcess.start(
-                DaemonFixture.binary,
-                [
-                    "run", "--worker-id", "w", "--apns-endpoint", "https://localhost:\(simulator.port)",
-                    "--apns-ca-file", caFile,
-                    "--poll-interval-ms", "200", "--log-level", "warning", "--no-metrics",
-                ],
-                environment: environment,
-                outputPath: directory + "/worker.log"
-            )
+        try await OwnClusterFixture.run("pg-restart") { f in
+            let worker = try f.startWorker("w", ["--log-level", "warning"])
             defer {
                 worker.signal(SIGKILL)
                 _ = worker.wait()
             }
-
-            func psql(_ sql: String) throws -> String {
-                try ChildProcess.run("/usr/bin/env", ["psql", url.connectionString, "-Atc", sql]).output
-                    .trimmingCharacters(in: .whitespacesAndNewlines)
-            }
+            let cluster = f.cluster
+            func psql(_ sql: String) throws -> String { try f.psql(sql) }
             func waitFor(_ what: String, _ condition: () throws -> Bool) async throws {
-                for _ in 0..<600 {
-                    if (try? condition()) == true { return }
-                    try await Task.sleep(for: .milliseconds(100))
-                }
-                Issue.record("timed out waiting for \(what): \(worker.output.suffix(2000))")
-                throw CancellationError()
+                try await f.waitFor("\(what): \(worker.output.suffix(2000))", .seconds(60), condition)
             }
             try await waitFor("the schema") {
                 try psql("SELECT count(*) FROM push.schema_migrations") == "\(Migration.all.count)"

@@ -260,6 +260,12 @@ struct FailurePathTests {
                 )
             }
             #expect(try await db.int64("SELECT jsonb_array_length(history) FROM push.jobs WHERE id = \(id)") <= 101)
+            // The first 20 entries stay (the collapsed requeues first), then the marker, then the newest.
+            #expect(
+                try await db.int64(
+                    "SELECT count(*) FROM push.jobs WHERE id = \(id) AND history->0->>'outcome' = 'requeue' AND history->20->>'outcome' = 'history_trimmed' AND history->-1->>'outcome' = 'transport_retry' AND (history->-1->>'attempt')::int = 1"
+                ) == 1
+            )
             #expect(try await db.int64("SELECT transport_retries FROM push.jobs WHERE id = \(id)") == 150)
             #expect(
                 try await db.int64("SELECT count(*) FROM push.jobs WHERE id = \(id) AND first_attempt_at IS NOT NULL")

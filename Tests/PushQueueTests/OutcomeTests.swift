@@ -16,7 +16,7 @@ struct OutcomeTests {
             // Wait for the lease to run out, then let the reaper return the job.
             var reaped: [Int64] = []
             for _ in 0..<200 where reaped.isEmpty {
-                reaped = try await queue.reapExpiredLeases()
+                reaped = try await queue.reapJobsOfGoneWorkers(staleAfter: .seconds(6), workerID: "reaper")
                 if reaped.isEmpty { try await Task.sleep(for: .milliseconds(10)) }
             }
             #expect(reaped == [id])
@@ -297,7 +297,7 @@ struct OutcomeTests {
             let alive = try await queue.claim(limit: 2, workerID: "alive", lease: .seconds(60))
             var reaped: [Int64] = []
             for _ in 0..<200 where reaped.isEmpty {
-                reaped = try await queue.reapExpiredLeases()
+                reaped = try await queue.reapJobsOfGoneWorkers(staleAfter: .seconds(6), workerID: "reaper")
                 if reaped.isEmpty { try await Task.sleep(for: .milliseconds(10)) }
             }
             #expect(Set(reaped) == Set(dead.map(\.id)))

@@ -9,24 +9,26 @@ struct WakeupTests {
     @Test("LISTEN wakes a waiting claimer within milliseconds of a plain-SQL INSERT from another connection")
     func listenWakesClaimer() async throws {
         try await TestPostgres.withDatabase { db in
-            let signal = WakeSignal()
-            let listening = WakeSignal()
+            let (notifications, notify) = AsyncStream<Void>.makeStream()
+            let (listenings, listened) = AsyncStream<Void>.makeStream()
             let listener = JobNotificationListener(
                 configuration: try db.url.connectionConfiguration(),
-                signal: signal,
                 logger: db.logger,
-                onListening: { listening.signal() }
+                onListening: { listened.yield() }
             )
             try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { await listener.run() }
-                #expect(await listening.wait(timeout: .seconds(10)))
-                // The listener signals once on connect (to catch up); consume that.
-                #expect(await signal.wait(timeout: .seconds(1)))
+                group.addTask { await listener.run { notify.yield() } }
+                var listening = listenings.makeAsyncIterator()
+                var catchUp = notifications.makeAsyncIterator()
+                #expect(await listening.next() != nil)
+                // The listener calls once on connect (to catch up); consume that.
+                #expect(await catchUp.next() != nil)
 
                 let clock = ContinuousClock()
                 async let woken: (Bool, Duration) = {
                     let start = clock.now
-                    let notified = await signal.wait(timeout: .seconds(10))
+                    var iterator = notifications.makeAsyncIterator()
+                    let notified = await iterator.next() != nil
                     return (notified, clock.now - start)
                 }()
                 try await Task.sleep(for: .milliseconds(50))
@@ -45,35 +47,5 @@ struct WakeupTests {
                 group.cancelAll()
             }
         }
-    }
-
-    @Test("a wait with no signal falls back to its timeout; signals while nobody waits fold into one")
-    func signalSemantics() async throws {
-        let signal = WakeSignal()
-        #expect(await signal.wait(timeout: .milliseconds(20)) == false)
-        signal.signal()
-        signal.signal()
-        signal.signal()
-        #expect(await signal.wait(timeout: .seconds(5)) == true)
-        #expect(await signal.wait(timeout: .milliseconds(20)) == false, "three signals fold into one wake-up")
-    }
-
-    @Test("a signal wakes every current waiter")
-    func wakesAllWaiters() async throws {
-        let signal = WakeSignal()
-        let woken = await withTaskGroup(of: Bool.self) { group in
-            for _ in 0..<3 {
-                group.addTask { await signal.wait(timeout: .seconds(10)) }
-            }
-            // Signal until every waiter has returned (each signal wakes all current waiters; early ones
-            // that arrive before a waiter registers are kept for it).
-            var results: [Bool] = []
-            while results.count < 3 {
-                signal.signal()
-                if let result = await group.next() { results.append(result) }
-            }
-            return results
-        }
-        #expect(woken == [true, true, true])
     }
 }

@@ -17,7 +17,9 @@ CREATE TABLE IF NOT EXISTS push.workers (
     pid          integer     NOT NULL DEFAULT 0,
     credentials  text[]      NOT NULL DEFAULT '{}',
     started_at   timestamptz NOT NULL DEFAULT now(),
-    heartbeat_at timestamptz NOT NULL DEFAULT now()
+    heartbeat_at timestamptz NOT NULL DEFAULT now(),
+    -- Set by a clean stop; the row stays so "last seen holding credential X" survives a restart.
+    stopped_at   timestamptz
 );
 
 -- Running jobs by holder: the reaper's lookup.

@@ -1,4 +1,4 @@
-package import Foundation
+public import Foundation
 
 #if canImport(Glibc)
 import Glibc
@@ -9,13 +9,13 @@ import Glibc
 /// Foundation's `Process` on Linux can miss a child's exit when the caller blocks a cooperative thread;
 /// this does not depend on a run loop, and a file (not a pipe) cannot be held open by a daemon the
 /// command leaves running (`pg_ctl start`). The child starts with no signals blocked.
-package enum ChildProcess {
-    package struct Result {
-        package var status: Int32
-        package var output: String
+public enum ChildProcess {
+    public struct Result {
+        public var status: Int32
+        public var output: String
     }
 
-    package static func run(_ executable: String, _ arguments: [String]) throws -> Result {
+    public static func run(_ executable: String, _ arguments: [String]) throws -> Result {
         let outputPath = FileManager.default.temporaryDirectory
             .appendingPathComponent("push-worker-cmd-\(getpid())-\(UInt64.random(in: 0...UInt64.max)).log").path
         defer { unlink(outputPath) }
@@ -27,28 +27,28 @@ package enum ChildProcess {
 
 extension ChildProcess {
     /// A command started in the background (the daemon, in end-to-end tests).
-    package struct Running: Sendable {
+    public struct Running: Sendable {
         /// Its process id.
-        package var pid: pid_t
+        public var pid: pid_t
         /// Where its standard output and error go.
-        package var outputPath: String
+        public var outputPath: String
 
         /// Sends a signal (SIGTERM, SIGKILL, …).
-        package func signal(_ number: Int32) { kill(self.pid, number) }
+        public func signal(_ number: Int32) { kill(self.pid, number) }
 
         /// Waits for it to exit and returns its exit code (128 + signal number when killed).
-        package func wait() -> Int32 {
+        public func wait() -> Int32 {
             var status: Int32 = 0
             while waitpid(self.pid, &status, 0) < 0 && errno == EINTR {}
             return (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
         }
 
         /// Everything it printed so far.
-        package var output: String { (try? String(contentsOfFile: self.outputPath, encoding: .utf8)) ?? "" }
+        public var output: String { (try? String(contentsOfFile: self.outputPath, encoding: .utf8)) ?? "" }
     }
 
     /// Starts `executable` with `arguments` and extra `environment` variables, without waiting.
-    package static func start(
+    public static func start(
         _ executable: String,
         _ arguments: [String],
         environment extra: [String: String],
@@ -85,11 +85,18 @@ extension ChildProcess {
         var pid: pid_t = 0
         let spawned = posix_spawn(&pid, executable, &actions, &attributes, argv, envp)
         guard spawned == 0 else {
-            throw QueueError(
-                code: .invalidArgument,
-                message: "could not start \(executable): \(String(cString: strerror(spawned)))"
-            )
+            throw SpawnError(executable: executable, errno: spawned)
         }
         return Running(pid: pid, outputPath: outputPath)
     }
+}
+
+/// A command that could not be started: which, and the system's reason.
+public struct SpawnError: Error, CustomStringConvertible {
+    /// The executable's path.
+    public var executable: String
+    /// `posix_spawn`'s error number.
+    public var errno: Int32
+
+    public var description: String { "could not start \(self.executable): \(String(cString: strerror(self.errno)))" }
 }

@@ -3,7 +3,7 @@ import Synchronization
 /// A level-triggered wake-up for the claimer: `signal()` from the LISTEN connection (or anyone), `wait`
 /// in the claim loop. Signals while nobody waits are folded into one, so a burst of NOTIFYs costs one
 /// claim round (debounce by construction).
-public final class WakeSignal: Sendable {
+final class WakeSignal: Sendable {
     private struct State {
         var pending = false
         var waiters: [UInt64: CheckedContinuation<Bool, Never>] = [:]
@@ -13,10 +13,10 @@ public final class WakeSignal: Sendable {
     private let state = Mutex(State())
 
     /// Creates a signal with nothing pending.
-    public init() {}
+    init() {}
 
     /// Wakes every waiter, or the next one to wait if none is waiting now.
-    public func signal() {
+    func signal() {
         let waiters = self.state.withLock { state -> [CheckedContinuation<Bool, Never>] in
             if state.waiters.isEmpty {
                 state.pending = true
@@ -31,7 +31,7 @@ public final class WakeSignal: Sendable {
     /// Waits for a signal or until `timeout` passes (the polling fallback), whichever is first.
     ///
     /// - Returns: `true` when woken by a signal, `false` on timeout or cancellation.
-    public func wait(timeout: Duration) async -> Bool {
+    func wait(timeout: Duration) async -> Bool {
         if self.state.withLock({ state in
             defer { state.pending = false }
             return state.pending

@@ -1,5 +1,7 @@
 public import Foundation
 public import Logging
+import PushProcess
+public import PushQueue
 
 #if canImport(Glibc)
 import Glibc
@@ -169,7 +171,8 @@ public struct EmbeddedPostgres: Sendable {
         let text = result.output
         guard result.status == 0 else {
             let name = (executable as NSString).lastPathComponent
-            var message = "embedded Postgres: `\(name)` failed (exit \(result.status)): \(text.trimmingWhitespace())"
+            var message =
+                "embedded Postgres: `\(name)` failed (exit \(result.status)): \(text.trimmingCharacters(in: .whitespacesAndNewlines))"
             if text.contains("Permission denied") && asPostgres {
                 message +=
                     ". The postgres user must be able to reach \(self.configuration.dataDirectory): choose a data directory outside /root (e.g. under /var/lib or /tmp)"

@@ -1,0 +1,42 @@
+/// How many jobs the claimer may take now: a plain state machine under the service's lock.
+///
+/// A job counts from its claim until its outcome is written (not only while it is sent): a worker that
+/// cannot write outcomes stops claiming instead of piling up jobs it holds. Claims come in whole batches
+/// where possible: below half a batch of room the claimer waits for capacity rather than take crumbs.
+struct ClaimCapacity: Sendable {
+    let concurrency: Int
+    let batchSize: Int
+    /// Sends not finished.
+    private(set) var inFlight = 0
+    /// Jobs claimed whose outcome is not written yet: their leases are extended, and the claim never
+    /// returns them to this worker again meanwhile.
+    private(set) var held: Set<Int64> = []
+
+    init(concurrency: Int, batchSize: Int) {
+        self.concurrency = concurrency
+        self.batchSize = batchSize
+    }
+
+    /// The claim's limit now, or `nil` to wait for capacity.
+    func claimLimit() -> Int? {
+        let room = min(self.concurrency - self.inFlight, self.concurrency - self.held.count)
+        guard room >= max(min(self.batchSize, self.concurrency) / 2, 1) else { return nil }
+        return min(room, self.batchSize)
+    }
+
+    /// A claim returned these jobs.
+    mutating func claimed(_ ids: [Int64]) {
+        self.inFlight += ids.count
+        self.held.formUnion(ids)
+    }
+
+    /// One send finished (its outcome is handed to the recorder).
+    mutating func sendFinished() {
+        self.inFlight = max(self.inFlight - 1, 0)
+    }
+
+    /// These jobs' outcomes were written (or fenced out, or set aside): no longer held.
+    mutating func released(_ ids: [Int64]) {
+        for id in ids { self.held.remove(id) }
+    }
+}

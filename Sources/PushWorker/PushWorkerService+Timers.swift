@@ -1,0 +1,120 @@
+import Foundation
+import PushQueue
+
+/// The worker's timers: its heartbeat (with lease extension and the reaping of workers that are gone)
+/// and maintenance (pruning, unsignable jobs, gauges).
+extension PushWorkerService {
+    /// One heartbeat: the worker's row, then the leases of every job it holds.
+    func beat() async throws {
+        let credentials = self.configuration.credentials ?? []
+        try await self.queue.heartbeat(
+            workerID: self.configuration.workerID,
+            host: ProcessInfo.processInfo.hostName,
+            pid: Int(getpid()),
+            credentials: credentials
+        )
+        let now = ContinuousClock.now
+        let (stale, grace) = (self.configuration.staleAfter, self.configuration.reconnectGrace)
+        self.state.withLock { state in
+            // A heartbeat that took longer than a stale period to get through (Postgres' pool queues
+            // queries while it reconnects: a failover, a network cut) means this worker was cut off,
+            // and so, likely, were the others: give them the reconnect grace before judging them.
+            if let last = state.lastHeartbeat, now - last > stale { state.cutOff = true }
+            if state.cutOff || state.reapAllowedAfter == nil {
+                state.reapAllowedAfter = now + (state.cutOff ? grace : stale)
+            }
+            state.lastHeartbeat = now
+            state.cutOff = false
+        }
+        let held = Array(self.state.withLock { $0.capacity.held })
+        if !held.isEmpty {
+            try await self.queue.extendLeases(
+                held,
+                workerID: self.configuration.workerID,
+                lease: self.configuration.lease
+            )
+        }
+    }
+
+    /// Heartbeats, extends the leases of held jobs, and reclaims the jobs of workers that are gone.
+    /// After a gap (Postgres was away), this worker first checks in and flushes, and waits a full stale
+    /// period before it reaps anyone else's jobs.
+    func heartbeatLoop() async {
+        while !Task.isCancelled {
+            do {
+                try await self.beat()
+                let allowedAfter = self.state.withLock { $0.reapAllowedAfter } ?? .now
+                if ContinuousClock.now >= allowedAfter {
+                    let reaped = try await self.queue.reapJobsOfGoneWorkers(
+                        staleAfter: self.configuration.staleAfter,
+                        workerID: self.configuration.workerID,
+                        restartGrace: self.configuration.reconnectGrace
+                    )
+                    if !reaped.isEmpty {
+                        self.metrics.leasesReclaimed.increment(by: reaped.count)
+                        self.logger.warning(
+                            "reclaimed the jobs of a worker that is gone",
+                            metadata: ["push.jobs": "\(reaped.count)"]
+                        )
+                        self.wake.signal()
+                    }
+                }
+            } catch {
+                // A statement Postgres refused (a deadlock, say) is no outage; a lost connection is.
+                let cutOff = !QueueError.isRefusedByServer(error)
+                self.state.withLock { state in
+                    if cutOff {
+                        state.reapAllowedAfter = nil
+                        state.cutOff = true
+                    }
+                }
+                self.logger.warning(
+                    "could not write the heartbeat; sends pause once it is stale",
+                    metadata: ["push.error": "\(QueueError.summary(of: error))"]
+                )
+            }
+            try? await Task.sleep(for: self.configuration.heartbeatInterval)
+        }
+    }
+
+    /// Prunes delivered rows, dead-letters jobs nobody can sign, and refreshes the queue gauges on their timers.
+    func maintenanceLoop() async {
+        var lastPrune = ContinuousClock.now
+        var lastStats = ContinuousClock.now - .seconds(3600)
+        while !Task.isCancelled {
+            try? await Task.sleep(for: self.configuration.reaperInterval)
+            if Task.isCancelled { return }
+            do {
+                self.metrics.connections.record(self.client.openConnections)
+                self.metrics.jwtMints.record(self.client.mintCount)
+                self.metrics.pausedCredentials.record(self.pauses.active().count)
+                if ContinuousClock.now - lastStats >= .seconds(15) {
+                    lastStats = .now
+                    self.metrics.record(try await self.queue.stats())
+                }
+                // Like reaping: not while this worker may have just come back from being cut off.
+                let mayJudge = self.state.withLock { $0.reapAllowedAfter.map { ContinuousClock.now >= $0 } ?? false }
+                let unsignable =
+                    mayJudge ? try await self.queue.deadLetterUnsignable(wait: self.configuration.credentialWait) : 0
+                if unsignable > 0 {
+                    self.logger.error(
+                        "dead-lettered jobs whose credential no running worker can sign for (MS028)",
+                        metadata: ["push.jobs": "\(unsignable)"]
+                    )
+                }
+                if ContinuousClock.now - lastPrune >= self.configuration.pruneInterval {
+                    lastPrune = .now
+                    let pruned = try await self.queue.pruneDelivered(olderThan: self.configuration.retention)
+                    if pruned > 0 {
+                        self.logger.info("pruned delivered jobs past retention", metadata: ["push.jobs": "\(pruned)"])
+                    }
+                }
+            } catch {
+                self.logger.warning(
+                    "maintenance query failed; will retry",
+                    metadata: ["push.error": "\(QueueError.summary(of: error))"]
+                )
+            }
+        }
+    }
+}

@@ -32,7 +32,7 @@ struct RunCommand: AsyncParsableCommand {
     @Option(name: .customLong("batch-size"), help: "Jobs per claim at most.") var batchSize: Int = 250
     @Option(
         help: ArgumentHelp(
-            "Claim lease: a job whose worker is silent this long is reclaimed (e.g. 60s).",
+            "Claim lease (e.g. 60s), extended every 2 s heartbeat while the worker holds the job. A job comes back when its worker's heartbeat is 6 s stale, whatever the lease.",
             valueName: "duration"
         )
     ) var lease: HumanDuration = HumanDuration(argument: "60s")!

@@ -21,6 +21,9 @@ final class APNsConnection: Sendable {
     let observer: ConnectionObserver
     let authority: String
     private let lastUsed = Mutex(ContinuousClock.now)
+    /// Callers waiting on the PING in flight, if one is: an idle connection is checked once, not once
+    /// per request that finds it idle (hundreds at a time after a quiet minute: a PING flood).
+    private let pingWaiters = Mutex<[CheckedContinuation<Bool, Never>]?>(nil)
     private let retired = Mutex(false)
 
     private init(
@@ -163,6 +166,39 @@ final class APNsConnection: Sendable {
     /// How long the connection has been idle.
     var idleFor: Duration {
         self.limiter.inFlight > 0 ? .zero : ContinuousClock.now - self.lastUsed.withLock { $0 }
+    }
+
+    /// Whether the connection can be trusted after being idle longer than `idleAfter`: one PING for
+    /// all callers; a success counts as use, so the next callers do not PING again.
+    func verifiedIfIdle(after idleAfter: Duration, timeout: Duration) async -> Bool {
+        guard self.idleFor > idleAfter else { return true }
+        let first = self.pingWaiters.withLock { waiters -> Bool in
+            if waiters == nil {
+                waiters = []
+                return true
+            }
+            return false
+        }
+        guard first else {
+            return await withCheckedContinuation { continuation in
+                let resumeNow = self.pingWaiters.withLock { waiters -> Bool in
+                    guard waiters != nil else { return true }
+                    waiters!.append(continuation)
+                    return false
+                }
+                // The PING finished meanwhile and counted as use (or failed and the pool replaces the
+                // connection): check the idle time again.
+                if resumeNow { continuation.resume(returning: self.idleFor <= idleAfter) }
+            }
+        }
+        let answered = await self.ping(timeout: timeout)
+        if answered { self.touch(.now) }
+        let waiters = self.pingWaiters.withLock { waiters in
+            defer { waiters = nil }
+            return waiters ?? []
+        }
+        for waiter in waiters { waiter.resume(returning: answered) }
+        return answered
     }
 
     func touch(_ instant: ContinuousClock.Instant) {

@@ -53,9 +53,10 @@ final class ConnectionPool: Sendable {
             for connection in swept { connection.retire() }
             switch action {
             case .use(let connection):
-                if connection.idleFor > self.context.configuration.idlePingAfter,
-                    !(await connection.ping(timeout: .seconds(5)))
-                {
+                if !(await connection.verifiedIfIdle(
+                    after: self.context.configuration.idlePingAfter,
+                    timeout: .seconds(5)
+                )) {
                     self.context.logger.info(
                         "idle APNs connection did not answer PING; replacing it",
                         metadata: ["push.connection": "\(connection.id)"]

@@ -139,8 +139,10 @@ extension APNsSimulator {
                     try await connection.writeAndFlush(frame)
                     // Like APNs, finish the streams it processed before closing.
                     try await Task.sleep(for: .milliseconds(500))
+                    self.state.withLock { _ = $0.faults.cutConnections.insert(connectionID) }
                     connection.close(promise: nil)
                 case .drop:
+                    self.state.withLock { _ = $0.faults.cutConnections.insert(connectionID) }
                     connection.close(promise: nil)
                 }
             }

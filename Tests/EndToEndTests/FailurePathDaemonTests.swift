@@ -62,6 +62,7 @@ struct FailurePathDaemonTests {
             worker.signal(SIGTERM)
             #expect(worker.wait() == 0)
             #expect(worker.output.contains("Postgres refused one job's outcome"), "one clear error line")
+            try await FaultTests.assertInvariants(f, jobs: 500, diedWorkers: [])
         }
     }
 
@@ -220,6 +221,14 @@ struct FailurePathDaemonTests {
             a.signal(SIGTERM)
             b.signal(SIGTERM)
             #expect(a.wait() == 0 && b.wait() == 0)
+            try await Invariants.assert(
+                simulator: simulator,
+                jobs: 500,
+                diedWorkers: [],
+                context: "after the outage",
+                count: { Int64(try psql($0)) ?? -1 },
+                texts: { try psql($0).split(separator: "\n").map(String.init) }
+            )
         }
     }
 }

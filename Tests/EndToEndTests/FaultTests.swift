@@ -190,9 +190,7 @@ struct FaultTests {
         }
     }
 
-    /// The invariants every fault test ends with: every job in a named terminal state and none lost; no
-    /// job `running`; one apns-id per job across all its requests; a 200 answered twice for a job only
-    /// where a worker died between the 200 and the write. Returns a one-line summary.
+    /// The invariants, against the shared test database.
     @discardableResult
     static func assertInvariants(
         _ f: DaemonFixture,
@@ -200,49 +198,13 @@ struct FaultTests {
         diedWorkers: Set<String>,
         seed: UInt64? = nil
     ) async throws -> String {
-        let context = seed.map { "seed \($0)" } ?? ""
-        let delivered = try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'")
-        let dead = try await f.db.int64("SELECT count(*) FROM push.dead_jobs")
-        #expect(delivered + dead == Int64(count), "nothing lost \(context)")
-        #expect(
-            try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running'") == 0,
-            "no job stays running \(context)"
+        try await Invariants.assert(
+            simulator: f.simulator,
+            jobs: count,
+            diedWorkers: diedWorkers,
+            context: seed.map { "seed \($0)" } ?? "",
+            count: { try await f.db.int64(PostgresQuery(unsafeSQL: $0)) },
+            texts: { try await f.db.client.query(PostgresQuery(unsafeSQL: $0)).decode(String.self).collect() }
         )
-        let unexplained = try await f.db.int64(
-            """
-            SELECT count(*) FROM push.dead_jobs
-             WHERE NOT (status BETWEEN 400 AND 599 OR error LIKE '%budget%' OR error LIKE 'gave up after%')
-            """
-        )
-        #expect(unexplained == 0, "every dead letter has an APNs-given reason or names its exhausted budget \(context)")
-        var apnsIDs: [String: Set<String>] = [:]
-        for request in f.simulator.requests {
-            if let token = request.deviceToken { apnsIDs[token, default: []].insert(request.headers["apns-id"] ?? "") }
-        }
-        #expect(apnsIDs.values.allSatisfy { $0.count == 1 }, "one apns-id per job across all its requests \(context)")
-        let faults = f.simulator.faultCounters
-        // A 200 written on a connection the simulator then cut may never have been read: that request's
-        // outcome was unknown to the worker, and sending it again (same apns-id) is the rule.
-        let twice = faults.okAnswers.filter { $0.value > 1 }.map(\.key).filter { id in
-            !(faults.okAnswerConnections[id] ?? []).dropLast().contains { faults.cutConnections.contains($0) }
-        }
-        let afterCut = faults.okAnswers.filter { $0.value > 1 }.count - twice.count
-        var explained = 0
-        if !twice.isEmpty {
-            // Only across a worker's death: the job was held by a worker that died.
-            let rows = try await f.db.client.query(
-                "SELECT apns_id::text, history::text FROM push.jobs WHERE apns_id::text = ANY (\(twice))"
-            ).decode((String, String).self).collect()
-            for (_, history) in rows where diedWorkers.contains(where: { history.contains("\"worker\": \"\($0)\"") }) {
-                explained += 1
-            }
-        }
-        #expect(
-            twice.count == explained,
-            "a 200 answered twice only across a worker's death \(context): \(twice.count) twice, \(explained) explained"
-        )
-        let transport = try await f.db.int64("SELECT coalesce(sum(transport_retries), 0)::bigint FROM push.jobs")
-        return
-            "\(delivered) delivered, \(dead) dead, \(f.simulator.requests.count) requests, \(transport) transport retries, \(twice.count) jobs answered 200 twice across a worker's death, \(afterCut) after the simulator cut the connection under a written 200"
     }
 }

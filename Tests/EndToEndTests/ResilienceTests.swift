@@ -51,6 +51,7 @@ struct ResilienceTests {
             }
             #expect(perToken.values.allSatisfy { $0.count == 1 }, "retries and resends reuse the job's apns-id")
             #expect(f.simulator.connectionsAccepted > 1, "connections were replaced")
+            try await FaultTests.assertInvariants(f, jobs: count, diedWorkers: [])
         }
     }
 

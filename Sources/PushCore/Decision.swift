@@ -122,17 +122,8 @@ extension Decision {
             switch verdict.responseClass {
             case .delivered:
                 return decided
-            case .tokenInvalid:
-                decided.invalidatesToken = true
-                decided.decision = .dead(
-                    sentence: DeadLetterSentence.sentence(
-                        status: status,
-                        reason: reason,
-                        attempts: attempt,
-                        exhausted: false
-                    )
-                )
-            case .permanent:
+            case .tokenInvalid, .permanent:
+                decided.invalidatesToken = verdict.responseClass == .tokenInvalid
                 decided.decision = .dead(
                     sentence: DeadLetterSentence.sentence(
                         status: status,

@@ -105,24 +105,6 @@ extension JobQueue {
 }
 
 extension JobQueue {
-    /// When the next pending job becomes due (the earliest `run_at`), or `nil` when none is pending:
-    /// the claimer's timer for scheduled retries. One index probe per send priority.
-    public func nextDueAt() async throws -> Date? {
-        let rows = try await self.client.query(
-            """
-            SELECT min(next) FROM (
-                SELECT (SELECT run_at FROM push.jobs
-                         WHERE state = 'pending' AND send_priority = p ORDER BY run_at LIMIT 1) AS next
-                  FROM unnest('{10,5,1}'::smallint[]) AS p) AS x
-            """,
-            logger: self.logger
-        )
-        for try await next in rows.decode(Date?.self) { return next }
-        return nil
-    }
-}
-
-extension JobQueue {
     /// How long until the next pending job falls due, on the database's clock (zero if one is due now),
     /// or `nil` when none is pending.
     public func untilNextDue() async throws -> Duration? {

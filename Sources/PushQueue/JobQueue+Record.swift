@@ -46,10 +46,7 @@ extension JobQueue {
                    AND j.locked_by = \(workerID)
                 RETURNING j.*
             ), dead AS (
-                INSERT INTO push.dead_jobs (
-                    id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
-                    collapse_id, expires_at, run_at, apns_id, max_attempts, attempts, transport_retries, status, reason,
-                    trap_ids, apns_unique_id, created_at, first_attempt_at, last_attempt_at, latency_ms, dead_at, error, history)
+                INSERT INTO push.dead_jobs (\(unescaped: Self.deadLetterInsertColumns))
                 SELECT id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
                        collapse_id, expires_at, run_at, apns_id, max_attempts, attempts, transport_retries,
                        \(outcome.status.map { Int16(clamping: $0) })::smallint, \(reason), trap_ids, apns_unique_id,
@@ -66,6 +63,13 @@ extension JobQueue {
         for try await _ in rows.decode(Int64.self) { return true }
         return false
     }
+
+    /// The columns every move into `push.dead_jobs` writes, in this order.
+    static let deadLetterInsertColumns = """
+        id, topic, device_token, channel_id, payload, push_type, priority, environment, credential, collapse_id,
+        expires_at, run_at, apns_id, max_attempts, attempts, transport_retries, status, reason, trap_ids,
+        apns_unique_id, created_at, first_attempt_at, last_attempt_at, latency_ms, dead_at, error, history
+        """
 
     /// A dead letter whose `id` is already taken (a job re-enqueued by hand with an explicit id) merges
     /// into it: the newer row wins, both histories are kept, nothing is lost and the write never fails.
@@ -200,11 +204,7 @@ extension JobQueue {
             RETURNING j.*, i.st, i.rs, i.trap_arr, i.unique_id, i.lat, i.at, i.sent, i.error, i.entry,
                       i.invalidate, i.ts_ms
         ), dead AS (
-            INSERT INTO push.dead_jobs (
-                id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
-                collapse_id, expires_at, run_at, apns_id, max_attempts, attempts, transport_retries, status, reason,
-                trap_ids, apns_unique_id, created_at, first_attempt_at, last_attempt_at, latency_ms, dead_at, error,
-                history)
+            INSERT INTO push.dead_jobs (\(deadLetterInsertColumns))
             SELECT id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
                    collapse_id, expires_at, run_at, apns_id, max_attempts, attempts, transport_retries, st,
                    coalesce(rs, 'Unknown'), push.merge_trap_ids(trap_ids, trap_arr),

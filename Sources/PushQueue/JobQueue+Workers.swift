@@ -131,10 +131,7 @@ extension JobQueue {
                                  LIMIT 1000 FOR UPDATE SKIP LOCKED)
                 RETURNING j.*
             )
-            INSERT INTO push.dead_jobs (
-                id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
-                collapse_id, expires_at, run_at, apns_id, max_attempts, attempts, transport_retries, status, reason,
-                trap_ids, apns_unique_id, created_at, first_attempt_at, last_attempt_at, latency_ms, dead_at, error, history)
+            INSERT INTO push.dead_jobs (\(unescaped: Self.deadLetterInsertColumns))
             SELECT id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
                    collapse_id, expires_at, run_at, apns_id, max_attempts, attempts, transport_retries, status,
                    'CredentialsMissing', push.merge_trap_ids(trap_ids, '{MS028}'), apns_unique_id, created_at,

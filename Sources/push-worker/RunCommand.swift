@@ -325,12 +325,13 @@ struct WatchdogService: Service {
 
     func run() async throws {
         let notifier = self.notifier
-        // Until the group shuts it down (then the sleep below is cancelled: that is the normal end).
-        try? await cancelWhenGracefulShutdown {
-            await notifier.runWatchdog()
-            // No watchdog configured: stay until the group shuts down, like every other service.
-            if notifier.watchdogInterval == nil { try await Task.sleep(for: .seconds(86_400 * 365)) }
+        // No watchdog configured: stay until the group shuts down, like every other service.
+        guard notifier.watchdogInterval != nil else {
+            try? await gracefulShutdown()
+            return
         }
+        // Pings until the group shuts it down (the cancellation is the normal end).
+        try? await cancelWhenGracefulShutdown { await notifier.runWatchdog() }
     }
 }
 

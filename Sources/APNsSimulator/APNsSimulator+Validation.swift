@@ -151,7 +151,7 @@ extension APNsSimulator {
             return .error(403, "MissingProviderToken")
         }
         let jwt = String(authorization.dropFirst("bearer ".count))
-        let now = Date()
+        let now = self.configuration.now()
         if let cached = self.state.withLock({ $0.verifiedTokens[jwt] }) {
             if now.timeIntervalSince1970 - Double(cached.issuedAt) > self.configuration.tokenMaxAge {
                 return .error(403, "ExpiredProviderToken")

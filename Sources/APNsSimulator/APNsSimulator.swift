@@ -56,6 +56,8 @@ public final class APNsSimulator: Sendable {
         public var tlsNames: [String] = []
         /// Faults played on every connection (GOAWAY, drops, resets, throttling), seeded.
         public var faults = FaultPlan()
+        /// The wall clock that judges provider-token age (tests move it instead of sleeping).
+        public var now: @Sendable () -> Date = Date.init
 
         /// Defaults: loopback, free port, faithful mode, 1,000 streams once authenticated, unique ids on.
         public init(

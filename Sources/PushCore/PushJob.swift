@@ -36,7 +36,7 @@ public struct PushJob: Sendable, Hashable {
     /// Attempts made so far, counting the one now in progress for a claimed job.
     public var attempts: Int
     /// Every distinct trap id met so far, first seen first.
-    public var trapIDs: [String]
+    public var trapIDs: [TrapID]
     /// When the producer inserted it.
     public var createdAt: Date
     /// When the first request was sent (`nil` until one was): the default expiry counts from here.
@@ -64,7 +64,7 @@ public struct PushJob: Sendable, Hashable {
         runAt: Date = Date(),
         maxAttempts: Int? = nil,
         attempts: Int = 0,
-        trapIDs: [String] = [],
+        trapIDs: [TrapID] = [],
         createdAt: Date = Date(),
         firstAttemptAt: Date? = nil,
         transportRetries: Int = 0,

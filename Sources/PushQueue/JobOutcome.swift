@@ -1,7 +1,7 @@
 public import Foundation
 public import PushCore
 
-/// What one attempt of a claimed job came to, as the worker hands it to ``JobQueue/record(_:workerID:)``.
+/// What one attempt of a claimed job came to, as the worker hands it to ``JobQueue/writeOutcomes(_:workerID:)``.
 public struct JobOutcome: Sendable, Hashable {
     /// Where the job goes next: PushCore's ``Decision``, the one interpretation of a send.
     public typealias Disposition = Decision
@@ -17,7 +17,7 @@ public struct JobOutcome: Sendable, Hashable {
     /// APNs' reason, the transport error (`Timeout`, …) or a pre-send verdict (`Expired`, …).
     public var reason: String?
     /// The trap ids this attempt met, merged into the job's `trap_ids` in first-seen order.
-    public var trapIDs: [String]
+    public var trapIDs: [TrapID]
     /// APNs' `apns-unique-id` header, where given.
     public var apnsUniqueID: String?
     /// How long the request took, if one was made.
@@ -39,7 +39,7 @@ public struct JobOutcome: Sendable, Hashable {
         disposition: Decision,
         status: Int? = nil,
         reason: String? = nil,
-        trapIDs: [String] = [],
+        trapIDs: [TrapID] = [],
         apnsUniqueID: String? = nil,
         latencyMs: Int? = nil,
         attemptedAt: ContinuousClock.Instant = .now,
@@ -63,7 +63,7 @@ public struct JobOutcome: Sendable, Hashable {
 }
 
 /// What a batch of outcome writes did.
-public struct RecordResult: Sendable, Hashable {
+public struct OutcomeWriteResult: Sendable, Hashable {
     /// Jobs whose outcome was written.
     public var recorded: [Int64]
     /// Jobs whose write was refused by the fence: the attempt is no longer this worker's (re-claimed by

@@ -95,7 +95,7 @@ extension JobQueue {
             runAt: try c["run_at"].decode(Date.self),
             maxAttempts: try c["max_attempts"].decode(Int16?.self).map(Int.init),
             attempts: Int(try c["attempts"].decode(Int16.self)),
-            trapIDs: try c["trap_ids"].decode([String].self),
+            trapIDs: try c["trap_ids"].decode([String].self).map(TrapID.init(rawValue:)),
             createdAt: try c["created_at"].decode(Date.self),
             firstAttemptAt: try c["first_attempt_at"].decode(Date?.self),
             transportRetries: Int(try c["transport_retries"].decode(Int16.self)),

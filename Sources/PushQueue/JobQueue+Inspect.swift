@@ -4,7 +4,7 @@ import PushCore
 
 extension JobQueue {
     /// One job by id with its outcome, or `nil` (it may have moved to `push.dead_jobs`).
-    public func job(id: Int64) async throws -> JobRecord? {
+    public func job(id: Int64) async throws -> JobDetails? {
         let rows = try await self.client.query(
             """
             SELECT \(unescaped: Self.jobColumns), j.state, j.status, j.reason, j.apns_unique_id, j.delivered_at,
@@ -17,7 +17,7 @@ extension JobQueue {
         for try await row in rows {
             let job = try Self.decodeJob(row)
             let c = row.makeRandomAccess()
-            return JobRecord(
+            return JobDetails(
                 job: job,
                 state: JobState(rawValue: try c["state"].decode(String.self)) ?? .pending,
                 status: try c["status"].decode(Int16?.self).map(Int.init),

@@ -83,7 +83,7 @@ struct JobProcessor: Sendable {
             disposition: decided.decision,
             status: status,
             reason: decided.reason,
-            trapIDs: decided.trapID.map { [$0.rawValue] } ?? [],
+            trapIDs: decided.trapID.map { [$0] } ?? [],
             apnsUniqueID: response?.apnsUniqueID,
             latencyMs: sent
                 ? Int(((response?.latency ?? (ContinuousClock.now - started)).seconds * 1000).rounded()) : nil,

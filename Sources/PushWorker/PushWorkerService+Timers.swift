@@ -90,7 +90,7 @@ extension PushWorkerService {
                 self.metrics.pausedCredentials.record(self.pauses.active().count)
                 if ContinuousClock.now - lastStats >= .seconds(15) {
                     lastStats = .now
-                    self.metrics.record(try await self.queue.stats())
+                    self.metrics.publish(try await self.queue.stats())
                 }
                 // Like reaping: not while this worker may have just come back from being cut off.
                 let mayJudge = self.state.withLock { $0.reapAllowedAfter.map { ContinuousClock.now >= $0 } ?? false }

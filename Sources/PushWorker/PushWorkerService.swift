@@ -22,7 +22,7 @@ public final class PushWorkerService: Service, Sendable {
     let wake = WakeSignal()
     let capacity = WakeSignal()
     let metrics = WorkerMetrics()
-    let recorder: OutcomeRecorder
+    let recorder: OutcomeWriter
     let lastDatabaseSuccess = Mutex(ContinuousClock.now)
     let state: Locked<State>
     let stats = Locked(WorkerStats())
@@ -87,7 +87,7 @@ public final class PushWorkerService: Service, Sendable {
         self.state = state
         let stats = self.stats
         let capacity = self.capacity
-        self.recorder = OutcomeRecorder(
+        self.recorder = OutcomeWriter(
             queue: queue,
             workerID: configuration.workerID,
             batchSize: configuration.batchSize,
@@ -137,7 +137,7 @@ public final class PushWorkerService: Service, Sendable {
     }
 
     /// Sets the `push_worker_ready` gauge from ``isReady``; call it before each scrape.
-    public func recordReadiness() {
+    public func publishReadiness() {
         self.metrics.ready.record(self.isReady ? 1 : 0)
         let notProcessed = self.client.notProcessedCount
         let delta = self.state.withLock { state -> Int in
@@ -265,7 +265,7 @@ public final class PushWorkerService: Service, Sendable {
                             mayWrite: mayWrite
                         )
                         self.react(to: decided, of: job)
-                        self.metrics.record(outcome)
+                        self.metrics.count(outcome)
                         self.recorder.add(outcome)
                         self.state.withLock { $0.capacity.sendFinished() }
                         self.capacity.signal()

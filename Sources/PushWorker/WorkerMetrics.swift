@@ -1,6 +1,7 @@
 import Metrics
 import PushCore
 import PushQueue
+import Synchronization
 
 /// The worker's metrics, through swift-metrics (the daemon bootstraps Prometheus). Labels are static;
 /// dimensions are low-cardinality: HTTP status, APNs reason, trap id, outcome.
@@ -35,45 +36,60 @@ struct WorkerMetrics: Sendable {
         }
     )
     private let retries = Counter(label: "push_retries_total")
+    private let labelled = LabelledCounters()
 
     /// One attempt's outcome: `push_sends_total{status,reason,trap}` (attempts that reached APNs),
     /// `push_rejected_before_send_total{reason,trap}`, `push_outcomes_total{outcome}` (outcome is the
     /// decision's one name: delivered, retry, requeue, transport_retry, dead), `push_retries_total`,
     /// `push_dead_letters_total{reason,trap}`, and the attempt latency.
-    func record(_ outcome: JobOutcome) {
+    func count(_ outcome: JobOutcome) {
         self.outcomes[outcome.disposition.name]?.increment()
+        let reason = outcome.reason ?? "none"
+        let trap = outcome.trapIDs.first?.rawValue ?? "none"
         if outcome.sent {
-            Counter(
-                label: "push_sends_total",
-                dimensions: [
-                    ("status", outcome.status.map(String.init) ?? "none"),
-                    ("reason", outcome.reason ?? "none"),
-                    ("trap", outcome.trapIDs.first ?? "none"),
-                ]
-            ).increment()
+            self.labelled.counter("push_sends_total", status: outcome.status.map(String.init) ?? "none", reason, trap)
+                .increment()
         } else if case .dead = outcome.disposition {
-            Counter(
-                label: "push_rejected_before_send_total",
-                dimensions: [("reason", outcome.reason ?? "none"), ("trap", outcome.trapIDs.first ?? "none")]
-            ).increment()
+            self.labelled.counter("push_rejected_before_send_total", status: nil, reason, trap).increment()
         }
         switch outcome.disposition {
         case .retry: self.retries.increment()
-        case .dead:
-            Counter(
-                label: "push_dead_letters_total",
-                dimensions: [("reason", outcome.reason ?? "none"), ("trap", outcome.trapIDs.first ?? "none")]
-            ).increment()
+        case .dead: self.labelled.counter("push_dead_letters_total", status: nil, reason, trap).increment()
         case .delivered, .requeue, .transportRetry: break
         }
         if let latency = outcome.latencyMs { self.attemptLatency.recordMilliseconds(latency) }
     }
 
     /// Queue gauges from a stats snapshot.
-    func record(_ stats: QueueStats) {
+    func publish(_ stats: QueueStats) {
         self.queueDepthPending.record(stats.byState["pending"] ?? 0)
         self.queueDepthRunning.record(stats.byState["running"] ?? 0)
         self.oldestPendingAge.record(stats.oldestPendingAgeSeconds)
         self.deadLetters.record(stats.deadLetters)
+    }
+}
+
+/// Counters with per-outcome dimensions, made once per label set and then reused (creating a swift-metrics
+/// handle takes the factory's lock and allocates; a job should only increment).
+private final class LabelledCounters: Sendable {
+    private struct Key: Hashable {
+        var label: String
+        var status: String?
+        var reason: String
+        var trap: String
+    }
+    private let counters = Mutex<[Key: Counter]>([:])
+
+    func counter(_ label: String, status: String?, _ reason: String, _ trap: String) -> Counter {
+        let key = Key(label: label, status: status, reason: reason, trap: trap)
+        return self.counters.withLock { counters in
+            if let counter = counters[key] { return counter }
+            var dimensions = [(String, String)]()
+            if let status { dimensions.append(("status", status)) }
+            dimensions += [("reason", reason), ("trap", trap)]
+            let counter = Counter(label: label, dimensions: dimensions)
+            counters[key] = counter
+            return counter
+        }
     }
 }

@@ -43,7 +43,7 @@ struct QueueBenchmark: AsyncParsableCommand {
                 while true {
                     let claimed = try await queue.claim(limit: batch, workerID: "bench", lease: .seconds(60))
                     if claimed.isEmpty { break }
-                    let result = try await queue.record(
+                    let result = try await queue.writeOutcomes(
                         claimed.map {
                             JobOutcome(
                                 jobID: $0.id,

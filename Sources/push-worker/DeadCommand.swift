@@ -72,7 +72,8 @@ struct DeadCommand: AsyncParsableCommand {
                     letters.map { letter in
                         [
                             String(letter.job.id), formatDate(letter.deadAt), letter.reason,
-                            letter.job.trapIDs.isEmpty ? "-" : letter.job.trapIDs.joined(separator: ","),
+                            letter.job.trapIDs.isEmpty
+                                ? "-" : letter.job.trapIDs.map(\.rawValue).joined(separator: ","),
                             letter.job.topic, String(letter.job.attempts), truncate(letter.error, 60),
                         ]
                     }
@@ -106,7 +107,9 @@ struct DeadCommand: AsyncParsableCommand {
                 printJobHeader(letter.job, title: "dead letter \(letter.job.id)  \(letter.reason)")
                 print("  error       \(letter.error)")
                 print("  status      \(letter.status.map(String.init) ?? "-")  attempts \(letter.job.attempts)")
-                print("  trap ids    \(letter.job.trapIDs.isEmpty ? "-" : letter.job.trapIDs.joined(separator: ", "))")
+                print(
+                    "  trap ids    \(letter.job.trapIDs.isEmpty ? "-" : letter.job.trapIDs.map(\.rawValue).joined(separator: ", "))"
+                )
                 print("  dead at     \(formatDate(letter.deadAt))")
                 if let unique = letter.apnsUniqueID { print("  unique id   \(unique)") }
                 printHistory(letter.historyJSON)

@@ -22,7 +22,7 @@ struct DescribeCommand: AsyncParsableCommand {
     func run() async throws {
         let id = self.id
         let job = try await self.database.withQueue { queue, _, _ -> PushJob in
-            if let record = try await queue.job(id: id) { return record.job }
+            if let details = try await queue.job(id: id) { return details.job }
             if let letter = try await queue.deadLetter(id: id) { return letter.job }
             throw CLIError("no job \(id) in push.jobs or push.dead_jobs")
         }

@@ -25,7 +25,7 @@ struct JobsCommand: AsyncParsableCommand {
         func run() async throws {
             let (id, json, showPayload) = (self.id, self.json, self.payload)
             try await self.database.withQueue { queue, _, _ in
-                guard let record = try await queue.job(id: id) else {
+                guard let details = try await queue.job(id: id) else {
                     if try await queue.deadLetter(id: id) != nil {
                         throw CLIError("job \(id) is a dead letter now: see `push-worker dead show \(id)`")
                     }
@@ -34,25 +34,27 @@ struct JobsCommand: AsyncParsableCommand {
                     )
                 }
                 if json {
-                    print(record.rowJSON)
+                    print(details.rowJSON)
                     return
                 }
-                printJobHeader(record.job, title: "job \(record.job.id)  \(record.state.rawValue)")
+                printJobHeader(details.job, title: "job \(details.job.id)  \(details.state.rawValue)")
                 print(
-                    "  status      \(record.status.map(String.init) ?? "-")\(record.reason.map { "  reason \($0)" } ?? "")"
+                    "  status      \(details.status.map(String.init) ?? "-")\(details.reason.map { "  reason \($0)" } ?? "")"
                 )
-                print("  attempts    \(record.job.attempts)\(record.job.maxAttempts.map { " (max \($0))" } ?? "")")
-                print("  trap ids    \(record.job.trapIDs.isEmpty ? "-" : record.job.trapIDs.joined(separator: ", "))")
+                print("  attempts    \(details.job.attempts)\(details.job.maxAttempts.map { " (max \($0))" } ?? "")")
                 print(
-                    "  delivered   \(formatDate(record.deliveredAt))\(record.latencyMs.map { "  latency \($0) ms" } ?? "")"
+                    "  trap ids    \(details.job.trapIDs.isEmpty ? "-" : details.job.trapIDs.map(\.rawValue).joined(separator: ", "))"
                 )
-                print("  last try    \(formatDate(record.lastAttemptAt))")
-                if let unique = record.apnsUniqueID { print("  unique id   \(unique)") }
-                if let worker = record.lockedBy {
-                    print("  locked by   \(worker) until \(formatDate(record.lockedUntil))")
+                print(
+                    "  delivered   \(formatDate(details.deliveredAt))\(details.latencyMs.map { "  latency \($0) ms" } ?? "")"
+                )
+                print("  last try    \(formatDate(details.lastAttemptAt))")
+                if let unique = details.apnsUniqueID { print("  unique id   \(unique)") }
+                if let worker = details.lockedBy {
+                    print("  locked by   \(worker) until \(formatDate(details.lockedUntil))")
                 }
-                printHistory(record.historyJSON)
-                if showPayload { print("payload\n  \(record.job.payload)") }
+                printHistory(details.historyJSON)
+                if showPayload { print("payload\n  \(details.job.payload)") }
             }
         }
     }

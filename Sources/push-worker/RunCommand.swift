@@ -229,7 +229,7 @@ struct RunCommand: AsyncParsableCommand {
                 port: self.metricsPort,
                 isReady: { service.isReady },
                 metrics: {
-                    service.recordReadiness()
+                    service.publishReadiness()
                     return registry.emitToBuffer()
                 },
                 logger: logger

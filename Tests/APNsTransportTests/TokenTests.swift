@@ -99,16 +99,22 @@ struct TokenTests {
 
     @Test("ExpiredProviderToken under concurrency: one re-mint, every request then delivered")
     func expiredProviderToken() async throws {
+        // One wall clock for the simulator and the cache, moved forward instead of slept through.
+        let offset = Atomic<Int>(0)
+        let now: @Sendable () -> Date = { Date().addingTimeInterval(Double(offset.load(ordering: .relaxed))) }
         try await Fixture.run(
             simulator: {
                 $0.tokenMaxAge = 3
                 $0.minimumTokenRefresh = 1
+                $0.now = now
             },
-            tokenCache: { ProviderTokenCache(key: $0, configuration: .init(reuseFor: 3600, minimumRefreshInterval: 1)) }
+            tokenCache: {
+                ProviderTokenCache(key: $0, configuration: .init(reuseFor: 3600, minimumRefreshInterval: 1), now: now)
+            }
         ) { f in
             #expect(try await f.send(try Fixture.alert(Fixture.token())).status == 200)
-            // iat is whole seconds: past 4 s the first token is certainly older than the simulator's 3 s.
-            try await Task.sleep(for: .milliseconds(4_100))
+            // iat is whole seconds: 5 s on, the first token is certainly older than the simulator's 3 s.
+            offset.store(5, ordering: .relaxed)
             let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
                 for _ in 0..<20 { group.addTask { try await f.send(try Fixture.alert(Fixture.token())).status } }
                 var statuses: [Int] = []

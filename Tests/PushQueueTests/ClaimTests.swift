@@ -30,7 +30,7 @@ struct ClaimTests {
                             let outcomes = jobs.map {
                                 JobOutcome(jobID: $0.id, attempt: $0.attempts, disposition: .delivered, status: 200)
                             }
-                            let result = try await queue.record(outcomes, workerID: worker)
+                            let result = try await queue.writeOutcomes(outcomes, workerID: worker)
                             #expect(result.fenced.isEmpty)
                         }
                     }

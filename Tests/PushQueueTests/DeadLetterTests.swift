@@ -13,12 +13,12 @@ struct DeadLetterTests {
         count: Int,
         topic: String = "com.example.app",
         reason: String,
-        trap: String?
+        trap: TrapID?
     ) async throws -> [PushJob] {
         _ = try await enqueue(db, count: count, topic: topic)
         let worker = workerName()
         let jobs = try await db.queue.claim(limit: count, workerID: worker, lease: .seconds(30))
-        let result = try await db.queue.record(
+        let result = try await db.queue.writeOutcomes(
             jobs.map {
                 JobOutcome(
                     jobID: $0.id,
@@ -38,8 +38,14 @@ struct DeadLetterTests {
     @Test("listing filters by trap, reason, topic, time and limit")
     func listing() async throws {
         try await TestPostgres.withDatabase { db in
-            _ = try await kill(db, count: 3, reason: "BadDeviceToken", trap: "MS014")
-            _ = try await kill(db, count: 2, topic: "com.example.other", reason: "PayloadTooLarge", trap: "MS011")
+            _ = try await kill(db, count: 3, reason: "BadDeviceToken", trap: .tokenEnvironment)
+            _ = try await kill(
+                db,
+                count: 2,
+                topic: "com.example.other",
+                reason: "PayloadTooLarge",
+                trap: .payloadTooLarge
+            )
             _ = try await kill(db, count: 1, reason: "BadPriority", trap: nil)
             let queue = db.queue
             #expect(try await queue.deadLetters(matching: .init()).count == 6)
@@ -65,7 +71,7 @@ struct DeadLetterTests {
     @Test("replay moves dead letters back as pending with the same apns_id, attempts reset, history kept")
     func replayKeepsAPNsID() async throws {
         try await TestPostgres.withDatabase { db in
-            let jobs = try await kill(db, count: 3, reason: "BadDeviceToken", trap: "MS014")
+            let jobs = try await kill(db, count: 3, reason: "BadDeviceToken", trap: .tokenEnvironment)
             let queue = db.queue
             let dry = try await queue.replay(matching: .init(ids: [jobs[0].id]), dryRun: true)
             #expect(dry.dryRun)
@@ -93,7 +99,7 @@ struct DeadLetterTests {
     @Test("replay with a new apns_id; conflicts are skipped, never dropped; --all-style selection")
     func replayNewAPNsIDAndConflicts() async throws {
         try await TestPostgres.withDatabase { db in
-            let jobs = try await kill(db, count: 2, reason: "Unregistered", trap: "MS020")
+            let jobs = try await kill(db, count: 2, reason: "Unregistered", trap: .tokenUnregistered)
             // A producer re-enqueued the first job with the same apns_id while it was dead.
             try await db.execute(
                 """

@@ -43,7 +43,7 @@ struct FailurePathTests {
                         disposition: .dead(sentence: "bad"),
                         status: 400,
                         reason: "BadDeviceToken",
-                        trapIDs: ["MS014"],
+                        trapIDs: [.tokenEnvironment],
                         invalidatesToken: true
                     )
                 case 900002:
@@ -61,14 +61,14 @@ struct FailurePathTests {
                         disposition: .dead(sentence: "gone"),
                         status: 410,
                         reason: "Unregistered",
-                        trapIDs: ["MS020"],
+                        trapIDs: [.tokenUnregistered],
                         invalidatesToken: true,
                         apnsTimestampMs: 9_300_000_000_000_000
                     )
                 }
             }
             // One statement for the whole batch: before, any one of these made it throw, for ever.
-            let result = try await db.queue.record(outcomes, workerID: worker)
+            let result = try await db.queue.writeOutcomes(outcomes, workerID: worker)
             #expect(Set(result.recorded) == [900001, 900002, 900003])
             #expect(try await db.int64("SELECT count(*) FROM push.jobs") == 0)
             #expect(try await db.int64("SELECT count(*) FROM push.dead_jobs") == 3)
@@ -106,10 +106,12 @@ struct FailurePathTests {
                 invalidatesToken: true
             )
             #expect(
-                try await db.queue.recordUnwritable(outcome, workerID: "someone-else", sentence: "s") == false,
+                try await db.queue.deadLetterUnwritable(outcome, workerID: "someone-else", sentence: "s") == false,
                 "fenced"
             )
-            #expect(try await db.queue.recordUnwritable(outcome, workerID: worker, sentence: "could not write") == true)
+            #expect(
+                try await db.queue.deadLetterUnwritable(outcome, workerID: worker, sentence: "could not write") == true
+            )
             #expect(
                 try await db.int64("SELECT count(*) FROM push.dead_jobs WHERE id = \(id) AND error = 'could not write'")
                     == 1
@@ -145,13 +147,13 @@ struct FailurePathTests {
             )
             #expect(Set(reaped) == Set(theirs.map(\.id)), "only the gone worker's jobs")
             // The live worker's outcome is written although its lease lapsed.
-            let written = try await queue.record(
+            let written = try await queue.writeOutcomes(
                 mine.map { JobOutcome(jobID: $0.id, attempt: $0.attempts, disposition: .delivered, status: 200) },
                 workerID: alive
             )
             #expect(written.recorded.count == 2)
             // The gone worker was only slow: its late outcome for a job reaped but not re-claimed stands.
-            let late = try await queue.record(
+            let late = try await queue.writeOutcomes(
                 [JobOutcome(jobID: theirs[0].id, attempt: 1, disposition: .delivered, status: 200)],
                 workerID: gone
             )
@@ -159,7 +161,7 @@ struct FailurePathTests {
             // Re-claimed by another: the old holder is fenced out.
             let again = try await queue.claim(limit: 1, workerID: reaper, lease: .seconds(30))
             #expect(again.map(\.id) == [theirs[1].id] && again[0].attempts == 2)
-            let fenced = try await queue.record(
+            let fenced = try await queue.writeOutcomes(
                 [JobOutcome(jobID: theirs[1].id, attempt: 1, disposition: .delivered, status: 200)],
                 workerID: gone
             )
@@ -223,7 +225,7 @@ struct FailurePathTests {
             let worker = workerName()
             for _ in 0..<300 {
                 let job = try #require(try await db.queue.claim(limit: 1, workerID: worker, lease: .seconds(30)).first)
-                _ = try await db.queue.record(
+                _ = try await db.queue.writeOutcomes(
                     [
                         JobOutcome(
                             jobID: id,
@@ -247,7 +249,7 @@ struct FailurePathTests {
             )
             for n in 0..<150 {
                 let job = try #require(try await db.queue.claim(limit: 1, workerID: worker, lease: .seconds(30)).first)
-                _ = try await db.queue.record(
+                _ = try await db.queue.writeOutcomes(
                     [
                         JobOutcome(
                             jobID: id,

@@ -24,7 +24,7 @@ struct OutcomeTests {
             #expect(fresh.attempts == 2)
             #expect(fresh.apnsID == stale.apnsID)
 
-            let late = try await queue.record(
+            let late = try await queue.writeOutcomes(
                 [
                     JobOutcome(
                         jobID: id,
@@ -39,14 +39,14 @@ struct OutcomeTests {
             #expect(late.recorded.isEmpty)
             #expect(late.fenced == [id])
             // The same attempt number from the wrong worker is refused too.
-            let impostor = try await queue.record(
+            let impostor = try await queue.writeOutcomes(
                 [JobOutcome(jobID: id, attempt: fresh.attempts, disposition: .delivered, status: 200)],
                 workerID: "stale"
             )
             #expect(impostor.fenced == [id])
             #expect(try await db.int64("SELECT count(*) FROM push.dead_jobs") == 0)
 
-            let current = try await queue.record(
+            let current = try await queue.writeOutcomes(
                 [
                     JobOutcome(
                         jobID: id,
@@ -68,7 +68,7 @@ struct OutcomeTests {
             #expect(record.deliveredAt != nil)
             #expect(record.lockedBy == nil)
             // A second write of the same outcome is fenced: the job is no longer running.
-            let again = try await queue.record(
+            let again = try await queue.writeOutcomes(
                 [JobOutcome(jobID: id, attempt: fresh.attempts, disposition: .delivered, status: 200)],
                 workerID: "fresh"
             )
@@ -83,7 +83,7 @@ struct OutcomeTests {
             let queue = db.queue
             let worker = workerName()
             let first = try await queue.claim(limit: 1, workerID: worker, lease: .seconds(30))[0]
-            let result = try await queue.record(
+            let result = try await queue.writeOutcomes(
                 [
                     JobOutcome(
                         jobID: id,
@@ -91,7 +91,7 @@ struct OutcomeTests {
                         disposition: .retry(after: .seconds(3600)),
                         status: 429,
                         reason: "TooManyRequests",
-                        trapIDs: ["MS015"],
+                        trapIDs: [.priorityBudget],
                         latencyMs: 5
                     )
                 ],
@@ -109,7 +109,7 @@ struct OutcomeTests {
             #expect(record.job.apnsID == first.apnsID)
             #expect(record.status == 429)
             #expect(record.reason == "TooManyRequests")
-            #expect(record.job.trapIDs == ["MS015"])
+            #expect(record.job.trapIDs == [.priorityBudget])
             #expect(record.job.attempts == 1)
             // Not due yet: nothing to claim.
             #expect(try await queue.claim(limit: 10, workerID: worker, lease: .seconds(30)).isEmpty)
@@ -119,7 +119,7 @@ struct OutcomeTests {
             let second = try await queue.claim(limit: 1, workerID: worker, lease: .seconds(30))[0]
             #expect(second.apnsID == first.apnsID)
             #expect(second.attempts == 2)
-            _ = try await queue.record(
+            _ = try await queue.writeOutcomes(
                 [
                     JobOutcome(
                         jobID: id,
@@ -127,19 +127,19 @@ struct OutcomeTests {
                         disposition: .retry(after: .zero),
                         status: 503,
                         reason: "ServiceUnavailable",
-                        trapIDs: ["MS015", "MS011"]
+                        trapIDs: [.priorityBudget, .payloadTooLarge]
                     )
                 ],
                 workerID: worker
             )
             let third = try await queue.claim(limit: 1, workerID: worker, lease: .seconds(30))[0]
-            _ = try await queue.record(
+            _ = try await queue.writeOutcomes(
                 [JobOutcome(jobID: id, attempt: third.attempts, disposition: .delivered, status: 200)],
                 workerID: worker
             )
             let done = try #require(try await queue.job(id: id))
             #expect(done.state == .delivered)
-            #expect(done.job.trapIDs == ["MS015", "MS011"])
+            #expect(done.job.trapIDs == [.priorityBudget, .payloadTooLarge])
             #expect(done.reason == "ServiceUnavailable", "reason keeps the last failure")
             let history = try JSONSerialization.jsonObject(with: Data(done.historyJSON.utf8)) as? [[String: Any]]
             #expect(history?.map { $0["outcome"] as? String } == ["retry", "retry", "delivered"])
@@ -177,7 +177,7 @@ struct OutcomeTests {
             let queue = db.queue
             let worker = workerName()
             _ = try await queue.claim(limit: 1, workerID: worker, lease: .seconds(30))
-            _ = try await queue.record(
+            _ = try await queue.writeOutcomes(
                 [
                     JobOutcome(
                         jobID: id,
@@ -190,7 +190,7 @@ struct OutcomeTests {
                 workerID: worker
             )
             _ = try await queue.claim(limit: 1, workerID: worker, lease: .seconds(30))
-            let result = try await queue.record(
+            let result = try await queue.writeOutcomes(
                 [
                     JobOutcome(
                         jobID: id,
@@ -198,7 +198,7 @@ struct OutcomeTests {
                         disposition: .dead(sentence: "The device token is no longer valid: drop it."),
                         status: 410,
                         reason: "Unregistered",
-                        trapIDs: ["MS020"],
+                        trapIDs: [.tokenUnregistered],
                         latencyMs: 7,
                         invalidatesToken: true,
                         apnsTimestampMs: 1_700_000_000_123
@@ -222,7 +222,7 @@ struct OutcomeTests {
             #expect(letter.job.attempts == 2)
             #expect(letter.status == 410)
             #expect(letter.reason == "Unregistered")
-            #expect(letter.job.trapIDs == ["MS020"])
+            #expect(letter.job.trapIDs == [.tokenUnregistered])
             #expect(letter.error == "The device token is no longer valid: drop it.")
             let history = try JSONSerialization.jsonObject(with: Data(letter.historyJSON.utf8)) as? [[String: Any]]
             #expect(history?.map { $0["status"] as? Int } == [500, 410])
@@ -263,7 +263,7 @@ struct OutcomeTests {
                         disposition: .dead(sentence: "bad"),
                         status: 400,
                         reason: "BadDeviceToken",
-                        trapIDs: ["MS014"],
+                        trapIDs: [.tokenEnvironment],
                         invalidatesToken: true
                     )
                     : JobOutcome(
@@ -272,12 +272,12 @@ struct OutcomeTests {
                         disposition: .dead(sentence: "gone"),
                         status: 410,
                         reason: "Unregistered",
-                        trapIDs: ["MS020"],
+                        trapIDs: [.tokenUnregistered],
                         invalidatesToken: true,
                         apnsTimestampMs: job.id == jobs[0].id ? 1_700_000_001_000 : 1_700_000_002_000
                     )
             }
-            let result = try await db.queue.record(outcomes, workerID: worker)
+            let result = try await db.queue.writeOutcomes(outcomes, workerID: worker)
             #expect(result.recorded.count == 3)
             let rows = try await db.client.query(
                 "SELECT device_token, reason, coalesce(apns_timestamp_ms, -1), invalidated_at > now() - interval '1 minute' FROM push.invalid_tokens ORDER BY device_token"
@@ -323,7 +323,7 @@ struct OutcomeTests {
             _ = try await enqueue(db, count: 25)
             let worker = workerName()
             let jobs = try await db.queue.claim(limit: 20, workerID: worker, lease: .seconds(30))
-            _ = try await db.queue.record(
+            _ = try await db.queue.writeOutcomes(
                 jobs.map { JobOutcome(jobID: $0.id, attempt: 1, disposition: .delivered, status: 200) },
                 workerID: worker
             )

@@ -8,9 +8,9 @@ import Synchronization
 ///
 /// An outcome is never lost and never wedges the rest: when Postgres refuses a batch (a value it cannot
 /// store), the batch is split down to the row that fails, and that row alone is written by the last
-/// resort (``JobQueue/recordUnwritable(_:workerID:sentence:)``). A lost connection keeps every outcome
+/// resort (``JobQueue/deadLetterUnwritable(_:workerID:sentence:)``). A lost connection keeps every outcome
 /// and retries with backoff. The jobs stay held (their leases extended) until their outcome is written.
-final class OutcomeRecorder: Sendable {
+final class OutcomeWriter: Sendable {
     /// What one write did, for the service's bookkeeping.
     struct Report: Sendable {
         var written: [JobOutcome] = []
@@ -140,7 +140,7 @@ final class OutcomeRecorder: Sendable {
     private func write(_ batch: [Waiting], report: inout Report) async -> [Waiting] {
         let outcomes = batch.map(\.outcome)
         do {
-            let result = try await self.queue.record(outcomes, workerID: self.workerID)
+            let result = try await self.queue.writeOutcomes(outcomes, workerID: self.workerID)
             let written = Set(result.recorded)
             for outcome in outcomes {
                 if written.contains(outcome.jobID) {
@@ -180,7 +180,7 @@ final class OutcomeRecorder: Sendable {
             metadata: ["push.job_id": "\(outcome.jobID)", "push.error": "\(summary)"]
         )
         do {
-            if try await self.queue.recordUnwritable(outcome, workerID: self.workerID, sentence: sentence) {
+            if try await self.queue.deadLetterUnwritable(outcome, workerID: self.workerID, sentence: sentence) {
                 self.metrics.unwritableOutcomes.increment()
                 report.unwritable.append(outcome)
             } else {

@@ -7,27 +7,27 @@ extension JobQueue {
     /// invalid tokens are upserted into `push.invalid_tokens`.
     ///
     /// Each write is fenced on (id, attempt, `workerID`, state `running`): an outcome from a worker that no
-    /// longer holds the attempt is refused and reported in ``RecordResult/fenced``.
-    public func record(_ outcomes: [JobOutcome], workerID: String) async throws -> RecordResult {
-        guard !outcomes.isEmpty else { return RecordResult(recorded: [], fenced: []) }
+    /// longer holds the attempt is refused and reported in ``OutcomeWriteResult/fenced``.
+    public func writeOutcomes(_ outcomes: [JobOutcome], workerID: String) async throws -> OutcomeWriteResult {
+        guard !outcomes.isEmpty else { return OutcomeWriteResult(recorded: [], fenced: []) }
         let binds = Self.bindings(outcomes, workerID: workerID)
         let rows = try await self.client.query(
-            PostgresQuery(unsafeSQL: Self.recordSQL, binds: binds),
+            PostgresQuery(unsafeSQL: Self.writeOutcomesSQL, binds: binds),
             logger: self.logger
         )
         var recorded: [Int64] = []
         for try await id in rows.decode(Int64.self) { recorded.append(id) }
         let written = Set(recorded)
-        return RecordResult(recorded: recorded, fenced: outcomes.map(\.jobID).filter { !written.contains($0) })
+        return OutcomeWriteResult(recorded: recorded, fenced: outcomes.map(\.jobID).filter { !written.contains($0) })
     }
 
     /// The last resort for one outcome the normal write refused (a poison row: a value the statement
     /// cannot store). A 200 is written as `delivered` with nothing else; anything else moves the job to
     /// the dead letters with `sentence`, without the side effect that may have failed (the
-    /// invalid-token row). Fenced like ``record(_:workerID:)``.
+    /// invalid-token row). Fenced like ``writeOutcomes(_:workerID:)``.
     ///
     /// - Returns: whether the job was written (false: fenced).
-    public func recordUnwritable(_ outcome: JobOutcome, workerID: String, sentence: String) async throws -> Bool {
+    public func deadLetterUnwritable(_ outcome: JobOutcome, workerID: String, sentence: String) async throws -> Bool {
         let delivered = outcome.disposition == .delivered
         let reason = outcome.reason ?? "OutcomeWriteFailed"
         let entry = "{\"outcome\":\"\(outcome.disposition.name)\",\"unwritable\":true}"
@@ -117,7 +117,7 @@ extension JobQueue {
             // Arrays cannot carry NULL elements through the binary protocol: 0, -1 and "" stand for NULL.
             statuses.append(Int16(clamping: outcome.status ?? 0))
             reasons.append(outcome.reason ?? "")
-            traps.append(outcome.trapIDs.joined(separator: ","))
+            traps.append(outcome.trapIDs.map(\.rawValue).joined(separator: ","))
             uniqueIDs.append(outcome.apnsUniqueID ?? "")
             latencies.append(Int32(clamping: outcome.latencyMs ?? -1))
             ages.append(max((now - outcome.attemptedAt).milliseconds, 0))
@@ -173,7 +173,7 @@ extension JobQueue {
     /// A re-claim bumps `attempts` and sets `locked_by`, which fences the old holder out. No `state`
     /// test: joined by id, each outcome costs one primary-key lookup. Every time is Postgres's `now()`
     /// (less the outcome's age, plus its delay).
-    static let recordSQL = """
+    static let writeOutcomesSQL = """
         WITH updated AS (
             UPDATE push.jobs AS j
                SET state = CASE WHEN i.kind = 'delivered' THEN 'delivered' ELSE 'pending' END,

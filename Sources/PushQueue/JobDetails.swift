@@ -2,7 +2,7 @@ public import Foundation
 public import PushCore
 
 /// One row of `push.jobs` with its outcome, for `push-worker jobs show`.
-public struct JobRecord: Sendable, Hashable {
+public struct JobDetails: Sendable, Hashable {
     /// The job as the producer enqueued it.
     public var job: PushJob
     /// `pending`, `running` or `delivered`.

@@ -55,6 +55,7 @@ let package = Package(
                 .embedInCode("Migrations/0001_schema.sql"),
                 .embedInCode("Migrations/0002_provider_tokens.sql"),
                 .embedInCode("Migrations/0003_failure_paths.sql"),
+                .embedInCode("Migrations/0004_hostile_input.sql"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -93,7 +93,8 @@ public enum RequestBuilder {
                     "broadcast channels carry Live Activity updates only: set push_type to liveactivity for a channel_id job."
             )
         }
-        let body = Array(job.payload.utf8)
+        // jsonb prints a space after every `:` and `,`: send (and judge) the compact bytes.
+        let body = CompactJSON.bytes(job.payload)
         let limit = isBroadcast ? PushType.broadcastPayloadLimit : pushType.payloadLimit
         if body.count > limit {
             throw PreSendRejection(

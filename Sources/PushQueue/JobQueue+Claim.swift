@@ -4,7 +4,9 @@ public import PushCore
 
 extension JobQueue {
     /// Claims up to `limit` due jobs for `workerID`: marks them `running`, counts the attempt, and sets a
-    /// lease until now + `lease`. Highest send priority first, then oldest `run_at`, then id.
+    /// lease until now + `lease`. Credentials take turns (a backlog of one never delays another's due jobs
+    /// beyond one batch); within a credential, send priority 10, 5 and 1 share the batch 8 : 2 : 1 when all
+    /// are due (strict priority otherwise starves the lower ones), each oldest `run_at` first.
     ///
     /// Concurrent claimers never get the same job: rows are picked `FOR NO KEY UPDATE SKIP LOCKED` in a
     /// materialized CTE and updated in the same statement.
@@ -36,17 +38,49 @@ extension JobQueue {
         let leaseSeconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
         let rows = try await self.client.query(
             """
-            WITH picked AS MATERIALIZED (
-                SELECT id FROM push.jobs
-                 WHERE state = 'pending' AND run_at <= now()
-                   AND NOT (credential = ANY (\(excludingCredentials)::text[]))
-                   AND (\(anyCredential) OR credential = ANY (\(mine)::text[]))
-                   AND NOT (environment = ANY (\(excludingEnvironments)::text[]))
-                   AND (cardinality(\(excludingPairs)::text[]) = 0 OR NOT (environment || '/' || credential = ANY (\(excludingPairs)::text[])))
-                   AND (cardinality(\(excludingIDs)::bigint[]) = 0 OR NOT (id = ANY (\(excludingIDs)::bigint[])))
-                 ORDER BY send_priority DESC, run_at, id
+            WITH RECURSIVE pending_credentials AS (
+                -- Claim any credential (tests, tools): the distinct credentials with pending jobs, by a skip
+                -- scan of the claim index (one probe per credential, not a scan of the backlog).
+                (SELECT credential FROM push.jobs WHERE \(anyCredential) AND state = 'pending'
+                  ORDER BY credential LIMIT 1)
+                UNION ALL
+                SELECT (SELECT j.credential FROM push.jobs AS j
+                         WHERE j.state = 'pending' AND j.credential > p.credential ORDER BY j.credential LIMIT 1)
+                  FROM pending_credentials AS p WHERE p.credential IS NOT NULL
+            ), credentials AS (
+                SELECT c FROM (
+                    SELECT unnest(\(mine)::text[]) AS c WHERE NOT \(anyCredential)
+                    UNION
+                    SELECT credential FROM pending_credentials WHERE credential IS NOT NULL
+                ) AS x
+                 WHERE NOT (c = ANY (\(excludingCredentials)::text[]))
+            ), candidates AS MATERIALIZED (
+                -- One range scan per (credential, send priority): only due, claimable rows are read.
+                SELECT x.id, x.credential, x.send_priority, x.run_at, p.weight
+                  FROM credentials AS c
+                 CROSS JOIN (VALUES (10::smallint, 8.0::float8), (5::smallint, 2.0::float8), (1::smallint, 1.0::float8))
+                       AS p(priority, weight)
+                 CROSS JOIN LATERAL (
+                    SELECT j.id, j.credential, j.send_priority, j.run_at FROM push.jobs AS j
+                     WHERE j.state = 'pending' AND j.credential = c.c AND j.send_priority = p.priority
+                       AND j.run_at <= now()
+                       AND NOT (j.environment = ANY (\(excludingEnvironments)::text[]))
+                       AND (cardinality(\(excludingPairs)::text[]) = 0
+                            OR NOT (j.environment || '/' || j.credential = ANY (\(excludingPairs)::text[])))
+                       AND (cardinality(\(excludingIDs)::bigint[]) = 0 OR NOT (j.id = ANY (\(excludingIDs)::bigint[])))
+                     ORDER BY j.run_at, j.id
+                     LIMIT \(Int64(limit))
+                     FOR NO KEY UPDATE OF j SKIP LOCKED
+                 ) AS x
+            ), picked AS MATERIALIZED (
+                -- Interleave: each credential gets its turn (fair share), and within one, priority 10
+                -- takes 8 places to priority 5's 2 and priority 1's 1, so lower priorities always progress.
+                SELECT id FROM (
+                    SELECT id, run_at,
+                           row_number() OVER (PARTITION BY credential, send_priority ORDER BY run_at, id) / weight AS turn
+                      FROM candidates) AS r
+                 ORDER BY turn, run_at, id
                  LIMIT \(Int64(limit))
-                 FOR NO KEY UPDATE SKIP LOCKED
             ), claimed AS (
                 UPDATE push.jobs AS j
                    SET state = 'running',
@@ -63,8 +97,33 @@ extension JobQueue {
         )
         var jobs: [PushJob] = []
         jobs.reserveCapacity(limit)
+        var undecodable: [(id: Int64, attempt: Int, error: String)] = []
         for try await row in rows {
-            jobs.append(try Self.decodeJob(row))
+            do {
+                jobs.append(try Self.decodeJob(row))
+            } catch {
+                // A row the schema let through but Swift cannot read: it must not fail its batch (the claim
+                // has committed). It goes to the dead letters, fenced by its attempt, with what was wrong.
+                let c = row.makeRandomAccess()
+                undecodable.append(
+                    (try c["id"].decode(Int64.self), Int(try c["attempts"].decode(Int16.self)), "\(error)")
+                )
+            }
+        }
+        for row in undecodable {
+            let outcome = JobOutcome(
+                jobID: row.id,
+                attempt: row.attempt,
+                disposition: .dead(sentence: ""),
+                reason: "InvalidJob",
+                sent: false
+            )
+            _ = try await self.deadLetterUnwritable(
+                outcome,
+                workerID: workerID,
+                sentence:
+                    "the worker could not read this row (\(row.error.prefix(200))): fix the producer and insert it again."
+            )
         }
         return jobs
     }

@@ -38,8 +38,11 @@ extension JobQueue {
             "EXISTS (SELECT 1 FROM push.jobs AS x WHERE x.id = j.id OR (NOT \(newAPNsID) AND x.apns_id = j.apns_id))"
         var candidates = PostgresQuery(
             unsafeSQL: """
-                SELECT j.id, j.apns_id, j.reason, \(conflict) AS conflicted FROM push.dead_jobs AS j
-                 WHERE \(condition) ORDER BY j.id LIMIT \(max(filter.limit, 0))
+                SELECT id, apns_id, reason,
+                       conflicted OR (NOT \(newAPNsID) AND row_number() OVER (PARTITION BY apns_id ORDER BY id) > 1)
+                  FROM (SELECT j.id, j.apns_id, j.reason, \(conflict) AS conflicted FROM push.dead_jobs AS j
+                         WHERE \(condition) ORDER BY j.id LIMIT \(max(filter.limit, 0))) AS c
+                 ORDER BY id
                 """,
             binds: binds
         )
@@ -60,18 +63,25 @@ extension JobQueue {
             return ReplayResult(moved: moved, skippedConflicts: skipped, dryRun: true)
         }
         candidates.sql = """
-            WITH candidates AS (
-                SELECT j.id, \(conflict) AS conflicted FROM push.dead_jobs AS j
+            WITH candidates AS MATERIALIZED (
+                SELECT j.id, j.apns_id, \(conflict) AS conflicted FROM push.dead_jobs AS j
                  WHERE \(condition) ORDER BY j.id LIMIT \(max(filter.limit, 0))
                  FOR UPDATE OF j SKIP LOCKED
+            ), ranked AS (
+                -- Two dead letters sharing an apns_id (from before apns_ids were kept unique): the first moves,
+                -- the others are reported as conflicts; the batch never aborts.
+                SELECT id, conflicted
+                       OR (NOT \(newAPNsID) AND row_number() OVER (PARTITION BY apns_id ORDER BY id) > 1) AS conflicted
+                  FROM candidates
             ), moved AS (
-                DELETE FROM push.dead_jobs AS d USING candidates AS c
+                DELETE FROM push.dead_jobs AS d USING ranked AS c
                  WHERE d.id = c.id AND NOT c.conflicted
                 RETURNING d.*
             ), inserted AS (
                 INSERT INTO push.jobs (
                     id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
                     collapse_id, expires_at, run_at, apns_id, max_attempts, created_at, history)
+                OVERRIDING SYSTEM VALUE
                 SELECT id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
                        collapse_id, expires_at, now(),
                        CASE WHEN \(newAPNsID) THEN gen_random_uuid() ELSE apns_id END,
@@ -84,13 +94,25 @@ extension JobQueue {
             )
             SELECT i.id, i.apns_id, m.reason, false FROM inserted AS i JOIN moved AS m USING (id)
             UNION ALL
-            SELECT c.id, NULL, NULL, true FROM candidates AS c WHERE c.conflicted
+            SELECT c.id, NULL, NULL, true FROM ranked AS c WHERE c.conflicted
             """
+        // The producers' INSERT trigger skips an apns_id held by a dead letter and resets the worker's
+        // columns; a replay is the worker's own insert, marked for its transaction.
+        let query = candidates
+        let logger = self.logger
+        let results = try await self.client.withTransaction(logger: logger) { connection in
+            try await connection.query("SELECT set_config('push.internal_insert', 'on', true)", logger: logger)
+            var results: [(Int64, UUID?, String?, Bool)] = []
+            for try await row in try await connection.query(query, logger: logger)
+                .decode((Int64, UUID?, String?, Bool).self)
+            {
+                results.append(row)
+            }
+            return results
+        }
         var moved: [ReplayResult.Moved] = []
         var skipped: [Int64] = []
-        for try await (id, apnsID, reason, conflicted) in try await self.client.query(candidates, logger: self.logger)
-            .decode((Int64, UUID?, String?, Bool).self)
-        {
+        for (id, apnsID, reason, conflicted) in results {
             if conflicted {
                 skipped.append(id)
             } else if let apnsID {
@@ -112,10 +134,15 @@ extension JobQueue {
             var deleted = 0
             for try await _ in try await self.client.query(
                 """
-                DELETE FROM push.dead_jobs WHERE id IN (
-                    SELECT id FROM push.dead_jobs WHERE dead_at < now() - make_interval(secs => \(seconds))
-                     LIMIT \(Int64(batchSize)) FOR UPDATE SKIP LOCKED)
-                RETURNING id
+                WITH gone AS (
+                    DELETE FROM push.dead_jobs WHERE id IN (
+                        SELECT id FROM push.dead_jobs WHERE dead_at < now() - make_interval(secs => \(seconds))
+                         LIMIT \(Int64(batchSize)) FOR UPDATE SKIP LOCKED)
+                    RETURNING id, apns_id
+                ), retired AS (
+                    INSERT INTO push.retired_apns_ids (apns_id) SELECT apns_id FROM gone ON CONFLICT DO NOTHING
+                )
+                SELECT id FROM gone
                 """,
                 logger: self.logger
             ) {

@@ -61,12 +61,18 @@ extension JobQueue {
             var deleted = 0
             for try await _ in try await self.client.query(
                 """
-                DELETE FROM push.jobs WHERE id IN (
-                    SELECT id FROM push.jobs
-                     WHERE state = 'delivered' AND delivered_at < now() - make_interval(secs => \(seconds))
-                     LIMIT \(Int64(batchSize))
-                     FOR UPDATE SKIP LOCKED)
-                RETURNING id
+                WITH gone AS (
+                    DELETE FROM push.jobs WHERE id IN (
+                        SELECT id FROM push.jobs
+                         WHERE state = 'delivered' AND delivered_at < now() - make_interval(secs => \(seconds))
+                         LIMIT \(Int64(batchSize))
+                         FOR UPDATE SKIP LOCKED)
+                    RETURNING id, apns_id
+                ), retired AS (
+                    -- The apns_id stays spent: an outbox retry of this job is skipped, not sent again.
+                    INSERT INTO push.retired_apns_ids (apns_id) SELECT apns_id FROM gone ON CONFLICT DO NOTHING
+                )
+                SELECT id FROM gone
                 """,
                 logger: self.logger
             ) {
@@ -75,5 +81,25 @@ extension JobQueue {
             total += deleted
             if deleted < batchSize { return total }
         }
+    }
+
+    /// Forgets the apns_ids of jobs pruned or purged more than `age` ago: an INSERT reusing one is then a
+    /// new job. Keep `age` longer than any producer retries an enqueue.
+    ///
+    /// - Returns: how many were forgotten.
+    @discardableResult
+    public func forgetRetiredAPNsIDs(olderThan age: Duration) async throws -> Int {
+        let seconds = Double(age.components.seconds)
+        var forgotten = 0
+        for try await _ in try await self.client.query(
+            """
+            DELETE FROM push.retired_apns_ids WHERE retired_at < now() - make_interval(secs => \(seconds))
+            RETURNING 1
+            """,
+            logger: self.logger
+        ) {
+            forgotten += 1
+        }
+        return forgotten
     }
 }

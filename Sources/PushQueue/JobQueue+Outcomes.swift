@@ -49,7 +49,7 @@ extension JobQueue {
                 INSERT INTO push.dead_jobs (\(unescaped: Self.deadLetterInsertColumns))
                 SELECT id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
                        collapse_id, expires_at, run_at, apns_id, max_attempts, attempts, transport_retries,
-                       \(outcome.status.map { Int16(clamping: $0) })::smallint, \(reason), trap_ids, apns_unique_id,
+                       \(outcome.status.map { Int16(clamping: $0) })::smallint, \(reason), coalesce(array_remove(trap_ids, NULL), '{}'), apns_unique_id,
                        created_at, first_attempt_at, now(), NULL, now(), \(sentence),
                        history || jsonb_build_array(\(entry)::jsonb || jsonb_build_object('at', now(), 'worker', \(workerID)::text))
                   FROM moved

@@ -24,5 +24,10 @@ public struct Migration: Sendable, Hashable {
             name: "0003_failure_paths.sql",
             sql: String(decoding: PackageResources._003_failure_paths_sql, as: UTF8.self)
         ),
+        Migration(
+            version: 4,
+            name: "0004_hostile_input.sql",
+            sql: String(decoding: PackageResources._004_hostile_input_sql, as: UTF8.self)
+        ),
     ]
 }

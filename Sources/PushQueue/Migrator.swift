@@ -56,7 +56,7 @@ public struct Migrator: Sendable {
                         try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
                     }
                     try await connection.query(
-                        "INSERT INTO push.schema_migrations (version, name) VALUES (\(Int32(migration.version)), \(migration.name))",
+                        "INSERT INTO push.schema_migrations (version, name) VALUES (\(Int32(migration.version)), \(migration.name)) ON CONFLICT (version) DO NOTHING",
                         logger: logger
                     )
                     logger.info("applied migration", metadata: ["push.migration": "\(migration.name)"])

@@ -105,6 +105,7 @@ extension PushWorkerService {
                 if ContinuousClock.now - lastPrune >= self.configuration.pruneInterval {
                     lastPrune = .now
                     let pruned = try await self.queue.pruneDelivered(olderThan: self.configuration.retention)
+                    try await self.queue.forgetRetiredAPNsIDs(olderThan: self.configuration.apnsIDMemory)
                     if pruned > 0 {
                         self.logger.info("pruned delivered jobs past retention", metadata: ["push.jobs": "\(pruned)"])
                     }

@@ -18,6 +18,9 @@ public struct WorkerConfiguration: Sendable {
     public var retention: Duration
     /// How often the retention pruner runs.
     public var pruneInterval: Duration
+    /// How long the apns_id of a pruned job or purged dead letter stays spent (an INSERT reusing it is
+    /// skipped); longer than any producer's retry horizon.
+    public var apnsIDMemory: Duration = .seconds(30 * 86_400)
     /// Outcomes are written at least this often, or when a batch fills.
     public var recordInterval: Duration
     /// The retry policy before the priority-aware stretch.

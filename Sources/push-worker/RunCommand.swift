@@ -40,6 +40,13 @@ struct RunCommand: AsyncParsableCommand {
         Int = 1000
     @Option(help: ArgumentHelp("Delete delivered jobs this long after delivery (e.g. 7d).", valueName: "duration"))
     var retention: HumanDuration = HumanDuration(argument: "7d")!
+    @Option(
+        name: .customLong("apns-id-memory"),
+        help: ArgumentHelp(
+            "How long the apns_id of a pruned job or purged dead letter stays spent: an INSERT reusing it is skipped, as ON CONFLICT would. Longer than any producer retries an enqueue.",
+            valueName: "duration"
+        )
+    ) var apnsIDMemory: HumanDuration = HumanDuration(argument: "30d")!
     @Option(name: .customLong("max-retries"), help: "Retries after the first attempt (priority 10: at most 2).")
     var maxRetries: Int = 3
     @Option(name: .customLong("base-delay-ms"), help: "First retry backoff (priority 10: doubled).") var baseDelayMs:
@@ -183,6 +190,7 @@ struct RunCommand: AsyncParsableCommand {
             shutdownGrace: self.shutdownGrace.duration
         )
         configuration.credentialWait = self.credentialWait.duration
+        configuration.apnsIDMemory = self.apnsIDMemory.duration
         configuration.transportBudget = self.transportBudget
         let listener = JobNotificationListener(configuration: try url.connectionConfiguration(), logger: logger)
         let notifier = ServiceManagerNotifier()

@@ -170,4 +170,22 @@ struct RequestBuilderTests {
                 == "PayloadTooLarge"
         )
     }
+
+    @Test("jsonb's rendering (a space after every : and ,) is sent compact, and the limit judges the compact bytes")
+    func compactPayload() throws {
+        // About 3,800 compact bytes; Postgres prints this payload back with spaces and it used to die MS011.
+        let items = (0..<300).map { "\"k\($0)\": \($0)" }.joined(separator: ", ")
+        let rendered =
+            #"{"aps": {"alert": {"body": "a: b, \"c\": d"}}, "#
+            + "\"data\": {\(items)}, \"pad\": \"\(String(repeating: "x", count: 500))\"}"
+        let compact = rendered.utf8.count - CompactJSON.bytes(rendered).count
+        #expect(compact > 500, "the rendering carries hundreds of wasted bytes")
+        let request = try RequestBuilder.describe(job(payload: rendered), now: Self.now)
+        #expect(request.body == CompactJSON.bytes(rendered) && request.body.count <= 4096)
+        #expect(rendered.utf8.count > 4096)
+        let sent = try JSONSerialization.jsonObject(with: Data(request.body)) as? NSDictionary
+        let original = try JSONSerialization.jsonObject(with: Data(rendered.utf8)) as? NSDictionary
+        #expect(sent == original, "the same JSON, strings untouched")
+        #expect(String(decoding: request.body, as: UTF8.self).contains(#""a: b, \"c\": d""#))
+    }
 }

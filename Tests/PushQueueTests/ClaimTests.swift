@@ -76,7 +76,7 @@ struct ClaimTests {
             try await db.execute(
                 """
                 INSERT INTO push.jobs (topic, device_token, payload, credential) VALUES
-                ('com.example.app', 'aa', '{"aps":{}}', 'paused'), ('com.example.app', 'bb', '{"aps":{}}', 'default')
+                ('com.example.app', repeat('aa', 64 / length('aa')), '{"aps":{}}', 'paused'), ('com.example.app', repeat('bb', 64 / length('bb')), '{"aps":{}}', 'default')
                 """
             )
             let worker = workerName()

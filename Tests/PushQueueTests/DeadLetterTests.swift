@@ -100,13 +100,23 @@ struct DeadLetterTests {
     func replayNewAPNsIDAndConflicts() async throws {
         try await TestPostgres.withDatabase { db in
             let jobs = try await kill(db, count: 2, reason: "Unregistered", trap: .tokenUnregistered)
-            // A producer re-enqueued the first job with the same apns_id while it was dead.
+            // A producer's outbox retried the first job with the same apns_id while it was dead: skipped.
             try await db.execute(
                 """
                 INSERT INTO push.jobs (topic, device_token, payload, apns_id)
-                VALUES ('com.example.app', 'cafe', '{"aps":{}}', '\(jobs[0].apnsID.uuidString)')
+                VALUES ('com.example.app', repeat('cafe', 16), '{"aps":{}}', '\(jobs[0].apnsID.uuidString)')
                 """
             )
+            #expect(try await db.int64("SELECT count(*) FROM push.jobs") == 0, "a dead letter's apns_id stays spent")
+            // A job from before schema version 4 (no skip at INSERT then) holds the same apns_id.
+            try await db.execute("ALTER TABLE push.jobs DISABLE TRIGGER jobs_before_insert")
+            try await db.execute(
+                """
+                INSERT INTO push.jobs (topic, device_token, payload, apns_id)
+                VALUES ('com.example.app', repeat('cafe', 16), '{"aps":{}}', '\(jobs[0].apnsID.uuidString)')
+                """
+            )
+            try await db.execute("ALTER TABLE push.jobs ENABLE TRIGGER jobs_before_insert")
             let queue = db.queue
             let result = try await queue.replay(matching: .init(trapID: "MS020"))
             #expect(result.moved.map(\.id) == [jobs[1].id])

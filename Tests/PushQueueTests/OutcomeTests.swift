@@ -157,7 +157,7 @@ struct OutcomeTests {
                 """
                 INSERT INTO push.jobs (topic, device_token, payload, push_type, priority, environment, credential,
                                        collapse_id, expires_at, run_at, apns_id, max_attempts)
-                VALUES ('com.example.app', 'abcdef0123', '{"aps":{"alert":"x"},"k":1}', 'alert', 10, 'development',
+                VALUES ('com.example.app', repeat('abcdef0123', 64 / length('abcdef0123')), '{"aps":{"alert":"x"},"k":1}', 'alert', 10, 'development',
                         'team-b', 'order-42', '2030-01-01T00:00:00Z', now() - interval '1 second', \(apnsID), 3)
                 RETURNING id
                 """
@@ -231,7 +231,7 @@ struct OutcomeTests {
             let token = try await db.client.query(
                 """
                 SELECT reason, apns_timestamp_ms, (extract(epoch FROM invalidated_at) * 1000)::bigint, job_id, environment
-                  FROM push.invalid_tokens WHERE device_token = 'abcdef0123' AND topic = 'com.example.app'
+                  FROM push.invalid_tokens WHERE device_token = repeat('abcdef0123', 6) AND topic = 'com.example.app'
                 """
             ).decode((String, Int64, Int64, Int64, String).self).collect()
             #expect(token.count == 1)
@@ -249,14 +249,14 @@ struct OutcomeTests {
             try await db.execute(
                 """
                 INSERT INTO push.jobs (topic, device_token, payload) VALUES
-                ('com.example.app', 'feed', '{"aps":{}}'), ('com.example.app', 'feed', '{"aps":{}}'),
-                ('com.example.app', 'beef', '{"aps":{}}')
+                ('com.example.app', repeat('feed', 64 / length('feed')), '{"aps":{}}'), ('com.example.app', repeat('feed', 64 / length('feed')), '{"aps":{}}'),
+                ('com.example.app', repeat('beef', 64 / length('beef')), '{"aps":{}}')
                 """
             )
             let worker = workerName()
             let jobs = try await db.queue.claim(limit: 3, workerID: worker, lease: .seconds(30))
             let outcomes = jobs.map { job in
-                job.deviceToken == "beef"
+                job.deviceToken == String(repeating: "beef", count: 16)
                     ? JobOutcome(
                         jobID: job.id,
                         attempt: 1,
@@ -283,8 +283,11 @@ struct OutcomeTests {
                 "SELECT device_token, reason, coalesce(apns_timestamp_ms, -1), invalidated_at > now() - interval '1 minute' FROM push.invalid_tokens ORDER BY device_token"
             ).decode((String, String, Int64, Bool).self).collect()
             #expect(rows.count == 2)
-            #expect(rows[0].0 == "beef" && rows[0].1 == "BadDeviceToken" && rows[0].2 == -1 && rows[0].3)
-            #expect(rows[1].0 == "feed" && rows[1].2 == 1_700_000_002_000)
+            #expect(
+                rows[0].0 == String(repeating: "beef", count: 16) && rows[0].1 == "BadDeviceToken" && rows[0].2 == -1
+                    && rows[0].3
+            )
+            #expect(rows[1].0 == String(repeating: "feed", count: 16) && rows[1].2 == 1_700_000_002_000)
         }
     }
 

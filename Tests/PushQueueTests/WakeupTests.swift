@@ -35,7 +35,7 @@ struct WakeupTests {
                 let insertedAt = clock.now
                 // Another connection, plain SQL: psql if present, else a second client connection.
                 try await db.execute(
-                    "INSERT INTO push.jobs (topic, device_token, payload) VALUES ('com.example.app', 'ab', '{\"aps\":{}}')"
+                    "INSERT INTO push.jobs (topic, device_token, payload) VALUES ('com.example.app', repeat('ab', 64 / length('ab')), '{\"aps\":{}}')"
                 )
                 let (notified, _) = await woken
                 let latency = clock.now - insertedAt

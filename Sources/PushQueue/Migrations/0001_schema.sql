@@ -1,7 +1,8 @@
 -- PushWorker schema, version 1.
 --
 -- Applied by `push-worker migrate` (which records it in push.schema_migrations under an advisory lock),
--- or by hand: `psql "$DATABASE_URL" -v ON_ERROR_STOP=1 -f sql/0001_schema.sql`.
+-- or by hand, every file in order: `for f in sql/0*.sql; do psql "$DATABASE_URL" -v ON_ERROR_STOP=1 -f "$f"; done`
+-- (each file records itself, so a later `push-worker migrate` applies only what is new).
 -- Constraint names are the error a producer sees, so each one names the rule it enforces.
 
 CREATE SCHEMA IF NOT EXISTS push;
@@ -167,3 +168,11 @@ CREATE TABLE push.invalid_tokens (
     job_id           bigint      NOT NULL,
     PRIMARY KEY (device_token, topic, environment)
 );
+
+-- Recorded, so that `push-worker migrate` after applying this file by hand knows it ran.
+CREATE TABLE IF NOT EXISTS push.schema_migrations (
+    version integer PRIMARY KEY,
+    name text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO push.schema_migrations (version, name) VALUES (1, '0001_schema.sql') ON CONFLICT (version) DO NOTHING;

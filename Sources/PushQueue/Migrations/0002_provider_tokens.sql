@@ -12,3 +12,11 @@ CREATE TABLE push.provider_tokens (
     issued_at  timestamptz NOT NULL,
     PRIMARY KEY (team_id, key_id)
 );
+
+-- Recorded, so that `push-worker migrate` after applying this file by hand knows it ran.
+CREATE TABLE IF NOT EXISTS push.schema_migrations (
+    version integer PRIMARY KEY,
+    name text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO push.schema_migrations (version, name) VALUES (2, '0002_provider_tokens.sql') ON CONFLICT (version) DO NOTHING;

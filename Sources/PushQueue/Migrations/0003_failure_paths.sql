@@ -47,3 +47,11 @@ AS $$
         ELSE history || jsonb_build_array(entry)
     END
 $$;
+
+-- Recorded, so that `push-worker migrate` after applying this file by hand knows it ran.
+CREATE TABLE IF NOT EXISTS push.schema_migrations (
+    version integer PRIMARY KEY,
+    name text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO push.schema_migrations (version, name) VALUES (3, '0003_failure_paths.sql') ON CONFLICT (version) DO NOTHING;

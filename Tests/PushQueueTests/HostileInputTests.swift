@@ -1,0 +1,227 @@
+import Foundation
+import PostgresNIO
+import PushCore
+import PushQueueTesting
+import Testing
+
+@testable import PushQueue
+
+/// Producers are other teams' services writing SQL: each case here is a row or a habit that broke the
+/// queue before schema version 4, checked at the level where it happens.
+@Suite("Hostile producers: the schema defends itself")
+struct HostileInputTests {
+    static let token = String(repeating: "ab", count: 32)
+
+    /// Statements a producer might send, and the constraint that must refuse each.
+    static let refused: [(sql: String, rule: String)] = [
+        (
+            "INSERT INTO push.jobs (topic, device_token, payload, credential) VALUES ('com.example.app', '\(token)', '{}', 'team' || chr(1) || 'b')",
+            "credential_must_be_a_name_up_to_64_bytes"
+        ),
+        (
+            "INSERT INTO push.jobs (topic, device_token, payload, credential) VALUES ('com.example.app', '\(token)', '{}', repeat('c', 65))",
+            "credential_must_be_a_name_up_to_64_bytes"
+        ),
+        (
+            "INSERT INTO push.jobs (topic, device_token, payload, run_at) VALUES ('com.example.app', '\(token)', '{}', 'infinity')",
+            "run_at_must_be_finite"
+        ),
+        (
+            "INSERT INTO push.jobs (topic, device_token, payload, run_at) VALUES ('com.example.app', '\(token)', '{}', '-infinity')",
+            "run_at_must_be_finite"
+        ),
+        (
+            "INSERT INTO push.jobs (topic, device_token, payload, expires_at) VALUES ('com.example.app', '\(token)', '{}', 'infinity')",
+            "expires_at_must_be_finite"
+        ),
+    ]
+
+    @Test("sizes, formats and infinities are refused by a constraint that names the rule", arguments: refused)
+    func refusedByName(sql: String, rule: String) async throws {
+        try await TestPostgres.withDatabase { db in
+            let error = await #expect(throws: PSQLError.self) { try await db.execute(sql) }
+            #expect(error?.serverInfo?[.constraintName] == rule)
+            let rows = try await db.int64("SELECT count(*) FROM push.jobs")
+            #expect(rows == 0)
+        }
+    }
+
+    @Test("a producer cannot set the worker's columns: they are reset at INSERT, and an explicit id is refused")
+    func workerColumnsAreTheWorkers() async throws {
+        try await TestPostgres.withDatabase { db in
+            // Before schema version 4, attempts = 32767 stopped every claim on every worker (smallint overflow),
+            // state = 'running' with no lease was never reaped, and a NULL trap id failed the decode.
+            let id = try await db.int64(
+                """
+                INSERT INTO push.jobs (topic, device_token, payload, state, attempts, transport_retries, trap_ids,
+                                       locked_by, locked_until, history, created_at, status, reason, delivered_at)
+                VALUES ('com.example.app', '\(unescaped: Self.token)', '{"aps":{}}', 'running', 32767, 32767,
+                        ARRAY[NULL, 'MS999'], 'nobody', NULL, '[{"forged":true}]', '2000-01-01', 200, 'x', now())
+                RETURNING id
+                """
+            )
+            let details = try #require(try await db.queue.job(id: id))
+            #expect(details.state == .pending && details.job.attempts == 0 && details.job.trapIDs.isEmpty)
+            #expect(
+                details.lockedBy == nil && details.status == nil && details.reason == nil && details.deliveredAt == nil
+            )
+            #expect(details.historyJSON == "[]")
+            #expect(
+                try await db.int64("SELECT count(*) FROM push.jobs WHERE created_at > now() - interval '1 minute'") == 1
+            )
+            let claimed = try await db.queue.claim(limit: 10, workerID: workerName(), lease: .seconds(30))
+            #expect(claimed.map(\.id) == [id] && claimed[0].attempts == 1)
+
+            let error = await #expect(throws: PSQLError.self) {
+                try await db.execute(
+                    "INSERT INTO push.jobs (id, topic, device_token, payload) VALUES (424242, 'com.example.app', '\(Self.token)', '{}')"
+                )
+            }
+            #expect(error?.serverInfo?[.sqlState] == "428C9", "identity GENERATED ALWAYS: the id is the worker's")
+        }
+    }
+
+    @Test("a row the worker cannot read is dead-lettered with a sentence; the jobs claimed with it are not harmed")
+    func undecodableRow() async throws {
+        try await TestPostgres.withDatabase { db in
+            // Only possible behind the trigger's back (a restore, a hand edit): a NULL inside trap_ids.
+            try await db.execute("ALTER TABLE push.jobs DISABLE TRIGGER jobs_before_insert")
+            let poison = try await db.int64(
+                "INSERT INTO push.jobs (topic, device_token, payload, trap_ids) VALUES ('com.example.app', '\(unescaped: Self.token)', '{}', ARRAY[NULL]::text[]) RETURNING id"
+            )
+            try await db.execute("ALTER TABLE push.jobs ENABLE TRIGGER jobs_before_insert")
+            let innocent = try await enqueue(db, count: 3)
+            let claimed = try await db.queue.claim(limit: 10, workerID: workerName(), lease: .seconds(30))
+            #expect(Set(claimed.map(\.id)) == Set(innocent))
+            let letter = try #require(try await db.queue.deadLetter(id: poison))
+            #expect(letter.job.id == poison && letter.reason == "InvalidJob")
+            #expect(letter.error.contains("could not read this row"))
+        }
+    }
+
+    @Test("an apns_id stays spent after its job is pruned or dead: an outbox retry is skipped, not sent again")
+    func apnsIDAcrossTheWholeLife() async throws {
+        try await TestPostgres.withDatabase { db in
+            let apnsID = UUID().uuidString
+            let insert = """
+                INSERT INTO push.jobs (topic, device_token, payload, apns_id)
+                VALUES ('com.example.app', '\(Self.token)', '{"aps":{}}', '\(apnsID)')
+                ON CONFLICT (apns_id) DO NOTHING
+                """
+            try await db.execute(insert)
+            let worker = workerName()
+            let jobs = try await db.queue.claim(limit: 1, workerID: worker, lease: .seconds(30))
+            _ = try await db.queue.writeOutcomes(
+                [JobOutcome(jobID: jobs[0].id, attempt: 1, disposition: .delivered, status: 200)],
+                workerID: worker
+            )
+            #expect(try await db.queue.pruneDelivered(olderThan: .zero) == 1)
+            try await db.execute(insert)
+            #expect(try await db.int64("SELECT count(*) FROM push.jobs") == 0, "pruned within memory: skipped")
+            #expect(try await db.queue.forgetRetiredAPNsIDs(olderThan: .seconds(3600)) == 0)
+            #expect(try await db.queue.forgetRetiredAPNsIDs(olderThan: .zero) == 1)
+            try await db.execute(insert)
+            #expect(try await db.int64("SELECT count(*) FROM push.jobs") == 1, "past the memory window: a new job")
+        }
+    }
+
+    @Test("two dead letters sharing an apns_id: replay --all moves one and reports the other, never aborts")
+    func replayWithSharedAPNsID() async throws {
+        try await TestPostgres.withDatabase { db in
+            let apnsID = UUID().uuidString
+            for id in [1, 2] {
+                try await db.execute(
+                    """
+                    INSERT INTO push.dead_jobs (id, topic, device_token, payload, push_type, environment, credential,
+                                                run_at, apns_id, attempts, reason, created_at, error)
+                    VALUES (\(id), 'com.example.app', '\(Self.token)', '{"aps":{}}', 'alert', 'production', 'default',
+                            now(), '\(apnsID)', 1, 'BadDeviceToken', now(), 'dead')
+                    """
+                )
+            }
+            let preview = try await db.queue.replay(matching: .init(), dryRun: true)
+            #expect(preview.moved.map(\.id) == [1] && preview.skippedConflicts == [2])
+            let result = try await db.queue.replay(matching: .init())
+            #expect(result.moved.map(\.id) == [1] && result.skippedConflicts == [2])
+            #expect(try await db.int64("SELECT count(*) FROM push.dead_jobs WHERE id = 2") == 1)
+            let replayed = try #require(try await db.queue.job(id: 1))
+            #expect(
+                replayed.historyJSON.contains("replayed"),
+                "a replay keeps its history: the INSERT trigger knows it"
+            )
+        }
+    }
+
+    @Test("claims read what is due and claimable: not-due and excluded backlogs do not hide due jobs")
+    func claimIgnoresBacklog() async throws {
+        try await TestPostgres.withDatabase { db in
+            try await db.execute(
+                """
+                INSERT INTO push.jobs (topic, device_token, payload, priority, run_at, credential)
+                SELECT 'com.example.app', lpad(to_hex(g), 64, 'a'), '{}', 10, now() + interval '7 days', 'default'
+                  FROM generate_series(1, 5000) g
+                """
+            )
+            try await db.execute(
+                """
+                INSERT INTO push.jobs (topic, device_token, payload, priority, credential)
+                SELECT 'com.example.app', lpad(to_hex(g), 64, 'b'), '{}', 10, 'paused'
+                  FROM generate_series(1, 5000) g
+                """
+            )
+            let due = try await enqueue(db, count: 5, priority: 5)
+            let claimed = try await db.queue.claim(
+                limit: 100,
+                workerID: workerName(),
+                lease: .seconds(30),
+                excludingCredentials: ["paused"]
+            )
+            #expect(Set(claimed.map(\.id)) == Set(due))
+        }
+    }
+
+    @Test("fair share and aging: another credential's due jobs and lower priorities get places in the first batch")
+    func fairShareAndAging() async throws {
+        try await TestPostgres.withDatabase { db in
+            try await db.execute(
+                """
+                INSERT INTO push.jobs (topic, device_token, payload, priority, credential, run_at)
+                SELECT 'com.example.app', lpad(to_hex(g), 64, 'a'), '{}', 10, 'big', now() - interval '1 hour'
+                  FROM generate_series(1, 1000) g
+                """
+            )
+            try await db.execute(
+                """
+                INSERT INTO push.jobs (topic, device_token, payload, priority, credential)
+                SELECT 'com.example.app', lpad(to_hex(g), 64, 'b'), '{}', 10, 'small' FROM generate_series(1, 5) g
+                """
+            )
+            try await db.execute(
+                """
+                INSERT INTO push.jobs (topic, device_token, payload, priority, credential)
+                SELECT 'com.example.app', lpad(to_hex(g), 64, 'c'), '{}', 5, 'big' FROM generate_series(1, 200) g
+                """
+            )
+            let claimed = try await db.queue.claim(limit: 100, workerID: workerName(), lease: .seconds(30))
+            #expect(claimed.count == 100)
+            #expect(claimed.filter { $0.credential == "small" }.count == 5, "one batch at most, whatever the backlog")
+            let lower = claimed.filter { $0.priority == 5 }.count
+            #expect(lower >= 15 && lower <= 25, "priority 5 gets about 2 of every 10 places: \(lower)")
+        }
+    }
+
+    @Test("the sql/ files applied by hand, in order, then push-worker migrate: nothing left to apply, no error")
+    func handAppliedMigrations() async throws {
+        try await TestPostgres.withDatabase { db in
+            try await db.execute("DROP SCHEMA push CASCADE")
+            for migration in Migration.all {
+                for statement in SQLScript.statements(in: migration.sql) {
+                    try await db.execute(statement)
+                }
+            }
+            let applied = try await Migrator(client: db.client, logger: db.logger).migrate()
+            #expect(applied.isEmpty)
+            #expect(try await db.int64("SELECT count(*) FROM push.schema_migrations") == Int64(Migration.all.count))
+        }
+    }
+}

@@ -442,6 +442,7 @@ def check_kubernetes(defaults):
             for name, credential in config["credentials"].items():
                 if credential["key_path"] not in key_files:
                     problem(where, f"credential {name}: key_path {credential['key_path']} is not a mounted secret file ({sorted(key_files)})")
+    check_secret_volume_layout(where, pod, mounts)
     print(f"   {where}: ports, probes, grace, secrets, config and scrape annotations agree")
 
     job_file, job = resources[("Job", "push-worker-migrate")]
@@ -456,6 +457,47 @@ def check_kubernetes(defaults):
 
 
 # --- prometheus --------------------------------------------------------------------------------
+
+def check_secret_volume_layout(where, pod, mounts):
+    """Lays each key out as the kubelet does (key -> ..data/key -> ..<timestamp>/key, mode defaultMode,
+    plus group read when the pod has an fsGroup, owned by root and that group) and asks the real binary to
+    load it with `push-worker check-keys`. Here the pod's fsGroup is played by this process's own group."""
+    import shutil
+    import tempfile
+    fs_group = pod.get("securityContext", {}).get("fsGroup")
+    for volume in pod.get("volumes", []):
+        if "secret" not in volume:
+            continue
+        mode = volume["secret"].get("defaultMode", 0o644)
+        if fs_group is not None:
+            mode |= 0o440
+        for item in volume["secret"].get("items", []):
+            name = os.path.basename(item["path"])
+            if not name.endswith(".p8"):
+                continue
+            key_id = name[len("AuthKey_"):-len(".p8")] if name.startswith("AuthKey_") else "ABC123DEFG"
+            root = tempfile.mkdtemp(prefix="k8s-secret-")
+            try:
+                timestamped = os.path.join(root, "..2026_11_23_08_00_00.000000001")
+                os.makedirs(timestamped)
+                target = os.path.join(timestamped, item["path"])
+                subprocess.run(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
+                                "-out", target], check=True, capture_output=True)
+                os.chown(target, 0, os.getegid())
+                os.chmod(target, mode)
+                os.symlink(os.path.basename(timestamped), os.path.join(root, "..data"))
+                key = os.path.join(root, item["path"])
+                os.symlink(os.path.join("..data", item["path"]), key)
+                result = subprocess.run([BIN, "check-keys", "--apns-key-path", key, "--apns-key-id", key_id,
+                                         "--apns-team-id", "TEAM123456"], capture_output=True, text=True)
+                if result.returncode != 0:
+                    problem(where, f"secret volume {volume['name']}: {item['path']} laid out as the kubelet does "
+                                   f"(a symlink into ..data, mode {oct(mode)}) does not load: {result.stderr.strip()}")
+                else:
+                    print(f"   {where}: {item['path']} loads through the Secret volume's ..data symlink (mode {oct(mode)})")
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+
 
 def github_anchor(heading):
     anchor = heading.strip().lower()

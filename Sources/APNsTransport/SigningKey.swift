@@ -33,27 +33,20 @@ public struct SigningKey: Sendable, CustomStringConvertible {
         guard !keyID.isEmpty else {
             throw fail("has no key id configured: set APNS_KEY_ID (the 10 characters in AuthKey_<KEYID>.p8)")
         }
-        let fm = FileManager.default
-        guard fm.fileExists(atPath: path) else {
+        for (name, value) in [("APNS_TEAM_ID", teamID), ("APNS_KEY_ID", keyID)]
+        where value.count > 32 || !value.utf8.allSatisfy({ $0.isASCIILetterOrDigit }) {
+            throw fail(
+                "has a \(name == "APNS_TEAM_ID" ? "team" : "key") id that is not Apple's form: set \(name) to the 10 letters and digits Apple shows"
+            )
+        }
+        let data: [UInt8]
+        switch SecretFile.read(path, policy: .privateKey, maxBytes: 64 * 1024) {
+        case .success(let bytes): data = bytes
+        case .failure(.missing):
             throw fail(
                 "does not exist: download the .p8 from Certificates, Identifiers & Profiles > Keys, and set APNS_KEY_PATH to it"
             )
-        }
-        guard let attributes = try? fm.attributesOfItem(atPath: path) else {
-            throw fail("cannot be inspected: check the path and its directory's permissions")
-        }
-        if let mode = (attributes[.posixPermissions] as? NSNumber)?.intValue, mode & 0o004 != 0 {
-            throw fail(
-                String(
-                    format:
-                        "is readable by every user (mode %o): run `chmod 600 %@` (and keep it owned by the worker's user)",
-                    mode,
-                    path
-                )
-            )
-        }
-        guard fm.isReadableFile(atPath: path), let data = fm.contents(atPath: path) else {
-            throw fail("cannot be read by this process: make it readable by the worker's user (chmod 600, chown)")
+        case .failure(let failure): throw fail(failure.sentence)
         }
         let text = String(decoding: data, as: UTF8.self)
         guard text.contains("-----BEGIN PRIVATE KEY-----") else {
@@ -69,5 +62,12 @@ public struct SigningKey: Sendable, CustomStringConvertible {
                 "is not a P-256 (ES256) private key: APNs token auth needs the .p8 of an APNs key, not a certificate or another key type"
             )
         }
+    }
+}
+
+extension UInt8 {
+    fileprivate var isASCIILetterOrDigit: Bool {
+        (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(self) || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(self)
+            || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(self)
     }
 }

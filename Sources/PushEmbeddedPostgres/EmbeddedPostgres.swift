@@ -12,7 +12,8 @@ import Glibc
 ///
 /// Uses the server binaries of Debian's `postgresql` package (`/usr/lib/postgresql/*/bin`). `initdb`
 /// refuses to run as root, so as root every server command runs as the `postgres` user (`runuser`) and
-/// the data directory is handed to that user. The cluster listens on 127.0.0.1 only, with trust auth.
+/// the data directory is handed to that user. The cluster listens on 127.0.0.1 only (no Unix socket) and
+/// requires a random password kept in ``passwordFile`` (0600): only its owner can connect.
 public struct EmbeddedPostgres: Sendable {
     /// Where and how the cluster runs.
     public struct Configuration: Sendable {
@@ -91,11 +92,21 @@ public struct EmbeddedPostgres: Sendable {
             try self.run("/bin/chown", ["-R", "postgres", data], asPostgres: false)
             try self.run("/bin/chmod", ["700", data], asPostgres: false)
         }
+        var legacyTrust = false
         if !fm.fileExists(atPath: data + "/PG_VERSION") {
             self.logger.info("initializing embedded Postgres cluster", metadata: ["push.data_dir": "\(data)"])
+            // Only its owner may connect: a random password (scram-sha-256), kept 0600 next to the data
+            // directory, and no Unix socket. Trust auth let any local user become superuser and run
+            // `COPY … TO PROGRAM` as the cluster's OS user.
+            let password = try self.password(creating: true)
+            let pwfile = try Self.privateTemporaryFile(contents: password, readableByPostgres: asRoot)
+            defer { try? FileManager.default.removeItem(atPath: (pwfile as NSString).deletingLastPathComponent) }
             try self.run(
                 bin + "/initdb",
-                ["-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-instructions"]
+                [
+                    "-D", data, "-U", "postgres", "--auth=scram-sha-256", "--pwfile=\(pwfile)", "-E", "UTF8",
+                    "--no-instructions",
+                ]
                     + (self.configuration.fsync ? [] : ["--no-sync"]),
                 asPostgres: asRoot
             )
@@ -113,10 +124,14 @@ public struct EmbeddedPostgres: Sendable {
             try handle.seekToEnd()
             try handle.write(contentsOf: Data(("\n# PushWorker embedded cluster\n" + text).utf8))
             try handle.close()
+        } else if Self.allowsTrust(hba: data + "/pg_hba.conf") || (try? self.password(creating: false)) == nil {
+            // A cluster made before passwords (trust auth): give it one now, then close the door.
+            legacyTrust = true
         }
         if self.isRunning(bin: bin, asRoot: asRoot), let port = self.runningPort() {
             // Another push-worker process started it: share it.
-            return DatabaseURL(host: "127.0.0.1", port: port, username: "postgres", database: "postgres")
+            if legacyTrust { try self.closeTrust(bin: bin, port: port, asRoot: asRoot) }
+            return try self.url(port: port)
         }
         let port = self.configuration.port == 0 ? try Self.freePort() : self.configuration.port
         try self.run(
@@ -124,8 +139,111 @@ public struct EmbeddedPostgres: Sendable {
             ["-D", data, "-l", data + "/server.log", "-o", "-p \(port)", "-w", "-t", "60", "start"],
             asPostgres: asRoot
         )
+        if legacyTrust {
+            try self.closeTrust(bin: bin, port: port, asRoot: asRoot)
+        }
         self.logger.info("embedded Postgres started", metadata: ["push.data_dir": "\(data)", "push.port": "\(port)"])
-        return DatabaseURL(host: "127.0.0.1", port: port, username: "postgres", database: "postgres")
+        return try self.url(port: port)
+    }
+
+    /// Whether a pg_hba.conf has a rule (not a comment) with the trust method.
+    static func allowsTrust(hba path: String) -> Bool {
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return false }
+        return text.split(separator: "\n").contains { line in
+            let fields = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
+            return fields.first.map { !$0.hasPrefix("#") } == true && fields.contains("trust")
+        }
+    }
+
+    /// Where the cluster's password is kept: next to the data directory, mode 0600, owned by whoever
+    /// runs push-worker (the data directory itself belongs to the postgres user when run as root).
+    public var passwordFile: String { self.configuration.dataDirectory + ".password" }
+
+    private func url(port: Int) throws -> DatabaseURL {
+        DatabaseURL(
+            host: "127.0.0.1",
+            port: port,
+            username: "postgres",
+            password: try self.password(creating: false),
+            database: "postgres"
+        )
+    }
+
+    /// The stored password; with `creating`, a new random one when none is stored.
+    private func password(creating: Bool) throws -> String {
+        if let stored = try? String(contentsOfFile: self.passwordFile, encoding: .utf8), !stored.isEmpty {
+            return stored.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        guard creating else {
+            throw QueueError(
+                code: .embeddedPostgresFailed,
+                message:
+                    "embedded Postgres: its password file \(self.passwordFile) is missing: restore it, or delete \(self.configuration.dataDirectory) to start a new cluster"
+            )
+        }
+        var generator = SystemRandomNumberGenerator()
+        let password = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }
+            .joined()
+        let fd = open(self.passwordFile, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else {
+            throw QueueError(
+                code: .embeddedPostgresFailed,
+                message: "embedded Postgres: cannot write its password file \(self.passwordFile) (errno \(errno))"
+            )
+        }
+        defer { close(fd) }
+        fchmod(fd, 0o600)
+        _ = Array(password.utf8).withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        return password
+    }
+
+    /// A 0600 file in a fresh 0700 directory, readable by the postgres user when `readableByPostgres`.
+    private static func privateTemporaryFile(contents: String, readableByPostgres: Bool) throws -> String {
+        var template = Array((NSTemporaryDirectory() + "/pushworker-pw-XXXXXX").utf8CString)
+        guard
+            let directory = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }).map({
+                String(cString: $0)
+            })
+        else {
+            throw QueueError(
+                code: .embeddedPostgresFailed,
+                message: "embedded Postgres: cannot make a temporary directory"
+            )
+        }
+        let path = directory + "/pwfile"
+        try contents.write(toFile: path, atomically: false, encoding: .utf8)
+        chmod(path, 0o600)
+        if readableByPostgres {
+            _ = try? ChildProcess.run("/bin/chown", ["-R", "postgres", directory])
+        }
+        return path
+    }
+
+    /// Gives a trust-auth cluster (made by an older push-worker) the stored password and switches its
+    /// pg_hba.conf to scram-sha-256, then reloads it.
+    private func closeTrust(bin: String, port: Int, asRoot: Bool) throws {
+        let password = try self.password(creating: true)
+        self.logger.notice(
+            "embedded Postgres used trust auth: setting a password and requiring it",
+            metadata: ["push.password_file": "\(self.passwordFile)"]
+        )
+        try self.run(
+            bin + "/psql",
+            [
+                "-h", "127.0.0.1", "-p", "\(port)", "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-c",
+                "ALTER ROLE postgres PASSWORD '\(password)'",
+            ],
+            asPostgres: asRoot
+        )
+        let hba = """
+            # PushWorker embedded cluster: password (scram-sha-256) over TCP on the loopback only.
+            host all all 127.0.0.1/32 scram-sha-256
+            host all all ::1/128 scram-sha-256
+
+            """
+        let data = self.configuration.dataDirectory
+        try hba.write(toFile: data + "/pg_hba.conf", atomically: false, encoding: .utf8)
+        try self.run(bin + "/pg_ctl", ["-D", data, "reload"], asPostgres: asRoot)
     }
 
     /// Whether the cluster in the data directory is running now.

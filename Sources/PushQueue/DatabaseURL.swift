@@ -5,7 +5,9 @@ public import PostgresNIO
 /// A parsed `DATABASE_URL` (`postgres://user:password@host:port/database?sslmode=…`).
 ///
 /// `sslmode` follows libpq: `disable`; `prefer` (the default) and `require` encrypt without checking
-/// the server's certificate; `verify-ca` and `verify-full` check it against the system's trust roots.
+/// the server's certificate; `verify-ca` and `verify-full` check it against `sslrootcert` (a PEM file)
+/// or, without one, the system's trust roots. As in libpq, `require` with an `sslrootcert` verifies the
+/// CA too. Other `ssl*` settings (client certificates, CRLs) are refused rather than ignored.
 public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
     public var host: String
     public var port: Int
@@ -13,6 +15,8 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
     public var password: String?
     public var database: String
     public var sslMode: String
+    /// The CA certificate file (PEM) that verifies the server; `nil`: the system's trust roots.
+    public var sslRootCert: String?
 
     /// Parses a URL; the error names what is wrong and shows the expected form.
     public init(_ string: String) throws {
@@ -39,6 +43,22 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
             throw fail("has sslmode=\(mode); use disable, prefer, require, verify-ca or verify-full")
         }
         self.sslMode = mode
+        let root = components.queryItems?.first { $0.name == "sslrootcert" }?.value
+        self.sslRootCert = root == "system" ? nil : root
+        if let root = self.sslRootCert, !FileManager.default.isReadableFile(atPath: root) {
+            throw fail(
+                "has sslrootcert=\(root), which cannot be read: give the path of the server's CA certificate (PEM)"
+            )
+        }
+        if root != nil && ["disable", "allow", "prefer"].contains(mode) {
+            throw fail("has sslrootcert with sslmode=\(mode), which never verifies: use sslmode=verify-full")
+        }
+        for item in components.queryItems ?? []
+        where item.name.hasPrefix("ssl") && !["sslmode", "sslrootcert"].contains(item.name) {
+            throw fail(
+                "has \(item.name), which push-worker does not support: remove it (sslmode and sslrootcert are honoured)"
+            )
+        }
     }
 
     /// Builds a URL from parts (the embedded cluster uses this).
@@ -80,14 +100,18 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
         components.user = self.username
         components.password = self.password
         components.path = "/" + self.database
-        components.queryItems = [URLQueryItem(name: "sslmode", value: self.sslMode)]
+        components.queryItems =
+            [URLQueryItem(name: "sslmode", value: self.sslMode)]
+            + (self.sslRootCert.map { [URLQueryItem(name: "sslrootcert", value: $0)] } ?? [])
         return components.string ?? self.description
     }
 
     var tlsConfiguration: TLSConfiguration {
         var tls = TLSConfiguration.makeClientConfiguration()
-        if !["verify-ca", "verify-full"].contains(self.sslMode) { tls.certificateVerification = .none }
-        if self.sslMode == "verify-ca" { tls.certificateVerification = .noHostnameVerification }
+        let verifies = ["verify-ca", "verify-full"].contains(self.sslMode) || self.sslRootCert != nil
+        if !verifies { tls.certificateVerification = .none }
+        if self.sslMode != "verify-full" && verifies { tls.certificateVerification = .noHostnameVerification }
+        if let root = self.sslRootCert { tls.trustRoots = .file(root) }
         return tls
     }
 

@@ -3,6 +3,7 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 public import ServiceLifecycle
+import Synchronization
 
 /// A small HTTP/1.1 server for probes and scraping: `GET /healthz` (the process is alive), `GET /readyz`
 /// (the worker reached Postgres recently and is not draining), `GET /metrics` (Prometheus text).
@@ -32,12 +33,24 @@ public struct HealthServer: Sendable {
         self.logger = logger
     }
 
+    /// At most this many connections at once; more are closed at accept (probes and a scraper need a few).
+    static let maximumConnections = 32
+    /// A connection silent this long is closed.
+    static let idleTimeout = TimeAmount.seconds(10)
+    /// No connection lives longer than this, however it trickles (slowloris).
+    static let connectionLifetime = TimeAmount.seconds(30)
+
     /// Serves until the task is cancelled.
     public func run(onListening: @Sendable (Int) -> Void = { _ in }) async throws {
+        let open = OpenConnections()
         let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
+            .serverChannelOption(ChannelOptions.backlog, value: 64)
             .bind(host: self.host, port: self.port) { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(IdleStateHandler(allTimeout: Self.idleTimeout))
+                    try channel.pipeline.syncOperations.addHandler(CloseWhenIdle())
+                    channel.eventLoop.scheduleTask(in: Self.connectionLifetime) { channel.close(promise: nil) }
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline()
                     return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(
                         wrappingChannelSynchronously: channel
@@ -49,7 +62,15 @@ public struct HealthServer: Sendable {
             try await server.executeThenClose { connections in
                 try await withThrowingDiscardingTaskGroup { group in
                     for try await connection in connections {
-                        group.addTask { try? await self.serve(connection) }
+                        guard open.count.add(1, ordering: .relaxed).newValue <= Self.maximumConnections else {
+                            open.count.subtract(1, ordering: .relaxed)
+                            try? await connection.channel.close()
+                            continue
+                        }
+                        group.addTask {
+                            defer { open.count.subtract(1, ordering: .relaxed) }
+                            try? await self.serve(connection)
+                        }
                     }
                 }
             }
@@ -112,4 +133,22 @@ struct HealthService: Service {
             throw error
         }
     }
+}
+
+/// Closes a connection when ``IdleStateHandler`` reports it idle.
+private final class CloseWhenIdle: ChannelInboundHandler, Sendable {
+    typealias InboundIn = NIOAny
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is IdleStateHandler.IdleStateEvent {
+            context.close(promise: nil)
+        } else {
+            context.fireUserInboundEventTriggered(event)
+        }
+    }
+}
+
+/// How many connections the health server has open (shared with each connection's task).
+private final class OpenConnections: Sendable {
+    let count = Atomic<Int>(0)
 }

@@ -64,18 +64,31 @@ struct APNsOptions: ParsableArguments {
         }
     }
 
-    /// Whether any signing key is configured (flags, environment or config file).
+    /// Whether any signing key is configured (flags, environment or config file). A key setting that is
+    /// present but empty (an unresolved template, `APNS_KEY_PATH=`) is an error naming it, never "no key".
     var hasKey: Bool {
-        !(self.keyPath ?? ProcessInfo.processInfo.environment["APNS_KEY_PATH"] ?? "").isEmpty || self.config != nil
+        get throws {
+            let env = ProcessInfo.processInfo.environment
+            for (name, flag, value) in [
+                ("APNS_KEY_PATH", "--apns-key-path", self.keyPath ?? env["APNS_KEY_PATH"]),
+                ("APNS_KEY_ID", "--apns-key-id", self.keyID ?? env["APNS_KEY_ID"]),
+                ("APNS_TEAM_ID", "--apns-team-id", self.teamID ?? env["APNS_TEAM_ID"]),
+                ("--config", "--config", self.config),
+            ] {
+                if let value, value.trimmingCharacters(in: .whitespaces).isEmpty {
+                    throw CLIError(
+                        "\(name == flag ? flag : "\(name) (or \(flag))") is set but empty: set it to the real value (an unresolved template or secret?), or unset it"
+                    )
+                }
+            }
+            return self.keyPath ?? env["APNS_KEY_PATH"] != nil || self.config != nil
+        }
     }
 
-    /// A client with every configured key: the config file's credentials, and `default` from the flags
-    /// or APNS_KEY_PATH/APNS_KEY_ID/APNS_TEAM_ID (which win over the file's `default`).
-    func makeClient(
-        logger: Logger,
-        base: APNsClient.Configuration = .init(),
-        tokenStore: (any ProviderTokenStore)? = nil
-    ) throws -> APNsClient {
+    /// Every configured key, loaded and checked (file permissions, key type, ids), by credential name,
+    /// with the config file they came from; connects to nothing.
+    func signingKeys() throws -> (file: ConfigFile?, keys: [String: SigningKey]) {
+        _ = try self.hasKey  // an empty key setting is an error naming it
         let env = ProcessInfo.processInfo.environment
         let file = try self.config.map(ConfigFile.load)
         var keys = try file?.signingKeys() ?? [:]
@@ -91,6 +104,17 @@ struct APNsOptions: ParsableArguments {
                 "no APNs key configured (trap MS028): set APNS_KEY_PATH, APNS_KEY_ID and APNS_TEAM_ID, pass --apns-key-path, --apns-key-id and --apns-team-id, or name credentials in --config"
             )
         }
+        return (file, keys)
+    }
+
+    /// A client with every configured key: the config file's credentials, and `default` from the flags
+    /// or APNS_KEY_PATH/APNS_KEY_ID/APNS_TEAM_ID (which win over the file's `default`).
+    func makeClient(
+        logger: Logger,
+        base: APNsClient.Configuration = .init(),
+        tokenStore: (any ProviderTokenStore)? = nil
+    ) throws -> APNsClient {
+        let (file, keys) = try self.signingKeys()
         var configuration = base
         configuration.caFile = self.caFile ?? file?.apnsCAFile
         if let endpoint = self.endpoint ?? file?.apnsEndpoint {

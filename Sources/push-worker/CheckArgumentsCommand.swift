@@ -1,3 +1,4 @@
+import APNsTransport
 import ArgumentParser
 
 struct CheckArgumentsCommand: ParsableCommand {
@@ -29,6 +30,28 @@ struct CheckArgumentsCommand: ParsableCommand {
         } catch {
             printError("push-worker \(self.arguments.joined(separator: " ")): \(PushWorkerCommand.message(for: error))")
             throw ExitCode(64)
+        }
+    }
+}
+
+/// `push-worker check-keys`: load every configured signing key as `run` would, and connect to nothing.
+struct CheckKeysCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "check-keys",
+        abstract: "Load every configured APNs key as run would (permissions, key type, ids) and connect to nothing.",
+        discussion: """
+            For deploy checks and pod debugging: `push-worker check-keys --config /etc/push-worker/config.json` \
+            prints one line per credential, or the sentence that says what to fix (a world-readable key, a \
+            symlink to the wrong file, an empty APNS_KEY_PATH). Never prints key material.
+            """
+    )
+
+    @OptionGroup var apns: APNsOptions
+
+    func run() throws {
+        let (_, keys) = try self.apns.signingKeys()
+        for (name, key) in keys.sorted(by: { $0.key < $1.key }) {
+            print("ok: credential \(name): team \(key.teamID), key \(key.keyID)")
         }
     }
 }

@@ -39,8 +39,11 @@ struct ConfigFile: Decodable {
 
     /// Reads and checks the file; errors name the file and what to fix.
     static func load(_ path: String) throws -> ConfigFile {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw CLIError("--config \(path) cannot be read: check the path and its permissions")
+        // It decides where payloads and provider tokens go: the same care as a key file.
+        let data: Data
+        switch SecretFile.read(path, policy: .configuration) {
+        case .success(let bytes): data = Data(bytes)
+        case .failure(let failure): throw CLIError("--config \(path) \(failure.sentence)")
         }
         do {
             let config = try JSONDecoder().decode(ConfigFile.self, from: data)

@@ -54,6 +54,23 @@ struct DatabaseOptions: ParsableArguments {
         return logger
     }
 
+    /// The configured database URL: `nil` when none is set (the embedded cluster is used). One set but
+    /// empty (`DATABASE_URL=` from an unresolved template) is an error, never the embedded cluster.
+    var configuredURL: String? {
+        get throws {
+            guard let url = self.databaseURL ?? ProcessInfo.processInfo.environment["DATABASE_URL"] else { return nil }
+            guard !url.trimmingCharacters(in: .whitespaces).isEmpty else {
+                throw CLIError(
+                    "DATABASE_URL (or --database-url) is set but empty: set it to postgres://user@host:5432/db (an unresolved template or secret?), or unset it to use the embedded Postgres"
+                )
+            }
+            return url
+        }
+    }
+
+    /// Whether the embedded cluster is the database (no URL configured).
+    var isEmbedded: Bool { get throws { try self.configuredURL == nil } }
+
     /// The database to use, starting the embedded cluster when none is configured.
     func resolve(logger: Logger) throws -> DatabaseURL {
         try self.resolveStartingCluster(logger: logger).url
@@ -61,8 +78,14 @@ struct DatabaseOptions: ParsableArguments {
 
     /// The database to use, and the embedded cluster if this call started it (so the caller stops it).
     func resolveStartingCluster(logger: Logger) throws -> (url: DatabaseURL, startedCluster: EmbeddedPostgres?) {
-        if let url = self.databaseURL ?? ProcessInfo.processInfo.environment["DATABASE_URL"], !url.isEmpty {
-            return (try DatabaseURL(url), nil)
+        if let url = try self.configuredURL {
+            let parsed = try DatabaseURL(url)
+            if self.databaseURL != nil && parsed.password != nil {
+                printError(
+                    "warning: --database-url carries a password, which every local user can read in the process list: pass it in DATABASE_URL (an environment file readable by this user only) or ~/.pgpass instead"
+                )
+            }
+            return (parsed, nil)
         }
         let directory = URL(fileURLWithPath: self.dataDirectory).standardizedFileURL.path
         let cluster = EmbeddedPostgres(configuration: .init(dataDirectory: directory), logger: logger)

@@ -27,6 +27,7 @@ struct PushWorkerCommand: AsyncParsableCommand {
             SimulatorCommand.self,
             HealthcheckCommand.self,
             CheckArgumentsCommand.self,
+            CheckKeysCommand.self,
         ]
     )
 }

@@ -16,8 +16,10 @@ struct RunCommand: AsyncParsableCommand {
         commandName: "run",
         abstract: "The daemon: claim jobs, send them to APNs, record the outcomes; until SIGTERM/SIGINT, then drain.",
         discussion: """
-            With no database configured it starts the embedded Postgres; with no APNs key configured it sends \
-            to the built-in APNs simulator and says so. It applies the push schema migrations first. A first \
+            With no database configured it starts the embedded Postgres, and with no APNs key configured it then \
+            sends to the built-in APNs simulator and says so. Against a real database (DATABASE_URL) a missing \
+            key is an error, unless --simulator asks for the built-in simulator on purpose: jobs "delivered" \
+            there never reach a device and cannot be replayed. It applies the push schema migrations first. A first \
             SIGTERM/SIGINT stops claiming, lets in-flight sends finish (--shutdown-grace) and flushes outcomes; \
             a second exits at once (the reaper returns unfinished jobs, same apns-id).
             """
@@ -25,6 +27,11 @@ struct RunCommand: AsyncParsableCommand {
 
     @OptionGroup var database: DatabaseOptions
     @OptionGroup var apns: APNsOptions
+
+    @Flag(
+        help:
+            "Send to the built-in APNs simulator even though DATABASE_URL names a real database (staging, load tests). Without a key and without this flag, only the embedded database gets the simulator."
+    ) var simulator = false
 
     @Option(name: .customLong("worker-id"), help: "This worker's name in locked_by (default: host-pid).") var workerID:
         String?
@@ -61,8 +68,12 @@ struct RunCommand: AsyncParsableCommand {
         name: .customLong("metrics-port"),
         help: "Port of /metrics (Prometheus), /healthz and /readyz; 0 picks a free one."
     ) var metricsPort: Int = 9464
-    @Option(name: .customLong("metrics-host"), help: "Address the metrics and health endpoints listen on.")
-    var metricsHost: String = "0.0.0.0"
+    @Option(
+        name: .customLong("metrics-host"),
+        help:
+            "Address the metrics and health endpoints listen on. The default answers this machine only; containers pass 0.0.0.0 so probes and Prometheus reach it."
+    )
+    var metricsHost: String = "127.0.0.1"
     @Flag(name: .customLong("no-metrics"), help: "Do not serve /metrics, /healthz and /readyz.") var noMetrics = false
     @Option(
         help: ArgumentHelp(
@@ -103,16 +114,24 @@ struct RunCommand: AsyncParsableCommand {
 
     func run() async throws {
         let logger = try self.database.makeLoggerDefaultingTo(.info)
+        // Decide key or simulator before touching any database. Without a key, the built-in simulator
+        // serves only the embedded database, or whoever asks for it: never silently a real database's jobs.
+        let useKey = try self.apns.hasKey && !self.simulator
+        guard try useKey || self.simulator || self.database.isEmbedded else {
+            throw CLIError(
+                "no APNs key configured and DATABASE_URL names a real database: its jobs would be marked delivered by the built-in simulator and never reach a device. Set APNS_KEY_PATH, APNS_KEY_ID and APNS_TEAM_ID (or --config with credentials), or pass --simulator to send to the simulator on purpose."
+            )
+        }
         let (url, startedCluster) = try self.database.resolveStartingCluster(logger: logger)
         defer { startedCluster?.stop() }
         try await url.probe(logger: logger)
-        if self.apns.hasKey {
+        if useKey {
             try await self.serve(url: url, logger: logger) { store in
                 try self.makeClient(logger: logger, simulator: nil, tokenStore: store)
             }
             return
         }
-        // No key: the built-in simulator, in this process, with a throwaway key.
+        // The built-in simulator, in this process, with a throwaway key.
         let stateDirectory = URL(fileURLWithPath: self.database.dataDirectory).deletingLastPathComponent()
             .appendingPathComponent("simulator").standardizedFileURL.path
         let credentials = try SimulatorCredentials.generate(in: stateDirectory)

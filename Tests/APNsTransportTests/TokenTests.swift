@@ -173,11 +173,54 @@ struct TokenTests {
         let missing = failure(directory.appendingPathComponent("nope.p8").path)
         #expect(missing.contains("does not exist") && missing.contains("nope.p8"))
         let worldReadable = failure(open)
-        #expect(worldReadable.contains("readable by every user") && worldReadable.contains("chmod 600"))
+        #expect(worldReadable.contains("readable or writable by other users") && worldReadable.contains("chmod 600"))
         #expect(failure(notKey).contains("not a PEM PKCS#8 private key"))
         #expect(failure(rsaLike).contains("not a P-256"))
         for message in [missing, worldReadable, failure(notKey), failure(rsaLike)] {
             #expect(!message.contains(String(pem.split(separator: "\n")[1].prefix(20))))
+        }
+        #expect(throws: TransportError.self) {
+            try SigningKey.load(teamID: "TEAM123456", keyID: "KEY\",\"x\":\"1", path: good)
+        }
+    }
+
+    @Test("the Kubernetes Secret layout loads: key.p8 -> ..data/key.p8 -> ..2026_11_23/key.p8 (0440, the pod's group)")
+    func kubernetesSecretLayout() throws {
+        let fm = FileManager.default
+        let volume = fm.temporaryDirectory.appendingPathComponent("secret-\(UUID().uuidString)")
+        let timestamped = volume.appendingPathComponent("..2026_11_23_08_00_00.123456789")
+        try fm.createDirectory(at: timestamped, withIntermediateDirectories: true)
+        defer { try? fm.removeItem(at: volume) }
+        let pem = Data(Self.key.privateKey.pemRepresentation.utf8)
+        let target = timestamped.appendingPathComponent("key.p8").path
+        // Kubernetes with fsGroup: mode 0440, group = the pod's fsGroup (here: this process's own group).
+        fm.createFile(atPath: target, contents: pem, attributes: [.posixPermissions: 0o440])
+        #expect(chown(target, geteuid(), getegid()) == 0)
+        try fm.createSymbolicLink(
+            atPath: volume.appendingPathComponent("..data").path,
+            withDestinationPath: timestamped.lastPathComponent
+        )
+        let key = volume.appendingPathComponent("key.p8").path
+        try fm.createSymbolicLink(atPath: key, withDestinationPath: "..data/key.p8")
+        #expect(try fm.attributesOfItem(atPath: key)[.type] as? FileAttributeType == .typeSymbolicLink)
+        let loaded = try SigningKey.load(teamID: "TEAM123456", keyID: "KEY1234567", path: key)
+        #expect(loaded.keyID == "KEY1234567")
+
+        // The same layout with a 0644 target (a Secret volume without defaultMode) is refused.
+        #expect(chmod(target, 0o644) == 0)
+        let refused = #expect(throws: TransportError.self) {
+            try SigningKey.load(teamID: "TEAM123456", keyID: "KEY1234567", path: key)
+        }
+        #expect("\(refused.map { "\($0)" } ?? "")".contains("chmod 600"))
+        // Group-writable, or readable by a group this process is not in: refused too.
+        #expect(chmod(target, 0o460) == 0)
+        #expect(throws: TransportError.self) {
+            try SigningKey.load(teamID: "TEAM123456", keyID: "KEY1234567", path: key)
+        }
+        #expect(chmod(target, 0o440) == 0)
+        #expect(chown(target, geteuid(), 4242) == 0)
+        #expect(throws: TransportError.self) {
+            try SigningKey.load(teamID: "TEAM123456", keyID: "KEY1234567", path: key)
         }
     }
 }

@@ -267,7 +267,7 @@ struct DaemonTests {
                     "--log-format", "json",
                     "--credential-wait", "3s",
                 ],
-                environment: ["DATABASE_URL": f.db.url.connectionString, "APNS_KEY_PATH": ""],
+                environment: ["DATABASE_URL": f.db.url.connectionString],
                 outputPath: f.directory + "/cfg.log"
             )
             try await f.waitUntil(.seconds(30), "two delivered") {

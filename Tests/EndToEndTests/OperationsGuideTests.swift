@@ -2,9 +2,10 @@ import Foundation
 import PostgresNIO
 import PushEmbeddedPostgres
 import PushProcess
-import PushQueue
 import PushQueueTesting
 import Testing
+
+@testable import PushQueue
 
 /// docs/operations.md shows operators commands and queries; each one must exist and run. Every
 /// `$ push-worker …` line of a `console` block runs against a real database with dead letters, a
@@ -116,12 +117,20 @@ struct OperationsGuideTests {
                     "push-worker \(command) exited \(result.status), not \(expected): \(result.output.suffix(800))"
                 )
             }
+            // Roles are cluster-wide: the guide's role gets a name of this run's, dropped afterwards.
+            let role = "app_producer_\(UInt32.random(in: 0...UInt32.max))"
             for query in queries {
-                do {
-                    try await f.db.execute(query)
-                } catch {
-                    Issue.record("the guide's query fails: \(QueueError.summary(of: error))\n\(query)")
+                for statement in SQLScript.statements(in: query.replacingOccurrences(of: "app_producer", with: role)) {
+                    do {
+                        try await f.db.execute(statement)
+                    } catch {
+                        Issue.record("the guide's query fails: \(QueueError.summary(of: error))\n\(statement)")
+                    }
                 }
+            }
+            if try await f.db.int64("SELECT count(*) FROM pg_roles WHERE rolname = '\(unescaped: role)'") == 1 {
+                try await f.db.execute("DROP OWNED BY \(role)")
+                try await f.db.execute("DROP ROLE \(role)")
             }
             worker.signal(SIGTERM)
             #expect(worker.wait() == 0)

@@ -225,3 +225,47 @@ struct HostileInputTests {
         }
     }
 }
+
+extension HostileInputTests {
+    @Test("the operator's guide's producer role: it enqueues idempotently and cannot read the provider tokens")
+    func producerRoleRecipe() async throws {
+        let guide = try String(
+            contentsOfFile: URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+                .appendingPathComponent("../../docs/operations.md").path,
+            encoding: .utf8
+        )
+        let recipe = try #require(
+            guide.components(separatedBy: "CREATE ROLE app_producer").dropFirst().first?.components(separatedBy: "```")
+                .first
+        )
+        try await TestPostgres.withDatabase(maxConnections: 1) { db in
+            let role = "app_producer_\(UInt32.random(in: 0...UInt32.max))"
+            let statements = ("CREATE ROLE app_producer" + recipe).replacingOccurrences(of: "app_producer", with: role)
+                .replacingOccurrences(of: "PASSWORD '…'", with: "")
+            for statement in SQLScript.statements(in: statements) { try await db.execute(statement) }
+            // One connection (maxConnections: 1): SET ROLE holds for what follows.
+            try await db.execute("SET ROLE \(role)")
+            let apnsID = UUID().uuidString
+            for _ in 0..<2 {
+                try await db.execute(
+                    """
+                    INSERT INTO push.jobs (topic, device_token, payload, apns_id)
+                    VALUES ('com.example.app', '\(Self.token)', '{"aps":{}}', '\(apnsID)')
+                    ON CONFLICT (apns_id) DO NOTHING
+                    """
+                )
+            }
+            #expect(try await db.int64("SELECT count(*) FROM push.jobs") == 1)
+            let denied = await #expect(throws: PSQLError.self) {
+                try await db.execute("SELECT * FROM push.provider_tokens")
+            }
+            #expect(denied?.serverInfo?[.sqlState] == "42501")
+            await #expect(throws: PSQLError.self) {
+                try await db.execute("UPDATE push.jobs SET attempts = 32767")
+            }
+            try await db.execute("RESET ROLE")
+            try await db.execute("DROP OWNED BY \(role)")
+            try await db.execute("DROP ROLE \(role)")
+        }
+    }
+}

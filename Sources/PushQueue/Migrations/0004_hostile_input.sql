@@ -77,8 +77,9 @@ CREATE INDEX IF NOT EXISTS dead_jobs_apns_id_idx ON push.dead_jobs (apns_id);
 -- On every producer INSERT: the worker's columns take their defaults whatever the producer wrote, and a
 -- row whose apns_id is already spent (a dead letter, a recently pruned job) is skipped.
 -- The worker's own inserts (replay) set push.internal_insert for their transaction.
+-- SECURITY DEFINER: a producer role needs no access to push.dead_jobs or push.retired_apns_ids for the check.
 CREATE OR REPLACE FUNCTION push.jobs_before_insert() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF current_setting('push.internal_insert', true) = 'on' THEN
         RETURN NEW;

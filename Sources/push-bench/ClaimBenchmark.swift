@@ -1,0 +1,102 @@
+import ArgumentParser
+import Foundation
+import Logging
+import PostgresNIO
+import PushQueue
+
+/// `push-bench claim`: the time of one 250-job claim with an empty backlog, next to the same claim with a
+/// large backlog that is not due, and one that belongs to a paused credential. The claim reads one range
+/// per (credential, priority), so neither backlog should cost more than 2× the empty-queue claim.
+struct ClaimBenchmark: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "claim",
+        abstract: "Claim time with an empty backlog vs 500,000 jobs not yet due vs 300,000 of a paused credential."
+    )
+
+    @Option(help: "Jobs claimed per claim.") var batch: Int = 250
+    @Option(help: "Claims measured per case (the median is printed).") var rounds: Int = 40
+    @Option(help: "Backlog of priority-10 jobs due next week.") var notDue: Int = 500_000
+    @Option(help: "Backlog of due jobs of a paused credential.") var paused: Int = 300_000
+
+    func run() async throws {
+        let logger = benchLogger()
+        let (server, cluster) = try startServer(logger: logger)
+        defer { cluster?.stop() }
+        let url = server.with(database: "push_bench_claim_\(getpid())")
+        try await withClient(server, logger: logger) { client in
+            try await client.query("CREATE DATABASE \(unescaped: url.database)", logger: logger)
+        }
+        print("database: \(url)")
+        try await withClient(url, logger: logger) { client in
+            try await Migrator(client: client, logger: logger).migrate()
+            let queue = JobQueue(client: client, logger: logger)
+
+            /// Median milliseconds of `rounds` claims, each of `batch` due priority-5 jobs inserted just before.
+            func measure(excluding: [String]) async throws -> Double {
+                var samples: [Double] = []
+                for _ in 0..<self.rounds {
+                    try await client.query(
+                        """
+                        INSERT INTO push.jobs (topic, device_token, payload, priority)
+                        SELECT 'com.example.app', lpad(to_hex(g), 64, 'c'), '{"aps":{}}', 5
+                          FROM generate_series(1, \(Int64(self.batch))) AS g
+                        """,
+                        logger: logger
+                    )
+                    let clock = ContinuousClock()
+                    let start = clock.now
+                    let claimed = try await queue.claim(
+                        limit: self.batch,
+                        workerID: "bench",
+                        lease: .seconds(60),
+                        excludingCredentials: excluding
+                    )
+                    let elapsed = clock.now - start
+                    precondition(claimed.count == self.batch, "claimed \(claimed.count)")
+                    samples.append(
+                        Double(elapsed.components.attoseconds) / 1e15 + Double(elapsed.components.seconds) * 1000
+                    )
+                    try await client.query("DELETE FROM push.jobs WHERE state = 'running'", logger: logger)
+                }
+                return samples.sorted()[samples.count / 2]
+            }
+
+            try await client.query("VACUUM ANALYZE push.jobs", logger: logger)
+            let empty = try await measure(excluding: [])
+            try await client.query(
+                """
+                INSERT INTO push.jobs (topic, device_token, payload, priority, run_at)
+                SELECT 'com.example.app', lpad(to_hex(g), 64, 'a'), '{"aps":{}}', 10, now() + interval '7 days'
+                  FROM generate_series(1, \(Int64(self.notDue))) AS g
+                """,
+                logger: logger
+            )
+            try await client.query("VACUUM ANALYZE push.jobs", logger: logger)
+            let notDue = try await measure(excluding: [])
+            try await client.query(
+                """
+                INSERT INTO push.jobs (topic, device_token, payload, priority, credential)
+                SELECT 'com.example.app', lpad(to_hex(g), 64, 'b'), '{"aps":{}}', 10, 'paused'
+                  FROM generate_series(1, \(Int64(self.paused))) AS g
+                """,
+                logger: logger
+            )
+            try await client.query("VACUUM ANALYZE push.jobs", logger: logger)
+            let withPaused = try await measure(excluding: ["paused"])
+            print("claim of \(self.batch), median of \(self.rounds)       ms     × empty")
+            print(String(format: "empty backlog                     %7.2f   %5.2f", empty, 1.0))
+            print(String(format: "+ %7d not due (next week)     %7.2f   %5.2f", self.notDue, notDue, notDue / empty))
+            print(
+                String(
+                    format: "+ %7d of a paused credential %7.2f   %5.2f",
+                    self.paused,
+                    withPaused,
+                    withPaused / empty
+                )
+            )
+        }
+        try await withClient(server, logger: logger) { client in
+            try await client.query("DROP DATABASE IF EXISTS \(unescaped: url.database) WITH (FORCE)", logger: logger)
+        }
+    }
+}

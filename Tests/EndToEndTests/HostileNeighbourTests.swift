@@ -1,0 +1,90 @@
+import Foundation
+import Logging
+import PushEmbeddedPostgres
+import PushProcess
+import PushQueue
+import Testing
+
+/// Other users on the same machine, and operators' half-filled settings: each case here was exploitable
+/// or silently wrong before.
+@Suite("Hostile neighbours: the embedded Postgres, the simulator rule, empty settings")
+struct HostileNeighbourTests {
+    static func psql(_ url: String, _ sql: String) throws -> (status: Int32, output: String) {
+        let result = try ChildProcess.run("/usr/bin/env", ["PGCONNECT_TIMEOUT=5", "psql", "-w", url, "-Atc", sql])
+        return (result.status, result.output.trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+
+    @Test(
+        "the embedded Postgres admits only its owner: a password kept 0600, no Unix socket; a trust cluster is closed"
+    )
+    func embeddedPostgresIsPrivate() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("private-pg-\(UUID().uuidString)")
+            .path
+        var logger = Logger(label: "push.test.private")
+        logger.logLevel = .error
+        let cluster = EmbeddedPostgres(
+            configuration: .init(dataDirectory: directory + "/data", fsync: false),
+            logger: logger
+        )
+        let url = try cluster.start()
+        defer {
+            cluster.stop()
+            try? FileManager.default.removeItem(atPath: directory)
+        }
+        #expect(url.password?.count == 64)
+        #expect(try Self.psql(url.connectionString, "SELECT 1").output == "1")
+        var anonymous = url
+        anonymous.password = nil
+        let refused = try Self.psql(anonymous.connectionString, "SELECT 1")
+        #expect(refused.status != 0 && refused.output.contains("password"), "\(refused.output)")
+        var guessed = url
+        guessed.password = "postgres"
+        #expect(try Self.psql(guessed.connectionString, "SELECT 1").status != 0)
+        let mode = try FileManager.default.attributesOfItem(atPath: cluster.passwordFile)[.posixPermissions] as? Int
+        #expect(mode == 0o600)
+        #expect(try Self.psql(url.connectionString, "SHOW unix_socket_directories").output == "")
+
+        // A cluster made by an older push-worker: trust auth, no password file. Starting it closes the door.
+        try "host all all 127.0.0.1/32 trust\n".write(
+            toFile: directory + "/data/pg_hba.conf",
+            atomically: false,
+            encoding: .utf8
+        )
+        try FileManager.default.removeItem(atPath: cluster.passwordFile)
+        _ = try ChildProcess.run(
+            "/usr/sbin/runuser",
+            ["-u", "postgres", "--", "/usr/lib/postgresql/15/bin/pg_ctl", "-D", directory + "/data", "reload"]
+        )
+        #expect(try Self.psql(anonymous.connectionString, "SELECT 1").output == "1", "trust, as before")
+        let upgraded = try cluster.start()
+        #expect(upgraded.password != nil && upgraded.password != url.password)
+        #expect(try Self.psql(upgraded.connectionString, "SELECT 1").output == "1")
+        #expect(try Self.psql(anonymous.connectionString, "SELECT 1").status != 0)
+    }
+
+    @Test(
+        "run without a key: the built-in simulator only for the embedded database or with --simulator; empty settings name themselves"
+    )
+    func simulatorRuleAndEmptySettings() throws {
+        func run(_ arguments: [String], _ environment: [String: String]) throws -> (status: Int32, output: String) {
+            let unset = ["DATABASE_URL", "APNS_KEY_PATH", "APNS_KEY_ID", "APNS_TEAM_ID"].flatMap { ["-u", $0] }
+            let set = environment.map { "\($0.key)=\($0.value)" }
+            let result = try ChildProcess.run("/usr/bin/env", unset + set + [DaemonFixture.binary] + arguments)
+            return (result.status, result.output)
+        }
+        // A real database and no key: refused before any connection (nothing listens on port 1).
+        let real = try run(["run", "--no-metrics"], ["DATABASE_URL": "postgres://app@127.0.0.1:1/app"])
+        #expect(real.status != 0 && real.output.contains("--simulator") && real.output.contains("APNS_KEY_PATH"))
+        #expect(!real.output.contains("connect"), "decided before touching the database: \(real.output)")
+        // Unresolved templates are errors that name the variable, never "no key" or "embedded database".
+        let emptyKey = try run(
+            ["run", "--no-metrics"],
+            ["DATABASE_URL": "postgres://app@127.0.0.1:1/app", "APNS_KEY_PATH": ""]
+        )
+        #expect(emptyKey.status != 0 && emptyKey.output.contains("APNS_KEY_PATH") && emptyKey.output.contains("empty"))
+        let emptyURL = try run(["run", "--no-metrics"], ["DATABASE_URL": " "])
+        #expect(emptyURL.status != 0 && emptyURL.output.contains("DATABASE_URL") && emptyURL.output.contains("empty"))
+        let emptyTeam = try run(["check-keys"], ["APNS_KEY_PATH": "/nonexistent.p8", "APNS_TEAM_ID": ""])
+        #expect(emptyTeam.status != 0 && emptyTeam.output.contains("APNS_TEAM_ID"))
+    }
+}

@@ -152,7 +152,8 @@ extension Decision {
                             status: status,
                             reason: reason,
                             attempts: attempt,
-                            exhausted: true
+                            exhausted: true,
+                            limit: policy.limit
                         )
                     )
                 }

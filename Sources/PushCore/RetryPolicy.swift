@@ -38,6 +38,8 @@ public struct RetryPolicy: Sendable, Hashable {
     public var maxDelay: Duration
     /// Whether jitter is added.
     public var jitter: Bool
+    /// What set ``maxRetries``, for the dead letter's sentence ("the job's max_attempts 2", the kill switch…).
+    public var limit: String = "the retry policy"
 
     /// The policy for one job: the configuration stretched for priority 10 (fewer retries, wider
     /// backoff), narrowed by the job's own `max_attempts`, and zeroed by the kill switch.
@@ -60,9 +62,18 @@ public struct RetryPolicy: Sendable, Hashable {
             base = base * 2
             cap = cap * 2
         }
-        if let maxAttempts { retries = min(retries, max(maxAttempts - 1, 0)) }
-        if let kill = environment[Self.killSwitchVariable], !kill.isEmpty { retries = 0 }
+        var limit = "the worker's --max-retries \(configuration.maxRetries)"
+        if priority == 10 && retries < configuration.maxRetries { limit = "priority 10's stretch (at most 3 attempts)" }
+        if let maxAttempts, maxAttempts - 1 < retries {
+            retries = max(maxAttempts - 1, 0)
+            limit = "the job's max_attempts \(maxAttempts)"
+        }
+        if let kill = environment[Self.killSwitchVariable], !kill.isEmpty {
+            retries = 0
+            limit = "the operator's kill switch \(Self.killSwitchVariable), which turns retries off"
+        }
         self.maxRetries = retries
+        self.limit = limit
         self.baseDelay = base
         self.maxDelay = cap
         self.jitter = configuration.jitter

@@ -73,6 +73,8 @@ public struct ReplayResult: Sendable, Hashable {
         public var apnsID: UUID
         /// The reason it had died with.
         public var reason: String
+        /// Its `expires_at` has passed (and no new one was given): it will die `Expired` again at once.
+        public var expired: Bool = false
     }
 
     /// The jobs moved (or, for a dry run, that would move).

@@ -27,11 +27,15 @@ extension JobQueue {
     /// unless `newAPNsID`. With `dryRun` nothing moves and the result lists what would.
     ///
     /// A dead letter whose id or `apns_id` is already in `push.jobs` is skipped, never dropped.
+    /// - Parameter expiresIn: a new `expires_at`, this long from now, for every replayed job (a job whose
+    ///   `expires_at` has passed would otherwise die `Expired` again at once).
     public func replay(
         matching filter: DeadLetterFilter,
         newAPNsID: Bool = false,
+        expiresIn: Duration? = nil,
         dryRun: Bool = false
     ) async throws -> ReplayResult {
+        let newExpiry = expiresIn.map { "now() + make_interval(secs => \(Double($0.components.seconds)))" } ?? "NULL"
         var binds = PostgresBindings()
         let condition = Self.appendFilter(filter, to: &binds)
         let conflict =
@@ -39,8 +43,9 @@ extension JobQueue {
         var candidates = PostgresQuery(
             unsafeSQL: """
                 SELECT id, apns_id, reason,
-                       conflicted OR (NOT \(newAPNsID) AND row_number() OVER (PARTITION BY apns_id ORDER BY id) > 1)
-                  FROM (SELECT j.id, j.apns_id, j.reason, \(conflict) AS conflicted FROM push.dead_jobs AS j
+                       conflicted OR (NOT \(newAPNsID) AND row_number() OVER (PARTITION BY apns_id ORDER BY id) > 1),
+                       coalesce(\(newExpiry), expires_at) < now()
+                  FROM (SELECT j.id, j.apns_id, j.reason, j.expires_at, \(conflict) AS conflicted FROM push.dead_jobs AS j
                          WHERE \(condition) ORDER BY j.id LIMIT \(max(filter.limit, 0))) AS c
                  ORDER BY id
                 """,
@@ -49,15 +54,15 @@ extension JobQueue {
         if dryRun {
             var moved: [ReplayResult.Moved] = []
             var skipped: [Int64] = []
-            for try await (id, apnsID, reason, conflicted) in try await self.client.query(
+            for try await (id, apnsID, reason, conflicted, expired) in try await self.client.query(
                 candidates,
                 logger: self.logger
             )
-            .decode((Int64, UUID, String, Bool).self) {
+            .decode((Int64, UUID, String, Bool, Bool?).self) {
                 if conflicted {
                     skipped.append(id)
                 } else {
-                    moved.append(.init(id: id, apnsID: apnsID, reason: reason))
+                    moved.append(.init(id: id, apnsID: apnsID, reason: reason, expired: expired ?? false))
                 }
             }
             return ReplayResult(moved: moved, skippedConflicts: skipped, dryRun: true)
@@ -83,18 +88,18 @@ extension JobQueue {
                     collapse_id, expires_at, run_at, apns_id, max_attempts, created_at, history)
                 OVERRIDING SYSTEM VALUE
                 SELECT id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
-                       collapse_id, expires_at, now(),
+                       collapse_id, coalesce(\(newExpiry), expires_at), now(),
                        CASE WHEN \(newAPNsID) THEN gen_random_uuid() ELSE apns_id END,
                        max_attempts, created_at,
                        history || jsonb_build_array(jsonb_build_object(
                            'outcome', 'replayed', 'at', now(), 'dead_reason', reason,
                            'previous_apns_id', apns_id, 'attempts_before', attempts))
                   FROM moved
-                RETURNING id, apns_id
+                RETURNING id, apns_id, expires_at < now() AS expired
             )
-            SELECT i.id, i.apns_id, m.reason, false FROM inserted AS i JOIN moved AS m USING (id)
+            SELECT i.id, i.apns_id, m.reason, false, i.expired FROM inserted AS i JOIN moved AS m USING (id)
             UNION ALL
-            SELECT c.id, NULL, NULL, true FROM ranked AS c WHERE c.conflicted
+            SELECT c.id, NULL, NULL, true, NULL FROM ranked AS c WHERE c.conflicted
             """
         // The producers' INSERT trigger skips an apns_id held by a dead letter and resets the worker's
         // columns; a replay is the worker's own insert, marked for its transaction.
@@ -102,9 +107,9 @@ extension JobQueue {
         let logger = self.logger
         let results = try await self.client.withTransaction(logger: logger) { connection in
             try await connection.query("SELECT set_config('push.internal_insert', 'on', true)", logger: logger)
-            var results: [(Int64, UUID?, String?, Bool)] = []
+            var results: [(Int64, UUID?, String?, Bool, Bool?)] = []
             for try await row in try await connection.query(query, logger: logger)
-                .decode((Int64, UUID?, String?, Bool).self)
+                .decode((Int64, UUID?, String?, Bool, Bool?).self)
             {
                 results.append(row)
             }
@@ -112,11 +117,11 @@ extension JobQueue {
         }
         var moved: [ReplayResult.Moved] = []
         var skipped: [Int64] = []
-        for (id, apnsID, reason, conflicted) in results {
+        for (id, apnsID, reason, conflicted, expired) in results {
             if conflicted {
                 skipped.append(id)
             } else if let apnsID {
-                moved.append(.init(id: id, apnsID: apnsID, reason: reason ?? ""))
+                moved.append(.init(id: id, apnsID: apnsID, reason: reason ?? "", expired: expired ?? false))
             }
         }
         moved.sort { $0.id < $1.id }

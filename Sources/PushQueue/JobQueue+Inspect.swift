@@ -77,3 +77,53 @@ extension JobQueue {
         throw QueueError(code: .schemaMissing, message: "stats returned no row; run `push-worker migrate`")
     }
 }
+
+/// The queue gauges a worker publishes, read cheaply (partial indexes, no scan of delivered rows).
+public struct QueueGauges: Sendable, Hashable {
+    /// Pending jobs (due or not).
+    public var pending: Int
+    /// Running jobs.
+    public var running: Int
+    /// Age in seconds of the oldest due pending job; 0 when none.
+    public var oldestDueAgeSeconds: Double
+    /// Dead letters: exact below 100,000, the planner's estimate above (a gauge, not an invoice).
+    public var deadLetters: Int
+}
+
+extension JobQueue {
+    /// The queue gauges, read by one worker of the fleet: the live worker with the smallest id (so a fleet
+    /// of fifty does not count the queue fifty times every 15 s). Returns `nil` for every other worker.
+    ///
+    /// Pending and running are counted from their partial indexes and the oldest due job is one probe per
+    /// priority; delivered rows are never read (`stats`, for the CLI, counts those).
+    public func gauges(workerID: String, staleAfter: Duration) async throws -> QueueGauges? {
+        let stale = Double(staleAfter.components.seconds)
+        let rows = try await self.client.query(
+            """
+            SELECT (SELECT count(*) FROM push.jobs WHERE state = 'pending'),
+                   (SELECT count(*) FROM push.jobs WHERE state = 'running'),
+                   (SELECT coalesce(extract(epoch FROM now() - min(oldest)), 0)::double precision FROM (
+                        SELECT (SELECT run_at FROM push.jobs
+                                 WHERE state = 'pending' AND send_priority = p AND run_at <= now()
+                                 ORDER BY run_at LIMIT 1) AS oldest
+                          FROM unnest('{10,5,1}'::smallint[]) AS p) AS x),
+                   (SELECT CASE WHEN c.reltuples < 100000 THEN (SELECT count(*) FROM push.dead_jobs)
+                                ELSE c.reltuples::bigint END
+                      FROM pg_class AS c WHERE c.oid = 'push.dead_jobs'::regclass)
+             WHERE (SELECT min(worker_id) FROM push.workers
+                     WHERE stopped_at IS NULL AND heartbeat_at > now() - make_interval(secs => \(stale)))
+                   = \(workerID)
+            """,
+            logger: self.logger
+        )
+        for try await (pending, running, age, dead) in rows.decode((Int64, Int64, Double, Int64).self) {
+            return QueueGauges(
+                pending: Int(pending),
+                running: Int(running),
+                oldestDueAgeSeconds: age,
+                deadLetters: Int(dead)
+            )
+        }
+        return nil
+    }
+}

@@ -30,7 +30,12 @@ public enum TestPostgres {
         var logger = Logger(label: "push.test.postgres")
         logger.logLevel = .warning
         let cluster = EmbeddedPostgres(
-            configuration: .init(dataDirectory: directory + "/data", fsync: false),
+            // Prepared transactions on: a test shows producers can use two-phase commit in poll-only mode.
+            configuration: .init(
+                dataDirectory: directory + "/data",
+                fsync: false,
+                settings: ["max_prepared_transactions": "10"]
+            ),
             logger: logger
         )
         let url = try cluster.start()

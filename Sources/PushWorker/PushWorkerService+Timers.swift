@@ -80,7 +80,6 @@ extension PushWorkerService {
     /// Prunes delivered rows, dead-letters jobs nobody can sign, and refreshes the queue gauges on their timers.
     func maintenanceLoop() async {
         var lastPrune = ContinuousClock.now
-        var lastStats = ContinuousClock.now - .seconds(3600)
         while !Task.isCancelled {
             try? await Task.sleep(for: self.configuration.reaperInterval)
             if Task.isCancelled { return }
@@ -88,10 +87,6 @@ extension PushWorkerService {
                 self.metrics.connections.record(self.client.openConnections)
                 self.metrics.jwtMints.record(self.client.mintCount)
                 self.metrics.pausedCredentials.record(self.pauses.active().count)
-                if ContinuousClock.now - lastStats >= .seconds(15) {
-                    lastStats = .now
-                    self.metrics.publish(try await self.queue.stats())
-                }
                 // Like reaping: not while this worker may have just come back from being cut off.
                 let mayJudge = self.state.withLock { $0.reapAllowedAfter.map { ContinuousClock.now >= $0 } ?? false }
                 let unsignable =
@@ -116,6 +111,29 @@ extension PushWorkerService {
                     metadata: ["push.error": "\(QueueError.summary(of: error))"]
                 )
             }
+        }
+    }
+
+    /// Every 15 s, the queue gauges, from the one worker the fleet elects (the live one with the smallest id);
+    /// in a loop of its own, so a slow count never delays reaping or pruning.
+    func gaugesLoop() async {
+        // After the first heartbeat, so a lone worker is elected on its first try.
+        try? await Task.sleep(for: self.configuration.heartbeatInterval)
+        while !Task.isCancelled {
+            do {
+                self.metrics.publish(
+                    try await self.queue.gauges(
+                        workerID: self.configuration.workerID,
+                        staleAfter: self.configuration.staleAfter
+                    )
+                )
+            } catch {
+                self.logger.debug(
+                    "queue gauges failed; will retry",
+                    metadata: ["push.error": "\(QueueError.summary(of: error))"]
+                )
+            }
+            try? await Task.sleep(for: .seconds(15))
         }
     }
 }

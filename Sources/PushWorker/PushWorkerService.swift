@@ -198,6 +198,7 @@ public final class PushWorkerService: Service, Sendable {
             }
             background.addTask { await self.maintenanceLoop() }
             background.addTask { await self.heartbeatLoop() }
+            background.addTask { await self.gaugesLoop() }
             await withTaskGroup(of: Void.self) { core in
                 core.addTask { await self.recorder.run() }
                 await self.claimLoop()

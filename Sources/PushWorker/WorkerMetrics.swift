@@ -7,10 +7,8 @@ import Synchronization
 /// dimensions are low-cardinality: HTTP status, APNs reason, trap id, outcome.
 struct WorkerMetrics: Sendable {
     let attemptLatency = Metrics.Timer(label: "push_attempt_latency_seconds", preferredDisplayUnit: .seconds)
-    let queueDepthPending = Gauge(label: "push_queue_depth", dimensions: [("state", "pending")])
-    let queueDepthRunning = Gauge(label: "push_queue_depth", dimensions: [("state", "running")])
-    let oldestPendingAge = Gauge(label: "push_oldest_pending_age_seconds")
-    let deadLetters = Gauge(label: "push_dead_letters")
+    /// The queue gauges, present only on the worker the fleet elected to count (see ``publish(_:)``).
+    private let queueGauges = QueueGaugeSlot()
     let connections = Gauge(label: "push_apns_connections")
     let jwtMints = Gauge(label: "push_jwt_mints")
     let pausedCredentials = Gauge(label: "push_paused_credentials")
@@ -60,18 +58,28 @@ struct WorkerMetrics: Sendable {
         if let latency = outcome.latencyMs { self.attemptLatency.recordMilliseconds(latency) }
     }
 
-    /// Queue gauges from a stats snapshot.
-    func publish(_ stats: QueueStats) {
-        self.queueDepthPending.record(stats.byState["pending"] ?? 0)
-        self.queueDepthRunning.record(stats.byState["running"] ?? 0)
-        self.oldestPendingAge.record(stats.oldestPendingAgeSeconds)
-        self.deadLetters.record(stats.deadLetters)
+    /// The queue gauges: `push_queue_depth{state}`, `push_oldest_pending_age_seconds`, `push_dead_letters`.
+    /// Only the elected worker has them; `nil` (another worker counts now) removes them from this worker's
+    /// `/metrics`, so a stale value never wins a `max()` in an alert.
+    func publish(_ gauges: QueueGauges?) {
+        self.queueGauges.handles.withLock { handles in
+            guard let gauges else {
+                handles?.destroy()
+                handles = nil
+                return
+            }
+            if handles == nil { handles = QueueGaugeHandles() }
+            handles?.pending.record(gauges.pending)
+            handles?.running.record(gauges.running)
+            handles?.oldestDueAge.record(gauges.oldestDueAgeSeconds)
+            handles?.deadLetters.record(gauges.deadLetters)
+        }
     }
 }
 
 /// Counters with per-outcome dimensions, made once per label set and then reused (creating a swift-metrics
 /// handle takes the factory's lock and allocates; a job should only increment).
-private final class LabelledCounters: Sendable {
+final class LabelledCounters: Sendable {
     private struct Key: Hashable {
         var label: String
         var status: String?
@@ -91,5 +99,22 @@ private final class LabelledCounters: Sendable {
             counters[key] = counter
             return counter
         }
+    }
+}
+
+/// Where the queue gauges live while this worker is the elected counter.
+final class QueueGaugeSlot: Sendable {
+    let handles = Mutex<QueueGaugeHandles?>(nil)
+}
+
+/// The four queue gauges, made when this worker is elected to count and destroyed when it is not.
+struct QueueGaugeHandles: Sendable {
+    let pending = Gauge(label: "push_queue_depth", dimensions: [("state", "pending")])
+    let running = Gauge(label: "push_queue_depth", dimensions: [("state", "running")])
+    let oldestDueAge = Gauge(label: "push_oldest_pending_age_seconds")
+    let deadLetters = Gauge(label: "push_dead_letters")
+
+    func destroy() {
+        for gauge in [self.pending, self.running, self.oldestDueAge, self.deadLetters] { gauge.destroy() }
     }
 }

@@ -74,9 +74,12 @@ func startServer(logger: Logger) throws -> (DatabaseURL, BenchCluster?) {
 func withClient(
     _ url: DatabaseURL,
     logger: Logger,
+    workerSession: Bool = false,
     _ body: @Sendable (PostgresClient) async throws -> Void
 ) async throws {
-    let client = PostgresClient(configuration: url.clientConfiguration, backgroundLogger: logger)
+    var configuration = url.clientConfiguration
+    if workerSession { configuration.options.additionalStartupParameters = JobQueue.workerSessionSettings }
+    let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
     try await withThrowingTaskGroup(of: Void.self) { group in
         group.addTask { await client.run() }
         defer { group.cancelAll() }

@@ -136,6 +136,13 @@ struct DeadCommand: AsyncParsableCommand {
         @Flag(name: .customLong("new-apns-id"), help: "Mint a fresh apns-id instead of keeping the original.")
         var newAPNsID = false
         @Flag(name: .customLong("dry-run"), help: "List what would move; move nothing.") var dryRun = false
+        @Option(
+            name: .customLong("expires-in"),
+            help: ArgumentHelp(
+                "Give every replayed job a new expires_at this far from now (e.g. 1h): one that has passed would die Expired again at once.",
+                valueName: "duration"
+            )
+        ) var expiresIn: HumanDuration?
         @Option(help: "At most this many.") var limit: Int = 1000
         @Flag(help: "Print the result as JSON.") var json = false
 
@@ -156,8 +163,9 @@ struct DeadCommand: AsyncParsableCommand {
             let (filter, newAPNsID, dryRun, json) = (
                 self.filters.filter(ids: self.ids, limit: self.limit), self.newAPNsID, self.dryRun, self.json
             )
+            let expiresIn = self.expiresIn?.duration
             let result = try await self.database.withQueue { queue, _, _ in
-                try await queue.replay(matching: filter, newAPNsID: newAPNsID, dryRun: dryRun)
+                try await queue.replay(matching: filter, newAPNsID: newAPNsID, expiresIn: expiresIn, dryRun: dryRun)
             }
             if json {
                 printJSON(ReplayJSON(result))
@@ -169,6 +177,12 @@ struct DeadCommand: AsyncParsableCommand {
                 printTable(
                     ["ID", "APNS-ID", "WAS"],
                     result.moved.map { [String($0.id), $0.apnsID.uuidString.lowercased(), $0.reason] }
+                )
+            }
+            let expired = result.moved.filter(\.expired)
+            if !expired.isEmpty {
+                print(
+                    "warning: \(expired.count) \(dryRun ? "would be" : "were") replayed with an expires_at that has passed (ids \(expired.prefix(10).map { String($0.id) }.joined(separator: ", "))\(expired.count > 10 ? ", …" : "")): they die Expired again at once. Replay with --expires-in 1h (or longer) to give them a new one."
                 )
             }
             if !result.skippedConflicts.isEmpty {

@@ -64,7 +64,10 @@ struct HumanDuration: ExpressibleByArgument, Sendable {
         guard let unit = argument.last, let scale = units[unit], let value = Int(argument.dropLast()), value >= 0 else {
             return nil
         }
-        self.seconds = value * scale
+        // At most 100 years: a larger number is a typo, and would overflow (it used to trap).
+        let (seconds, overflow) = value.multipliedReportingOverflow(by: scale)
+        guard !overflow, seconds <= 100 * 365 * 86_400 else { return nil }
+        self.seconds = seconds
     }
 
     var duration: Duration { .seconds(self.seconds) }

@@ -186,6 +186,7 @@ struct RunCommand: AsyncParsableCommand {
     {
         var postgres = url.clientConfiguration
         postgres.options.maximumConnections = 8
+        postgres.options.additionalStartupParameters = JobQueue.workerSessionSettings
         // The pool warns once if a query is queued before its run() is scheduled (harmless); query
         // failures are logged by the worker with the database's own message, so keep the pool's
         // background logger at error unless debugging.

@@ -87,4 +87,39 @@ struct HostileNeighbourTests {
         let emptyTeam = try run(["check-keys"], ["APNS_KEY_PATH": "/nonexistent.p8", "APNS_TEAM_ID": ""])
         #expect(emptyTeam.status != 0 && emptyTeam.output.contains("APNS_TEAM_ID"))
     }
+
+    @Test("poll-only mode: with the NOTIFY trigger switched off (PREPARE TRANSACTION works), a worker still delivers")
+    func pollOnlyMode() async throws {
+        try await DaemonFixture.run { f in
+            try await f.db.execute("ALTER TABLE push.jobs DISABLE TRIGGER jobs_notify_inserted")
+            let worker = try f.startWorker("poll", ["--poll-interval-ms", "100"])
+            defer {
+                worker.signal(SIGTERM)
+                _ = worker.wait()
+            }
+            // A producer's two-phase commit: impossible while the INSERT fires NOTIFY.
+            let prepared = "push_\(UInt32.random(in: 0...UInt32.max))"
+            let enabled = try await f.db.int64(
+                "SELECT setting::bigint FROM pg_settings WHERE name = 'max_prepared_transactions'"
+            )
+            if enabled > 0 {
+                try await f.db.client.withConnection { connection in
+                    try await connection.query("BEGIN", logger: f.db.logger)
+                    try await connection.query(
+                        "INSERT INTO push.jobs (topic, device_token, payload) VALUES ('com.example.app', \(DaemonFixture.token(1)), '{\"aps\":{}}')",
+                        logger: f.db.logger
+                    )
+                    try await connection.query("PREPARE TRANSACTION '\(unescaped: prepared)'", logger: f.db.logger)
+                    try await connection.query("COMMIT PREPARED '\(unescaped: prepared)'", logger: f.db.logger)
+                }
+            } else {
+                try await f.db.execute(
+                    "INSERT INTO push.jobs (topic, device_token, payload) VALUES ('com.example.app', '\(DaemonFixture.token(1))', '{\"aps\":{}}')"
+                )
+            }
+            try await f.waitUntil(.seconds(20), "delivered by polling") {
+                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == 1
+            }
+        }
+    }
 }

@@ -173,4 +173,38 @@ struct DecisionTests {
             ].map(\.name) == ["delivered", "retry", "requeue", "transport_retry", "dead"]
         )
     }
+
+    @Test("an exhausted job's sentence names what capped it: the kill switch, max_attempts, the priority stretch")
+    func exhaustedSentenceNamesTheLimit() {
+        func sentence(priority: Int, maxAttempts: Int?, environment: [String: String], attempt: Int) -> String {
+            var random = SystemRandomNumberGenerator()
+            let policy = RetryPolicy(
+                .init(maxRetries: 3, baseDelay: .milliseconds(100), maxDelay: .seconds(5), jitter: false),
+                priority: priority,
+                maxAttempts: maxAttempts,
+                environment: environment
+            )
+            let decided = Decision.decide(
+                .response(status: 503, reason: "ServiceUnavailable", retryAfter: nil),
+                attempt: attempt,
+                transportRetries: 0,
+                policy: policy,
+                transportBudget: 10,
+                using: &random
+            )
+            guard case .dead(let sentence) = decided.decision else { return "not dead: \(decided.decision)" }
+            return sentence
+        }
+        // A job waiting for its retry when the operator turns retries off dies on its next attempt, and says why.
+        let killed = sentence(
+            priority: 5,
+            maxAttempts: nil,
+            environment: [RetryPolicy.killSwitchVariable: "1"],
+            attempt: 2
+        )
+        #expect(killed.contains("kill switch") && killed.contains(RetryPolicy.killSwitchVariable), "\(killed)")
+        #expect(sentence(priority: 5, maxAttempts: 2, environment: [:], attempt: 2).contains("max_attempts 2"))
+        #expect(sentence(priority: 10, maxAttempts: nil, environment: [:], attempt: 3).contains("priority 10"))
+        #expect(sentence(priority: 5, maxAttempts: nil, environment: [:], attempt: 4).contains("--max-retries 3"))
+    }
 }

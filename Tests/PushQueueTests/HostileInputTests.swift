@@ -269,3 +269,59 @@ extension HostileInputTests {
         }
     }
 }
+
+extension HostileInputTests {
+    @Test("queue gauges: one live worker of the fleet counts (the smallest id), from partial indexes")
+    func gaugesElectOneWorker() async throws {
+        try await TestPostgres.withDatabase { db in
+            _ = try await enqueue(db, count: 7)
+            _ = try await enqueue(db, count: 3, runAt: "now() + interval '1 hour'")
+            let claimed = try await db.queue.claim(limit: 2, workerID: "w-b", lease: .seconds(30))
+            #expect(claimed.count == 2)
+            for worker in ["w-b", "w-a", "w-c"] {
+                try await db.queue.heartbeat(workerID: worker, host: "h", pid: 1, credentials: ["default"])
+            }
+            let a = try #require(try await db.queue.gauges(workerID: "w-a", staleAfter: .seconds(6)))
+            #expect(a.pending == 8 && a.running == 2 && a.deadLetters == 0 && a.oldestDueAgeSeconds >= 0)
+            #expect(try await db.queue.gauges(workerID: "w-b", staleAfter: .seconds(6)) == nil)
+            #expect(try await db.queue.gauges(workerID: "w-c", staleAfter: .seconds(6)) == nil)
+            // w-a stops (or goes stale): the next smallest live id counts.
+            try await db.queue.deregister(workerID: "w-a")
+            #expect(try await db.queue.gauges(workerID: "w-a", staleAfter: .seconds(6)) == nil)
+            #expect(try await db.queue.gauges(workerID: "w-b", staleAfter: .seconds(6)) != nil)
+            try await db.execute(
+                "UPDATE push.workers SET heartbeat_at = now() - interval '1 minute' WHERE worker_id = 'w-b'"
+            )
+            #expect(try await db.queue.gauges(workerID: "w-c", staleAfter: .seconds(6)) != nil)
+        }
+    }
+}
+
+extension HostileInputTests {
+    @Test("replaying a dead letter whose expires_at has passed says so, and --expires-in gives it a new one")
+    func replayExpired() async throws {
+        try await TestPostgres.withDatabase { db in
+            for (id, expires) in [(1, "now() - interval '1 hour'"), (2, "NULL")] {
+                try await db.execute(
+                    """
+                    INSERT INTO push.dead_jobs (id, topic, device_token, payload, push_type, environment, credential,
+                                                run_at, apns_id, attempts, reason, created_at, error, expires_at)
+                    VALUES (\(id), 'com.example.app', '\(Self.token)', '{"aps":{}}', 'alert', 'production', 'default',
+                            now(), gen_random_uuid(), 1, 'Expired', now(), 'expired', \(expires))
+                    """
+                )
+            }
+            let preview = try await db.queue.replay(matching: .init(reason: "Expired"), dryRun: true)
+            #expect(preview.moved.map(\.expired) == [true, false])
+            let fixed = try await db.queue.replay(matching: .init(ids: [1]), expiresIn: .seconds(3600), dryRun: true)
+            #expect(fixed.moved.map(\.expired) == [false])
+            let moved = try await db.queue.replay(matching: .init(ids: [1]), expiresIn: .seconds(3600))
+            #expect(moved.moved.map(\.expired) == [false])
+            #expect(
+                try await db.int64(
+                    "SELECT count(*) FROM push.jobs WHERE id = 1 AND expires_at > now() + interval '59 minutes'"
+                ) == 1
+            )
+        }
+    }
+}

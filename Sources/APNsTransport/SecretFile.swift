@@ -25,7 +25,8 @@ public enum SecretFile {
 
     /// The file's bytes, or a sentence that names the file, what is wrong and the command that fixes it.
     public static func read(_ path: String, policy: Policy, maxBytes: Int = 1 << 20) -> Result<[UInt8], Failure> {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        // O_NONBLOCK: a FIFO or device planted at the path must not hang the open; regular files ignore it.
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else {
             let code = errno
             if code == ENOENT { return .failure(.missing) }

@@ -124,7 +124,7 @@ public struct EmbeddedPostgres: Sendable {
             try handle.seekToEnd()
             try handle.write(contentsOf: Data(("\n# PushWorker embedded cluster\n" + text).utf8))
             try handle.close()
-        } else if Self.allowsTrust(hba: data + "/pg_hba.conf") || (try? self.password(creating: false)) == nil {
+        } else if Self.allowsTrust(hba: data + "/pg_hba.conf") {
             // A cluster made before passwords (trust auth): give it one now, then close the door.
             legacyTrust = true
         }
@@ -227,11 +227,17 @@ public struct EmbeddedPostgres: Sendable {
             "embedded Postgres used trust auth: setting a password and requiring it",
             metadata: ["push.password_file": "\(self.passwordFile)"]
         )
+        // The statement goes in a 0600 file, never on psql's command line (the process list).
+        let script = try Self.privateTemporaryFile(
+            contents: "ALTER ROLE postgres PASSWORD '\(password)';\n",
+            readableByPostgres: asRoot
+        )
+        defer { try? FileManager.default.removeItem(atPath: (script as NSString).deletingLastPathComponent) }
         try self.run(
             bin + "/psql",
             [
-                "-h", "127.0.0.1", "-p", "\(port)", "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-c",
-                "ALTER ROLE postgres PASSWORD '\(password)'",
+                "-w", "-h", "127.0.0.1", "-p", "\(port)", "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1",
+                "-q", "-f", script,
             ],
             asPostgres: asRoot
         )

@@ -45,6 +45,9 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
         self.sslMode = mode
         let root = components.queryItems?.first { $0.name == "sslrootcert" }?.value
         self.sslRootCert = root == "system" ? nil : root
+        if root == "system" && mode != "verify-full" {
+            throw fail("has sslrootcert=system with sslmode=\(mode): as libpq, that needs sslmode=verify-full")
+        }
         if let root = self.sslRootCert, !FileManager.default.isReadableFile(atPath: root) {
             throw fail(
                 "has sslrootcert=\(root), which cannot be read: give the path of the server's CA certificate (PEM)"

@@ -77,8 +77,19 @@ public struct ReplayResult: Sendable, Hashable {
         public var expired: Bool = false
     }
 
+    /// A dead letter left where it is because it breaks a rule the schema checks at INSERT.
+    public struct Invalid: Sendable, Hashable {
+        /// The dead letter's id.
+        public var id: Int64
+        /// The rule, by its constraint's name.
+        public var rule: String
+    }
+
     /// The jobs moved (or, for a dry run, that would move).
     public var moved: [Moved]
+    /// Matching dead letters that break a rule of the schema (from before it checked them): fix the row, or
+    /// purge it; they stay dead letters.
+    public var skippedInvalid: [Invalid] = []
     /// Matching dead letters left where they are because `push.jobs` already holds their id or `apns_id`
     /// (a producer re-enqueued it); replay with `--new-apns-id` to send them anyway.
     public var skippedConflicts: [Int64]

@@ -48,36 +48,44 @@ extension JobQueue {
                          WHERE j.state = 'pending' AND j.credential > p.credential ORDER BY j.credential LIMIT 1)
                   FROM pending_credentials AS p WHERE p.credential IS NOT NULL
             ), credentials AS (
-                SELECT c FROM (
+                SELECT c, count(*) OVER () AS n FROM (
                     SELECT unnest(\(mine)::text[]) AS c WHERE NOT \(anyCredential)
                     UNION
                     SELECT credential FROM pending_credentials WHERE credential IS NOT NULL
                 ) AS x
                  WHERE NOT (c = ANY (\(excludingCredentials)::text[]))
-            ), candidates AS MATERIALIZED (
-                -- One range scan per (credential, send priority): only due, claimable rows are read.
-                SELECT x.id, x.credential, x.send_priority, x.run_at, p.weight
+            ), ranges AS (
+                -- Every (credential, environment, priority) still claimable: paused credentials, unreachable
+                -- environments and backing-off pools are left out here, so their backlog is never read.
+                SELECT c.c AS credential, e.environment, p.priority, p.weight, c.n
                   FROM credentials AS c
+                 CROSS JOIN (VALUES ('production'), ('development')) AS e(environment)
                  CROSS JOIN (VALUES (10::smallint, 8.0::float8), (5::smallint, 2.0::float8), (1::smallint, 1.0::float8))
                        AS p(priority, weight)
+                 WHERE NOT (e.environment = ANY (\(excludingEnvironments)::text[]))
+                   AND NOT (e.environment || '/' || c.c = ANY (\(excludingPairs)::text[]))
+            ), candidates AS MATERIALIZED (
+                -- One index range scan per range: only due, claimable rows are read. Each range locks at most
+                -- its credential's share of the batch, so concurrent claimers are not starved of rows.
+                SELECT x.id, x.credential, x.environment, x.send_priority, x.run_at, r.weight
+                  FROM ranges AS r
                  CROSS JOIN LATERAL (
-                    SELECT j.id, j.credential, j.send_priority, j.run_at FROM push.jobs AS j
-                     WHERE j.state = 'pending' AND j.credential = c.c AND j.send_priority = p.priority
-                       AND j.run_at <= now()
-                       AND NOT (j.environment = ANY (\(excludingEnvironments)::text[]))
-                       AND (cardinality(\(excludingPairs)::text[]) = 0
-                            OR NOT (j.environment || '/' || j.credential = ANY (\(excludingPairs)::text[])))
+                    SELECT j.id, j.credential, j.environment, j.send_priority, j.run_at FROM push.jobs AS j
+                     WHERE j.state = 'pending' AND j.credential = r.credential AND j.environment = r.environment
+                       AND j.send_priority = r.priority AND j.run_at <= now()
                        AND (cardinality(\(excludingIDs)::bigint[]) = 0 OR NOT (j.id = ANY (\(excludingIDs)::bigint[])))
                      ORDER BY j.run_at, j.id
-                     LIMIT \(Int64(limit))
+                     LIMIT ceil(\(Int64(limit))::float8 / r.n)::bigint
                      FOR NO KEY UPDATE OF j SKIP LOCKED
                  ) AS x
             ), picked AS MATERIALIZED (
                 -- Interleave: each credential gets its turn (fair share), and within one, priority 10
-                -- takes 8 places to priority 5's 2 and priority 1's 1, so lower priorities always progress.
+                -- takes 8 places to priority 5's 2 and priority 1's 1; the first job of every range goes
+                -- first, so lower priorities progress even when the batch is small.
                 SELECT id FROM (
                     SELECT id, run_at,
-                           row_number() OVER (PARTITION BY credential, send_priority ORDER BY run_at, id) / weight AS turn
+                           (row_number() OVER (PARTITION BY credential, environment, send_priority ORDER BY run_at, id)
+                            - 1) / weight AS turn
                       FROM candidates) AS r
                  ORDER BY turn, run_at, id
                  LIMIT \(Int64(limit))

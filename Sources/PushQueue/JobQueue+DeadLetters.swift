@@ -40,76 +40,73 @@ extension JobQueue {
         let condition = Self.appendFilter(filter, to: &binds)
         let conflict =
             "EXISTS (SELECT 1 FROM push.jobs AS x WHERE x.id = j.id OR (NOT \(newAPNsID) AND x.apns_id = j.apns_id))"
-        var candidates = PostgresQuery(
-            unsafeSQL: """
-                SELECT id, apns_id, reason,
-                       conflicted OR (NOT \(newAPNsID) AND row_number() OVER (PARTITION BY apns_id ORDER BY id) > 1),
-                       coalesce(\(newExpiry), expires_at) < now()
-                  FROM (SELECT j.id, j.apns_id, j.reason, j.expires_at, \(conflict) AS conflicted FROM push.dead_jobs AS j
+        // A dead letter that breaks a rule the schema checks at INSERT (from before it did) cannot go back:
+        // it is reported with the rule, and the others move.
+        let broken = """
+            push.broken_rule(j.topic, j.device_token, j.channel_id, j.payload, j.collapse_id, j.credential, now(),
+                             coalesce(\(newExpiry), j.expires_at))
+            """
+        // Two dead letters sharing an apns_id (from before apns_ids were kept unique): the first moves, the
+        // others are reported as conflicts.
+        let duplicate = "(NOT \(newAPNsID) AND row_number() OVER (PARTITION BY apns_id ORDER BY id) > 1)"
+        let sql: String
+        if dryRun {
+            sql = """
+                SELECT id, apns_id, reason, conflicted OR \(duplicate), coalesce(\(newExpiry), expires_at) < now(), broken
+                  FROM (SELECT j.id, j.apns_id, j.reason, j.expires_at, \(conflict) AS conflicted, \(broken) AS broken
+                          FROM push.dead_jobs AS j
                          WHERE \(condition) ORDER BY j.id LIMIT \(max(filter.limit, 0))) AS c
                  ORDER BY id
-                """,
-            binds: binds
-        )
-        if dryRun {
-            var moved: [ReplayResult.Moved] = []
-            var skipped: [Int64] = []
-            for try await (id, apnsID, reason, conflicted, expired) in try await self.client.query(
-                candidates,
-                logger: self.logger
-            )
-            .decode((Int64, UUID, String, Bool, Bool?).self) {
-                if conflicted {
-                    skipped.append(id)
-                } else {
-                    moved.append(.init(id: id, apnsID: apnsID, reason: reason, expired: expired ?? false))
-                }
-            }
-            return ReplayResult(moved: moved, skippedConflicts: skipped, dryRun: true)
+                """
+        } else {
+            sql = """
+                WITH candidates AS MATERIALIZED (
+                    SELECT j.id, j.apns_id, \(conflict) AS conflicted, \(broken) AS broken FROM push.dead_jobs AS j
+                     WHERE \(condition) ORDER BY j.id LIMIT \(max(filter.limit, 0))
+                     FOR UPDATE OF j SKIP LOCKED
+                ), ranked AS (
+                    SELECT id, conflicted OR \(duplicate) AS conflicted, broken FROM candidates
+                ), moved AS (
+                    DELETE FROM push.dead_jobs AS d USING ranked AS c
+                     WHERE d.id = c.id AND NOT c.conflicted AND c.broken IS NULL
+                    RETURNING d.*
+                ), retired AS (
+                    -- With a new apns_id, the old one stays spent: an outbox retry of it is not sent.
+                    INSERT INTO push.retired_apns_ids (apns_id)
+                    SELECT apns_id FROM moved WHERE \(newAPNsID) ON CONFLICT DO NOTHING
+                ), inserted AS (
+                    INSERT INTO push.jobs (
+                        id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
+                        collapse_id, expires_at, run_at, apns_id, max_attempts, created_at, history)
+                    OVERRIDING SYSTEM VALUE
+                    SELECT id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
+                           collapse_id, coalesce(\(newExpiry), expires_at), now(),
+                           CASE WHEN \(newAPNsID) THEN gen_random_uuid() ELSE apns_id END,
+                           max_attempts, created_at,
+                           history || jsonb_build_array(jsonb_build_object(
+                               'outcome', 'replayed', 'at', now(), 'dead_reason', reason,
+                               'previous_apns_id', apns_id, 'attempts_before', attempts))
+                      FROM moved
+                    RETURNING id, apns_id, expires_at < now() AS expired
+                )
+                SELECT i.id, i.apns_id, m.reason, false, i.expired, NULL::text
+                  FROM inserted AS i JOIN moved AS m USING (id)
+                UNION ALL
+                SELECT c.id, NULL, NULL, c.conflicted, NULL, c.broken FROM ranked AS c
+                 WHERE c.conflicted OR c.broken IS NOT NULL
+                """
         }
-        candidates.sql = """
-            WITH candidates AS MATERIALIZED (
-                SELECT j.id, j.apns_id, \(conflict) AS conflicted FROM push.dead_jobs AS j
-                 WHERE \(condition) ORDER BY j.id LIMIT \(max(filter.limit, 0))
-                 FOR UPDATE OF j SKIP LOCKED
-            ), ranked AS (
-                -- Two dead letters sharing an apns_id (from before apns_ids were kept unique): the first moves,
-                -- the others are reported as conflicts; the batch never aborts.
-                SELECT id, conflicted
-                       OR (NOT \(newAPNsID) AND row_number() OVER (PARTITION BY apns_id ORDER BY id) > 1) AS conflicted
-                  FROM candidates
-            ), moved AS (
-                DELETE FROM push.dead_jobs AS d USING ranked AS c
-                 WHERE d.id = c.id AND NOT c.conflicted
-                RETURNING d.*
-            ), inserted AS (
-                INSERT INTO push.jobs (
-                    id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
-                    collapse_id, expires_at, run_at, apns_id, max_attempts, created_at, history)
-                OVERRIDING SYSTEM VALUE
-                SELECT id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
-                       collapse_id, coalesce(\(newExpiry), expires_at), now(),
-                       CASE WHEN \(newAPNsID) THEN gen_random_uuid() ELSE apns_id END,
-                       max_attempts, created_at,
-                       history || jsonb_build_array(jsonb_build_object(
-                           'outcome', 'replayed', 'at', now(), 'dead_reason', reason,
-                           'previous_apns_id', apns_id, 'attempts_before', attempts))
-                  FROM moved
-                RETURNING id, apns_id, expires_at < now() AS expired
-            )
-            SELECT i.id, i.apns_id, m.reason, false, i.expired FROM inserted AS i JOIN moved AS m USING (id)
-            UNION ALL
-            SELECT c.id, NULL, NULL, true, NULL FROM ranked AS c WHERE c.conflicted
-            """
+        let query = PostgresQuery(unsafeSQL: sql, binds: binds)
+        let logger = self.logger
         // The producers' INSERT trigger skips an apns_id held by a dead letter and resets the worker's
         // columns; a replay is the worker's own insert, marked for its transaction.
-        let query = candidates
-        let logger = self.logger
         let results = try await self.client.withTransaction(logger: logger) { connection in
-            try await connection.query("SELECT set_config('push.internal_insert', 'on', true)", logger: logger)
-            var results: [(Int64, UUID?, String?, Bool, Bool?)] = []
+            if !dryRun {
+                try await connection.query("SELECT set_config('push.internal_insert', 'on', true)", logger: logger)
+            }
+            var results: [(Int64, UUID?, String?, Bool, Bool?, String?)] = []
             for try await row in try await connection.query(query, logger: logger)
-                .decode((Int64, UUID?, String?, Bool, Bool?).self)
+                .decode((Int64, UUID?, String?, Bool, Bool?, String?).self)
             {
                 results.append(row)
             }
@@ -117,15 +114,22 @@ extension JobQueue {
         }
         var moved: [ReplayResult.Moved] = []
         var skipped: [Int64] = []
-        for (id, apnsID, reason, conflicted, expired) in results {
-            if conflicted {
+        var invalid: [ReplayResult.Invalid] = []
+        for (id, apnsID, reason, conflicted, expired, broken) in results {
+            if let broken {
+                invalid.append(.init(id: id, rule: broken))
+            } else if conflicted {
                 skipped.append(id)
             } else if let apnsID {
                 moved.append(.init(id: id, apnsID: apnsID, reason: reason ?? "", expired: expired ?? false))
             }
         }
-        moved.sort { $0.id < $1.id }
-        return ReplayResult(moved: moved, skippedConflicts: skipped.sorted(), dryRun: false)
+        return ReplayResult(
+            moved: moved.sorted { $0.id < $1.id },
+            skippedInvalid: invalid.sorted { $0.id < $1.id },
+            skippedConflicts: skipped.sorted(),
+            dryRun: dryRun
+        )
     }
 
     /// Deletes dead letters that died more than `age` ago, in bounded batches.

@@ -2,6 +2,7 @@ import APNsTransport
 import ArgumentParser
 import Foundation
 import Logging
+import PushQueue
 
 struct ChannelsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -18,6 +19,7 @@ struct ChannelsCommand: AsyncParsableCommand {
     struct Create: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Create a channel and print its id.")
         @OptionGroup var apns: APNsOptions
+        @OptionGroup var database: DatabaseOptions
         @Option(name: .customLong("bundle-id"), help: "The app's bundle id.") var bundleID: String
         @Option(
             help: "Message storage: none (only connected devices get updates; send with expiration 0) or most-recent."
@@ -25,21 +27,16 @@ struct ChannelsCommand: AsyncParsableCommand {
         @Flag(help: "Print the result as JSON.") var json = false
 
         func run() async throws {
-            let client = try self.apns.makeClient(logger: Logger(label: "push-worker"))
             let environment = try self.apns.environment
-            let result: Result<String, any Error>
-            do {
-                result = .success(
-                    try await client.createChannel(
-                        bundleID: self.bundleID,
-                        environment: environment,
-                        credential: "default",
-                        storage: self.storage == .none ? .noStorage : .mostRecentMessageStored
-                    )
+            let (bundleID, storage) = (self.bundleID, self.storage)
+            let id = try await ChannelsCommand.withAPNsClient(self.apns, self.database) { client in
+                try await client.createChannel(
+                    bundleID: bundleID,
+                    environment: environment,
+                    credential: "default",
+                    storage: storage == .none ? .noStorage : .mostRecentMessageStored
                 )
-            } catch { result = .failure(error) }
-            await client.shutdown()
-            let id = try result.get()
+            }
             if self.json { printJSON(["channel_id": id]) } else { print(id) }
         }
     }
@@ -47,24 +44,16 @@ struct ChannelsCommand: AsyncParsableCommand {
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List the channel ids of a bundle.")
         @OptionGroup var apns: APNsOptions
+        @OptionGroup var database: DatabaseOptions
         @Option(name: .customLong("bundle-id"), help: "The app's bundle id.") var bundleID: String
         @Flag(help: "Print the result as JSON.") var json = false
 
         func run() async throws {
-            let client = try self.apns.makeClient(logger: Logger(label: "push-worker"))
             let environment = try self.apns.environment
-            let result: Result<[String], any Error>
-            do {
-                result = .success(
-                    try await client.listChannels(
-                        bundleID: self.bundleID,
-                        environment: environment,
-                        credential: "default"
-                    )
-                )
-            } catch { result = .failure(error) }
-            await client.shutdown()
-            let ids = try result.get()
+            let bundleID = self.bundleID
+            let ids = try await ChannelsCommand.withAPNsClient(self.apns, self.database) { client in
+                try await client.listChannels(bundleID: bundleID, environment: environment, credential: "default")
+            }
             if self.json {
                 printJSON(ids)
             } else if ids.isEmpty {
@@ -78,26 +67,57 @@ struct ChannelsCommand: AsyncParsableCommand {
     struct Delete: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Delete a channel.")
         @OptionGroup var apns: APNsOptions
+        @OptionGroup var database: DatabaseOptions
         @Option(name: .customLong("bundle-id"), help: "The app's bundle id.") var bundleID: String
         @Argument(help: "The channel id (base64).") var channelID: String
 
         func run() async throws {
-            let client = try self.apns.makeClient(logger: Logger(label: "push-worker"))
             let environment = try self.apns.environment
-            let result: Result<Void, any Error>
-            do {
-                result = .success(
-                    try await client.deleteChannel(
-                        self.channelID,
-                        bundleID: self.bundleID,
-                        environment: environment,
-                        credential: "default"
-                    )
+            let (bundleID, channelID) = (self.bundleID, self.channelID)
+            try await ChannelsCommand.withAPNsClient(self.apns, self.database) { client in
+                try await client.deleteChannel(
+                    channelID,
+                    bundleID: bundleID,
+                    environment: environment,
+                    credential: "default"
                 )
-            } catch { result = .failure(error) }
-            await client.shutdown()
-            try result.get()
+            }
             print("deleted \(self.channelID)")
+        }
+    }
+}
+
+extension ChannelsCommand {
+    /// Runs `body` with an APNs client that signs with the fleet's shared provider token (Postgres'
+    /// `push.provider_tokens`) when a database is configured: a verb that minted a token of its own would
+    /// make APNs refuse the workers' token (TooManyProviderTokenUpdates, then up to 20 minutes of
+    /// ExpiredProviderToken churn). Without DATABASE_URL it mints its own, as a one-off tool may.
+    static func withAPNsClient<T: Sendable>(
+        _ apns: APNsOptions,
+        _ database: DatabaseOptions,
+        _ body: @escaping @Sendable (APNsClient) async throws -> T
+    ) async throws -> T {
+        let logger = Logger(label: "push-worker")
+        guard try database.configuredURL != nil else {
+            return try await Self.using(try apns.makeClient(logger: logger), body)
+        }
+        return try await database.withQueue { _, postgres, queueLogger in
+            let store = ProviderTokenTable(client: postgres, logger: queueLogger)
+            return try await Self.using(try apns.makeClient(logger: logger, tokenStore: store), body)
+        }
+    }
+
+    private static func using<T: Sendable>(
+        _ client: APNsClient,
+        _ body: @Sendable (APNsClient) async throws -> T
+    ) async throws -> T {
+        do {
+            let result = try await body(client)
+            await client.shutdown()
+            return result
+        } catch {
+            await client.shutdown()
+            throw error
         }
     }
 }

@@ -185,6 +185,12 @@ struct DeadCommand: AsyncParsableCommand {
                     "warning: \(expired.count) \(dryRun ? "would be" : "were") replayed with an expires_at that has passed (ids \(expired.prefix(10).map { String($0.id) }.joined(separator: ", "))\(expired.count > 10 ? ", …" : "")): they die Expired again at once. Replay with --expires-in 1h (or longer) to give them a new one."
                 )
             }
+            if !result.skippedInvalid.isEmpty {
+                print(
+                    "skipped \(result.skippedInvalid.count) that break a rule the schema now checks at INSERT (they stay dead letters; fix the row or purge it):"
+                )
+                for invalid in result.skippedInvalid.prefix(20) { print("  \(invalid.id): \(invalid.rule)") }
+            }
             if !result.skippedConflicts.isEmpty {
                 print(
                     "skipped \(result.skippedConflicts.count) already in push.jobs (id or apns_id re-enqueued): \(result.skippedConflicts.map(String.init).joined(separator: ", "))"
@@ -241,8 +247,10 @@ struct ReplayJSON: Encodable {
     var dryRun: Bool
     var moved: [Moved]
     var skippedConflicts: [Int64]
+    var skippedInvalid: [[String: String]]
 
     init(_ result: ReplayResult) {
+        self.skippedInvalid = result.skippedInvalid.map { ["id": String($0.id), "rule": $0.rule] }
         self.dryRun = result.dryRun
         self.moved = result.moved.map { Moved(id: $0.id, apnsId: $0.apnsID.uuidString.lowercased(), reason: $0.reason) }
         self.skippedConflicts = result.skippedConflicts

@@ -29,6 +29,12 @@ struct RunCommand: AsyncParsableCommand {
     @OptionGroup var apns: APNsOptions
 
     @Flag(
+        name: .customLong("no-session-settings"),
+        help:
+            "Do not send enable_seqscan=off and jit=off when connecting (PgBouncer refuses unknown startup parameters); set them on the worker's role instead: ALTER ROLE push_worker SET enable_seqscan = off; ALTER ROLE push_worker SET jit = off."
+    ) var noSessionSettings = false
+
+    @Flag(
         help:
             "Send to the built-in APNs simulator even though DATABASE_URL names a real database (staging, load tests). Without a key and without this flag, only the embedded database gets the simulator."
     ) var simulator = false
@@ -186,7 +192,9 @@ struct RunCommand: AsyncParsableCommand {
     {
         var postgres = url.clientConfiguration
         postgres.options.maximumConnections = 8
-        postgres.options.additionalStartupParameters = JobQueue.workerSessionSettings
+        if !self.noSessionSettings {
+            postgres.options.additionalStartupParameters = JobQueue.workerSessionSettings
+        }
         // The pool warns once if a query is queued before its run() is scheduled (harmless); query
         // failures are logged by the worker with the database's own message, so keep the pool's
         // background logger at error unless debugging.

@@ -60,6 +60,30 @@ struct HostileNeighbourTests {
         #expect(upgraded.password != nil && upgraded.password != url.password)
         #expect(try Self.psql(upgraded.connectionString, "SELECT 1").output == "1")
         #expect(try Self.psql(anonymous.connectionString, "SELECT 1").status != 0)
+
+        // A lost password file is named, never replaced by a new (wrong) password.
+        try FileManager.default.removeItem(atPath: cluster.passwordFile)
+        let lost = #expect(throws: QueueError.self) { try cluster.start() }
+        #expect("\(lost.map { "\($0)" } ?? "")".contains("password file"))
+        #expect(!FileManager.default.fileExists(atPath: cluster.passwordFile))
+    }
+
+    @Test("DATABASE_URL: sslrootcert is honoured or refused, never ignored")
+    func sslRootCert() throws {
+        #expect(throws: QueueError.self) { try DatabaseURL("postgres://u@h/db?sslmode=require&sslrootcert=system") }
+        #expect(throws: QueueError.self) {
+            try DatabaseURL("postgres://u@h/db?sslmode=prefer&sslrootcert=/etc/hostname")
+        }
+        #expect(throws: QueueError.self) {
+            try DatabaseURL("postgres://u@h/db?sslmode=verify-full&sslrootcert=/nonexistent")
+        }
+        #expect(throws: QueueError.self) {
+            try DatabaseURL("postgres://u@h/db?sslmode=verify-full&sslcert=/etc/hostname")
+        }
+        let verified = try DatabaseURL("postgres://u@h/db?sslmode=require&sslrootcert=/etc/hostname")
+        #expect(verified.sslRootCert == "/etc/hostname")
+        #expect(verified.connectionString.contains("sslrootcert="))
+        #expect(try DatabaseURL("postgres://u@h/db?sslmode=verify-full&sslrootcert=system").sslRootCert == nil)
     }
 
     @Test(

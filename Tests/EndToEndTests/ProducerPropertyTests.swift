@@ -184,7 +184,8 @@ struct ProducerPropertyTests {
             "collapse_id_must_be_at_most_64_bytes", "max_attempts_must_be_at_least_1",
             "state_must_be_pending_running_or_delivered", "payload_must_be_at_most_16384_bytes",
             "device_token_must_be_hex_of_16_to_200_bytes", "channel_id_must_be_base64_up_to_128_characters",
-            "collapse_id_must_not_contain_control_characters", "credential_must_be_a_name_up_to_64_bytes",
+            "collapse_id_must_not_contain_control_characters",
+            "credential_must_be_up_to_64_bytes_without_control_characters",
             "run_at_must_be_finite", "expires_at_must_be_finite", "jobs_apns_id_key",
         ]
         try await DaemonFixture.run { f in

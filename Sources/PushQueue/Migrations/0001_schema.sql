@@ -1,7 +1,8 @@
 -- PushWorker schema, version 1.
 --
 -- Applied by `push-worker migrate` (which records it in push.schema_migrations under an advisory lock),
--- or by hand, every file in order: `for f in sql/0*.sql; do psql "$DATABASE_URL" -v ON_ERROR_STOP=1 -f "$f"; done`
+-- or by hand, every file in order, each in one transaction:
+-- `for f in sql/0*.sql; do psql "$DATABASE_URL" -1 -v ON_ERROR_STOP=1 -f "$f"; done`
 -- (each file records itself, so a later `push-worker migrate` applies only what is new).
 -- Constraint names are the error a producer sees, so each one names the rule it enforces.
 

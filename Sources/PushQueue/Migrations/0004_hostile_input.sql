@@ -9,35 +9,80 @@
 -- * An apns_id is unique across the job's whole life: an INSERT whose apns_id belongs to a dead letter,
 --   or to a job pruned less than the retention window ago (push.retired_apns_ids), is skipped as if
 --   ON CONFLICT DO NOTHING had met it, so an outbox retry never sends a push twice.
--- * The claim reads one range per (credential, send priority): backlog that is not due, or that belongs
---   to a credential the worker does not claim, costs nothing.
+-- * The claim reads one range per (credential, environment, send priority): backlog that is not due, or
+--   that belongs to a credential or environment the worker does not claim now, costs nothing.
 -- Jobs already queued that break the new rules are moved to the dead letters first, with a sentence,
--- so the constraints never stop a claim.
+-- so the constraints never stop a claim; producers wait on a table lock meanwhile.
 
+-- Producers wait while the schema changes: a row that breaks a rule, inserted between the move below and
+-- the new constraints, would stay pending and make every claim fail.
+-- (In a DO block so that psql without -1 can apply the file too; `push-worker migrate` and `psql -1` hold
+-- the lock until the whole file has run.)
+DO $$ BEGIN LOCK TABLE push.jobs IN SHARE ROW EXCLUSIVE MODE; END $$;
+
+-- The first rule a job's producer columns break, by its constraint's name; NULL when it breaks none. The
+-- constraints below say the same; replay asks this first, so one bad dead letter never aborts a batch.
+CREATE OR REPLACE FUNCTION push.broken_rule(
+    topic text, device_token text, channel_id text, payload jsonb, collapse_id text, credential text,
+    run_at timestamptz, expires_at timestamptz)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE
+        WHEN octet_length(payload::text) > 16384 THEN 'payload_must_be_at_most_16384_bytes'
+        WHEN device_token IS NOT NULL AND device_token !~ '^([0-9A-Fa-f]{2}){16,200}$'
+            THEN 'device_token_must_be_hex_of_16_to_200_bytes'
+        WHEN octet_length(topic) > 255 OR topic !~ '^[A-Za-z0-9][A-Za-z0-9.-]*$'
+            THEN 'topic_must_be_a_bundle_id_up_to_255_bytes'
+        WHEN channel_id IS NOT NULL AND channel_id !~ '^[A-Za-z0-9+/=_-]{1,128}$'
+            THEN 'channel_id_must_be_base64_up_to_128_characters'
+        WHEN collapse_id IS NOT NULL AND collapse_id ~ '[[:cntrl:]]'
+            THEN 'collapse_id_must_not_contain_control_characters'
+        WHEN octet_length(credential) > 64 OR credential ~ '[[:cntrl:]]'
+            THEN 'credential_must_be_up_to_64_bytes_without_control_characters'
+        WHEN NOT isfinite(run_at) THEN 'run_at_must_be_finite'
+        WHEN expires_at IS NOT NULL AND NOT isfinite(expires_at) THEN 'expires_at_must_be_finite'
+    END
+$$;
+
+-- Queued jobs that break a new rule become dead letters with a sentence naming it. A dead letter already
+-- holding the id (an explicit id from before) is merged into, as the worker does: nothing is dropped.
+WITH broken AS (
+    DELETE FROM push.jobs AS j
+     WHERE j.state <> 'delivered'
+       AND push.broken_rule(j.topic, j.device_token, j.channel_id, j.payload, j.collapse_id, j.credential,
+                            j.run_at, j.expires_at) IS NOT NULL
+    RETURNING j.*
+)
 INSERT INTO push.dead_jobs (
     id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
     collapse_id, expires_at, run_at, apns_id, max_attempts, attempts, status, reason, trap_ids,
     apns_unique_id, created_at, first_attempt_at, last_attempt_at, latency_ms, error, history,
     transport_retries)
 SELECT id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
-       collapse_id, expires_at, run_at, apns_id, max_attempts, least(attempts, 32767), status,
+       collapse_id, expires_at, run_at, apns_id, max_attempts, attempts, status,
        'InvalidJob', coalesce(array_remove(trap_ids, NULL), '{}'), apns_unique_id, created_at,
        first_attempt_at, last_attempt_at, latency_ms,
-       'the job breaks a rule added in schema version 4 (sizes, formats, control characters, finite times): fix the producer and insert it again.',
+       'the job breaks ' || push.broken_rule(topic, device_token, channel_id, payload, collapse_id, credential,
+                                             run_at, expires_at)
+           || ', a rule schema version 4 checks at INSERT: fix the producer and insert it again.',
        history, transport_retries
-  FROM push.jobs
- WHERE state <> 'delivered'
-   AND NOT (octet_length(payload::text) <= 16384
-        AND (device_token IS NULL OR device_token ~ '^([0-9A-Fa-f]{2}){16,200}$')
-        AND octet_length(topic) <= 255 AND topic ~ '^[A-Za-z0-9][A-Za-z0-9.-]*$'
-        AND (channel_id IS NULL OR channel_id ~ '^[A-Za-z0-9+/=_-]{1,128}$')
-        AND (collapse_id IS NULL OR collapse_id !~ '[[:cntrl:]]')
-        AND octet_length(credential) <= 64 AND credential ~ '^[A-Za-z0-9._-]+$'
-        AND isfinite(run_at) AND (expires_at IS NULL OR isfinite(expires_at)))
-ON CONFLICT (id) DO NOTHING;
-
-DELETE FROM push.jobs AS j
- WHERE state <> 'delivered' AND EXISTS (SELECT 1 FROM push.dead_jobs AS d WHERE d.id = j.id);
+  FROM broken
+ON CONFLICT (id) DO UPDATE SET
+    topic = excluded.topic, device_token = excluded.device_token, channel_id = excluded.channel_id,
+    payload = excluded.payload, push_type = excluded.push_type, priority = excluded.priority,
+    environment = excluded.environment, credential = excluded.credential, collapse_id = excluded.collapse_id,
+    expires_at = excluded.expires_at, run_at = excluded.run_at, apns_id = excluded.apns_id,
+    max_attempts = excluded.max_attempts, attempts = excluded.attempts,
+    transport_retries = excluded.transport_retries, status = excluded.status, reason = excluded.reason,
+    trap_ids = push.merge_trap_ids(dead_jobs.trap_ids, excluded.trap_ids),
+    apns_unique_id = excluded.apns_unique_id, created_at = excluded.created_at,
+    first_attempt_at = excluded.first_attempt_at, last_attempt_at = excluded.last_attempt_at,
+    latency_ms = excluded.latency_ms, dead_at = excluded.dead_at,
+    error = excluded.error || ' (An older dead letter with the same id, apns_id ' || dead_jobs.apns_id
+            || ', was merged into this one; its history comes first.)',
+    history = dead_jobs.history || jsonb_build_array(jsonb_build_object('outcome', 'merged_dead_letter',
+            'previous_apns_id', dead_jobs.apns_id, 'previous_reason', dead_jobs.reason)) || excluded.history;
 
 -- NOT VALID: delivered rows from before are not rescanned; every new or updated row is checked.
 ALTER TABLE push.jobs
@@ -51,8 +96,8 @@ ALTER TABLE push.jobs
         CHECK (channel_id IS NULL OR channel_id ~ '^[A-Za-z0-9+/=_-]{1,128}$') NOT VALID,
     ADD CONSTRAINT collapse_id_must_not_contain_control_characters
         CHECK (collapse_id IS NULL OR collapse_id !~ '[[:cntrl:]]') NOT VALID,
-    ADD CONSTRAINT credential_must_be_a_name_up_to_64_bytes
-        CHECK (octet_length(credential) <= 64 AND credential ~ '^[A-Za-z0-9._-]+$') NOT VALID,
+    ADD CONSTRAINT credential_must_be_up_to_64_bytes_without_control_characters
+        CHECK (octet_length(credential) <= 64 AND credential !~ '[[:cntrl:]]') NOT VALID,
     ADD CONSTRAINT run_at_must_be_finite
         CHECK (isfinite(run_at)) NOT VALID,
     ADD CONSTRAINT expires_at_must_be_finite
@@ -60,8 +105,6 @@ ALTER TABLE push.jobs
 
 COMMENT ON CONSTRAINT topic_must_be_a_bundle_id_up_to_255_bytes ON push.jobs IS
     'topic is the bare bundle id: letters, digits, dots and hyphens, at most 255 bytes';
-COMMENT ON CONSTRAINT credential_must_be_a_name_up_to_64_bytes ON push.jobs IS
-    'credential names a configured key: letters, digits, dots, hyphens and underscores, at most 64 bytes';
 
 -- `id` is the worker's: an explicit id is refused (replay inserts with OVERRIDING SYSTEM VALUE).
 ALTER TABLE push.jobs ALTER COLUMN id SET GENERATED ALWAYS;
@@ -74,18 +117,34 @@ CREATE TABLE IF NOT EXISTS push.retired_apns_ids (
 CREATE INDEX IF NOT EXISTS retired_apns_ids_retired_at_idx ON push.retired_apns_ids (retired_at);
 CREATE INDEX IF NOT EXISTS dead_jobs_apns_id_idx ON push.dead_jobs (apns_id);
 
--- On every producer INSERT: the worker's columns take their defaults whatever the producer wrote, and a
--- row whose apns_id is already spent (a dead letter, a recently pruned job) is skipped.
--- The worker's own inserts (replay) set push.internal_insert for their transaction.
--- SECURITY DEFINER: a producer role needs no access to push.dead_jobs or push.retired_apns_ids for the check.
-CREATE OR REPLACE FUNCTION push.jobs_before_insert() RETURNS trigger
+-- Whether an apns_id is spent: held by a dead letter, or by a job pruned within the memory window. A worker
+-- moving the job with this apns_id to the dead letters (or pruning it) right now holds its row: wait for
+-- that to commit first, so the answer sees where the apns_id went. SECURITY DEFINER: a producer role
+-- needs no access to push.dead_jobs or push.retired_apns_ids, nor the UPDATE right a row lock takes.
+CREATE OR REPLACE FUNCTION push.apns_id_spent(spent uuid) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    IF current_setting('push.internal_insert', true) = 'on' THEN
+    PERFORM 1 FROM push.jobs AS j WHERE j.apns_id = spent FOR KEY SHARE;
+    RETURN EXISTS (SELECT 1 FROM push.dead_jobs AS d WHERE d.apns_id = spent)
+        OR EXISTS (SELECT 1 FROM push.retired_apns_ids AS r WHERE r.apns_id = spent);
+END
+$$;
+
+-- On every producer INSERT: the worker's columns take their defaults whatever the producer wrote, and a
+-- row whose apns_id is already spent is skipped, as ON CONFLICT DO NOTHING would skip it.
+-- The worker's own inserts (replay) set push.internal_insert for their transaction; the setting counts
+-- only for a role that is a member of the table's owner (the trigger runs as the inserting role), so a
+-- producer cannot switch this off.
+CREATE OR REPLACE FUNCTION push.jobs_before_insert() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF current_setting('push.internal_insert', true) = 'on'
+       AND pg_has_role(current_user,
+                       (SELECT c.relowner FROM pg_catalog.pg_class AS c WHERE c.oid = 'push.jobs'::regclass),
+                       'MEMBER') THEN
         RETURN NEW;
     END IF;
-    IF EXISTS (SELECT 1 FROM push.dead_jobs WHERE apns_id = NEW.apns_id)
-       OR EXISTS (SELECT 1 FROM push.retired_apns_ids WHERE apns_id = NEW.apns_id) THEN
+    IF push.apns_id_spent(NEW.apns_id) THEN
         RETURN NULL;
     END IF;
     NEW.state := 'pending';
@@ -112,9 +171,10 @@ CREATE TRIGGER jobs_before_insert
     BEFORE INSERT ON push.jobs
     FOR EACH ROW EXECUTE FUNCTION push.jobs_before_insert();
 
--- The claim: one range per (credential, send priority), due jobs first.
+-- The claim: one range per (credential, environment, send priority), due jobs first; an environment or a
+-- credential that is paused or unreachable is left out of the ranges, not filtered row by row.
 CREATE INDEX IF NOT EXISTS jobs_claim_by_credential_idx
-    ON push.jobs (credential, send_priority, run_at, id) WHERE state = 'pending';
+    ON push.jobs (credential, environment, send_priority, run_at, id) WHERE state = 'pending';
 
 
 -- Recorded, so that `push-worker migrate` after applying this file by hand knows it ran.

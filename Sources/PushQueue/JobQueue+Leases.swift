@@ -88,18 +88,26 @@ extension JobQueue {
     ///
     /// - Returns: how many were forgotten.
     @discardableResult
-    public func forgetRetiredAPNsIDs(olderThan age: Duration) async throws -> Int {
+    public func forgetRetiredAPNsIDs(olderThan age: Duration, batchSize: Int = 5_000) async throws -> Int {
         let seconds = Double(age.components.seconds)
-        var forgotten = 0
-        for try await _ in try await self.client.query(
-            """
-            DELETE FROM push.retired_apns_ids WHERE retired_at < now() - make_interval(secs => \(seconds))
-            RETURNING 1
-            """,
-            logger: self.logger
-        ) {
-            forgotten += 1
+        var total = 0
+        while true {
+            // Bounded batches, SKIP LOCKED: workers pruning at the same moment share the work.
+            var forgotten = 0
+            for try await _ in try await self.client.query(
+                """
+                DELETE FROM push.retired_apns_ids WHERE apns_id IN (
+                    SELECT apns_id FROM push.retired_apns_ids
+                     WHERE retired_at < now() - make_interval(secs => \(seconds))
+                     LIMIT \(Int64(batchSize)) FOR UPDATE SKIP LOCKED)
+                RETURNING 1
+                """,
+                logger: self.logger
+            ) {
+                forgotten += 1
+            }
+            total += forgotten
+            if forgotten < batchSize { return total }
         }
-        return forgotten
     }
 }

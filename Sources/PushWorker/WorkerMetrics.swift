@@ -45,14 +45,19 @@ struct WorkerMetrics: Sendable {
         let reason = outcome.reason ?? "none"
         let trap = outcome.trapIDs.first?.rawValue ?? "none"
         if outcome.sent {
-            self.labelled.counter("push_sends_total", status: outcome.status.map(String.init) ?? "none", reason, trap)
-                .increment()
+            self.labelled.counter(
+                label: "push_sends_total",
+                status: outcome.status.map(String.init) ?? "none",
+                reason,
+                trap
+            )
+            .increment()
         } else if case .dead = outcome.disposition {
-            self.labelled.counter("push_rejected_before_send_total", status: nil, reason, trap).increment()
+            self.labelled.counter(label: "push_rejected_before_send_total", status: nil, reason, trap).increment()
         }
         switch outcome.disposition {
         case .retry: self.retries.increment()
-        case .dead: self.labelled.counter("push_dead_letters_total", status: nil, reason, trap).increment()
+        case .dead: self.labelled.counter(label: "push_dead_letters_total", status: nil, reason, trap).increment()
         case .delivered, .requeue, .transportRetry: break
         }
         if let latency = outcome.latencyMs { self.attemptLatency.recordMilliseconds(latency) }
@@ -88,7 +93,7 @@ final class LabelledCounters: Sendable {
     }
     private let counters = Mutex<[Key: Counter]>([:])
 
-    func counter(_ label: String, status: String?, _ reason: String, _ trap: String) -> Counter {
+    func counter(label: String, status: String?, _ reason: String, _ trap: String) -> Counter {
         let key = Key(label: label, status: status, reason: reason, trap: trap)
         return self.counters.withLock { counters in
             if let counter = counters[key] { return counter }

@@ -51,6 +51,15 @@ struct ConfigFile: Decodable {
             where credential.teamID.isEmpty || credential.keyID.isEmpty || credential.keyPath.isEmpty {
                 throw CLIError("--config \(path): credential '\(name)' needs team_id, key_id and key_path")
             }
+            // The same rule as push.jobs' credential column: a name no job could carry is a typo.
+            for name in config.credentials.keys
+            where name.isEmpty || name.utf8.count > 64
+                || name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
+            {
+                throw CLIError(
+                    "--config \(path): credential name \(name.debugDescription) must be 1 to 64 bytes without control characters (push.jobs' credential column holds the same names)"
+                )
+            }
             return config
         } catch let error as CLIError {
             throw error

@@ -146,4 +146,69 @@ struct HostileNeighbourTests {
             }
         }
     }
+
+    @Test(
+        "operator input: a --config others can change is refused, huge durations are errors, a password in argv warns"
+    )
+    func operatorInput() async throws {
+        try await DaemonFixture.run { f in
+            let config = f.directory + "/config.json"
+            try """
+            {"credentials": {"default": {"team_id": "\(f.credentials.teamID)", "key_id": "\(f.credentials.keyID)", "key_path": "\(f.keyPath)"}}}
+            """.write(toFile: config, atomically: true, encoding: .utf8)
+            #expect(chmod(config, 0o666) == 0)
+            let writable = try ChildProcess.run(DaemonFixture.binary, ["check-keys", "--config", config])
+            #expect(writable.status != 0 && writable.output.contains("chmod go-w"), "\(writable.output)")
+            #expect(chmod(config, 0o644) == 0)
+            let fine = try ChildProcess.run(DaemonFixture.binary, ["check-keys", "--config", config])
+            #expect(fine.status == 0 && fine.output.contains("ok: credential default"), "\(fine.output)")
+
+            let huge = try f.cli(["dead", "purge", "--older-than", "99999999999999999w"])
+            #expect(huge.status == 64 && huge.output.contains("--older-than"), "an error, not a trap: \(huge.output)")
+
+            var withPassword = f.db.url
+            withPassword.password = withPassword.password ?? "secret"
+            let warned = try ChildProcess.run(
+                DaemonFixture.binary,
+                ["stats", "--database-url", withPassword.connectionString]
+            )
+            #expect(warned.output.contains("process list"), "\(warned.output)")
+        }
+    }
+
+    @Test("the health server: 127.0.0.1 by default, at most 32 connections at once, then it answers again")
+    func healthServerBounds() async throws {
+        try await DaemonFixture.run { f in
+            let help = try ChildProcess.run(DaemonFixture.binary, ["help", "run"])
+            #expect(help.output.contains("default: 127.0.0.1"), "\(help.output.suffix(3000))")
+            let worker = try f.startWorker("h")
+            defer {
+                worker.signal(SIGTERM)
+                _ = worker.wait()
+            }
+            let port = try await f.metricsPort(worker)
+            // 40 idle connections: the first 32 are held, the rest are closed at once.
+            let script = """
+                import socket, time
+                held = []
+                for _ in range(40):
+                    s = socket.create_connection(("127.0.0.1", \(port)), timeout=5)
+                    held.append(s)
+                time.sleep(0.5)
+                closed = 0
+                for s in held:
+                    s.settimeout(0.2)
+                    try:
+                        if s.recv(1) == b"":
+                            closed += 1
+                    except socket.timeout:
+                        pass
+                print(closed)
+                """
+            let result = try ChildProcess.run("/usr/bin/env", ["python3", "-c", script])
+            let closed = Int(result.output.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
+            #expect(closed == 8, "connections beyond 32 are closed: \(result.output)")
+            #expect(try await f.get(worker, "/healthz").0 == 200, "answers again once they are gone")
+        }
+    }
 }

@@ -56,6 +56,7 @@ let package = Package(
                 .embedInCode("Migrations/0002_provider_tokens.sql"),
                 .embedInCode("Migrations/0003_failure_paths.sql"),
                 .embedInCode("Migrations/0004_hostile_input.sql"),
+                .embedInCode("Migrations/0005_deliver_once.sql"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -72,8 +72,12 @@ extension APNsSimulator {
                 return .error(400, "MissingChannelId")
             }
             guard Data(base64Encoded: channel) != nil else { return .error(400, "BadChannelId") }
-            guard self.state.withLock({ $0.channels[bundle]?[channel] != nil }) else {
+            guard let storage = self.state.withLock({ $0.channels[bundle]?[channel] }) else {
                 return .error(400, "ChannelNotRegistered")
+            }
+            // Apple: a channel without message storage (policy 0) takes only apns-expiration 0.
+            if storage == 0, let expiration = headers.first(name: "apns-expiration"), expiration != "0" {
+                return .error(400, "BadExpirationDate")
             }
             target = channel
         }

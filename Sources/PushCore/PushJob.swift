@@ -27,6 +27,8 @@ public struct PushJob: Sendable, Hashable {
     public var credential: String
     /// `apns-collapse-id`, if any.
     public var collapseID: String?
+    /// Send `apns-expiration: 0`: one delivery attempt, nothing stored for an offline device.
+    public var deliverOnce: Bool
     /// Not sent after this instant; `nil` for the worker's default.
     public var expiresAt: Date?
     /// Not before this instant.
@@ -60,6 +62,7 @@ public struct PushJob: Sendable, Hashable {
         environment: String = "production",
         credential: String = "default",
         collapseID: String? = nil,
+        deliverOnce: Bool = false,
         expiresAt: Date? = nil,
         runAt: Date = Date(),
         maxAttempts: Int? = nil,
@@ -83,6 +86,7 @@ public struct PushJob: Sendable, Hashable {
         self.environment = environment
         self.credential = credential
         self.collapseID = collapseID
+        self.deliverOnce = deliverOnce
         self.expiresAt = expiresAt
         self.runAt = runAt
         self.maxAttempts = maxAttempts

@@ -109,7 +109,12 @@ public enum RequestBuilder {
         var headers: [(name: String, value: String)] = [("apns-push-type", pushType.rawValue)]
         if !isBroadcast { headers.append(("apns-topic", job.topic + pushType.topicSuffix)) }
         headers.append(("apns-priority", String(priority)))
-        headers.append(("apns-expiration", String(Int64(expiry.timeIntervalSince1970.rounded(.down)))))
+        // 0: one delivery attempt, nothing stored. Asked for by deliver_once, and always for a broadcast without
+        // expires_at (no-storage channels, the default, refuse anything else with BadExpirationDate).
+        let nowOrNever = job.deliverOnce || (isBroadcast && job.expiresAt == nil)
+        headers.append(
+            ("apns-expiration", nowOrNever ? "0" : String(Int64(expiry.timeIntervalSince1970.rounded(.down))))
+        )
         if let collapse = job.collapseID { headers.append(("apns-collapse-id", collapse)) }
         headers.append(("apns-id", job.apnsID.uuidString.lowercased()))
         if let channel = job.channelID { headers.append(("apns-channel-id", channel)) }

@@ -139,7 +139,7 @@ extension JobQueue {
     /// The columns `decodeJob` reads, by name.
     static let jobColumns = """
         j.id, j.apns_id, j.topic, j.device_token, j.channel_id, j.payload::text AS payload, j.push_type, j.priority,
-        j.environment, j.credential, j.collapse_id, j.expires_at, j.run_at, j.max_attempts, j.attempts,
+        j.environment, j.credential, j.collapse_id, j.deliver_once, j.expires_at, j.run_at, j.max_attempts, j.attempts,
         j.trap_ids, j.created_at, j.first_attempt_at, j.transport_retries, now() AS db_now
         """
 
@@ -158,6 +158,7 @@ extension JobQueue {
             environment: try c["environment"].decode(String.self),
             credential: try c["credential"].decode(String.self),
             collapseID: try c["collapse_id"].decode(String?.self),
+            deliverOnce: try c["deliver_once"].decode(Bool.self),
             expiresAt: try c["expires_at"].decode(Date?.self),
             runAt: try c["run_at"].decode(Date.self),
             maxAttempts: try c["max_attempts"].decode(Int16?.self).map(Int.init),

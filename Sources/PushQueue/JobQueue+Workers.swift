@@ -137,7 +137,8 @@ extension JobQueue {
                    'CredentialsMissing', push.merge_trap_ids(trap_ids, '{MS028}'), apns_unique_id, created_at,
                    first_attempt_at, last_attempt_at, latency_ms, now(),
                    'no running worker has a signing key for credential ''' || credential || ''' (MS028): name it in a worker''s --config or APNS_* settings, then replay this job.',
-                   push.append_history(history, jsonb_build_object('outcome', 'dead', 'at', now(), 'reason', 'CredentialsMissing'))
+                   push.append_history(history, jsonb_build_object('outcome', 'dead', 'at', now(), 'reason', 'CredentialsMissing')),
+                   deliver_once
               FROM moved
             \(unescaped: Self.deadConflict)
             RETURNING id

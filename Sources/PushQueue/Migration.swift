@@ -29,5 +29,10 @@ public struct Migration: Sendable, Hashable {
             name: "0004_hostile_input.sql",
             sql: String(decoding: PackageResources._004_hostile_input_sql, as: UTF8.self)
         ),
+        Migration(
+            version: 5,
+            name: "0005_deliver_once.sql",
+            sql: String(decoding: PackageResources._005_deliver_once_sql, as: UTF8.self)
+        ),
     ]
 }

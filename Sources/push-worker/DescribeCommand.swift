@@ -21,9 +21,13 @@ struct DescribeCommand: AsyncParsableCommand {
 
     func run() async throws {
         let id = self.id
-        let job = try await self.database.withQueue { queue, _, _ -> PushJob in
-            if let details = try await queue.job(id: id) { return details.job }
-            if let letter = try await queue.deadLetter(id: id) { return letter.job }
+        let (job, isDeadLetter) = try await self.database.withQueue { queue, _, _ -> (PushJob, Bool) in
+            if let details = try await queue.job(id: id) { return (details.job, false) }
+            if var letter = try await queue.deadLetter(id: id) {
+                // The request a replay would send: a replay starts the default expiry afresh.
+                letter.job.firstAttemptAt = nil
+                return (letter.job, true)
+            }
             throw CLIError("no job \(id) in push.jobs or push.dead_jobs")
         }
         let request: APNsRequest
@@ -38,6 +42,9 @@ struct DescribeCommand: AsyncParsableCommand {
             } else {
                 print("job \(id) would not be sent: \(error.reason)\(error.trapID.map { " [\($0)]" } ?? "")")
                 print("  \(error.message)")
+                if isDeadLetter && error.reason == "Expired" {
+                    print("  a replay would die Expired again: `push-worker dead replay \(id) --expires-in 1h`")
+                }
             }
             throw ExitCode(2)
         }
@@ -67,6 +74,7 @@ struct DescribeCommand: AsyncParsableCommand {
         print(payload)
         print("")
         print("\(request.byteCount) bytes of \(request.limit) allowed")
+        if isDeadLetter { print("(job \(id) is a dead letter: this is the request a replay would send)") }
     }
 }
 

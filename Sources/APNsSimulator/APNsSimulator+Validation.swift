@@ -157,6 +157,7 @@ extension APNsSimulator {
         let jwt = String(authorization.dropFirst("bearer ".count))
         let now = self.configuration.now()
         if let cached = self.state.withLock({ $0.verifiedTokens[jwt] }) {
+            if let refused = self.state.withLock({ $0.refusedKeys[cached.keyID] }) { return .error(403, refused) }
             if now.timeIntervalSince1970 - Double(cached.issuedAt) > self.configuration.tokenMaxAge {
                 return .error(403, "ExpiredProviderToken")
             }
@@ -171,6 +172,7 @@ extension APNsSimulator {
             return .error(403, "InvalidProviderToken")
         }
         return self.state.withLock { state -> SimulatorAnswer? in
+            if let refused = state.refusedKeys[claims.keyID] { return .error(403, refused) }
             if let previous = state.latestTokenIssuedAt[claims.keyID], claims.issuedAt != previous {
                 if claims.issuedAt < previous { return .error(403, "ExpiredProviderToken") }
                 if Double(claims.issuedAt - previous) < self.configuration.minimumTokenRefresh {

@@ -126,6 +126,12 @@ public final class APNsSimulator: Sendable {
     /// Forgets the recorded requests.
     public func clearRequests() { self.state.withLock { $0.requests.removeAll() } }
 
+    /// Refuses every provider token of `keyID` with 403 `reason` (InvalidProviderToken, Forbidden, …) until
+    /// called again with `nil`: a key revoked, or not yet enabled, and then fixed.
+    public func refuseKey(_ keyID: String, reason: String?) {
+        self.state.withLock { $0.refusedKeys[keyID] = reason }
+    }
+
     /// The most streams open at once since the last ``resetStreamHighWater()``.
     public var maxConcurrentStreamsSeen: Int { self.state.withLock { $0.maxOpenStreams } }
 

@@ -28,6 +28,8 @@ struct SimulatorState {
     var seenAPNsIDs: Set<String> = []
     /// Broadcast channels per bundle id, with their message-storage policy.
     var channels: [String: [String: Int]] = [:]
+    /// Key ids whose provider tokens are refused now, with the reason (a revoked or misconfigured key).
+    var refusedKeys: [String: String] = [:]
 
     /// The behaviour for this request's token, counting the request against `failThenSucceed`-style scripts.
     mutating func behaviour(for token: String) -> SimulatorBehaviour? {

@@ -37,6 +37,11 @@ final class CredentialPauses: Sendable {
         }
     }
 
+    /// Whether `credential` is paused now (a claimed job of it is then held, not sent).
+    func isPaused(_ credential: String, now: Date = Date()) -> Bool {
+        self.pauses.withLock { $0[credential].map { $0.until > now } ?? false }
+    }
+
     /// Credentials paused right now (the claim leaves their jobs pending).
     func active(now: Date = Date()) -> [String] {
         self.pauses.withLock { pauses in pauses.filter { $0.value.until > now }.map(\.key).sorted() }

@@ -257,8 +257,13 @@ public final class PushWorkerService: Service, Sendable {
                     // The database's clock: its now() at the claim, carried forward by this process's clock.
                     let offset = (job.claimedAt ?? claimedAt).timeIntervalSince(claimedAt)
                     sends.addTask {
+                        // Not while this worker's heartbeat is stale, and not once APNs has refused the job's
+                        // credential: the jobs already claimed for it go back unsent, uncounted.
+                        let credential = job.credential
                         let mayWrite: @Sendable () -> Bool = { [weak self] in
-                            self.map { !Task.isCancelled && $0.heartbeatFresh } ?? false
+                            self.map {
+                                !Task.isCancelled && $0.heartbeatFresh && !$0.pauses.isPaused(credential)
+                            } ?? false
                         }
                         let (outcome, decided) = await self.processor.process(
                             job,

@@ -101,6 +101,13 @@ struct RunCommand: AsyncParsableCommand {
         )
     ) var credentialWait: HumanDuration = HumanDuration(argument: "10m")!
     @Option(
+        name: .customLong("credential-pause"),
+        help: ArgumentHelp(
+            "How long a credential APNs refused (InvalidProviderToken, Forbidden, …) is paused before its jobs are tried again; doubles while it keeps being refused, up to 10m.",
+            valueName: "duration"
+        )
+    ) var credentialPause: HumanDuration = HumanDuration(argument: "30s")!
+    @Option(
         name: .customLong("transport-budget"),
         help:
             "Unknown outcomes (connection lost mid-request, stream reset, deadline) a job may have before it is dead-lettered; they never use the job's attempts."
@@ -219,6 +226,7 @@ struct RunCommand: AsyncParsableCommand {
         )
         configuration.credentialWait = self.credentialWait.duration
         configuration.apnsIDMemory = self.apnsIDMemory.duration
+        configuration.credentialPause = self.credentialPause.duration
         configuration.transportBudget = self.transportBudget
         let listener = JobNotificationListener(configuration: try url.connectionConfiguration(), logger: logger)
         let notifier = ServiceManagerNotifier()

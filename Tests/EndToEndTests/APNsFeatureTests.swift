@@ -93,4 +93,86 @@ struct APNsFeatureTests {
             #expect(expired.status == 2 && expired.output.contains("--expires-in"), "\(expired.output)")
         }
     }
+
+    @Test(
+        "a key APNs refuses: its claimed jobs are held unsent and uncounted, other credentials keep sending, one log line per pause, sending resumes once the key is accepted"
+    )
+    func refusedKeyIsHeld() async throws {
+        let second = try SimulatorCredentials.generate(
+            in: FileManager.default.temporaryDirectory.appendingPathComponent("cred-b-\(UUID().uuidString)").path,
+            teamID: "TEAMBBBBBB",
+            keyID: "KEYBBBBBBB"
+        )
+        try await DaemonFixture.run(simulator: { $0.keys[second.keyID] = second.trustedKey }) { f in
+            let config = f.directory + "/config.json"
+            try """
+            {"credentials": {
+              "default": {"team_id": "\(f.credentials.teamID)", "key_id": "\(f.credentials.keyID)", "key_path": "\(f.keyPath)"},
+              "brand-b": {"team_id": "\(second.teamID)", "key_id": "\(second.keyID)", "key_path": "\(second.keyPath)"}
+            }}
+            """.write(toFile: config, atomically: true, encoding: .utf8)
+            f.simulator.refuseKey(f.credentials.keyID, reason: "InvalidProviderToken")
+            try await f.db.execute(
+                """
+                INSERT INTO push.jobs (topic, device_token, payload, credential)
+                SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{}}', 'default' FROM generate_series(1, 60) g
+                """
+            )
+            try await f.db.execute(
+                """
+                INSERT INTO push.jobs (topic, device_token, payload, credential)
+                SELECT 'com.example.app', lpad(to_hex(g), 64, 'b'), '{"aps":{}}', 'brand-b' FROM generate_series(1, 20) g
+                """
+            )
+            let worker = try ChildProcess.start(
+                DaemonFixture.binary,
+                [
+                    "run", "--worker-id", "keys", "--config", config, "--apns-endpoint",
+                    "https://localhost:\(f.simulator.port)", "--apns-ca-file", f.caFile, "--poll-interval-ms", "200",
+                    "--no-metrics", "--log-level", "info", "--credential-pause", "3s",
+                ],
+                environment: ["DATABASE_URL": f.db.url.connectionString],
+                outputPath: f.directory + "/keys.log"
+            )
+            defer {
+                worker.signal(SIGTERM)
+                _ = worker.wait()
+            }
+            try await f.waitUntil(.seconds(30), "the other credential's jobs delivered") {
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.jobs WHERE credential = 'brand-b' AND state = 'delivered'"
+                )
+                    == 20
+            }
+            func refused() -> Int {
+                // Only the refused key is answered 403 (its tokens never verify, so no key id is recorded).
+                f.simulator.requests.filter { $0.status == 403 && $0.reason == "InvalidProviderToken" }.count
+            }
+            let pauses = worker.output.components(separatedBy: "APNs refused credential 'default'").count - 1
+            #expect(
+                pauses >= 1 && refused() <= 2 * pauses + 2,
+                "\(refused()) refusals for \(pauses) pauses, not one per job"
+            )
+            #expect(
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.jobs WHERE credential = 'default' AND (state = 'delivered' OR attempts > 1)"
+                ) == 0,
+                "held, not sent, no attempt burnt"
+            )
+            // The key is fixed: the held jobs go out by themselves within a pause or two.
+            f.simulator.refuseKey(f.credentials.keyID, reason: nil)
+            try await f.waitUntil(.seconds(30), "the held jobs delivered once the key is accepted") {
+                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == 80
+            }
+            let finalPauses = worker.output.components(separatedBy: "APNs refused credential 'default'").count - 1
+            #expect(
+                refused() <= 2 * finalPauses + 2,
+                "\(refused()) refusals in all for \(finalPauses) pauses: \(worker.output.suffix(1500))"
+            )
+            #expect(
+                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE credential = 'default' AND attempts > 2")
+                    == 0
+            )
+        }
+    }
 }

@@ -31,6 +31,18 @@ extension APNsSimulator {
                 headers: [("content-type", "application/json")],
                 body: data
             )
+        case ("GET", "channels"):
+            guard let id = headers.first(name: "apns-channel-id") else { return .error(400, "MissingChannelId") }
+            guard let policy = self.state.withLock({ $0.channels[bundle]?[id] }) else {
+                return .error(404, "ChannelNotRegistered")
+            }
+            let body = Array(#"{"message-storage-policy":\#(policy),"push-type":"LiveActivity"}"#.utf8)
+            return SimulatorAnswer(
+                status: 200,
+                reason: nil,
+                headers: [("content-type", "application/json")],
+                body: body
+            )
         case ("DELETE", "channels"):
             guard let id = headers.first(name: "apns-channel-id") else { return .error(400, "MissingChannelId") }
             let removed = self.state.withLock { $0.channels[bundle]?.removeValue(forKey: id) != nil }

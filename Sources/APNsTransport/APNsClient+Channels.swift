@@ -63,6 +63,29 @@ extension APNsClient {
         return object?["channels"] as? [String] ?? []
     }
 
+    /// One channel's configuration: its message-storage policy (`GET /1/apps/<bundle>/channels` with
+    /// `apns-channel-id`, Apple's "read channel" request).
+    public func channelStorage(
+        _ channelID: String,
+        bundleID: String,
+        environment: APNsEnvironment,
+        credential: String
+    ) async throws -> MessageStoragePolicy {
+        let response = try await self.channelRequest(
+            "GET",
+            "/1/apps/\(bundleID)/channels",
+            environment: environment,
+            credential: credential,
+            headers: [("apns-channel-id", channelID)]
+        )
+        guard response.status == 200 else { throw Self.channelError(response) }
+        let object = try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any]
+        guard let raw = (object?["message-storage-policy"] as? NSNumber)?.intValue,
+            let policy = MessageStoragePolicy(rawValue: raw)
+        else { throw ChannelManagementError(status: response.status, reason: "UnreadableChannel", trapID: nil) }
+        return policy
+    }
+
     /// Deletes a channel.
     public func deleteChannel(
         _ channelID: String,

@@ -8,7 +8,7 @@ struct ChannelsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "channels",
         abstract: "iOS 18 broadcast channel management (create, list, delete).",
-        subcommands: [Create.self, List.self, Delete.self]
+        subcommands: [Create.self, List.self, Show.self, Delete.self]
     )
 
     enum Storage: String, ExpressibleByArgument, CaseIterable {
@@ -20,6 +20,8 @@ struct ChannelsCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Create a channel and print its id.")
         @OptionGroup var apns: APNsOptions
         @OptionGroup var database: DatabaseOptions
+        @Option(help: "The credential (signing key) whose team owns the channels: a name from --config, or default.")
+        var credential: String = "default"
         @Option(name: .customLong("bundle-id"), help: "The app's bundle id.") var bundleID: String
         @Option(
             help: "Message storage: none (only connected devices get updates; send with expiration 0) or most-recent."
@@ -28,12 +30,12 @@ struct ChannelsCommand: AsyncParsableCommand {
 
         func run() async throws {
             let environment = try self.apns.environment
-            let (bundleID, storage) = (self.bundleID, self.storage)
+            let (bundleID, storage, credential) = (self.bundleID, self.storage, self.credential)
             let id = try await ChannelsCommand.withAPNsClient(self.apns, self.database) { client in
                 try await client.createChannel(
                     bundleID: bundleID,
                     environment: environment,
-                    credential: "default",
+                    credential: credential,
                     storage: storage == .none ? .noStorage : .mostRecentMessageStored
                 )
             }
@@ -45,14 +47,16 @@ struct ChannelsCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List the channel ids of a bundle.")
         @OptionGroup var apns: APNsOptions
         @OptionGroup var database: DatabaseOptions
+        @Option(help: "The credential (signing key) whose team owns the channels: a name from --config, or default.")
+        var credential: String = "default"
         @Option(name: .customLong("bundle-id"), help: "The app's bundle id.") var bundleID: String
         @Flag(help: "Print the result as JSON.") var json = false
 
         func run() async throws {
             let environment = try self.apns.environment
-            let bundleID = self.bundleID
+            let (bundleID, credential) = (self.bundleID, self.credential)
             let ids = try await ChannelsCommand.withAPNsClient(self.apns, self.database) { client in
-                try await client.listChannels(bundleID: bundleID, environment: environment, credential: "default")
+                try await client.listChannels(bundleID: bundleID, environment: environment, credential: credential)
             }
             if self.json {
                 printJSON(ids)
@@ -64,22 +68,56 @@ struct ChannelsCommand: AsyncParsableCommand {
         }
     }
 
+    struct Show: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show one channel: its message-storage policy.")
+        @OptionGroup var apns: APNsOptions
+        @OptionGroup var database: DatabaseOptions
+        @Option(help: "The credential (signing key) whose team owns the channels: a name from --config, or default.")
+        var credential: String = "default"
+        @Option(name: .customLong("bundle-id"), help: "The app's bundle id.") var bundleID: String
+        @Argument(help: "The channel id (base64).") var channelID: String
+        @Flag(help: "Print the result as JSON.") var json = false
+
+        func run() async throws {
+            let environment = try self.apns.environment
+            let (bundleID, channelID, credential) = (self.bundleID, self.channelID, self.credential)
+            let storage = try await ChannelsCommand.withAPNsClient(self.apns, self.database) { client in
+                try await client.channelStorage(
+                    channelID,
+                    bundleID: bundleID,
+                    environment: environment,
+                    credential: credential
+                )
+            }
+            let name = storage == .noStorage ? "none" : "most-recent"
+            if self.json {
+                printJSON(["channel_id": channelID, "storage": name])
+            } else {
+                print(
+                    "channel \(channelID)  storage \(name)\(storage == .noStorage ? " (broadcasts must carry apns-expiration 0)" : "")"
+                )
+            }
+        }
+    }
+
     struct Delete: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Delete a channel.")
         @OptionGroup var apns: APNsOptions
         @OptionGroup var database: DatabaseOptions
+        @Option(help: "The credential (signing key) whose team owns the channels: a name from --config, or default.")
+        var credential: String = "default"
         @Option(name: .customLong("bundle-id"), help: "The app's bundle id.") var bundleID: String
         @Argument(help: "The channel id (base64).") var channelID: String
 
         func run() async throws {
             let environment = try self.apns.environment
-            let (bundleID, channelID) = (self.bundleID, self.channelID)
+            let (bundleID, channelID, credential) = (self.bundleID, self.channelID, self.credential)
             try await ChannelsCommand.withAPNsClient(self.apns, self.database) { client in
                 try await client.deleteChannel(
                     channelID,
                     bundleID: bundleID,
                     environment: environment,
-                    credential: "default"
+                    credential: credential
                 )
             }
             print("deleted \(self.channelID)")

@@ -175,4 +175,36 @@ struct APNsFeatureTests {
             )
         }
     }
+
+    @Test("channels: create, list, show and delete with --credential, through the CLI, signed by the right key")
+    func channelsCLI() async throws {
+        let second = try SimulatorCredentials.generate(
+            in: FileManager.default.temporaryDirectory.appendingPathComponent("cred-c-\(UUID().uuidString)").path,
+            teamID: "TEAMCCCCCC",
+            keyID: "KEYCCCCCCC"
+        )
+        try await DaemonFixture.run(simulator: { $0.keys[second.keyID] = second.trustedKey }) { f in
+            let config = f.directory + "/config.json"
+            try """
+            {"credentials": {"brand-c": {"team_id": "\(second.teamID)", "key_id": "\(second.keyID)", "key_path": "\(second.keyPath)"}}}
+            """.write(toFile: config, atomically: true, encoding: .utf8)
+            let common = [
+                "--bundle-id", "com.example.app", "--apns-endpoint", "https://localhost:\(f.simulator.port)",
+                "--apns-ca-file", f.caFile, "--config", config, "--credential", "brand-c",
+            ]
+            let created = try f.cli(["channels", "create", "--storage", "most-recent"] + common)
+            #expect(created.status == 0, "\(created.output)")
+            let id = created.output.trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(f.simulator.requests.last?.tokenKeyID == second.keyID, "signed by brand-c's key")
+            #expect(try f.cli(["channels", "list"] + common).output.contains(id))
+            let shown = try f.cli(["channels", "show", id, "--json"] + common)
+            #expect(shown.status == 0 && shown.output.contains("most-recent"), "\(shown.output)")
+            let deleted = try f.cli(["channels", "delete", id] + common)
+            #expect(deleted.status == 0 && deleted.output.contains("deleted"), "\(deleted.output)")
+            let gone = try f.cli(["channels", "show", id] + common)
+            #expect(gone.status != 0 && gone.output.contains("ChannelNotRegistered"), "\(gone.output)")
+            let unknown = try f.cli(["channels", "list", "--credential", "nobody"] + Array(common.dropLast(2)))
+            #expect(unknown.status != 0 && unknown.output.contains("nobody"), "\(unknown.output)")
+        }
+    }
 }

@@ -139,28 +139,20 @@ extension JobQueue {
     @discardableResult
     public func purgeDeadLetters(olderThan age: Duration, batchSize: Int = 5_000) async throws -> Int {
         let seconds = Double(age.components.seconds)
-        var total = 0
-        while true {
-            var deleted = 0
-            for try await _ in try await self.client.query(
-                """
-                WITH gone AS (
-                    DELETE FROM push.dead_jobs WHERE id IN (
-                        SELECT id FROM push.dead_jobs WHERE dead_at < now() - make_interval(secs => \(seconds))
-                         LIMIT \(Int64(batchSize)) FOR UPDATE SKIP LOCKED)
-                    RETURNING id, apns_id
-                ), retired AS (
-                    INSERT INTO push.retired_apns_ids (apns_id) SELECT apns_id FROM gone ON CONFLICT DO NOTHING
-                )
-                SELECT id FROM gone
-                """,
-                logger: self.logger
-            ) {
-                deleted += 1
-            }
-            total += deleted
-            if deleted < batchSize { return total }
-        }
+        return try await self.deleteInBatches(
+            of: batchSize,
+            """
+            WITH gone AS (
+                DELETE FROM push.dead_jobs WHERE id IN (
+                    SELECT id FROM push.dead_jobs WHERE dead_at < now() - make_interval(secs => \(seconds))
+                     LIMIT \(Int64(batchSize)) FOR UPDATE SKIP LOCKED)
+                RETURNING id, apns_id
+            ), retired AS (
+                INSERT INTO push.retired_apns_ids (apns_id) SELECT apns_id FROM gone ON CONFLICT DO NOTHING
+            )
+            SELECT id FROM gone
+            """
+        )
     }
 
     /// Appends the binds of `filter` and returns the SQL condition over alias `j` that uses them.

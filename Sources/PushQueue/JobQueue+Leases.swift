@@ -56,31 +56,23 @@ extension JobQueue {
     @discardableResult
     public func pruneDelivered(olderThan retention: Duration, batchSize: Int = 5_000) async throws -> Int {
         let seconds = Double(retention.components.seconds)
-        var total = 0
-        while true {
-            var deleted = 0
-            for try await _ in try await self.client.query(
-                """
-                WITH gone AS (
-                    DELETE FROM push.jobs WHERE id IN (
-                        SELECT id FROM push.jobs
-                         WHERE state = 'delivered' AND delivered_at < now() - make_interval(secs => \(seconds))
-                         LIMIT \(Int64(batchSize))
-                         FOR UPDATE SKIP LOCKED)
-                    RETURNING id, apns_id
-                ), retired AS (
-                    -- The apns_id stays spent: an outbox retry of this job is skipped, not sent again.
-                    INSERT INTO push.retired_apns_ids (apns_id) SELECT apns_id FROM gone ON CONFLICT DO NOTHING
-                )
-                SELECT id FROM gone
-                """,
-                logger: self.logger
-            ) {
-                deleted += 1
-            }
-            total += deleted
-            if deleted < batchSize { return total }
-        }
+        return try await self.deleteInBatches(
+            of: batchSize,
+            """
+            WITH gone AS (
+                DELETE FROM push.jobs WHERE id IN (
+                    SELECT id FROM push.jobs
+                     WHERE state = 'delivered' AND delivered_at < now() - make_interval(secs => \(seconds))
+                     LIMIT \(Int64(batchSize))
+                     FOR UPDATE SKIP LOCKED)
+                RETURNING id, apns_id
+            ), retired AS (
+                -- The apns_id stays spent: an outbox retry of this job is skipped, not sent again.
+                INSERT INTO push.retired_apns_ids (apns_id) SELECT apns_id FROM gone ON CONFLICT DO NOTHING
+            )
+            SELECT id FROM gone
+            """
+        )
     }
 
     /// Forgets the apns_ids of jobs pruned or purged more than `age` ago: an INSERT reusing one is then a
@@ -90,24 +82,28 @@ extension JobQueue {
     @discardableResult
     public func forgetRetiredAPNsIDs(olderThan age: Duration, batchSize: Int = 5_000) async throws -> Int {
         let seconds = Double(age.components.seconds)
+        return try await self.deleteInBatches(
+            of: batchSize,
+            """
+            DELETE FROM push.retired_apns_ids WHERE apns_id IN (
+                SELECT apns_id FROM push.retired_apns_ids
+                 WHERE retired_at < now() - make_interval(secs => \(seconds))
+                 LIMIT \(Int64(batchSize)) FOR UPDATE SKIP LOCKED)
+            RETURNING 1
+            """
+        )
+    }
+
+    /// Runs `statement` (a DELETE of at most `batchSize` rows, `SKIP LOCKED`, returning one row per row
+    /// deleted) until a run deletes fewer: no statement holds many locks, and workers pruning at the same
+    /// moment share the work. Returns how many rows were deleted in all.
+    func deleteInBatches(of batchSize: Int, _ statement: PostgresQuery) async throws -> Int {
         var total = 0
         while true {
-            // Bounded batches, SKIP LOCKED: workers pruning at the same moment share the work.
-            var forgotten = 0
-            for try await _ in try await self.client.query(
-                """
-                DELETE FROM push.retired_apns_ids WHERE apns_id IN (
-                    SELECT apns_id FROM push.retired_apns_ids
-                     WHERE retired_at < now() - make_interval(secs => \(seconds))
-                     LIMIT \(Int64(batchSize)) FOR UPDATE SKIP LOCKED)
-                RETURNING 1
-                """,
-                logger: self.logger
-            ) {
-                forgotten += 1
-            }
-            total += forgotten
-            if forgotten < batchSize { return total }
+            var deleted = 0
+            for try await _ in try await self.client.query(statement, logger: self.logger) { deleted += 1 }
+            total += deleted
+            if deleted < batchSize { return total }
         }
     }
 }

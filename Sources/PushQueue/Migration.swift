@@ -9,30 +9,14 @@ public struct Migration: Sendable, Hashable {
 
     /// Every migration this build knows, in order.
     public static let all: [Migration] = [
-        Migration(
-            version: 1,
-            name: "0001_schema.sql",
-            sql: String(decoding: PackageResources._001_schema_sql, as: UTF8.self)
-        ),
-        Migration(
-            version: 2,
-            name: "0002_provider_tokens.sql",
-            sql: String(decoding: PackageResources._002_provider_tokens_sql, as: UTF8.self)
-        ),
-        Migration(
-            version: 3,
-            name: "0003_failure_paths.sql",
-            sql: String(decoding: PackageResources._003_failure_paths_sql, as: UTF8.self)
-        ),
-        Migration(
-            version: 4,
-            name: "0004_hostile_input.sql",
-            sql: String(decoding: PackageResources._004_hostile_input_sql, as: UTF8.self)
-        ),
-        Migration(
-            version: 5,
-            name: "0005_deliver_once.sql",
-            sql: String(decoding: PackageResources._005_deliver_once_sql, as: UTF8.self)
-        ),
+        ("0001_schema.sql", PackageResources._001_schema_sql),
+        ("0002_provider_tokens.sql", PackageResources._002_provider_tokens_sql),
+        ("0003_failure_paths.sql", PackageResources._003_failure_paths_sql),
+        ("0004_hostile_input.sql", PackageResources._004_hostile_input_sql),
+        ("0005_deliver_once.sql", PackageResources._005_deliver_once_sql),
     ]
+    .map { name, bytes in
+        // The version is the number the file name starts with.
+        Migration(version: Int(name.prefix(4))!, name: name, sql: String(decoding: bytes, as: UTF8.self))
+    }
 }

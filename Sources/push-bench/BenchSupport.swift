@@ -86,3 +86,22 @@ func withClient(
         try await body(client)
     }
 }
+
+/// Runs `body` on a fresh database named `name` on the benchmark server (DATABASE_URL, or a fresh fsync-on
+/// embedded cluster), dropped afterwards. `body` gets the URL and whether the cluster is the fresh one.
+func withBenchDatabase(
+    named name: String,
+    logger: Logger,
+    _ body: (DatabaseURL, Bool) async throws -> Void
+) async throws {
+    let (server, cluster) = try startServer(logger: logger)
+    defer { cluster?.stop() }
+    let url = server.with(database: "\(name)_\(getpid())")
+    try await withClient(server, logger: logger) { client in
+        try await client.query("CREATE DATABASE \(unescaped: url.database)", logger: logger)
+    }
+    try await body(url, cluster != nil)
+    try await withClient(server, logger: logger) { client in
+        try await client.query("DROP DATABASE IF EXISTS \(unescaped: url.database) WITH (FORCE)", logger: logger)
+    }
+}

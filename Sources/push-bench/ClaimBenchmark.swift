@@ -21,90 +21,85 @@ struct ClaimBenchmark: AsyncParsableCommand {
 
     func run() async throws {
         let logger = benchLogger()
-        let (server, cluster) = try startServer(logger: logger)
-        defer { cluster?.stop() }
-        let url = server.with(database: "push_bench_claim_\(getpid())")
-        try await withClient(server, logger: logger) { client in
-            try await client.query("CREATE DATABASE \(unescaped: url.database)", logger: logger)
-        }
-        print("database: \(url)")
-        // The worker's session settings, as `push-worker run` connects.
-        try await withClient(url, logger: logger, workerSession: true) { client in
-            try await Migrator(client: client, logger: logger).migrate()
-            let queue = JobQueue(client: client, logger: logger)
+        try await withBenchDatabase(named: "push_bench_claim", logger: logger) { url, _ in
+            print("database: \(url)")
+            // The worker's session settings, as `push-worker run` connects.
+            try await withClient(url, logger: logger, workerSession: true) { client in
+                try await Migrator(client: client, logger: logger).migrate()
+                let queue = JobQueue(client: client, logger: logger)
 
-            /// Median milliseconds of `rounds` claims, each of `batch` due priority-5 jobs inserted just before.
-            func measure(excluding: [String]) async throws -> Double {
-                var samples: [Double] = []
-                for _ in 0..<self.rounds {
-                    try await client.query(
-                        """
-                        INSERT INTO push.jobs (topic, device_token, payload, priority)
-                        SELECT 'com.example.app', lpad(to_hex(g), 64, 'c'), '{"aps":{}}', 5
-                          FROM generate_series(1, \(Int64(self.batch))) AS g
-                        """,
-                        logger: logger
-                    )
-                    let clock = ContinuousClock()
-                    let start = clock.now
-                    let claimed = try await queue.claim(
-                        limit: self.batch,
-                        workerID: "bench",
-                        lease: .seconds(60),
-                        excludingCredentials: excluding
-                    )
-                    let elapsed = clock.now - start
-                    precondition(claimed.count == self.batch, "claimed \(claimed.count)")
-                    samples.append(
-                        Double(elapsed.components.attoseconds) / 1e15 + Double(elapsed.components.seconds) * 1000
-                    )
-                    try await client.query("DELETE FROM push.jobs WHERE state = 'running'", logger: logger)
+                /// Median milliseconds of `rounds` claims, each of `batch` due priority-5 jobs inserted just before.
+                func measure(excluding: [String]) async throws -> Double {
+                    var samples: [Double] = []
+                    for _ in 0..<self.rounds {
+                        try await client.query(
+                            """
+                            INSERT INTO push.jobs (topic, device_token, payload, priority)
+                            SELECT 'com.example.app', lpad(to_hex(g), 64, 'c'), '{"aps":{}}', 5
+                              FROM generate_series(1, \(Int64(self.batch))) AS g
+                            """,
+                            logger: logger
+                        )
+                        let clock = ContinuousClock()
+                        let start = clock.now
+                        let claimed = try await queue.claim(
+                            limit: self.batch,
+                            workerID: "bench",
+                            lease: .seconds(60),
+                            excludingCredentials: excluding
+                        )
+                        let elapsed = clock.now - start
+                        precondition(claimed.count == self.batch, "claimed \(claimed.count)")
+                        samples.append(
+                            Double(elapsed.components.attoseconds) / 1e15 + Double(elapsed.components.seconds) * 1000
+                        )
+                        try await client.query("DELETE FROM push.jobs WHERE state = 'running'", logger: logger)
+                    }
+                    return samples.sorted()[samples.count / 2]
                 }
-                return samples.sorted()[samples.count / 2]
-            }
 
-            try await client.query("VACUUM ANALYZE push.jobs", logger: logger)
-            let empty = try await measure(excluding: [])
-            try await client.query(
-                """
-                INSERT INTO push.jobs (topic, device_token, payload, priority, run_at)
-                SELECT 'com.example.app', lpad(to_hex(g), 64, 'a'), '{"aps":{}}', 10, now() + interval '7 days'
-                  FROM generate_series(1, \(Int64(self.notDue))) AS g
-                """,
-                logger: logger
-            )
-            try await client.query("VACUUM ANALYZE push.jobs", logger: logger)
-            let notDue = try await measure(excluding: [])
-            try await client.query(
-                """
-                INSERT INTO push.jobs (topic, device_token, payload, priority, credential)
-                SELECT 'com.example.app', lpad(to_hex(g), 64, 'b'), '{"aps":{}}', 10, 'paused'
-                  FROM generate_series(1, \(Int64(self.paused))) AS g
-                """,
-                logger: logger
-            )
-            try await client.query("VACUUM ANALYZE push.jobs", logger: logger)
-            let withPaused = try await measure(excluding: ["paused"])
-            // After a drain: the backlogs deleted and vacuumed; the heap keeps its size, the statistics
-            // say "small", which is when a planner likes a sequential scan.
-            try await client.query("DELETE FROM push.jobs", logger: logger)
-            try await client.query("VACUUM ANALYZE push.jobs", logger: logger)
-            let drained = try await measure(excluding: [])
-            print("claim of \(self.batch), median of \(self.rounds)       ms     × empty")
-            print(String(format: "empty backlog                     %7.2f   %5.2f", empty, 1.0))
-            print(String(format: "+ %7d not due (next week)     %7.2f   %5.2f", self.notDue, notDue, notDue / empty))
-            print(
-                String(
-                    format: "+ %7d of a paused credential %7.2f   %5.2f",
-                    self.paused,
-                    withPaused,
-                    withPaused / empty
+                try await client.query("VACUUM ANALYZE push.jobs", logger: logger)
+                let empty = try await measure(excluding: [])
+                try await client.query(
+                    """
+                    INSERT INTO push.jobs (topic, device_token, payload, priority, run_at)
+                    SELECT 'com.example.app', lpad(to_hex(g), 64, 'a'), '{"aps":{}}', 10, now() + interval '7 days'
+                      FROM generate_series(1, \(Int64(self.notDue))) AS g
+                    """,
+                    logger: logger
                 )
-            )
-            print(String(format: "after draining them (bloated heap) %7.2f   %5.2f", drained, drained / empty))
-        }
-        try await withClient(server, logger: logger) { client in
-            try await client.query("DROP DATABASE IF EXISTS \(unescaped: url.database) WITH (FORCE)", logger: logger)
+                try await client.query("VACUUM ANALYZE push.jobs", logger: logger)
+                let notDue = try await measure(excluding: [])
+                try await client.query(
+                    """
+                    INSERT INTO push.jobs (topic, device_token, payload, priority, credential)
+                    SELECT 'com.example.app', lpad(to_hex(g), 64, 'b'), '{"aps":{}}', 10, 'paused'
+                      FROM generate_series(1, \(Int64(self.paused))) AS g
+                    """,
+                    logger: logger
+                )
+                try await client.query("VACUUM ANALYZE push.jobs", logger: logger)
+                let withPaused = try await measure(excluding: ["paused"])
+                // After a drain: the backlogs deleted and vacuumed; the heap keeps its size, the statistics
+                // say "small", which is when a planner likes a sequential scan.
+                try await client.query("DELETE FROM push.jobs", logger: logger)
+                try await client.query("VACUUM ANALYZE push.jobs", logger: logger)
+                let drained = try await measure(excluding: [])
+                print("claim of \(self.batch), median of \(self.rounds)       ms     × empty")
+                print(String(format: "empty backlog                     %7.2f   %5.2f", empty, 1.0))
+                print(
+                    String(format: "+ %7d not due (next week)     %7.2f   %5.2f", self.notDue, notDue, notDue / empty)
+                )
+                print(
+                    String(
+                        format: "+ %7d of a paused credential %7.2f   %5.2f",
+                        self.paused,
+                        withPaused,
+                        withPaused / empty
+                    )
+                )
+                print(String(format: "after draining them (bloated heap) %7.2f   %5.2f", drained, drained / empty))
+            }
         }
     }
 }

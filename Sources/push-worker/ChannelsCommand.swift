@@ -2,6 +2,7 @@ import APNsTransport
 import ArgumentParser
 import Foundation
 import Logging
+import PushCore
 import PushQueue
 
 struct ChannelsCommand: AsyncParsableCommand {
@@ -18,25 +19,20 @@ struct ChannelsCommand: AsyncParsableCommand {
 
     struct Create: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Create a channel and print its id.")
-        @OptionGroup var apns: APNsOptions
-        @OptionGroup var database: DatabaseOptions
-        @Option(help: "The credential (signing key) whose team owns the channels: a name from --config, or default.")
-        var credential: String = "default"
-        @Option(name: .customLong("bundle-id"), help: "The app's bundle id.") var bundleID: String
+        @OptionGroup var target: ChannelTarget
         @Option(
             help: "Message storage: none (only connected devices get updates; send with expiration 0) or most-recent."
         ) var storage: Storage = .none
         @Flag(help: "Print the result as JSON.") var json = false
 
         func run() async throws {
-            let environment = try self.apns.environment
-            let (bundleID, storage, credential) = (self.bundleID, self.storage, self.credential)
-            let id = try await ChannelsCommand.withAPNsClient(self.apns, self.database) { client in
+            let storage: APNsClient.MessageStoragePolicy = self.storage == .none ? .noStorage : .mostRecentMessageStored
+            let id = try await self.target.run { client, scope in
                 try await client.createChannel(
-                    bundleID: bundleID,
-                    environment: environment,
-                    credential: credential,
-                    storage: storage == .none ? .noStorage : .mostRecentMessageStored
+                    bundleID: scope.bundleID,
+                    environment: scope.environment,
+                    credential: scope.credential,
+                    storage: storage
                 )
             }
             if self.json { printJSON(["channel_id": id]) } else { print(id) }
@@ -45,18 +41,16 @@ struct ChannelsCommand: AsyncParsableCommand {
 
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List the channel ids of a bundle.")
-        @OptionGroup var apns: APNsOptions
-        @OptionGroup var database: DatabaseOptions
-        @Option(help: "The credential (signing key) whose team owns the channels: a name from --config, or default.")
-        var credential: String = "default"
-        @Option(name: .customLong("bundle-id"), help: "The app's bundle id.") var bundleID: String
+        @OptionGroup var target: ChannelTarget
         @Flag(help: "Print the result as JSON.") var json = false
 
         func run() async throws {
-            let environment = try self.apns.environment
-            let (bundleID, credential) = (self.bundleID, self.credential)
-            let ids = try await ChannelsCommand.withAPNsClient(self.apns, self.database) { client in
-                try await client.listChannels(bundleID: bundleID, environment: environment, credential: credential)
+            let ids = try await self.target.run { client, scope in
+                try await client.listChannels(
+                    bundleID: scope.bundleID,
+                    environment: scope.environment,
+                    credential: scope.credential
+                )
             }
             if self.json {
                 printJSON(ids)
@@ -70,23 +64,18 @@ struct ChannelsCommand: AsyncParsableCommand {
 
     struct Show: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Show one channel: its message-storage policy.")
-        @OptionGroup var apns: APNsOptions
-        @OptionGroup var database: DatabaseOptions
-        @Option(help: "The credential (signing key) whose team owns the channels: a name from --config, or default.")
-        var credential: String = "default"
-        @Option(name: .customLong("bundle-id"), help: "The app's bundle id.") var bundleID: String
+        @OptionGroup var target: ChannelTarget
         @Argument(help: "The channel id (base64).") var channelID: String
         @Flag(help: "Print the result as JSON.") var json = false
 
         func run() async throws {
-            let environment = try self.apns.environment
-            let (bundleID, channelID, credential) = (self.bundleID, self.channelID, self.credential)
-            let storage = try await ChannelsCommand.withAPNsClient(self.apns, self.database) { client in
+            let channelID = self.channelID
+            let storage = try await self.target.run { client, scope in
                 try await client.channelStorage(
                     channelID,
-                    bundleID: bundleID,
-                    environment: environment,
-                    credential: credential
+                    bundleID: scope.bundleID,
+                    environment: scope.environment,
+                    credential: scope.credential
                 )
             }
             let name = storage == .noStorage ? "none" : "most-recent"
@@ -102,25 +91,45 @@ struct ChannelsCommand: AsyncParsableCommand {
 
     struct Delete: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Delete a channel.")
-        @OptionGroup var apns: APNsOptions
-        @OptionGroup var database: DatabaseOptions
-        @Option(help: "The credential (signing key) whose team owns the channels: a name from --config, or default.")
-        var credential: String = "default"
-        @Option(name: .customLong("bundle-id"), help: "The app's bundle id.") var bundleID: String
+        @OptionGroup var target: ChannelTarget
         @Argument(help: "The channel id (base64).") var channelID: String
 
         func run() async throws {
-            let environment = try self.apns.environment
-            let (bundleID, channelID, credential) = (self.bundleID, self.channelID, self.credential)
-            try await ChannelsCommand.withAPNsClient(self.apns, self.database) { client in
+            let channelID = self.channelID
+            try await self.target.run { client, scope in
                 try await client.deleteChannel(
                     channelID,
-                    bundleID: bundleID,
-                    environment: environment,
-                    credential: credential
+                    bundleID: scope.bundleID,
+                    environment: scope.environment,
+                    credential: scope.credential
                 )
             }
-            print("deleted \(self.channelID)")
+            print("deleted \(channelID)")
+        }
+    }
+}
+
+/// What every `channels` verb names: the bundle, the credential that owns its channels, and where APNs
+/// and the database are.
+struct ChannelTarget: ParsableArguments {
+    @OptionGroup var apns: APNsOptions
+    @OptionGroup var database: DatabaseOptions
+    @Option(help: "The credential (signing key) whose team owns the channels: a name from --config, or default.")
+    var credential: String = "default"
+    @Option(name: .customLong("bundle-id"), help: "The app's bundle id.") var bundleID: String
+
+    /// The request's bundle, environment and credential.
+    struct Scope: Sendable {
+        var bundleID: String
+        var environment: APNsEnvironment
+        var credential: String
+    }
+
+    /// Runs `body` with a client for this target (see ``ChannelsCommand/withAPNsClient(_:_:_:)``).
+    func run<T: Sendable>(_ body: @escaping @Sendable (APNsClient, Scope) async throws -> T) async throws -> T {
+        let scope = Scope(bundleID: self.bundleID, environment: try self.apns.environment, credential: self.credential)
+        return try await ChannelsCommand.withAPNsClient(self.apns, self.database) { client in
+            try await body(client, scope)
         }
     }
 }

@@ -173,6 +173,7 @@ struct APNsFeatureTests {
                 try await f.db.int64("SELECT count(*) FROM push.jobs WHERE credential = 'default' AND attempts > 2")
                     == 0
             )
+            try await FaultTests.assertInvariants(f, jobs: 80, diedWorkers: [])
         }
     }
 

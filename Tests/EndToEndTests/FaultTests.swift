@@ -196,12 +196,14 @@ struct FaultTests {
         _ f: DaemonFixture,
         jobs count: Int,
         diedWorkers: Set<String>,
+        rejectedBeforeSend: Bool = false,
         seed: UInt64? = nil
     ) async throws -> String {
         try await Invariants.assert(
             simulator: f.simulator,
             jobs: count,
             diedWorkers: diedWorkers,
+            rejectedBeforeSend: rejectedBeforeSend,
             context: seed.map { "seed \($0)" } ?? "",
             count: { try await f.db.int64(PostgresQuery(unsafeSQL: $0)) },
             texts: { try await f.db.client.query(PostgresQuery(unsafeSQL: $0)).decode(String.self).collect() }

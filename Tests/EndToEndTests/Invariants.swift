@@ -13,6 +13,7 @@ enum Invariants {
         simulator: APNsSimulator,
         jobs total: Int,
         diedWorkers: Set<String>,
+        rejectedBeforeSend: Bool = false,
         context: String = "",
         count: (String) async throws -> Int64,
         texts: (String) async throws -> [String]
@@ -27,7 +28,8 @@ enum Invariants {
         let unexplained = try await count(
             """
             SELECT count(*) FROM push.dead_jobs
-             WHERE NOT (status BETWEEN 400 AND 599 OR error LIKE '%budget%' OR error LIKE 'gave up after%')
+             WHERE NOT (status BETWEEN 400 AND 599 OR error LIKE '%budget%' OR error LIKE 'gave up after%'
+                        OR (\(rejectedBeforeSend) AND status IS NULL AND error <> ''))
             """
         )
         #expect(unexplained == 0, "every dead letter has an APNs-given reason or names its exhausted budget \(context)")

@@ -239,6 +239,14 @@ struct ProducerPropertyTests {
                 "SELECT count(*) FROM push.dead_jobs WHERE id = ANY ('\(unescaped: ids)'::bigint[])"
             )
             #expect(delivered + dead == Int64(inserted.count), "every inserted row delivered or dead")
+            // Hostile rows die before a request (pre-send rejections): a sentence, no APNs status.
+            try await FaultTests.assertInvariants(
+                f,
+                jobs: inserted.count,
+                diedWorkers: [],
+                rejectedBeforeSend: true,
+                seed: seed
+            )
             #expect(
                 try await f.db.int64("SELECT count(*) FROM push.dead_jobs WHERE error = '' OR reason = ''") == 0,
                 "every dead letter has a reason and a sentence"

@@ -57,6 +57,7 @@ let package = Package(
                 .embedInCode("Migrations/0003_failure_paths.sql"),
                 .embedInCode("Migrations/0004_hostile_input.sql"),
                 .embedInCode("Migrations/0005_deliver_once.sql"),
+                .embedInCode("Migrations/0006_flow_control.sql"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -84,6 +85,8 @@ let package = Package(
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
@@ -178,6 +181,7 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),

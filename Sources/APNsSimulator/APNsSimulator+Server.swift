@@ -14,6 +14,11 @@ extension APNsSimulator {
         )
         tls.applicationProtocols = ["h2"]
         tls.minimumTLSVersion = .tlsv12
+        // Certificate-based trust: a client may present a provider certificate issued by this simulator's CA
+        // (``APNsSimulator/issueProviderCertificate(bundleID:kind:validFor:)``); one from another CA fails the
+        // handshake, as Apple's does.
+        tls.certificateVerification = .optionalVerification
+        tls.trustRoots = .certificates([self.certificates.caCertificate])
         let sslContext = try NIOSSLContext(configuration: tls)
         let initialStreams = self.configuration.fastMode ? self.configuration.authenticatedMaxStreams : 1
         return try await ServerBootstrap(group: group)
@@ -60,7 +65,12 @@ extension APNsSimulator {
             state.connections[state.connectionCount] = connection.channel
             return state.connectionCount
         }
-        defer { self.state.withLock { _ = $0.connections.removeValue(forKey: id) } }
+        defer {
+            self.state.withLock {
+                _ = $0.connections.removeValue(forKey: id)
+                _ = $0.clientCertificates.removeValue(forKey: id)
+            }
+        }
         await withDiscardingTaskGroup { group in
             do {
                 for try await stream in connection.multiplexer.inbound {

@@ -78,14 +78,16 @@ extension APNsSimulator {
                     answer = SimulatorAnswer(
                         status: 200,
                         reason: nil,
-                        headers: headers.first(name: "apns-id").map { [("apns-id", $0)] } ?? []
+                        headers: headers.notificationIDHeader.map { [$0] } ?? []
                     )
                 } else {
+                    let certificate = await self.providerCertificate(connectionID: connectionID, connection: connection)
                     answer = self.answer(
                         headers: headers,
                         body: body,
                         connectionID: connectionID,
-                        connection: connection
+                        connection: connection,
+                        certificate: certificate
                     )
                 }
                 if self.configuration.recordRequests {
@@ -116,7 +118,7 @@ extension APNsSimulator {
                             .data(.init(data: .byteBuffer(ByteBuffer(bytes: answer.body)), endStream: true))
                         )
                     }
-                    if answer.status == 200, let id = headers.first(name: "apns-id") {
+                    if answer.status == 200, let id = headers.notificationIDHeader?.value {
                         self.state.withLock {
                             $0.faults.okAnswers[id.lowercased(), default: 0] += 1
                             $0.faults.okAnswerConnections[id.lowercased(), default: []].append(connectionID)
@@ -165,6 +167,7 @@ extension APNsSimulator {
             hadAuthorization: jwt != nil,
             tokenIssuedAt: claims?.issuedAt,
             tokenKeyID: claims?.keyID,
+            certificateTopic: self.state.withLock { $0.clientCertificates[connectionID] ?? nil }?.topic,
             body: body,
             receivedAt: Date(),
             status: answer.action == .respond ? answer.status : 0,
@@ -213,7 +216,7 @@ extension APNsSimulator {
                 goAwayLast = last
                 return streamID > last ? .silent : .none
             }
-            let apnsID = headers.first(name: "apns-id")?.lowercased() ?? ""
+            let apnsID = headers.notificationIDHeader?.value.lowercased() ?? ""
             let first = state.seenAPNsIDs.insert(apnsID).inserted
             if first, plan.resetFirstAttempts > 0,
                 Double.random(in: 0..<1, using: &state.faultRandom) < plan.resetFirstAttempts
@@ -255,5 +258,15 @@ extension APNsSimulator {
             }
         }
         return action
+    }
+}
+
+extension HPACKHeaders {
+    /// The notification's id as the request carried it: `apns-id` on a device send, `apns-request-id` on a
+    /// broadcast (Apple's broadcast requests name it so, and the answer echoes it under the same name).
+    var notificationIDHeader: (name: String, value: String)? {
+        if let id = self.first(name: "apns-id") { return ("apns-id", id) }
+        if let id = self.first(name: "apns-request-id") { return ("apns-request-id", id) }
+        return nil
     }
 }

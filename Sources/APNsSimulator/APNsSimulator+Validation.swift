@@ -4,14 +4,20 @@ import NIOHPACK
 
 extension APNsSimulator {
     /// Validates a request in Apple's order and decides the answer (faithful mode).
-    func answer(headers: HPACKHeaders, body: [UInt8], connectionID: Int, connection: any Channel) -> SimulatorAnswer {
+    func answer(
+        headers: HPACKHeaders,
+        body: [UInt8],
+        connectionID: Int,
+        connection: any Channel,
+        certificate: ProviderCertificateInfo? = nil
+    ) -> SimulatorAnswer {
         let method = headers.first(name: ":method") ?? ""
         let path = headers.first(name: ":path") ?? ""
         let segments = path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
 
         // Channel management: /1/apps/<bundle>/channels, /1/apps/<bundle>/all-channels.
         if segments.count == 5, segments[1] == "1", segments[2] == "apps" {
-            if let failure = self.authenticateRequest(headers) { return failure }
+            if let failure = self.authenticateRequest(headers, certificate: certificate) { return failure }
             return self.manageChannels(
                 method: method,
                 bundle: segments[3],
@@ -25,7 +31,7 @@ extension APNsSimulator {
             segments.count == 5 && segments[1] == "4" && segments[2] == "broadcasts" && segments[3] == "apps"
         guard isDevice || isBroadcast else { return .error(404, "BadPath") }
         guard method == "POST" else { return .error(405, "MethodNotAllowed") }
-        if let failure = self.authenticateRequest(headers) { return failure }
+        if let failure = self.authenticateRequest(headers, certificate: certificate) { return failure }
 
         guard let pushTypeName = headers.first(name: "apns-push-type"),
             let pushType = AppleRules.pushTypes[pushTypeName]
@@ -47,12 +53,19 @@ extension APNsSimulator {
         if let allowed = self.configuration.allowedTopics, !allowed.contains(bundle) {
             return .error(400, "TopicDisallowed")
         }
+        // Certificate-based trust: the certificate names the one app it may push for.
+        if headers.first(name: "authorization") == nil, let certificate, certificate.topic != bundle {
+            return .error(400, "TopicDisallowed")
+        }
         if let priority = headers.first(name: "apns-priority") {
             guard let value = Int(priority), pushType.priorities.contains(value) else {
                 return .error(400, "BadPriority")
             }
         }
         if let id = headers.first(name: "apns-id"), UUID(uuidString: id) == nil { return .error(400, "BadMessageId") }
+        if let id = headers.first(name: "apns-request-id"), UUID(uuidString: id) == nil {
+            return .error(400, "BadMessageId")
+        }
         if let expiration = headers.first(name: "apns-expiration"), Int64(expiration) == nil {
             return .error(400, "BadExpirationDate")
         }
@@ -110,7 +123,14 @@ extension APNsSimulator {
     ) -> SimulatorAnswer {
         self.authenticate(connectionID: connectionID, channel: connection)
         var answer = SimulatorAnswer(status: 200, reason: nil)
-        answer.headers.append(("apns-id", headers.first(name: "apns-id") ?? UUID().uuidString.lowercased()))
+        if isDevice {
+            answer.headers.append(("apns-id", headers.first(name: "apns-id") ?? UUID().uuidString.lowercased()))
+        } else {
+            // Broadcasts: the id travels as apns-request-id, echoed (or minted when the request had none).
+            answer.headers.append(
+                ("apns-request-id", headers.first(name: "apns-request-id") ?? UUID().uuidString.lowercased())
+            )
+        }
         if isDevice && self.configuration.uniqueIDs {
             answer.headers.append(("apns-unique-id", UUID().uuidString.lowercased()))
         }
@@ -150,9 +170,17 @@ extension APNsSimulator {
 
     /// Checks the `authorization` header: present, a valid ES256 token of a known key, not older than an
     /// hour, and not a refresh sooner than the minimum interval after the key's previous token.
-    func authenticateRequest(_ headers: HPACKHeaders) -> SimulatorAnswer? {
+    func authenticateRequest(_ headers: HPACKHeaders, certificate: ProviderCertificateInfo? = nil) -> SimulatorAnswer? {
         guard let authorization = headers.first(name: "authorization"), authorization.hasPrefix("bearer ") else {
-            return .error(403, "MissingProviderToken")
+            // No provider token: certificate-based trust, if the connection presented a provider certificate.
+            guard let certificate else { return .error(403, "MissingProviderToken") }
+            if let refused = self.state.withLock({ $0.refusedCertificates[certificate.topic] }) {
+                return .error(403, refused)
+            }
+            if let environment = self.configuration.environment, !certificate.environments.contains(environment) {
+                return .error(403, "BadCertificateEnvironment")
+            }
+            return nil
         }
         let jwt = String(authorization.dropFirst("bearer ".count))
         let now = self.configuration.now()

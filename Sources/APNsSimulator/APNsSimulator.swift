@@ -56,6 +56,9 @@ public final class APNsSimulator: Sendable {
         public var tlsNames: [String] = []
         /// Faults played on every connection (GOAWAY, drops, resets, throttling), seeded.
         public var faults = FaultPlan()
+        /// The APNs environment this simulator plays for provider certificates: a certificate not issued for
+        /// it is refused with BadCertificateEnvironment. `nil` accepts both.
+        public var environment: String?
         /// The wall clock that judges provider-token age (tests move it instead of sleeping).
         public var now: @Sendable () -> Date = Date.init
 

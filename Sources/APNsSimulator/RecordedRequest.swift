@@ -18,6 +18,8 @@ public struct RecordedRequest: Sendable, Hashable {
     public var tokenIssuedAt: Int64?
     /// The JWT's `kid`, when it verified: which signing key sent the request.
     public var tokenKeyID: String?
+    /// The topic of the provider certificate the connection presented in TLS, if any (certificate-based trust).
+    public var certificateTopic: String?
     /// The body.
     public var body: [UInt8]
     /// When it arrived.

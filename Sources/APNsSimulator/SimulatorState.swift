@@ -30,6 +30,10 @@ struct SimulatorState {
     var channels: [String: [String: Int]] = [:]
     /// Key ids whose provider tokens are refused now, with the reason (a revoked or misconfigured key).
     var refusedKeys: [String: String] = [:]
+    /// Per connection: the provider certificate it presented in TLS (`nil` inside: none).
+    var clientCertificates: [Int: ProviderCertificateInfo?] = [:]
+    /// Certificate topics refused now, with the reason (BadCertificate: revoked).
+    var refusedCertificates: [String: String] = [:]
 
     /// The behaviour for this request's token, counting the request against `failThenSucceed`-style scripts.
     mutating func behaviour(for token: String) -> SimulatorBehaviour? {
@@ -47,4 +51,13 @@ struct SimulatorState {
             return script
         }
     }
+}
+
+/// What the simulator read from a provider certificate a client presented.
+struct ProviderCertificateInfo: Sendable {
+    var commonName: String
+    /// The bundle id it pushes for (UID, else the common name after `: `).
+    var topic: String
+    /// `development`, `production`, or both (Apple's universal "Apple Push Services" certificate).
+    var environments: Set<String>
 }

@@ -36,6 +36,9 @@ public final class APNsClient: Sendable {
         public var maximumReconnectBackoff: Duration
         /// Provider token lifetime rules.
         public var tokens: ProviderTokenCache.Configuration
+        /// The HTTP CONNECT proxy every connection (sends and channel management) goes through, unless its
+        /// `NO_PROXY` list names the host.
+        public var httpsProxy: HTTPSProxy?
 
         /// Defaults: Apple's hosts, 2 connections per pool, 10 s request and connect deadlines, PING after
         /// 60 s idle, reconnect backoff 1 s → 60 s.
@@ -49,7 +52,8 @@ public final class APNsClient: Sendable {
             idlePingAfter: Duration = .seconds(60),
             initialReconnectBackoff: Duration = .seconds(1),
             maximumReconnectBackoff: Duration = .seconds(60),
-            tokens: ProviderTokenCache.Configuration = .init()
+            tokens: ProviderTokenCache.Configuration = .init(),
+            httpsProxy: HTTPSProxy? = nil
         ) {
             self.endpointOverride = endpointOverride
             self.channelEndpointOverride = channelEndpointOverride
@@ -61,6 +65,7 @@ public final class APNsClient: Sendable {
             self.initialReconnectBackoff = initialReconnectBackoff
             self.maximumReconnectBackoff = maximumReconnectBackoff
             self.tokens = tokens
+            self.httpsProxy = httpsProxy
         }
     }
 
@@ -69,6 +74,10 @@ public final class APNsClient: Sendable {
     let group: any EventLoopGroup
     let logger: Logger
     let tlsContext: NIOSSLContext
+    /// Certificate credentials: each has its own TLS context carrying its client certificate.
+    let certificateContexts: [String: NIOSSLContext]
+    /// Certificate credentials: the environments each certificate is for.
+    let certificateEnvironments: [String: Set<String>]
     private let pools = Mutex<[PoolKey: ConnectionPool]>([:])
 
     struct PoolKey: Hashable {
@@ -78,6 +87,7 @@ public final class APNsClient: Sendable {
 
     /// - Parameters:
     ///   - credentials: signing keys by credential name (the job's `credential` column).
+    ///   - certificates: certificate credentials by name (TLS client auth, no provider token).
     ///   - tokenCaches: shared caches to use instead of making one per key (several clients, one token).
     ///   - group: the event loops connections run on.
     /// - Throws: ``TransportError`` (`connectFailed`) when the CA file cannot be loaded.
@@ -85,11 +95,20 @@ public final class APNsClient: Sendable {
     public init(
         configuration: Configuration,
         credentials: [String: SigningKey],
+        certificates: [String: ClientCertificate] = [:],
         tokenCaches: [String: ProviderTokenCache] = [:],
         tokenStore: (any ProviderTokenStore)? = nil,
         group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger
     ) throws {
+        if let both = Set(credentials.keys).intersection(certificates.keys).sorted().first {
+            throw TransportError(
+                code: .invalidKey,
+                mayHaveBeenProcessed: false,
+                message:
+                    "credential '\(both)' is configured both as a key and as a certificate: give each its own name"
+            )
+        }
         self.configuration = configuration
         var caches = tokenCaches
         for (name, key) in credentials where caches[name] == nil {
@@ -115,6 +134,14 @@ public final class APNsClient: Sendable {
         }
         do {
             self.tlsContext = try NIOSSLContext(configuration: tls)
+            var contexts: [String: NIOSSLContext] = [:]
+            for (name, certificate) in certificates {
+                var withCertificate = tls
+                certificate.apply(to: &withCertificate)
+                contexts[name] = try NIOSSLContext(configuration: withCertificate)
+            }
+            self.certificateContexts = contexts
+            self.certificateEnvironments = certificates.mapValues(\.environments)
         } catch {
             throw TransportError(
                 code: .connectFailed,
@@ -125,7 +152,13 @@ public final class APNsClient: Sendable {
     }
 
     /// The credentials this client has a signing key for, sorted: what its worker may claim.
-    public var credentialNames: [String] { self.tokenCaches.keys.sorted() }
+    public var credentialNames: [String] { Set(self.tokenCaches.keys).union(self.certificateContexts.keys).sorted() }
+
+    /// The environments a certificate credential's certificate is for; `nil` for a token credential (a key
+    /// serves both) or an unknown one.
+    public func certificateEnvironments(of credential: String) -> Set<String>? {
+        self.certificateEnvironments[credential]
+    }
 
     /// The token cache of a credential, if it is configured.
     public func tokenCache(for credential: String) -> ProviderTokenCache? { self.tokenCaches[credential] }
@@ -172,12 +205,13 @@ public final class APNsClient: Sendable {
         body: [UInt8],
         mayWrite: (@Sendable () -> Bool)? = nil
     ) async throws -> APNsResponse {
-        guard let cache = self.tokenCaches[credential] else {
+        let cache = self.tokenCaches[credential]
+        guard cache != nil || self.certificateContexts[credential] != nil else {
             throw TransportError(
                 code: .credentialsMissing,
                 mayHaveBeenProcessed: false,
                 message:
-                    "no APNs signing key is configured for credential '\(credential)': set APNS_KEY_ID, APNS_TEAM_ID and APNS_KEY_PATH, or name it in the config file"
+                    "no APNs signing key or certificate is configured for credential '\(credential)': set APNS_KEY_ID, APNS_TEAM_ID and APNS_KEY_PATH, or name it in the config file"
             )
         }
         let pool = self.pool(for: PoolKey(endpoint: endpoint, credential: credential))
@@ -186,23 +220,24 @@ public final class APNsClient: Sendable {
         var resends = 0
         while true {
             let connection = try await pool.connection()
-            let token = try await cache.token()
+            // A certificate credential authenticates in TLS: no provider token, no authorization header.
+            let token = try await cache?.token()
             do {
                 let response = try await connection.send(
                     method: method,
                     path: path,
                     headers: headers,
                     body: body,
-                    authorization: token.jwt,
+                    authorization: token?.jwt,
                     deadline: self.configuration.requestTimeout,
                     mayWrite: mayWrite
                 )
                 // Any answer proves the endpoint works: reconnects need no backoff.
                 pool.succeeded()
                 switch (response.status, response.reason) {
-                case (403, "ExpiredProviderToken") where !reMinted:
+                case (403, "ExpiredProviderToken") where !reMinted && token != nil:
                     reMinted = true
-                    _ = try await cache.replace(token)
+                    _ = try await cache?.replace(token!)
                     continue
                 case (403, "UnrelatedKeyIdInToken") where !reconnected:
                     reconnected = true
@@ -235,13 +270,49 @@ public final class APNsClient: Sendable {
                 endpoint: key.endpoint,
                 context: .init(
                     configuration: self.configuration,
-                    tlsContext: self.tlsContext,
+                    tlsContext: self.certificateContexts[key.credential] ?? self.tlsContext,
+                    clientCertificate: self.certificateContexts[key.credential] != nil,
                     group: self.group,
                     logger: self.logger
                 )
             )
             pools[key] = pool
             return pool
+        }
+    }
+
+    /// Opens one connection per credential to the production endpoint (the override, if set, serves every
+    /// environment), at most `timeout` in all; failures are left for the first send to report. A worker
+    /// warms up before its first claim, so jobs it claims are not held back by TCP and TLS set-up (and a
+    /// rate limit's spacing survives into the requests).
+    public func warmUp(credentials: [String], timeout: Duration) async {
+        let endpoint = self.configuration.endpointOverride ?? .apple(.production)
+        let pools = credentials.filter { self.tokenCaches[$0] != nil || self.certificateContexts[$0] != nil }.map {
+            self.pool(for: PoolKey(endpoint: endpoint, credential: $0))
+        }
+        guard !pools.isEmpty else { return }
+        // Whichever comes first: every pool connected (or failed), or the timeout. A connect still under way
+        // then goes on by itself and serves the first send.
+        let resumed = Mutex(false)
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let finish: @Sendable () -> Void = {
+                if resumed.withLock({ done in
+                    defer { done = true }
+                    return !done
+                }) {
+                    continuation.resume()
+                }
+            }
+            Task {
+                await withTaskGroup(of: Void.self) { group in
+                    for pool in pools { group.addTask { _ = try? await pool.connection() } }
+                }
+                finish()
+            }
+            Task {
+                try? await Task.sleep(for: timeout)
+                finish()
+            }
         }
     }
 

@@ -161,6 +161,7 @@ extension APNsConnection {
                 reason: reason,
                 apnsID: responseHeaders.first(name: "apns-id").flatMap(UUID.init(uuidString:)),
                 apnsUniqueID: responseHeaders.first(name: "apns-unique-id"),
+                requestID: responseHeaders.first(name: "apns-request-id"),
                 timestampMs: timestamp,
                 retryAfter: responseHeaders.first(name: "retry-after"),
                 channelID: responseHeaders.first(name: "apns-channel-id"),

@@ -51,10 +51,14 @@ final class APNsConnection: Sendable {
         host: String,
         port: Int,
         tls: NIOSSLContext,
+        proxy: HTTPSProxy? = nil,
+        clientCertificate: Bool = false,
         group: any EventLoopGroup,
         connectTimeout: Duration,
         logger: Logger
     ) async throws -> APNsConnection {
+        // Through a CONNECT proxy, TCP goes to the proxy and TLS (verified against `host`) runs in the tunnel.
+        let tunnel = proxy.flatMap { $0.applies(to: host) ? $0 : nil }
         let limiter = StreamLimiter()
         let observer = ConnectionObserver(limiter: limiter) { event in
             switch event {
@@ -81,6 +85,15 @@ final class APNsConnection: Sendable {
             }
         }
         let isIPAddress = (try? SocketAddress(ipAddress: host, port: port)) != nil
+        if isIPAddress, let tunnel {
+            // TLS checks an IP address against the peer's address, which in a tunnel is the proxy's.
+            throw TransportError(
+                code: .connectFailed,
+                mayHaveBeenProcessed: false,
+                message:
+                    "APNs endpoint \(host) is an IP address, and through proxy \(tunnel) TLS could not verify it: use the endpoint's host name, or add \(host) to NO_PROXY"
+            )
+        }
         let bootstrap = ClientBootstrap(group: group)
             .connectTimeout(.nanoseconds(connectTimeout.nanoseconds))
             .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
@@ -88,9 +101,22 @@ final class APNsConnection: Sendable {
         let channel: any Channel
         let multiplexer: NIOHTTP2Handler.AsyncStreamMultiplexer<Void>
         do {
-            (channel, multiplexer) = try await bootstrap.connect(host: host, port: port) { channel in
+            (channel, multiplexer) = try await bootstrap.connect(
+                host: tunnel?.host ?? host,
+                port: tunnel?.port ?? port
+            ) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
+                    if let tunnel {
+                        try sync.addHandler(
+                            ProxyConnectHandler(
+                                proxy: tunnel,
+                                targetHost: host,
+                                targetPort: port,
+                                deadline: .nanoseconds(connectTimeout.nanoseconds)
+                            )
+                        )
+                    }
                     try sync.addHandler(NIOSSLClientHandler(context: tls, serverHostname: isIPAddress ? nil : host))
                     try sync.addHandler(ALPNObserver(promise: alpn))
                     try sync.addHandler(FlushCoalescer())
@@ -113,11 +139,43 @@ final class APNsConnection: Sendable {
             alpn.fail(error)
             throw error
         }
+        // One deadline from TCP to ALPN: a proxy that answers CONNECT and then stalls, or a TLS peer that
+        // never finishes the handshake, fails the connect instead of hanging it.
+        let handshakeTimer = channel.eventLoop.scheduleTask(in: .nanoseconds(connectTimeout.nanoseconds)) {
+            alpn.fail(
+                TransportError(
+                    code: .connectFailed,
+                    mayHaveBeenProcessed: false,
+                    message: "no TLS handshake with \(host):\(port) within \(connectTimeout)"
+                )
+            )
+            channel.close(promise: nil)
+        }
+        defer { handshakeTimer.cancel() }
         let negotiated: String?
         do {
             negotiated = try await alpn.futureResult.get()
+        } catch let timeout as TransportError {
+            try? await channel.close()
+            throw timeout
+        } catch let refusal as ProxyRefusal {
+            try? await channel.close()
+            throw TransportError(code: .connectFailed, mayHaveBeenProcessed: false, message: "\(refusal)")
         } catch {
             try? await channel.close()
+            // The server refused our client certificate (an alert about it): the credential is at fault, not
+            // the network. Expired, revoked or from the wrong CA: pause it like a refused key.
+            let text = "\(error)".uppercased()
+            if clientCertificate && text.contains("ALERT")
+                && (text.contains("CERTIFICATE") || text.contains("UNKNOWN_CA") || text.contains("HANDSHAKE_FAILURE"))
+            {
+                throw TransportError(
+                    code: .invalidKey,
+                    mayHaveBeenProcessed: false,
+                    message:
+                        "APNs refused the TLS client certificate (\(error)): it may have expired or been revoked, or be for the other environment; `push-worker check-keys --config …` shows its expiry"
+                )
+            }
             throw TransportError(
                 code: .connectFailed,
                 mayHaveBeenProcessed: false,

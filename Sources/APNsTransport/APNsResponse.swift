@@ -11,6 +11,8 @@ public struct APNsResponse: Sendable, Hashable {
     public var apnsID: UUID?
     /// The `apns-unique-id` header (development only).
     public var apnsUniqueID: String?
+    /// The `apns-request-id` header: a broadcast's id, echoed from the request (or minted by APNs).
+    public var requestID: String?
     /// A 410's `timestamp`: milliseconds since the epoch, exactly as sent.
     public var timestampMs: Int64?
     /// The `Retry-After` header as sent.
@@ -28,6 +30,7 @@ public struct APNsResponse: Sendable, Hashable {
         reason: String? = nil,
         apnsID: UUID? = nil,
         apnsUniqueID: String? = nil,
+        requestID: String? = nil,
         timestampMs: Int64? = nil,
         retryAfter: String? = nil,
         channelID: String? = nil,
@@ -38,6 +41,7 @@ public struct APNsResponse: Sendable, Hashable {
         self.reason = reason
         self.apnsID = apnsID
         self.apnsUniqueID = apnsUniqueID
+        self.requestID = requestID
         self.timestampMs = timestampMs
         self.retryAfter = retryAfter
         self.channelID = channelID

@@ -15,6 +15,8 @@ final class ConnectionPool: Sendable {
     struct Context: Sendable {
         var configuration: APNsClient.Configuration
         var tlsContext: NIOSSLContext
+        /// Whether `tlsContext` carries a client certificate (a certificate credential).
+        var clientCertificate = false
         var group: any EventLoopGroup
         var logger: Logger
     }
@@ -72,6 +74,8 @@ final class ConnectionPool: Sendable {
                         host: self.endpoint.host,
                         port: self.endpoint.port,
                         tls: self.context.tlsContext,
+                        proxy: self.context.configuration.httpsProxy,
+                        clientCertificate: self.context.clientCertificate,
                         group: self.context.group,
                         connectTimeout: self.context.configuration.connectTimeout,
                         logger: self.context.logger
@@ -99,10 +103,14 @@ final class ConnectionPool: Sendable {
                         ]
                     )
                     if let transport = error as? TransportError { throw transport }
+                    let via = self.context.configuration.httpsProxy.flatMap {
+                        $0.applies(to: self.endpoint.host) ? " through proxy \($0)" : nil
+                    }
                     throw TransportError(
                         code: .connectFailed,
                         mayHaveBeenProcessed: false,
-                        message: "could not connect to \(self.endpoint.host):\(self.endpoint.port): \(error)"
+                        message:
+                            "could not connect to \(self.endpoint.host):\(self.endpoint.port)\(via ?? ""): \(error)"
                     )
                 }
             case .wait:

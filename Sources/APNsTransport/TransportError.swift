@@ -15,6 +15,7 @@ public struct TransportError: Error, Sendable, Hashable, CustomStringConvertible
             case credentialsMissing = "CredentialsMissing"
             case invalidKey = "InvalidKey"
             case shutdown = "Shutdown"
+            case invalidProxy = "InvalidProxy"
         }
         private let base: Base
         private init(_ base: Base) { self.base = base }
@@ -35,6 +36,9 @@ public struct TransportError: Error, Sendable, Hashable, CustomStringConvertible
         public static let credentialsMissing = Code(.credentialsMissing)
         /// The signing key file is missing, unreadable, world-readable or not a P-256 key.
         public static let invalidKey = Code(.invalidKey)
+        /// The `--https-proxy` setting cannot be used (not an http:// URL with host and port, unreadable
+        /// credentials file).
+        public static let invalidProxy = Code(.invalidProxy)
         /// The client is shutting down, or the caller withdrew the request before it was written (its
         /// lease lapsed, the worker is stopping): nothing was sent.
         public static let shutdown = Code(.shutdown)
@@ -61,7 +65,7 @@ public struct TransportError: Error, Sendable, Hashable, CustomStringConvertible
     /// What the failure means for the job: not processed, unreachable, unknown outcome, …
     public var fault: TransportFault {
         switch self.code {
-        case .connectFailed, .protocolNotNegotiated: return .unreachable
+        case .connectFailed, .protocolNotNegotiated, .invalidProxy: return .unreachable
         case .credentialsMissing, .invalidKey: return .credentialMissing
         case .shutdown: return .cancelled
         default: return self.mayHaveBeenProcessed ? .unknownOutcome : .notProcessed

@@ -81,7 +81,7 @@ public enum APNsReason: Sendable, Hashable, CustomStringConvertible {
                 "TopicDisallowed",
                 .credentialFatal,
                 .topicSuffix,
-                "the signing key may not send to this topic (TopicDisallowed): check the bundle id and that the key belongs to the app's team."
+                "the credential may not send to this topic (TopicDisallowed): check the bundle id, that the key belongs to the app's team, or that the certificate is the app's."
             ),
             r(.badCollapseId, "BadCollapseId", .permanent),
             r(

@@ -15,8 +15,10 @@ public struct APNsRequest: Sendable, Hashable {
     public var body: [UInt8]
     /// The payload ceiling that applied.
     public var limit: Int
-    /// The job's `apns-id`.
+    /// The job's `apns-id` (sent as `apns-request-id` on a broadcast).
     public var apnsID: UUID
+    /// Fields APNs accepts but a device would not honour as written (PW101–PW103); the request is still sent.
+    public var warnings: [PayloadWarning]
 
     /// The body's size in bytes.
     public var byteCount: Int { self.body.count }
@@ -34,7 +36,8 @@ public struct APNsRequest: Sendable, Hashable {
         headers: [(name: String, value: String)],
         body: [UInt8],
         limit: Int,
-        apnsID: UUID
+        apnsID: UUID,
+        warnings: [PayloadWarning] = []
     ) {
         self.environment = environment
         self.method = method
@@ -43,6 +46,7 @@ public struct APNsRequest: Sendable, Hashable {
         self.body = body
         self.limit = limit
         self.apnsID = apnsID
+        self.warnings = warnings
     }
 
     public static func == (lhs: APNsRequest, rhs: APNsRequest) -> Bool {
@@ -50,6 +54,7 @@ public struct APNsRequest: Sendable, Hashable {
             && lhs.headers.map(\.name) == rhs.headers.map(\.name)
             && lhs.headers.map(\.value) == rhs.headers.map(\.value)
             && lhs.body == rhs.body && lhs.limit == rhs.limit && lhs.apnsID == rhs.apnsID
+            && lhs.warnings == rhs.warnings
     }
 
     public func hash(into hasher: inout Hasher) {

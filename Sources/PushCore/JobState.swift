@@ -6,4 +6,6 @@ public enum JobState: String, Sendable, Hashable, CaseIterable, Codable {
     case running
     /// APNs answered 200.
     case delivered
+    /// Never sent: a newer due job with the same `coalesce_key` replaced it (`superseded_by` names it).
+    case superseded
 }

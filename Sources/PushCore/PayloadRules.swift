@@ -2,9 +2,11 @@ import Foundation
 
 /// The payload checks APNs would otherwise answer with an error, or a device would silently ignore:
 /// a JSON object with an `aps` dictionary, and for Live Activities the required fields and unix-second
-/// timestamps (trap MS032).
+/// timestamps (trap MS032). Fields APNs accepts but a device would not honour as written come back as
+/// warnings (PW101–PW103): the job is still sent.
 enum PayloadRules {
-    static func check(_ body: [UInt8], pushType: PushType) throws(PreSendRejection) {
+    @discardableResult
+    static func check(_ body: [UInt8], pushType: PushType) throws(PreSendRejection) -> [PayloadWarning] {
         guard !body.isEmpty else {
             throw PreSendRejection(
                 reason: "PayloadEmpty",
@@ -15,7 +17,7 @@ enum PayloadRules {
         guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else {
             throw PreSendRejection(reason: "InvalidPayload", trapID: nil, message: "payload is not a JSON object.")
         }
-        if pushType == .mdm { return }
+        if pushType == .mdm { return [] }
         guard let aps = object["aps"] as? [String: Any] else {
             throw PreSendRejection(
                 reason: "InvalidPayload",
@@ -24,6 +26,58 @@ enum PayloadRules {
             )
         }
         if pushType == .liveactivity { try checkLiveActivity(aps) }
+        return warnings(aps, pushType: pushType)
+    }
+
+    /// What a device would ignore or clamp: APNs accepts these, so they warn rather than refuse.
+    static func warnings(_ aps: [String: Any], pushType: PushType) -> [PayloadWarning] {
+        var warnings: [PayloadWarning] = []
+        if let mutable = aps["mutable-content"] as? NSNumber, mutable.intValue == 1, !hasVisibleAlert(aps["alert"]) {
+            warnings.append(
+                PayloadWarning(
+                    trapID: .mutableContentWithoutAlert,
+                    message:
+                        "aps.mutable-content is 1 but there is no visible alert (title, subtitle or body): the notification service extension only runs for alerts; add an alert or drop mutable-content."
+                )
+            )
+        }
+        if let level = aps["interruption-level"] {
+            let text = level as? String
+            if text == nil || !PayloadWarning.interruptionLevels.contains(text!) {
+                warnings.append(
+                    PayloadWarning(
+                        trapID: .interruptionLevel,
+                        message:
+                            "aps.interruption-level \(text.map { "'\($0)'" } ?? "is not a string"): use passive, active, time-sensitive or critical (the device falls back to active)."
+                    )
+                )
+            }
+        }
+        // Live Activities use relevance-score as a relative ordering with any range; alerts take 0 to 1.
+        if pushType != .liveactivity, let score = aps["relevance-score"] {
+            let value = score is String ? nil : (score as? NSNumber)?.doubleValue
+            if value == nil || !(0...1).contains(value!) {
+                warnings.append(
+                    PayloadWarning(
+                        trapID: .relevanceScore,
+                        message:
+                            "aps.relevance-score is \(value.map { "\($0)" } ?? "not a number"): use a number from 0 to 1 (the device clamps it)."
+                    )
+                )
+            }
+        }
+        return warnings
+    }
+
+    /// An alert the user sees: a non-empty string, or a dictionary with a title, subtitle or body (or their
+    /// localized keys).
+    static func hasVisibleAlert(_ alert: Any?) -> Bool {
+        if let text = alert as? String { return !text.isEmpty }
+        guard let dictionary = alert as? [String: Any] else { return false }
+        return ["title", "subtitle", "body", "title-loc-key", "subtitle-loc-key", "loc-key"].contains { key in
+            if let text = dictionary[key] as? String { return !text.isEmpty }
+            return dictionary[key] != nil && !(dictionary[key] is NSNull)
+        }
     }
 
     static func checkLiveActivity(_ aps: [String: Any]) throws(PreSendRejection) {

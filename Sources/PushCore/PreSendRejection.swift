@@ -17,3 +17,23 @@ public struct PreSendRejection: Error, Sendable, Hashable, CustomStringConvertib
 
     public var description: String { self.message }
 }
+
+extension PreSendRejection {
+    /// A certificate credential whose certificate does not cover the job's environment (a development-only
+    /// certificate and a production job, or the reverse): APNs would refuse it with BadCertificateEnvironment.
+    /// Only this job is refused; the credential keeps sending the jobs its certificate covers.
+    public static func certificateEnvironment(
+        credential: String,
+        environment: String,
+        covered: [String]
+    )
+        -> PreSendRejection
+    {
+        PreSendRejection(
+            reason: "BadCertificateEnvironment",
+            trapID: .tokenEnvironment,
+            message:
+                "credential '\(credential)' is a certificate for \(covered.joined(separator: " and ")) only, and this job is for \(environment): send it with a certificate for \(environment) (or Apple's universal \"Apple Push Services\" certificate), then replay it."
+        )
+    }
+}

@@ -48,6 +48,14 @@ public struct PushJob: Sendable, Hashable {
     /// The database's clock when the job was claimed: every expiry check compares queue times with
     /// this clock, never the worker's own.
     public var claimedAt: Date?
+    /// The producer's `coalesce_key`: of the due pending jobs sharing it, only the newest is sent.
+    public var coalesceKey: String?
+    /// When `push.invalid_tokens` says the device token died, if that was after this job was enqueued (set
+    /// by the claim): the job is never sent.
+    public var tokenInvalidatedAt: Date?
+    /// For a rate-limited job, the send time the claim gave it from the limit's fleet-wide schedule (on the
+    /// database's clock): the worker sends it no earlier.
+    public var sendAt: Date?
 
     /// Creates a job value; every field is as stored in `push.jobs`.
     public init(
@@ -71,10 +79,14 @@ public struct PushJob: Sendable, Hashable {
         createdAt: Date = Date(),
         firstAttemptAt: Date? = nil,
         transportRetries: Int = 0,
-        claimedAt: Date? = nil
+        claimedAt: Date? = nil,
+        coalesceKey: String? = nil,
+        tokenInvalidatedAt: Date? = nil
     ) {
         self.transportRetries = transportRetries
         self.claimedAt = claimedAt
+        self.coalesceKey = coalesceKey
+        self.tokenInvalidatedAt = tokenInvalidatedAt
         self.id = id
         self.apnsID = apnsID
         self.topic = topic

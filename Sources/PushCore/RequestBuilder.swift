@@ -43,6 +43,14 @@ public enum RequestBuilder {
                 message: "the job has neither device_token nor channel_id: set exactly one."
             )
         }
+        if let died = job.tokenInvalidatedAt {
+            throw PreSendRejection(
+                reason: "TokenInvalidated",
+                trapID: .tokenUnregistered,
+                message:
+                    "APNs reported this device token invalid at \(died.formatted(.iso8601)), after the job was enqueued: it was not sent. Drop the token (push.invalid_tokens lists it); the app registers a new one."
+            )
+        }
         let expiry = job.expiresAt ?? (job.firstAttemptAt ?? now).addingTimeInterval(Self.defaultExpiry)
         if now > expiry {
             let whose =
@@ -104,7 +112,7 @@ public enum RequestBuilder {
                     "payload is \(body.count) bytes; \(isBroadcast ? "broadcast" : pushType.rawValue) pushes allow \(limit): shorten the text or move data to your server."
             )
         }
-        try PayloadRules.check(body, pushType: pushType)
+        let warnings = try PayloadRules.check(body, pushType: pushType)
 
         var headers: [(name: String, value: String)] = [("apns-push-type", pushType.rawValue)]
         if !isBroadcast { headers.append(("apns-topic", job.topic + pushType.topicSuffix)) }
@@ -116,7 +124,8 @@ public enum RequestBuilder {
             ("apns-expiration", nowOrNever ? "0" : String(Int64(expiry.timeIntervalSince1970.rounded(.down))))
         )
         if let collapse = job.collapseID { headers.append(("apns-collapse-id", collapse)) }
-        headers.append(("apns-id", job.apnsID.uuidString.lowercased()))
+        // Apple's broadcast requests carry the id as apns-request-id (echoed back); device sends as apns-id.
+        headers.append((isBroadcast ? "apns-request-id" : "apns-id", job.apnsID.uuidString.lowercased()))
         if let channel = job.channelID { headers.append(("apns-channel-id", channel)) }
         let path = isBroadcast ? "/4/broadcasts/apps/\(job.topic)" : "/3/device/\(job.deviceToken!)"
         return APNsRequest(
@@ -125,7 +134,8 @@ public enum RequestBuilder {
             headers: headers,
             body: body,
             limit: limit,
-            apnsID: job.apnsID
+            apnsID: job.apnsID,
+            warnings: warnings
         )
     }
 }

@@ -31,6 +31,19 @@ public struct TrapID: RawRepresentable, Sendable, Hashable, Codable, CustomStrin
     /// apns-topic missing.
     public static let topicMissing = TrapID(rawValue: "MS035")
 
+    /// PushWorker's own warnings (APNs accepts the request; the device ignores or clamps the field). They are
+    /// recorded in `trap_ids` like traps, but the job is still sent.
+    ///
+    /// `mutable-content: 1` with no visible alert: the notification service extension never runs.
+    public static let mutableContentWithoutAlert = TrapID(rawValue: "PW101")
+    /// `interruption-level` outside passive, active, time-sensitive, critical: the device uses `active`.
+    public static let interruptionLevel = TrapID(rawValue: "PW102")
+    /// `relevance-score` outside 0–1 on a notification other than a Live Activity: the device clamps it.
+    public static let relevanceScore = TrapID(rawValue: "PW103")
+
+    /// The warning codes, in order.
+    public static let warnings: [TrapID] = [.mutableContentWithoutAlert, .interruptionLevel, .relevanceScore]
+
     /// Every trap id in the catalog, in catalog order.
     public static let all: [TrapID] = [
         .payloadTooLarge, .tokenEnvironment, .priorityBudget, .topicSuffix, .tokenUnregistered,

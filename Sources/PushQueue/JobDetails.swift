@@ -5,7 +5,7 @@ public import PushCore
 public struct JobDetails: Sendable, Hashable {
     /// The job as the producer enqueued it.
     public var job: PushJob
-    /// `pending`, `running` or `delivered`.
+    /// `pending`, `running`, `delivered` or `superseded`.
     public var state: JobState
     /// HTTP status of the last attempt.
     public var status: Int?
@@ -23,6 +23,8 @@ public struct JobDetails: Sendable, Hashable {
     public var lockedBy: String?
     /// When the lease runs out, while running.
     public var lockedUntil: Date?
+    /// The newer job with the same `coalesce_key` that replaced it, when `superseded`.
+    public var supersededBy: Int64? = nil
     /// The attempt history as JSON: one object per attempt.
     public var historyJSON: String
     /// The whole row as a JSON object, every column by its SQL name (for `--json`).

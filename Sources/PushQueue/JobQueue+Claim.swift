@@ -32,7 +32,56 @@ extension JobQueue {
         excludingPairs: [String] = [],
         excludingIDs: [Int64] = []
     ) async throws -> [PushJob] {
-        guard limit > 0 else { return [] }
+        try await self.claimBatch(
+            limit: limit,
+            workerID: workerID,
+            lease: lease,
+            excludingCredentials: excludingCredentials,
+            onlyCredentials: onlyCredentials,
+            excludingEnvironments: excludingEnvironments,
+            excludingPairs: excludingPairs,
+            excludingIDs: excludingIDs
+        ).jobs
+    }
+
+    /// What one claim did: the jobs it claimed, how many older jobs it superseded (`coalesce_key`), and
+    /// how soon a rate limit's schedule has room again.
+    public struct ClaimBatch: Sendable {
+        /// The claimed jobs, in claim order.
+        public var jobs: [PushJob]
+        /// Older due jobs that share a claimed job's `coalesce_key`: now `superseded`, never sent.
+        public var superseded: Int
+        /// When a rate limit's schedule is full: how long until it has room again (claim again then).
+        public var rateLimitedFor: Duration?
+    }
+
+    /// ``claim(limit:workerID:lease:excludingCredentials:onlyCredentials:excludingEnvironments:excludingPairs:excludingIDs:)``
+    /// with what else the claim did. Besides the turns and priorities, the fleet-wide controls apply here,
+    /// in the same statement:
+    ///
+    /// - `push.pauses`: a paused credential is left out of the ranges (its backlog is never read); a paused
+    ///   topic's jobs are skipped.
+    /// - `push.rate_limits`: each limit (the most specific row matching the job's credential and topic) is a
+    ///   fleet-wide schedule: a claimed job gets the next send time (`sendAt`, one interval after the previous
+    ///   one), and a limit takes jobs only while those times fall within `burst` intervals of now.
+    /// - `coalesce_key`: only the newest due pending job of a key is claimable; claiming it marks the older
+    ///   due ones `superseded`. A job already running is never touched.
+    /// - Dead tokens: each claimed job carries `tokenInvalidatedAt` when its token died after it was enqueued.
+    ///
+    /// `includingRateLimited: false` leaves every rate-limited job for later: a worker with a backlog of
+    /// sends passes it, so the spacing the bucket gives the claims survives into the requests.
+    public func claimBatch(
+        limit: Int,
+        workerID: String,
+        lease: Duration,
+        excludingCredentials: [String] = [],
+        onlyCredentials: [String]? = nil,
+        excludingEnvironments: [String] = [],
+        excludingPairs: [String] = [],
+        excludingIDs: [Int64] = [],
+        includingRateLimited: Bool = true
+    ) async throws -> ClaimBatch {
+        guard limit > 0 else { return ClaimBatch(jobs: [], superseded: 0, rateLimitedFor: nil) }
         let anyCredential = onlyCredentials == nil
         let mine = onlyCredentials ?? []
         let leaseSeconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
@@ -47,6 +96,8 @@ extension JobQueue {
                 SELECT (SELECT j.credential FROM push.jobs AS j
                          WHERE j.state = 'pending' AND j.credential > p.credential ORDER BY j.credential LIMIT 1)
                   FROM pending_credentials AS p WHERE p.credential IS NOT NULL
+            ), paused AS MATERIALIZED (
+                SELECT credential, topic FROM push.pauses
             ), credentials AS (
                 SELECT c, count(*) OVER () AS n FROM (
                     SELECT unnest(\(mine)::text[]) AS c WHERE NOT \(anyCredential)
@@ -54,6 +105,20 @@ extension JobQueue {
                     SELECT credential FROM pending_credentials WHERE credential IS NOT NULL
                 ) AS x
                  WHERE NOT (c = ANY (\(excludingCredentials)::text[]))
+                   -- A pause of a whole credential (or of everything) leaves it out: its backlog is never read.
+                   AND NOT EXISTS (SELECT 1 FROM paused AS p
+                                    WHERE p.topic IS NULL AND (p.credential IS NULL OR p.credential = x.c))
+            ), budgets AS MATERIALIZED (
+                -- The fleet's send schedules, locked: claimers take turns on them, so no worker over-claims,
+                -- and a claim that rolls back schedules nothing. A limit takes jobs while their send times
+                -- (one interval apart, from its tail or now) fall within burst intervals of now, and never
+                -- further ahead than half the lease.
+                SELECT id, credential, topic, per_second, start,
+                       floor((least(burst / per_second, \(leaseSeconds / 2))
+                              - extract(epoch FROM start - now())) * per_second) AS available
+                  FROM (SELECT id, credential, topic, per_second::float8 AS per_second, burst::float8 AS burst,
+                               greatest(next_send_at, now()) AS start
+                          FROM push.rate_limits ORDER BY id FOR UPDATE) AS l
             ), ranges AS (
                 -- Every (credential, environment, priority) still claimable: paused credentials, unreachable
                 -- environments and backing-off pools are left out here, so their backlog is never read.
@@ -67,28 +132,59 @@ extension JobQueue {
             ), candidates AS MATERIALIZED (
                 -- One index range scan per range: only due, claimable rows are read. Each range locks at most
                 -- its credential's share of the batch, so concurrent claimers are not starved of rows.
-                SELECT x.id, x.credential, x.environment, x.send_priority, x.run_at, r.weight
+                SELECT x.id, x.credential, x.environment, x.send_priority, x.run_at, r.weight, x.scope
                   FROM ranges AS r
                  CROSS JOIN LATERAL (
-                    SELECT j.id, j.credential, j.environment, j.send_priority, j.run_at FROM push.jobs AS j
+                    SELECT j.id, j.credential, j.environment, j.send_priority, j.run_at, s.scope
+                      FROM push.jobs AS j
+                      LEFT JOIN LATERAL (
+                        -- The most specific limit that matches the job.
+                        SELECT b.id AS scope, b.available FROM budgets AS b
+                         WHERE (b.credential IS NULL OR b.credential = j.credential)
+                           AND (b.topic IS NULL OR b.topic = j.topic)
+                         ORDER BY b.credential IS NULL, b.topic IS NULL LIMIT 1
+                      ) AS s ON true
                      WHERE j.state = 'pending' AND j.credential = r.credential AND j.environment = r.environment
                        AND j.send_priority = r.priority AND j.run_at <= now()
                        AND (cardinality(\(excludingIDs)::bigint[]) = 0 OR NOT (j.id = ANY (\(excludingIDs)::bigint[])))
+                       AND NOT EXISTS (SELECT 1 FROM paused AS p
+                                        WHERE p.topic = j.topic AND (p.credential IS NULL OR p.credential = j.credential))
+                       AND (s.available IS NULL OR (\(includingRateLimited) AND s.available >= 1))
+                       -- Latest wins: a job with a newer due pending job of the same key is not claimable (a
+                       -- newer one another claimer holds right now counts too: it is still pending here).
+                       AND (j.coalesce_key IS NULL OR NOT EXISTS (
+                            SELECT 1 FROM push.jobs AS n
+                             WHERE n.coalesce_key = j.coalesce_key AND n.state = 'pending' AND n.id > j.id
+                               AND n.run_at <= now()))
                      ORDER BY j.run_at, j.id
                      LIMIT ceil(\(Int64(limit))::float8 / r.n)::bigint
                      FOR NO KEY UPDATE OF j SKIP LOCKED
                  ) AS x
-            ), picked AS MATERIALIZED (
+            ), ordered AS (
                 -- Interleave: each credential gets its turn (fair share), and within one, priority 10
                 -- takes 8 places to priority 5's 2 and priority 1's 1; the first job of every range goes
                 -- first, so lower priorities progress even when the batch is small.
-                SELECT id FROM (
-                    SELECT id, run_at,
-                           (row_number() OVER (PARTITION BY credential, environment, send_priority ORDER BY run_at, id)
-                            - 1) / weight AS turn
-                      FROM candidates) AS r
-                 ORDER BY turn, run_at, id
+                SELECT id, scope, run_at,
+                       (row_number() OVER (PARTITION BY credential, environment, send_priority ORDER BY run_at, id)
+                        - 1) / weight AS turn
+                  FROM candidates
+            ), capped AS (
+                SELECT o.*, row_number() OVER (PARTITION BY o.scope ORDER BY o.turn, o.run_at, o.id) AS k
+                  FROM ordered AS o
+            ), picked AS MATERIALIZED (
+                -- A limited job takes the next slot of its limit's schedule (k: its place in the schedule).
+                SELECT c.id, c.scope, c.k FROM capped AS c LEFT JOIN budgets AS b ON b.id = c.scope
+                 WHERE c.scope IS NULL OR c.k <= floor(b.available)
+                 ORDER BY c.turn, c.run_at, c.id
                  LIMIT \(Int64(limit))
+            ), spent AS (
+                UPDATE push.rate_limits AS l
+                   SET next_send_at = b.start + make_interval(secs => u.n / b.per_second)
+                  FROM budgets AS b
+                  JOIN (SELECT scope, count(*) AS n FROM picked WHERE scope IS NOT NULL GROUP BY scope) AS u
+                    ON u.scope = b.id
+                 WHERE l.id = b.id
+                RETURNING l.id, b.available - u.n AS left_over, b.per_second
             ), claimed AS (
                 UPDATE push.jobs AS j
                    SET state = 'running',
@@ -97,22 +193,54 @@ extension JobQueue {
                        locked_until = now() + make_interval(secs => \(leaseSeconds))
                  WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
                 RETURNING j.*
+            ), superseded AS (
+                -- Latest wins: the older due jobs of a claimed job's key end here, never sent.
+                UPDATE push.jobs AS o
+                   -- No history entry: superseded_by says it all, and a large backlog is cheaper to retire.
+                   SET state = 'superseded', superseded_by = c.id, reason = 'Superseded'
+                  FROM claimed AS c
+                 WHERE c.coalesce_key IS NOT NULL AND o.coalesce_key = c.coalesce_key AND o.state = 'pending'
+                   AND o.id < c.id AND o.run_at <= now()
+                RETURNING o.id
             )
-            SELECT \(unescaped: Self.jobColumns) FROM claimed AS j
+            SELECT \(unescaped: Self.jobColumns),
+                   (SELECT t.invalidated_at FROM push.invalid_tokens AS t
+                     WHERE t.device_token = j.device_token AND t.topic = j.topic AND t.environment = j.environment
+                       AND t.invalidated_at > j.created_at) AS token_invalidated_at,
+                   (SELECT b.start + make_interval(secs => (p.k - 1) / b.per_second)
+                      FROM picked AS p JOIN budgets AS b ON b.id = p.scope WHERE p.id = j.id) AS send_at,
+                   m.superseded_count, m.limited_ms
+              FROM (SELECT (SELECT count(*) FROM superseded) AS superseded_count,
+                           -- A schedule now full (or one that had no room): when its next slot opens.
+                           (SELECT ceil(min(w) * 1000)::bigint FROM (
+                                SELECT (1 - left_over) / per_second AS w FROM spent WHERE left_over < 1
+                                UNION ALL
+                                SELECT (1 - available) / per_second FROM budgets
+                                 WHERE available < 1 AND id NOT IN (SELECT id FROM spent)) AS x) AS limited_ms) AS m
+              LEFT JOIN claimed AS j ON true
              ORDER BY j.send_priority DESC, j.run_at, j.id
             """,
             logger: self.logger
         )
+        var superseded = 0
+        var limitedMs: Int64?
         var jobs: [PushJob] = []
         jobs.reserveCapacity(limit)
         var undecodable: [(id: Int64, attempt: Int, error: String)] = []
         for try await row in rows {
+            let c = row.makeRandomAccess()
+            superseded = Int(try c["superseded_count"].decode(Int64.self))
+            limitedMs = try c["limited_ms"].decode(Int64?.self)
+            // The one row of a claim that took nothing carries only the counts.
+            guard try c["id"].decode(Int64?.self) != nil else { continue }
             do {
-                jobs.append(try Self.decodeJob(row))
+                var job = try Self.decodeJob(row)
+                job.tokenInvalidatedAt = try c["token_invalidated_at"].decode(Date?.self)
+                job.sendAt = try c["send_at"].decode(Date?.self)
+                jobs.append(job)
             } catch {
                 // A row the schema let through but Swift cannot read: it must not fail its batch (the claim
                 // has committed). It goes to the dead letters, fenced by its attempt, with what was wrong.
-                let c = row.makeRandomAccess()
                 undecodable.append(
                     (try c["id"].decode(Int64.self), Int(try c["attempts"].decode(Int16.self)), "\(error)")
                 )
@@ -133,14 +261,18 @@ extension JobQueue {
                     "the worker could not read this row (\(row.error.prefix(200))): fix the producer and insert it again."
             )
         }
-        return jobs
+        return ClaimBatch(
+            jobs: jobs,
+            superseded: superseded,
+            rateLimitedFor: limitedMs.map { .milliseconds(max($0, 1)) }
+        )
     }
 
     /// The columns `decodeJob` reads, by name.
     static let jobColumns = """
         j.id, j.apns_id, j.topic, j.device_token, j.channel_id, j.payload::text AS payload, j.push_type, j.priority,
         j.environment, j.credential, j.collapse_id, j.deliver_once, j.expires_at, j.run_at, j.max_attempts, j.attempts,
-        j.trap_ids, j.created_at, j.first_attempt_at, j.transport_retries, now() AS db_now
+        j.trap_ids, j.created_at, j.first_attempt_at, j.transport_retries, j.coalesce_key, now() AS db_now
         """
 
     /// A job from a row that selected ``jobColumns``; columns are read by name.
@@ -167,7 +299,8 @@ extension JobQueue {
             createdAt: try c["created_at"].decode(Date.self),
             firstAttemptAt: try c["first_attempt_at"].decode(Date?.self),
             transportRetries: Int(try c["transport_retries"].decode(Int16.self)),
-            claimedAt: try c["db_now"].decode(Date.self)
+            claimedAt: try c["db_now"].decode(Date.self),
+            coalesceKey: try c["coalesce_key"].decode(String?.self)
         )
     }
 }

@@ -77,7 +77,8 @@ extension JobQueue {
                 ), inserted AS (
                     INSERT INTO push.jobs (
                         id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
-                        collapse_id, expires_at, run_at, apns_id, max_attempts, created_at, history, deliver_once)
+                        collapse_id, expires_at, run_at, apns_id, max_attempts, created_at, history, deliver_once,
+                        coalesce_key)
                     OVERRIDING SYSTEM VALUE
                     SELECT id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
                            collapse_id, coalesce(\(newExpiry), expires_at), now(),
@@ -86,7 +87,7 @@ extension JobQueue {
                            history || jsonb_build_array(jsonb_build_object(
                                'outcome', 'replayed', 'at', now(), 'dead_reason', reason,
                                'previous_apns_id', apns_id, 'attempts_before', attempts)),
-                           deliver_once
+                           deliver_once, coalesce_key
                       FROM moved
                     RETURNING id, apns_id, expires_at < now() AS expired
                 )

@@ -8,7 +8,8 @@ extension JobQueue {
         let rows = try await self.client.query(
             """
             SELECT \(unescaped: Self.jobColumns), j.state, j.status, j.reason, j.apns_unique_id, j.delivered_at,
-                   j.last_attempt_at, j.latency_ms, j.locked_by, j.locked_until, j.history::text AS history_json,
+                   j.last_attempt_at, j.latency_ms, j.locked_by, j.locked_until, j.superseded_by,
+                   j.history::text AS history_json,
                    (to_jsonb(j) - 'send_priority')::text AS row_json
               FROM push.jobs AS j WHERE j.id = \(id)
             """,
@@ -28,6 +29,7 @@ extension JobQueue {
                 latencyMs: try c["latency_ms"].decode(Int32?.self).map(Int.init),
                 lockedBy: try c["locked_by"].decode(String?.self),
                 lockedUntil: try c["locked_until"].decode(Date?.self),
+                supersededBy: try c["superseded_by"].decode(Int64?.self),
                 historyJSON: try c["history_json"].decode(String.self),
                 rowJSON: try c["row_json"].decode(String.self)
             )
@@ -88,6 +90,10 @@ public struct QueueGauges: Sendable, Hashable {
     public var oldestDueAgeSeconds: Double
     /// Dead letters: exact below 100,000, the planner's estimate above (a gauge, not an invoice).
     public var deadLetters: Int
+    /// The fleet-wide pauses, each with its age.
+    public var pauses: [Pause] = []
+    /// The fleet-wide rate limits, with their buckets now.
+    public var rateLimits: [RateLimit] = []
 }
 
 extension JobQueue {
@@ -109,19 +115,63 @@ extension JobQueue {
                           FROM unnest('{10,5,1}'::smallint[]) AS p) AS x),
                    (SELECT CASE WHEN c.reltuples < 100000 THEN (SELECT count(*) FROM push.dead_jobs)
                                 ELSE c.reltuples::bigint END
-                      FROM pg_class AS c WHERE c.oid = 'push.dead_jobs'::regclass)
+                      FROM pg_class AS c WHERE c.oid = 'push.dead_jobs'::regclass),
+                   (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                        'credential', credential, 'topic', topic, 'reason', reason,
+                        'created_at', extract(epoch FROM created_at), 'created_by', created_by)), '[]')::text
+                      FROM push.pauses),
+                   (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                        'credential', credential, 'topic', topic, 'per_second', per_second::float8, 'burst', burst,
+                        'available', \(unescaped: Self.availableNow))), '[]')::text
+                      FROM push.rate_limits)
              WHERE (SELECT min(worker_id) FROM push.workers
                      WHERE stopped_at IS NULL AND heartbeat_at > now() - make_interval(secs => \(stale)))
                    = \(workerID)
             """,
             logger: self.logger
         )
-        for try await (pending, running, age, dead) in rows.decode((Int64, Int64, Double, Int64).self) {
+        for try await (pending, running, age, dead, pausesJSON, limitsJSON) in rows.decode(
+            (Int64, Int64, Double, Int64, String, String).self
+        ) {
+            struct PauseRow: Decodable {
+                var credential: String?
+                var topic: String?
+                var reason: String
+                var created_at: Double
+                var created_by: String
+            }
+            struct LimitRow: Decodable {
+                var credential: String?
+                var topic: String?
+                var per_second: Double
+                var burst: Int
+                var available: Int
+            }
+            let pauses = try JSONDecoder().decode([PauseRow].self, from: Data(pausesJSON.utf8)).map {
+                Pause(
+                    credential: $0.credential,
+                    topic: $0.topic,
+                    reason: $0.reason,
+                    createdAt: Date(timeIntervalSince1970: $0.created_at),
+                    createdBy: $0.created_by
+                )
+            }
+            let limits = try JSONDecoder().decode([LimitRow].self, from: Data(limitsJSON.utf8)).map {
+                RateLimit(
+                    credential: $0.credential,
+                    topic: $0.topic,
+                    perSecond: $0.per_second,
+                    burst: $0.burst,
+                    available: $0.available
+                )
+            }
             return QueueGauges(
                 pending: Int(pending),
                 running: Int(running),
                 oldestDueAgeSeconds: age,
-                deadLetters: Int(dead)
+                deadLetters: Int(dead),
+                pauses: pauses,
+                rateLimits: limits
             )
         }
         return nil

@@ -49,7 +49,7 @@ extension JobQueue {
         return count
     }
 
-    /// Deletes delivered jobs older than `retention`, at most `batchSize` rows per statement, until none
+    /// Deletes delivered (and superseded) jobs older than `retention`, at most `batchSize` rows per statement, until none
     /// are left, so no statement holds many locks or a long transaction.
     ///
     /// - Returns: how many rows were deleted.
@@ -59,12 +59,20 @@ extension JobQueue {
         return try await self.deleteInBatches(
             of: batchSize,
             """
-            WITH gone AS (
-                DELETE FROM push.jobs WHERE id IN (
-                    SELECT id FROM push.jobs
-                     WHERE state = 'delivered' AND delivered_at < now() - make_interval(secs => \(seconds))
-                     LIMIT \(Int64(batchSize))
-                     FOR UPDATE SKIP LOCKED)
+            WITH delivered AS (
+                SELECT id FROM push.jobs
+                 WHERE state = 'delivered' AND delivered_at < now() - make_interval(secs => \(seconds))
+                 LIMIT \(Int64(batchSize))
+                 FOR UPDATE SKIP LOCKED
+            ), superseded AS (
+                -- Superseded jobs (never sent) go by the same retention, counted from their creation.
+                SELECT id FROM push.jobs
+                 WHERE state = 'superseded' AND created_at < now() - make_interval(secs => \(seconds))
+                 LIMIT \(Int64(batchSize))
+                 FOR UPDATE SKIP LOCKED
+            ), gone AS (
+                DELETE FROM push.jobs
+                 WHERE id IN (SELECT id FROM delivered UNION ALL SELECT id FROM superseded)
                 RETURNING id, apns_id
             ), retired AS (
                 -- The apns_id stays spent: an outbox retry of this job is skipped, not sent again.

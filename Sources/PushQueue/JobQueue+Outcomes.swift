@@ -52,7 +52,7 @@ extension JobQueue {
                        \(outcome.status.map { Int16(clamping: $0) })::smallint, \(reason), coalesce(array_remove(trap_ids, NULL), '{}'), apns_unique_id,
                        created_at, first_attempt_at, now(), NULL, now(), \(sentence),
                        history || jsonb_build_array(\(entry)::jsonb || jsonb_build_object('at', now(), 'worker', \(workerID)::text)),
-                       deliver_once
+                       deliver_once, coalesce_key
                   FROM moved
                 \(unescaped: Self.deadConflict)
                 RETURNING id
@@ -70,7 +70,7 @@ extension JobQueue {
         id, topic, device_token, channel_id, payload, push_type, priority, environment, credential, collapse_id,
         expires_at, run_at, apns_id, max_attempts, attempts, transport_retries, status, reason, trap_ids,
         apns_unique_id, created_at, first_attempt_at, last_attempt_at, latency_ms, dead_at, error, history,
-        deliver_once
+        deliver_once, coalesce_key
         """
 
     /// A dead letter whose `id` is already taken (a job re-enqueued by hand with an explicit id) merges
@@ -80,7 +80,7 @@ extension JobQueue {
             topic = excluded.topic, device_token = excluded.device_token, channel_id = excluded.channel_id,
             payload = excluded.payload, push_type = excluded.push_type, priority = excluded.priority,
             environment = excluded.environment, credential = excluded.credential, collapse_id = excluded.collapse_id,
-            deliver_once = excluded.deliver_once,
+            deliver_once = excluded.deliver_once, coalesce_key = excluded.coalesce_key,
             expires_at = excluded.expires_at, run_at = excluded.run_at, apns_id = excluded.apns_id,
             max_attempts = excluded.max_attempts, attempts = excluded.attempts,
             transport_retries = excluded.transport_retries, status = excluded.status, reason = excluded.reason,
@@ -213,7 +213,7 @@ extension JobQueue {
                    coalesce(rs, 'Unknown'), push.merge_trap_ids(trap_ids, trap_arr),
                    coalesce(NULLIF(unique_id, ''), apns_unique_id), created_at,
                    coalesce(first_attempt_at, CASE WHEN sent THEN at END), CASE WHEN sent THEN at ELSE last_attempt_at END,
-                   lat, now(), error, push.append_history(history, entry), deliver_once
+                   lat, now(), error, push.append_history(history, entry), deliver_once, coalesce_key
               FROM moved
             \(deadConflict)
             RETURNING id

@@ -138,7 +138,7 @@ extension JobQueue {
                    first_attempt_at, last_attempt_at, latency_ms, now(),
                    'no running worker has a signing key for credential ''' || credential || ''' (MS028): name it in a worker''s --config or APNS_* settings, then replay this job.',
                    push.append_history(history, jsonb_build_object('outcome', 'dead', 'at', now(), 'reason', 'CredentialsMissing')),
-                   deliver_once
+                   deliver_once, coalesce_key
               FROM moved
             \(unescaped: Self.deadConflict)
             RETURNING id

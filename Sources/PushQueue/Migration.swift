@@ -14,6 +14,7 @@ public struct Migration: Sendable, Hashable {
         ("0003_failure_paths.sql", PackageResources._003_failure_paths_sql),
         ("0004_hostile_input.sql", PackageResources._004_hostile_input_sql),
         ("0005_deliver_once.sql", PackageResources._005_deliver_once_sql),
+        ("0006_flow_control.sql", PackageResources._006_flow_control_sql),
     ]
     .map { name, bytes in
         // The version is the number the file name starts with.

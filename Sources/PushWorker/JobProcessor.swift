@@ -32,6 +32,7 @@ struct JobProcessor: Sendable {
         )
         var status: Int?
         var response: APNsResponse?
+        var warnings: [PayloadWarning] = []
         let sendOutcome: SendOutcome
         if job.attempts > policy.maxAttempts {
             // A job reclaimed after crashes can arrive with its attempts already used.
@@ -44,8 +45,18 @@ struct JobProcessor: Sendable {
                 )
             )
         } else {
-            do {
+            do throws(PreSendRejection) {
                 let request = try RequestBuilder.describe(job, now: databaseNow)
+                warnings = request.warnings
+                if let covered = self.client.certificateEnvironments(of: job.credential),
+                    !covered.contains(job.environment)
+                {
+                    throw PreSendRejection.certificateEnvironment(
+                        credential: job.credential,
+                        environment: job.environment,
+                        covered: covered.sorted()
+                    )
+                }
                 do {
                     let answer = try await self.client.send(request, credential: job.credential, mayWrite: mayWrite)
                     response = answer
@@ -83,8 +94,10 @@ struct JobProcessor: Sendable {
             disposition: decided.decision,
             status: status,
             reason: decided.reason,
-            trapIDs: decided.trapID.map { [$0] } ?? [],
-            apnsUniqueID: response?.apnsUniqueID,
+            // Warnings first: they describe the payload the attempt carried, whatever APNs answered.
+            trapIDs: warnings.map(\.trapID) + (decided.trapID.map { [$0] } ?? []),
+            // A broadcast's answer carries apns-request-id instead: the same column keeps it.
+            apnsUniqueID: response?.apnsUniqueID ?? response?.requestID,
             latencyMs: sent
                 ? Int(((response?.latency ?? (ContinuousClock.now - started)).seconds * 1000).rounded()) : nil,
             attemptedAt: started,
@@ -92,6 +105,15 @@ struct JobProcessor: Sendable {
             invalidatesToken: decided.invalidatesToken,
             apnsTimestampMs: response?.timestampMs
         )
+        if !warnings.isEmpty {
+            self.logger.debug(
+                "payload warnings",
+                metadata: [
+                    "push.job_id": "\(job.id)",
+                    "push.traps": "\(warnings.map(\.trapID.rawValue).joined(separator: ","))",
+                ]
+            )
+        }
         if decided.unknownReason || { if case .rejected = sendOutcome { return true } else { return false } }() {
             var logger = self.logger
             logger[metadataKey: "push.job_id"] = "\(job.id)"

@@ -201,6 +201,7 @@ public final class PushWorkerService: Service, Sendable {
             background.addTask { await self.gaugesLoop() }
             await withTaskGroup(of: Void.self) { core in
                 core.addTask { await self.recorder.run() }
+                await self.client.warmUp(credentials: self.configuration.credentials ?? [], timeout: .seconds(2))
                 await self.claimLoop()
                 // The recorder writes what is left, then returns; this group waits for it.
                 self.recorder.stop(giveUpAfter: self.configuration.shutdownGrace)
@@ -212,6 +213,9 @@ public final class PushWorkerService: Service, Sendable {
         }
         self.logger.info("worker stopped", metadata: ["push.worker": "\(id)"])
     }
+
+    /// Sends in flight above which a claim leaves rate-limited jobs for later.
+    static let rateLimitedBacklog = 16
 
     func claimLoop() async {
         let configuration = self.configuration
@@ -225,16 +229,21 @@ public final class PushWorkerService: Service, Sendable {
                     _ = await self.capacity.wait(timeout: .milliseconds(100))
                     continue
                 }
-                let jobs: [PushJob]
+                let batch: JobQueue.ClaimBatch
+                // Rate-limited jobs only while few sends wait: claimed behind a backlog, they would go out
+                // bunched when it clears, whatever spacing the bucket gave their claims.
+                let sendBacklog = self.state.withLock { $0.capacity.inFlight }
+                let includingRateLimited = sendBacklog < Self.rateLimitedBacklog
                 do {
-                    jobs = try await self.queue.claim(
+                    batch = try await self.queue.claimBatch(
                         limit: limit,
                         workerID: configuration.workerID,
                         lease: configuration.lease,
                         excludingCredentials: self.pauses.active(),
                         onlyCredentials: configuration.credentials,
                         excludingPairs: self.unreachable.active(),
-                        excludingIDs: self.state.withLock { Array($0.capacity.held) }
+                        excludingIDs: self.state.withLock { Array($0.capacity.held) },
+                        includingRateLimited: includingRateLimited
                     )
                     failures = 0
                     self.lastDatabaseSuccess.withLock { $0 = .now }
@@ -248,15 +257,25 @@ public final class PushWorkerService: Service, Sendable {
                     _ = await self.wake.wait(timeout: delay)
                     continue
                 }
+                let jobs = batch.jobs
+                self.metrics.claimed(superseded: batch.superseded, rateLimited: batch.rateLimitedFor != nil)
                 if !jobs.isEmpty {
                     self.state.withLock { $0.capacity.claimed(jobs.map(\.id)) }
                     self.stats.withLock { $0.claimed += jobs.count }
                 }
                 let claimedAt = Date()
                 for job in jobs {
+                    // A rate-limited job waits for the send time its limit's fleet-wide schedule gave it.
+                    let slot = job.sendAt.map { sendAt in
+                        ContinuousClock.now
+                            + .milliseconds(
+                                Int64(sendAt.timeIntervalSince(job.claimedAt ?? sendAt) * 1000)
+                            )
+                    }
                     // The database's clock: its now() at the claim, carried forward by this process's clock.
                     let offset = (job.claimedAt ?? claimedAt).timeIntervalSince(claimedAt)
                     sends.addTask {
+                        if let slot, slot > .now { try? await Task.sleep(until: slot) }
                         // Not while this worker's heartbeat is stale, and not once APNs has refused the job's
                         // credential: the jobs already claimed for it go back unsent, uncounted.
                         let credential = job.credential
@@ -283,6 +302,10 @@ public final class PushWorkerService: Service, Sendable {
                 if let untilNext = try? await self.queue.untilNextDue(), untilNext > .zero {
                     timeout = min(timeout, untilNext + .milliseconds(1))
                 }
+                // A rate limit's bucket ran dry: claim again when it holds a token. Rate-limited jobs left for
+                // a send backlog to clear: look again shortly.
+                if let refill = batch.rateLimitedFor { timeout = min(timeout, refill) }
+                if !includingRateLimited { timeout = min(timeout, .milliseconds(20)) }
                 _ = await self.wake.wait(timeout: timeout)
             }
             // Draining: let in-flight sends finish within the grace period, then cancel them: a send not
@@ -314,7 +337,7 @@ public final class PushWorkerService: Service, Sendable {
             if isNew {
                 let reason = decided.reason ?? "-"
                 self.logger.error(
-                    "APNs refused credential '\(job.credential)' (\(reason)): its jobs stay pending until \(until); fix the key configuration",
+                    "APNs refused credential '\(job.credential)' (\(reason)): its jobs stay pending until \(until); fix the credential (its key or certificate)",
                     metadata: ["push.credential": "\(job.credential)", "push.reason": "\(reason)"]
                 )
             }

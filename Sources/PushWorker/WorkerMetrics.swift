@@ -1,3 +1,4 @@
+import Foundation
 import Metrics
 import PushCore
 import PushQueue
@@ -29,11 +30,20 @@ struct WorkerMetrics: Sendable {
     /// Outcomes written as dead letters by the last resort: `push_outcomes_unwritable_total`.
     let unwritableOutcomes = Counter(label: "push_outcomes_unwritable_total")
     private let outcomes: [String: Counter] = Dictionary(
-        uniqueKeysWithValues: ["delivered", "retry", "requeue", "transport_retry", "dead"].map {
+        uniqueKeysWithValues: ["delivered", "retry", "requeue", "transport_retry", "dead", "superseded"].map {
             ($0, Counter(label: "push_outcomes_total", dimensions: [("outcome", $0)]))
         }
     )
     private let retries = Counter(label: "push_retries_total")
+    /// Claims that found a rate limit's schedule full: `push_rate_limited_claims_total`.
+    let rateLimitedClaims = Counter(label: "push_rate_limited_claims_total")
+
+    /// What a claim did besides claiming: jobs superseded by a newer one with their `coalesce_key`
+    /// (`push_outcomes_total{outcome="superseded"}`), and whether a rate limit held jobs back.
+    func claimed(superseded: Int, rateLimited: Bool) {
+        if superseded > 0 { self.outcomes["superseded"]?.increment(by: superseded) }
+        if rateLimited { self.rateLimitedClaims.increment() }
+    }
     private let labelled = LabelledCounters()
 
     /// One attempt's outcome: `push_sends_total{status,reason,trap}` (attempts that reached APNs),
@@ -78,6 +88,7 @@ struct WorkerMetrics: Sendable {
             handles?.running.record(gauges.running)
             handles?.oldestDueAge.record(gauges.oldestDueAgeSeconds)
             handles?.deadLetters.record(gauges.deadLetters)
+            handles?.publish(gauges.pauses, gauges.rateLimits)
         }
     }
 }
@@ -112,14 +123,56 @@ final class QueueGaugeSlot: Sendable {
     let handles = Mutex<QueueGaugeHandles?>(nil)
 }
 
-/// The four queue gauges, made when this worker is elected to count and destroyed when it is not.
-struct QueueGaugeHandles: Sendable {
+/// The queue gauges, made when this worker is elected to count and destroyed when it is not: four fixed
+/// ones, and one per fleet-wide pause (`push_pause_age_seconds{credential,topic,reason}`) and rate limit
+/// (`push_rate_limit_available{credential,topic}`: how many a claim could take now; 0 = saturated), made
+/// and destroyed as those come and go.
+final class QueueGaugeHandles: Sendable {
     let pending = Gauge(label: "push_queue_depth", dimensions: [("state", "pending")])
     let running = Gauge(label: "push_queue_depth", dimensions: [("state", "running")])
     let oldestDueAge = Gauge(label: "push_oldest_pending_age_seconds")
     let deadLetters = Gauge(label: "push_dead_letters")
+    private let scoped = Mutex<[[String]: Gauge]>([:])
+
+    func publish(_ pauses: [Pause], _ limits: [RateLimit]) {
+        var seen: [[String]: Double] = [:]
+        for pause in pauses {
+            // The reason is the operator's text: one line, bounded, as a label.
+            let reason = String(pause.reason.prefix(80)).replacingOccurrences(of: "\n", with: " ")
+            let key = ["pause", pause.credential ?? "*", pause.topic ?? "*", reason]
+            seen[key] = max(0, Date().timeIntervalSince(pause.createdAt))
+        }
+        for limit in limits {
+            seen[["limit", limit.credential ?? "*", limit.topic ?? "*"]] = Double(limit.available)
+        }
+        self.scoped.withLock { gauges in
+            for (key, gauge) in gauges where seen[key] == nil {
+                gauge.destroy()
+                gauges[key] = nil
+            }
+            for (key, value) in seen {
+                let gauge =
+                    gauges[key]
+                    ?? (key[0] == "pause"
+                        ? Gauge(
+                            label: "push_pause_age_seconds",
+                            dimensions: [("credential", key[1]), ("topic", key[2]), ("reason", key[3])]
+                        )
+                        : Gauge(
+                            label: "push_rate_limit_available",
+                            dimensions: [("credential", key[1]), ("topic", key[2])]
+                        ))
+                gauges[key] = gauge
+                gauge.record(value)
+            }
+        }
+    }
 
     func destroy() {
         for gauge in [self.pending, self.running, self.oldestDueAge, self.deadLetters] { gauge.destroy() }
+        self.scoped.withLock { gauges in
+            for gauge in gauges.values { gauge.destroy() }
+            gauges.removeAll()
+        }
     }
 }

@@ -6,6 +6,9 @@ struct PushBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "push-bench",
         abstract: "PushWorker benchmarks. Build with -c release.",
-        subcommands: [QueueBenchmark.self, ClaimBenchmark.self, TransportBenchmark.self, EndToEndBenchmark.self]
+        subcommands: [
+            QueueBenchmark.self, ClaimBenchmark.self, ControlsBenchmark.self, TransportBenchmark.self,
+            EndToEndBenchmark.self,
+        ]
     )
 }

@@ -53,6 +53,40 @@ struct APNsOptions: ParsableArguments {
         )
     )
     var environmentName: String?
+    @Option(
+        name: .customLong("https-proxy"),
+        help: ArgumentHelp(
+            "Reach APNs (sends and channel management) through this HTTP CONNECT proxy: http://[user:password@]host:port (default: $HTTPS_PROXY). Hosts in $NO_PROXY connect directly. TLS to Apple runs inside the tunnel, fully verified.",
+            valueName: "url"
+        )
+    )
+    var httpsProxy: String?
+    @Option(
+        name: .customLong("https-proxy-auth-file"),
+        help: ArgumentHelp(
+            "A file holding the proxy's basic-auth user:password on one line (mode 600), instead of putting them in the URL.",
+            valueName: "path"
+        )
+    )
+    var httpsProxyAuthFile: String?
+
+    /// The proxy from `--https-proxy` or `HTTPS_PROXY` (`https_proxy`), with `NO_PROXY` (`no_proxy`); `nil`
+    /// when none is set.
+    func proxy() throws -> HTTPSProxy? {
+        let env = ProcessInfo.processInfo.environment
+        let fromEnvironment = [env["HTTPS_PROXY"], env["https_proxy"]].compactMap { $0 }.first { !$0.isEmpty }
+        guard let url = self.httpsProxy ?? fromEnvironment, !url.isEmpty else {
+            if self.httpsProxyAuthFile != nil {
+                throw CLIError("--https-proxy-auth-file needs --https-proxy (or HTTPS_PROXY) to name the proxy")
+            }
+            return nil
+        }
+        return try HTTPSProxy(
+            url: url,
+            credentialsFile: self.httpsProxyAuthFile,
+            noProxy: [env["NO_PROXY"], env["no_proxy"]].compactMap { $0 }.first { !$0.isEmpty }
+        )
+    }
 
     var environment: APNsEnvironment {
         get throws {
@@ -85,26 +119,37 @@ struct APNsOptions: ParsableArguments {
         }
     }
 
-    /// Every configured key, loaded and checked (file permissions, key type, ids), by credential name,
-    /// with the config file they came from; connects to nothing.
-    func signingKeys() throws -> (file: ConfigFile?, keys: [String: SigningKey]) {
+    /// Every configured credential, loaded and checked, by name, with the config file they came from.
+    struct Credentials {
+        var file: ConfigFile?
+        /// Token credentials (.p8 signing keys).
+        var keys: [String: SigningKey]
+        /// Certificate credentials.
+        var certificates: [String: ClientCertificate]
+    }
+
+    /// Every configured key and certificate, loaded and checked (file permissions, key type, ids, expiry),
+    /// by credential name, with the config file they came from; connects to nothing.
+    func credentials() throws -> Credentials {
         _ = try self.hasKey  // an empty key setting is an error naming it
         let env = ProcessInfo.processInfo.environment
         let file = try self.config.map(ConfigFile.load)
         var keys = try file?.signingKeys() ?? [:]
+        var certificates = try file?.certificates() ?? [:]
         if let path = self.keyPath ?? env["APNS_KEY_PATH"], !path.isEmpty {
             keys["default"] = try SigningKey.load(
                 teamID: self.teamID ?? env["APNS_TEAM_ID"] ?? "",
                 keyID: self.keyID ?? env["APNS_KEY_ID"] ?? "",
                 path: path
             )
+            certificates["default"] = nil
         }
-        guard !keys.isEmpty else {
+        guard !keys.isEmpty || !certificates.isEmpty else {
             throw CLIError(
                 "no APNs key configured (trap MS028): set APNS_KEY_PATH, APNS_KEY_ID and APNS_TEAM_ID, pass --apns-key-path, --apns-key-id and --apns-team-id, or name credentials in --config"
             )
         }
-        return (file, keys)
+        return Credentials(file: file, keys: keys, certificates: certificates)
     }
 
     /// A client with every configured key: the config file's credentials, and `default` from the flags
@@ -114,12 +159,36 @@ struct APNsOptions: ParsableArguments {
         base: APNsClient.Configuration = .init(),
         tokenStore: (any ProviderTokenStore)? = nil
     ) throws -> APNsClient {
-        let (file, keys) = try self.signingKeys()
+        let loaded = try self.credentials()
         var configuration = base
-        configuration.caFile = self.caFile ?? file?.apnsCAFile
-        if let endpoint = self.endpoint ?? file?.apnsEndpoint {
+        configuration.caFile = self.caFile ?? loaded.file?.apnsCAFile
+        if let endpoint = self.endpoint ?? loaded.file?.apnsEndpoint {
             configuration.endpointOverride = try APNsEndpoint(url: endpoint)
         }
-        return try APNsClient(configuration: configuration, credentials: keys, tokenStore: tokenStore, logger: logger)
+        configuration.httpsProxy = try self.proxy()
+        if let proxy = configuration.httpsProxy {
+            logger.info(
+                "APNs connections go through an HTTPS proxy",
+                metadata: ["push.proxy": "\(proxy)", "push.no_proxy": "\(proxy.noProxy.joined(separator: ","))"]
+            )
+        }
+        for (name, certificate) in loaded.certificates.sorted(by: { $0.key < $1.key }) {
+            let days = Int(certificate.notValidAfter.timeIntervalSinceNow / 86_400)
+            logger.log(
+                level: days < 30 ? .warning : .info,
+                days < 30 ? "APNs certificate expires soon: renew it" : "APNs certificate credential",
+                metadata: [
+                    "push.credential": "\(name)", "push.certificate": "\(certificate.commonName)",
+                    "push.topic": "\(certificate.topic ?? "-")", "push.expires_in_days": "\(days)",
+                ]
+            )
+        }
+        return try APNsClient(
+            configuration: configuration,
+            credentials: loaded.keys,
+            certificates: loaded.certificates,
+            tokenStore: tokenStore,
+            logger: logger
+        )
     }
 }

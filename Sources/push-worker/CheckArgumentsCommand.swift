@@ -38,7 +38,8 @@ struct CheckArgumentsCommand: ParsableCommand {
 struct CheckKeysCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "check-keys",
-        abstract: "Load every configured APNs key as run would (permissions, key type, ids) and connect to nothing.",
+        abstract:
+            "Load every configured APNs key and certificate as run would (permissions, key type, ids, expiry) and connect to nothing.",
         discussion: """
             For deploy checks and pod debugging: `push-worker check-keys --config /etc/push-worker/config.json` \
             prints one line per credential, or the sentence that says what to fix (a world-readable key, a \
@@ -49,9 +50,16 @@ struct CheckKeysCommand: ParsableCommand {
     @OptionGroup var apns: APNsOptions
 
     func run() throws {
-        let (_, keys) = try self.apns.signingKeys()
-        for (name, key) in keys.sorted(by: { $0.key < $1.key }) {
+        let loaded = try self.apns.credentials()
+        for (name, key) in loaded.keys.sorted(by: { $0.key < $1.key }) {
             print("ok: credential \(name): team \(key.teamID), key \(key.keyID)")
         }
+        for (name, certificate) in loaded.certificates.sorted(by: { $0.key < $1.key }) {
+            let days = Int(certificate.notValidAfter.timeIntervalSinceNow / 86_400)
+            print(
+                "ok: credential \(name): \(certificate), topic \(certificate.topic ?? "-"), for \(certificate.environments.sorted().joined(separator: " and "))\(days < 30 ? "; expires in \(days) days: renew it" : "")"
+            )
+        }
+        if let proxy = try self.apns.proxy() { print("ok: https proxy \(proxy)") }
     }
 }

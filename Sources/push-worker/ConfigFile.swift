@@ -10,20 +10,63 @@ import Foundation
 ///   "apns_ca_file": "/etc/push-worker/simulator-ca.pem",
 ///   "credentials": {
 ///     "default": { "team_id": "DEF123GHIJ", "key_id": "ABC123DEFG", "key_path": "/etc/push-worker/AuthKey_ABC123DEFG.p8" },
-///     "brand-b": { "team_id": "XYZ987WVUT", "key_id": "KLM456NOPQ", "key_path": "/etc/push-worker/AuthKey_KLM456NOPQ.p8" }
+///     "brand-b": { "team_id": "XYZ987WVUT", "key_id": "KLM456NOPQ", "key_path": "/etc/push-worker/AuthKey_KLM456NOPQ.p8" },
+///     "legacy": { "type": "certificate", "p12_path": "/etc/push-worker/apns.p12", "password_file": "/etc/push-worker/apns.pass" },
+///     "mdm": { "type": "certificate", "cert_path": "/etc/push-worker/mdm.pem", "key_path": "/etc/push-worker/mdm.key" }
 ///   }
 /// }
 /// ```
 struct ConfigFile: Decodable {
+    /// A token credential (`team_id`, `key_id`, `key_path` of a `.p8`), or with `"type": "certificate"` a
+    /// provider certificate: `p12_path` (+ `password_file`), or `cert_path` + `key_path`.
     struct Credential: Decodable {
-        var teamID: String
-        var keyID: String
-        var keyPath: String
+        var type: String?
+        var teamID: String?
+        var keyID: String?
+        var keyPath: String?
+        var p12Path: String?
+        var certPath: String?
+        var passwordFile: String?
 
         enum CodingKeys: String, CodingKey {
+            case type
             case teamID = "team_id"
             case keyID = "key_id"
             case keyPath = "key_path"
+            case p12Path = "p12_path"
+            case certPath = "cert_path"
+            case passwordFile = "password_file"
+        }
+
+        var isCertificate: Bool { self.type == "certificate" }
+
+        /// What is missing or contradictory, as a sentence; `nil` when the fields fit the type.
+        var problem: String? {
+            switch self.type {
+            case nil, "token":
+                if [self.teamID, self.keyID, self.keyPath].contains(where: { ($0 ?? "").isEmpty }) {
+                    return
+                        "needs team_id, key_id and key_path (a .p8 key), or \"type\": \"certificate\" with p12_path or cert_path + key_path"
+                }
+                if self.p12Path != nil || self.certPath != nil {
+                    return "has p12_path or cert_path but no \"type\": \"certificate\": add it, or drop those fields"
+                }
+                return nil
+            case "certificate":
+                let hasP12 = !(self.p12Path ?? "").isEmpty
+                let hasPEM = !(self.certPath ?? "").isEmpty && !(self.keyPath ?? "").isEmpty
+                if hasP12 == hasPEM {
+                    return
+                        "is a certificate credential: set either p12_path (with password_file if the bundle has a password) or cert_path and key_path"
+                }
+                if self.teamID != nil || self.keyID != nil {
+                    return
+                        "is a certificate credential: team_id and key_id belong to token (.p8) credentials; drop them"
+                }
+                return nil
+            default:
+                return "has type \"\(self.type!)\": use \"token\" (the default) or \"certificate\""
+            }
         }
     }
 
@@ -47,9 +90,10 @@ struct ConfigFile: Decodable {
         }
         do {
             let config = try JSONDecoder().decode(ConfigFile.self, from: data)
-            for (name, credential) in config.credentials
-            where credential.teamID.isEmpty || credential.keyID.isEmpty || credential.keyPath.isEmpty {
-                throw CLIError("--config \(path): credential '\(name)' needs team_id, key_id and key_path")
+            for (name, credential) in config.credentials.sorted(by: { $0.key < $1.key }) {
+                if let problem = credential.problem {
+                    throw CLIError("--config \(path): credential '\(name)' \(problem)")
+                }
             }
             // The same rule as push.jobs' credential column: a name no job could carry is a typo.
             for name in config.credentials.keys
@@ -76,8 +120,25 @@ struct ConfigFile: Decodable {
         }
     }
 
-    /// Loads every credential's key (each refused clearly if missing, world-readable or not P-256).
+    /// Loads every token credential's key (each refused clearly if missing, world-readable or not P-256).
     func signingKeys() throws -> [String: SigningKey] {
-        try self.credentials.mapValues { try SigningKey.load(teamID: $0.teamID, keyID: $0.keyID, path: $0.keyPath) }
+        try self.credentials.filter { !$0.value.isCertificate }.mapValues {
+            try SigningKey.load(teamID: $0.teamID ?? "", keyID: $0.keyID ?? "", path: $0.keyPath ?? "")
+        }
+    }
+
+    /// Loads every certificate credential (each refused clearly if missing, unreadable, expired, or its key
+    /// does not match).
+    func certificates() throws -> [String: ClientCertificate] {
+        try self.credentials.filter { $0.value.isCertificate }.mapValues { credential in
+            if let p12 = credential.p12Path, !p12.isEmpty {
+                return try ClientCertificate.loadPKCS12(path: p12, passwordFile: credential.passwordFile)
+            }
+            return try ClientCertificate.loadPEM(
+                certificatePath: credential.certPath ?? "",
+                keyPath: credential.keyPath ?? "",
+                passwordFile: credential.passwordFile
+            )
+        }
     }
 }

@@ -62,18 +62,24 @@ struct DescribeCommand: AsyncParsableCommand {
                     headers: Dictionary(request.headers.map { ($0.name, $0.value) }, uniquingKeysWith: { $1 }),
                     payload: payload,
                     bytes: request.byteCount,
-                    limit: request.limit
+                    limit: request.limit,
+                    warnings: request.warnings.map { ["code": $0.trapID.rawValue, "message": $0.message] }
                 )
             )
             return
         }
         print("\(request.method) https://\(host.host)\(path)  HTTP/2")
-        print("authorization: bearer <ES256 provider token for credential '\(job.credential)'>")
+        print(
+            "authorization: bearer <ES256 provider token for credential '\(job.credential)'; none if it is a certificate credential>"
+        )
         for header in request.headers { print("\(header.name): \(header.value)") }
         print("")
         print(payload)
         print("")
         print("\(request.byteCount) bytes of \(request.limit) allowed")
+        for warning in request.warnings {
+            print("warning \(warning.trapID.rawValue): \(warning.message) (APNs accepts it; the job is sent)")
+        }
         if isDeadLetter { print("(job \(id) is a dead letter: this is the request a replay would send)") }
     }
 }
@@ -85,4 +91,5 @@ struct DescribeJSON: Encodable {
     var payload: String
     var bytes: Int
     var limit: Int
+    var warnings: [[String: String]]
 }

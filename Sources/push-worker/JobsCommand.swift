@@ -50,6 +50,10 @@ struct JobsCommand: AsyncParsableCommand {
                 )
                 print("  last try    \(formatDate(details.lastAttemptAt))")
                 if let unique = details.apnsUniqueID { print("  unique id   \(unique)") }
+                if let key = details.job.coalesceKey { print("  coalesce    \(key)") }
+                if let newer = details.supersededBy {
+                    print("  superseded  by job \(newer) (same coalesce_key, newer): never sent")
+                }
                 if let worker = details.lockedBy {
                     print("  locked by   \(worker) until \(formatDate(details.lockedUntil))")
                 }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 import PushQueue
 
 struct StatsCommand: AsyncParsableCommand {
@@ -14,13 +15,15 @@ struct StatsCommand: AsyncParsableCommand {
         let json = self.json
         try await self.database.withQueue { queue, _, _ in
             let stats = try await queue.stats()
+            let pauses = try await queue.pauses(countingJobs: true)
+            let limits = try await queue.rateLimits()
             if json {
-                printJSON(stats)
+                printJSON(StatsJSON(stats: stats, pauses: pauses, rateLimits: limits))
                 return
             }
             let states = stats.byState
             print(
-                "jobs          pending \(states["pending"] ?? 0) (due now \(stats.pendingDue))   running \(states["running"] ?? 0)   delivered \(states["delivered"] ?? 0)"
+                "jobs          pending \(states["pending"] ?? 0) (due now \(stats.pendingDue))   running \(states["running"] ?? 0)   delivered \(states["delivered"] ?? 0)   superseded \(states["superseded"] ?? 0)"
             )
             print("oldest due    \(stats.pendingDue == 0 ? "-" : formatSeconds(stats.oldestPendingAgeSeconds))")
             print("last minute   delivered \(stats.deliveredLastMinute)   dead-lettered \(stats.deadLastMinute)")
@@ -29,6 +32,34 @@ struct StatsCommand: AsyncParsableCommand {
                 print("  \(trap.padding(toLength: 6, withPad: " ", startingAt: 0)) \(count)")
             }
             print("invalid tokens \(stats.invalidTokens)")
+            print("paused        \(pauses.isEmpty ? "nothing" : "")")
+            for pause in pauses {
+                print(
+                    "  \(pause.scope)   \(pause.pendingJobs ?? 0) pending   since \(pause.createdAt.formatted(.iso8601)): \(pause.reason)"
+                )
+            }
+            print("rate limits   \(limits.isEmpty ? "none" : "")")
+            for limit in limits {
+                print(
+                    "  \(limit.scope)   \(formatRate(limit.perSecond))/s, burst \(limit.burst), \(limit.available) claimable now"
+                )
+            }
         }
     }
+}
+
+/// `stats --json`: the queue's counts with the fleet's pauses and rate limits.
+struct StatsJSON: Encodable {
+    var stats: QueueStats
+    var pauses: [Pause]
+    var rateLimits: [RateLimit]
+
+    func encode(to encoder: any Encoder) throws {
+        try self.stats.encode(to: encoder)
+        var container = encoder.container(keyedBy: Keys.self)
+        try container.encode(self.pauses, forKey: .pauses)
+        try container.encode(self.rateLimits, forKey: .rateLimits)
+    }
+
+    enum Keys: String, CodingKey { case pauses, rateLimits }
 }

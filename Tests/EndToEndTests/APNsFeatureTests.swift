@@ -32,7 +32,8 @@ struct APNsFeatureTests {
                        ('com.example.app', '\(unescaped: DaemonFixture.token(2))', NULL, '{"aps":{"alert":"later"}}', 'alert', false, NULL),
                        ('com.example.app', NULL, '\(unescaped: plain)', '\(unescaped: Self.update)', 'liveactivity', false, NULL),
                        ('com.example.app', NULL, '\(unescaped: plain)', '\(unescaped: Self.update)', 'liveactivity', false, now() + interval '1 hour'),
-                       ('com.example.app', NULL, '\(unescaped: keeping)', '\(unescaped: Self.update)', 'liveactivity', false, now() + interval '1 hour')
+                       ('com.example.app', NULL, '\(unescaped: keeping)', '\(unescaped: Self.update)', 'liveactivity', false, now() + interval '1 hour'),
+                       ('com.example.app', '\(unescaped: DaemonFixture.token(3))', NULL, '{"aps":{"content-available":1,"mutable-content":1,"interruption-level":"loud"}}', 'background', false, NULL)
                 RETURNING id
                 """
             )
@@ -61,8 +62,28 @@ struct APNsFeatureTests {
                 "SELECT id FROM push.jobs WHERE state = 'delivered' ORDER BY id"
             )
             #expect(
-                delivered == [ids[0], ids[1], ids[2], ids[4]],
-                "the no-storage broadcast with expires_at is refused"
+                delivered == [ids[0], ids[1], ids[2], ids[4], ids[5]],
+                "the no-storage broadcast with expires_at is refused; a payload with warnings is still sent"
+            )
+            // Broadcasts carry the job's id as apns-request-id (no apns-id); the echoed id is stored.
+            let broadcastRows = try await f.db.client.query(
+                "SELECT apns_id::text, coalesce(apns_unique_id, '') FROM push.jobs WHERE id IN (\(ids[2]), \(ids[4])) ORDER BY id"
+            ).decode((String, String).self).collect()
+            for (apnsID, stored) in broadcastRows {
+                let sent = broadcasts.filter { $0.headers["apns-request-id"] == apnsID }
+                #expect(!sent.isEmpty && sent.allSatisfy { $0.headers["apns-id"] == nil }, "\(apnsID)")
+                #expect(stored == apnsID, "the echoed apns-request-id is kept in apns_unique_id")
+            }
+            // Warnings: the background push with mutable-content and an unknown interruption level was sent,
+            // and its row names both codes.
+            let traps = try await f.db.client.query(
+                "SELECT array_to_string(trap_ids, ',') FROM push.jobs WHERE id = \(ids[5])"
+            ).decode(String.self).collect()
+            #expect(traps == ["PW101,PW102"], "\(traps)")
+            let warned = try f.cli(["describe", "\(ids[5])"])
+            #expect(
+                warned.output.contains("warning PW101") && warned.output.contains("warning PW102"),
+                "\(warned.output)"
             )
             let refused = try await f.db.client.query(
                 "SELECT reason, error FROM push.dead_jobs WHERE id = \(ids[3])"

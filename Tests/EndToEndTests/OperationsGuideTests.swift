@@ -90,6 +90,18 @@ struct OperationsGuideTests {
             let deadID = try await f.db.int64("SELECT id FROM push.dead_jobs WHERE reason = 'PayloadTooLarge'")
             let jobID = try await f.db.int64("SELECT id FROM push.jobs WHERE state = 'delivered'")
             let port = try await f.metricsPort(worker)
+            // The guide's config.json: a token key and a provider certificate from the simulator's CA.
+            let certificate = try f.simulator.issueProviderCertificate(bundleID: "com.example.app")
+            try certificate.certificatePEM.write(toFile: f.directory + "/apns.pem", atomically: true, encoding: .utf8)
+            try certificate.keyPEM.write(toFile: f.directory + "/apns.key", atomically: true, encoding: .utf8)
+            chmod(f.directory + "/apns.key", 0o600)
+            let config = f.directory + "/config.json"
+            try """
+            {"credentials": {
+              "default": {"team_id": "\(f.credentials.teamID)", "key_id": "\(f.credentials.keyID)", "key_path": "\(f.keyPath)"},
+              "legacy": {"type": "certificate", "cert_path": "\(f.directory)/apns.pem", "key_path": "\(f.directory)/apns.key"}
+            }}
+            """.write(toFile: config, atomically: true, encoding: .utf8)
 
             for line in commands {
                 // `$ push-worker verb …   # exit N: why` documents a non-zero exit status.
@@ -103,7 +115,7 @@ struct OperationsGuideTests {
                     $0.replacingOccurrences(of: "<dead-id>", with: "\(deadID)").replacingOccurrences(
                         of: "<job-id>",
                         with: "\(jobID)"
-                    )
+                    ).replacingOccurrences(of: "/etc/push-worker/config.json", with: config)
                 }
                 #expect(!arguments.contains { $0.hasPrefix("<") }, "a placeholder the test does not fill: \(command)")
                 if ["run", "simulator"].contains(arguments[0]) {

@@ -92,6 +92,40 @@ struct RequestBuilderTests {
         #expect(broadcast.header("apns-topic") == nil)
         #expect(broadcast.header("apns-channel-id") == "dGVzdGNoYW5uZWw=")
         #expect(broadcast.limit == 5120)
+        // Apple's broadcast page: the id travels as apns-request-id; apns-id is a device-send header.
+        #expect(broadcast.header("apns-id") == nil)
+        #expect(broadcast.header("apns-request-id") == broadcast.apnsID.uuidString.lowercased())
+    }
+
+    static let warningCases: [(String, String, [String])] = [
+        // (push type, payload, expected warning codes)
+        ("alert", #"{"aps":{"alert":"hi","mutable-content":1}}"#, []),
+        ("alert", #"{"aps":{"alert":{"title":"t"},"mutable-content":1}}"#, []),
+        ("background", #"{"aps":{"content-available":1,"mutable-content":1}}"#, ["PW101"]),
+        ("alert", #"{"aps":{"alert":"","mutable-content":1}}"#, ["PW101"]),
+        ("alert", #"{"aps":{"alert":{"sound":"x"},"mutable-content":1}}"#, ["PW101"]),
+        ("alert", #"{"aps":{"alert":"hi","interruption-level":"time-sensitive"}}"#, []),
+        ("alert", #"{"aps":{"alert":"hi","interruption-level":"urgent"}}"#, ["PW102"]),
+        ("alert", #"{"aps":{"alert":"hi","interruption-level":2}}"#, ["PW102"]),
+        ("alert", #"{"aps":{"alert":"hi","relevance-score":0.5}}"#, []),
+        ("alert", #"{"aps":{"alert":"hi","relevance-score":75}}"#, ["PW103"]),
+        ("alert", #"{"aps":{"alert":"hi","relevance-score":"high"}}"#, ["PW103"]),
+        ("liveactivity", #"{"aps":{"timestamp":1800000000,"event":"end","relevance-score":75}}"#, []),
+        (
+            "alert", #"{"aps":{"alert":"","mutable-content":1,"interruption-level":"loud","relevance-score":-1}}"#,
+            ["PW101", "PW102", "PW103"]
+        ),
+    ]
+
+    @Test("payload warnings: sent anyway, each with its PW code and a sentence", arguments: Self.warningCases)
+    func warnings(_ testCase: (String, String, [String])) throws {
+        let (pushType, payload, expected) = testCase
+        let request = try RequestBuilder.describe(
+            job(pushType, payload: payload, priority: pushType == "background" ? 5 : nil),
+            now: Self.now
+        )
+        #expect(request.warnings.map(\.trapID.rawValue) == expected, "\(payload)")
+        for warning in request.warnings { #expect(warning.message.contains("aps.")) }
     }
 
     static let rejections: [(String, String, String, String?, Int?)] = [

@@ -1,0 +1,190 @@
+import Foundation
+import PostgresNIO
+import PushCore
+import PushQueue
+import PushQueueTesting
+import Testing
+
+/// The fleet-wide controls, in the claim statement: coalescing, dead-token suppression, pauses and rate
+/// limits, against a real Postgres.
+@Suite("Flow control in the claim")
+struct FlowControlTests {
+    static func insert(_ db: TestDatabase, _ values: String) async throws -> [Int64] {
+        try await db.int64s(
+            """
+            INSERT INTO push.jobs (topic, device_token, payload, coalesce_key, credential)
+            VALUES \(unescaped: values) RETURNING id
+            """
+        )
+    }
+
+    @Test("latest wins: of each key's due jobs only the newest is claimed; the older end superseded by it")
+    func coalescing() async throws {
+        try await TestPostgres.withDatabase { db in
+            var values: [String] = []
+            for n in 1...10 {
+                let key = n <= 5 ? "'a'" : n <= 8 ? "'b'" : "NULL"
+                values.append("('com.example.app', lpad(to_hex(\(n)), 64, '0'), '{\"aps\":{}}', \(key), 'default')")
+            }
+            let ids = try await Self.insert(db, values.joined(separator: ","))
+            let batch = try await db.queue.claimBatch(limit: 100, workerID: "w", lease: .seconds(60))
+            #expect(Set(batch.jobs.map(\.id)) == [ids[4], ids[7], ids[8], ids[9]])
+            #expect(batch.superseded == 6)
+            let superseded = try await db.client.query(
+                "SELECT id, superseded_by FROM push.jobs WHERE state = 'superseded' ORDER BY id"
+            ).decode((Int64, Int64).self).collect()
+            #expect(superseded.map(\.0) == Array(ids[0..<4]) + Array(ids[5..<7]))
+            #expect(superseded.allSatisfy { $0.1 == ($0.0 < ids[5] ? ids[4] : ids[7]) })
+            // A job already running is never touched: a newer one with its key is claimed next to it.
+            let newer = try await Self.insert(
+                db,
+                "('com.example.app', lpad(to_hex(99), 64, '0'), '{\"aps\":{}}', 'a', 'default')"
+            )
+            let next = try await db.queue.claimBatch(limit: 100, workerID: "w", lease: .seconds(60))
+            #expect(next.jobs.map(\.id) == newer && next.superseded == 0)
+            #expect(
+                try await db.int64("SELECT count(*) FROM push.jobs WHERE id = \(ids[4]) AND state = 'running'") == 1
+            )
+        }
+    }
+
+    @Test("two claimers racing over 50 keys × 20 jobs claim exactly one job per key")
+    func coalescingRace() async throws {
+        try await TestPostgres.withDatabase(maxConnections: 6) { db in
+            try await db.execute(
+                """
+                INSERT INTO push.jobs (topic, device_token, payload, coalesce_key)
+                SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{}}', 'key-' || (g % 50)
+                  FROM generate_series(1, 1000) g
+                """
+            )
+            let queue = db.queue
+            let claimed = try await withThrowingTaskGroup(of: [PushJob].self) { group in
+                for claimer in 0..<2 {
+                    group.addTask {
+                        var mine: [PushJob] = []
+                        while true {
+                            let jobs = try await queue.claim(limit: 7, workerID: "c\(claimer)", lease: .seconds(60))
+                            if jobs.isEmpty { return mine }
+                            mine += jobs
+                        }
+                    }
+                }
+                var all: [PushJob] = []
+                for try await jobs in group { all += jobs }
+                return all
+            }
+            #expect(claimed.count == 50, "one per key, not \(claimed.count)")
+            #expect(Set(claimed.compactMap(\.coalesceKey)).count == 50)
+            let newest = try await db.int64s("SELECT max(id) FROM push.jobs GROUP BY coalesce_key ORDER BY 1")
+            #expect(claimed.map(\.id).sorted() == newest, "the newest of each key")
+            #expect(try await db.int64("SELECT count(*) FROM push.jobs WHERE state = 'superseded'") == 950)
+            #expect(try await db.int64("SELECT count(*) FROM push.jobs WHERE state = 'pending'") == 0)
+        }
+    }
+
+    @Test("a token invalidated after the job was enqueued is flagged; one invalidated before is not")
+    func deadTokens() async throws {
+        try await TestPostgres.withDatabase { db in
+            let (late, early) = (String(repeating: "1", count: 64), String(repeating: "2", count: 64))
+            try await db.execute(
+                """
+                INSERT INTO push.invalid_tokens (device_token, topic, environment, reason, invalidated_at, job_id)
+                VALUES ('\(early)', 'com.example.app', 'production', 'Unregistered', now() - interval '1 hour', 0)
+                """
+            )
+            let ids = try await Self.insert(
+                db,
+                "('com.example.app', '\(late)', '{\"aps\":{}}', NULL, 'default'), ('com.example.app', '\(early)', '{\"aps\":{}}', NULL, 'default')"
+            )
+            try await db.execute(
+                """
+                INSERT INTO push.invalid_tokens (device_token, topic, environment, reason, invalidated_at, job_id)
+                VALUES ('\(late)', 'com.example.app', 'production', 'Unregistered', now() + interval '1 second', 0)
+                """
+            )
+            let jobs = try await db.queue.claim(limit: 10, workerID: "w", lease: .seconds(60))
+            #expect(jobs.first { $0.id == ids[0] }?.tokenInvalidatedAt != nil)
+            #expect(jobs.first { $0.id == ids[1] }?.tokenInvalidatedAt == nil)
+            // PushCore's rule: never sent, MS020, a sentence.
+            let flagged = try #require(jobs.first { $0.id == ids[0] })
+            #expect {
+                try RequestBuilder.describe(flagged)
+            } throws: { error in
+                guard let rejection = error as? PreSendRejection else { return false }
+                return rejection.reason == "TokenInvalidated" && rejection.trapID == .tokenUnregistered
+                    && rejection.message.contains("after the job was enqueued")
+            }
+        }
+    }
+
+    @Test("pauses by topic and by credential hold jobs unclaimed with no attempt; resume releases them")
+    func pauses() async throws {
+        try await TestPostgres.withDatabase { db in
+            _ = try await Self.insert(
+                db,
+                """
+                ('com.example.app', lpad('1', 64, '0'), '{"aps":{}}', NULL, 'default'),
+                ('com.example.other', lpad('2', 64, '0'), '{"aps":{}}', NULL, 'default'),
+                ('com.example.app', lpad('3', 64, '0'), '{"aps":{}}', NULL, 'brand-b')
+                """
+            )
+            try await db.queue.pause(credential: nil, topic: "com.example.app", reason: "bad copy in the campaign")
+            try await db.queue.pause(credential: "brand-b", topic: nil, reason: "key rotation")
+            let pauses = try await db.queue.pauses(countingJobs: true)
+            #expect(pauses.map(\.scope) == ["credential=* topic=com.example.app", "credential=brand-b topic=*"])
+            #expect(pauses.map(\.pendingJobs) == [2, 1])
+            let first = try await db.queue.claim(limit: 10, workerID: "w", lease: .seconds(60))
+            #expect(first.map(\.topic) == ["com.example.other"])
+            #expect(try await db.int64("SELECT sum(attempts) FROM push.jobs WHERE state = 'pending'") == 0)
+            // The same scope again replaces the reason; resuming a scope that is not paused says so.
+            try await db.queue.pause(credential: nil, topic: "com.example.app", reason: "still bad")
+            #expect(try await db.queue.pauses().count == 2)
+            #expect(try await db.queue.resume(credential: "default", topic: "com.example.app") == false)
+            #expect(try await db.queue.resume(credential: nil, topic: "com.example.app"))
+            let second = try await db.queue.claim(limit: 10, workerID: "w", lease: .seconds(60))
+            #expect(second.map(\.credential) == ["default"])
+            #expect(try await db.queue.resume(credential: "brand-b", topic: nil))
+            #expect(try await db.queue.claim(limit: 10, workerID: "w", lease: .seconds(60)).count == 1)
+        }
+    }
+
+    @Test(
+        "a rate limit's schedule: burst claimed ahead, send times one interval apart, then its rate; others unaffected"
+    )
+    func rateLimits() async throws {
+        try await TestPostgres.withDatabase { db in
+            try await db.execute(
+                """
+                INSERT INTO push.jobs (topic, device_token, payload)
+                SELECT CASE WHEN g <= 40 THEN 'com.example.limited' ELSE 'com.example.free' END,
+                       lpad(to_hex(g), 64, '0'), '{"aps":{}}'
+                  FROM generate_series(1, 60) g
+                """
+            )
+            try await db.queue.setRateLimit(credential: nil, topic: "com.example.limited", perSecond: 10, burst: 5)
+            let started = ContinuousClock.now
+            let first = try await db.queue.claimBatch(limit: 100, workerID: "w", lease: .seconds(60))
+            #expect(first.jobs.filter { $0.topic == "com.example.limited" }.count == 5)
+            #expect(first.jobs.filter { $0.topic == "com.example.free" }.count == 20)
+            // The limit's schedule: send times one interval (100 ms) apart; unlimited jobs have none.
+            let sendTimes = first.jobs.compactMap(\.sendAt).sorted()
+            #expect(sendTimes.count == 5)
+            for (a, b) in zip(sendTimes, sendTimes.dropFirst()) { #expect(abs(b.timeIntervalSince(a) - 0.1) < 0.001) }
+            let refill = try #require(first.rateLimitedFor)
+            #expect(refill > .zero && refill <= .milliseconds(101))
+            let second = try await db.queue.claimBatch(limit: 100, workerID: "w", lease: .seconds(60))
+            // Right after the burst the bucket holds only what refilled since (10 per second).
+            let elapsed = (ContinuousClock.now - started) / .milliseconds(1)
+            #expect(Double(second.jobs.count) <= (elapsed / 100).rounded(.up), "\(second.jobs.count) in \(elapsed) ms")
+            try await Task.sleep(for: .milliseconds(550))
+            let third = try await db.queue.claimBatch(limit: 100, workerID: "w", lease: .seconds(60))
+            #expect((4...6).contains(third.jobs.count), "about 10/s over half a second, capped by the burst of 5")
+            let limits = try await db.queue.rateLimits()
+            #expect(limits.count == 1 && limits[0].perSecond == 10 && limits[0].burst == 5)
+            #expect(try await db.queue.clearRateLimit(credential: nil, topic: "com.example.limited"))
+            let rest = try await db.queue.claimBatch(limit: 100, workerID: "w", lease: .seconds(60))
+            #expect(rest.jobs.count == 40 - 5 - second.jobs.count - third.jobs.count && rest.rateLimitedFor == nil)
+        }
+    }
+}

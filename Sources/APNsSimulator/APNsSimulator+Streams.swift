@@ -102,9 +102,17 @@ extension APNsSimulator {
                 if case .slow(let latency) = fault { answer.delay = max(answer.delay, latency) }
                 if answer.delay > .zero { try await Task.sleep(for: answer.delay) }
                 // A stream above a GOAWAY's last-stream-id is never answered (Apple may keep the connection
-                // open and stay silent on it).
-                if let goAway = self.state.withLock({ $0.goAways[connectionID] }), streamID > goAway.last {
-                    self.state.withLock { $0.faults.unansweredAfterGoAway += 1 }
+                // open and stay silent on it). Deciding to answer commits the stream as processed, in the
+                // same lock a GOAWAY takes to choose its last-stream-id, so no GOAWAY can land below it.
+                let silent = self.state.withLock { state -> Bool in
+                    if let goAway = state.goAways[connectionID], streamID > goAway.last {
+                        state.faults.unansweredAfterGoAway += 1
+                        return true
+                    }
+                    state.answeringStreamID[connectionID] = max(state.answeringStreamID[connectionID] ?? 0, streamID)
+                    return false
+                }
+                if silent {
                     try await Task.sleep(for: .seconds(3_600))
                     return
                 }
@@ -122,6 +130,9 @@ extension APNsSimulator {
                         self.state.withLock {
                             $0.faults.okAnswers[id.lowercased(), default: 0] += 1
                             $0.faults.okAnswerConnections[id.lowercased(), default: []].append(connectionID)
+                            if let goAway = $0.goAways[connectionID], streamID > goAway.last {
+                                $0.faults.answeredAboveGoAway += 1
+                            }
                         }
                     }
                 case .hang:
@@ -207,10 +218,11 @@ extension APNsSimulator {
                 return .drop
             }
             if let every = plan.goAwayEvery, every > 0, n % every == 0, state.goAways[connectionID] == nil {
-                // Below most of the streams in flight here: a quarter of them are answered, the rest never.
+                // Below most of the streams in flight here: a quarter of them are answered, the rest never;
+                // never below a stream already being answered (it was processed).
                 let open = (state.openStreamIDs[connectionID] ?? []).sorted()
                 let pivot = open.isEmpty ? streamID : open[open.count / 4]
-                let last = max(pivot - 2, 0)
+                let last = max(pivot - 2, state.answeringStreamID[connectionID] ?? 0, 0)
                 state.goAways[connectionID] = (last, now)
                 state.faults.goAways += 1
                 goAwayLast = last

@@ -45,6 +45,9 @@ public struct FaultCounters: Sendable, Hashable {
     public var errors = 0
     /// Streams above a GOAWAY's last-stream-id left unanswered.
     public var unansweredAfterGoAway = 0
+    /// Answers written on a stream above its connection's GOAWAY last-stream-id: a simulator that says
+    /// "not processed" and answers anyway. Always 0; tests assert it.
+    public var answeredAboveGoAway = 0
     /// Requests that arrived on a connection after the simulator sent it GOAWAY.
     public var openedAfterGoAway = 0
     /// Of those, how many arrived more than 1 s after the GOAWAY: the client had long had it to read

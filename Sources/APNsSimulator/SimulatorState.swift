@@ -22,6 +22,9 @@ struct SimulatorState {
     var faults = FaultCounters()
     /// Per connection: the GOAWAY the simulator sent (last stream id, when).
     var goAways: [Int: (last: Int, at: ContinuousClock.Instant)] = [:]
+    /// Per connection: the highest stream whose answer the simulator has committed to write. A GOAWAY's
+    /// last-stream-id is never below it: a stream being answered was processed.
+    var answeringStreamID: [Int: Int] = [:]
     /// Per connection: the streams with a request read and no answer yet.
     var openStreamIDs: [Int: Set<Int>] = [:]
     /// apns-ids seen, to tell first attempts.

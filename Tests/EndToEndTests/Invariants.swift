@@ -40,6 +40,10 @@ enum Invariants {
         }
         #expect(apnsIDs.values.allSatisfy { $0.count == 1 }, "one apns-id per job across all its requests \(context)")
         let faults = simulator.faultCounters
+        #expect(
+            faults.answeredAboveGoAway == 0,
+            "the simulator never answers a stream its GOAWAY called unprocessed \(context)"
+        )
         // A 200 written on a connection the simulator then cut may never have been read: that request's
         // outcome was unknown to the worker, and sending it again (same apns-id) is the rule.
         let twice = faults.okAnswers.filter { $0.value > 1 }.map(\.key).filter { id in

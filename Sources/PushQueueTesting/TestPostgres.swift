@@ -120,6 +120,14 @@ public struct TestDatabase: Sendable {
     public func int64(_ query: PostgresQuery) async throws -> Int64 {
         try await self.int64s(query).first ?? 0
     }
+
+    /// Runs a query that returns one `float8` (a duration in seconds, an average).
+    public func double(_ query: PostgresQuery) async throws -> Double {
+        for try await value in try await self.client.query(query, logger: self.logger).decode(Double?.self) {
+            return value ?? 0
+        }
+        return 0
+    }
 }
 
 /// Stops the embedded cluster when the test process exits.

@@ -201,7 +201,10 @@ public final class PushWorkerService: Service, Sendable {
             background.addTask { await self.gaugesLoop() }
             await withTaskGroup(of: Void.self) { core in
                 core.addTask { await self.recorder.run() }
-                await self.client.warmUp(credentials: self.configuration.credentials ?? [], timeout: .seconds(2))
+                await self.client.warmUp(
+                    credentials: self.configuration.credentials ?? self.client.credentialNames,
+                    timeout: .seconds(2)
+                )
                 await self.claimLoop()
                 // The recorder writes what is left, then returns; this group waits for it.
                 self.recorder.stop(giveUpAfter: self.configuration.shutdownGrace)

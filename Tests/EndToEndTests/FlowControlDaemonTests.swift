@@ -225,7 +225,7 @@ struct FlowControlDaemonTests {
         }
     }
 
-    @Test("fair share: 20,000 jobs of credential A, then 20 of B: B's are delivered within 2 s while A drains")
+    @Test("fair share: 20,000 jobs of credential A, then 20 of B: B's go out in the next claim, not behind A's backlog")
     func fairShare() async throws {
         let second = try SimulatorCredentials.generate(
             in: FileManager.default.temporaryDirectory.appendingPathComponent("cred-fair-\(UUID().uuidString)").path,
@@ -275,7 +275,41 @@ struct FlowControlDaemonTests {
             print(
                 "fair share: B's 20 jobs answered 200 within \(took) s of their INSERT and recorded within \(recorded), with \(aLeft) of A's still to go"
             )
-            #expect(answered.count == 20 && took < 2, "B waited \(took) s")
+            // The fair-share guarantee itself, independent of how fast this machine is: B's jobs were taken by
+            // the first claims after their INSERT, so at most the batch under way then and the A jobs sharing
+            // B's claim (two batches of 250) started between the INSERT and B's last start.
+            let startedMeanwhile = try await f.db.int64(
+                """
+                SELECT count(*) FROM push.jobs
+                 WHERE credential = 'default' AND first_attempt_at > (SELECT min(created_at) FROM push.jobs WHERE credential = 'brand-b')
+                   AND first_attempt_at < (SELECT max(first_attempt_at) FROM push.jobs WHERE credential = 'brand-b')
+                """
+            )
+            let claimedWithin = try await f.db.double(
+                """
+                SELECT extract(epoch FROM max(first_attempt_at - created_at))::float8 FROM push.jobs
+                 WHERE credential = 'brand-b'
+                """
+            )
+            let aLatencyMs = try await f.db.double(
+                """
+                SELECT coalesce(avg(latency_ms), 0)::float8 FROM push.jobs
+                 WHERE credential = 'default' AND state = 'delivered' AND delivered_at > now() - interval '3 seconds'
+                """
+            )
+            print(
+                "fair share: B's jobs started within \(claimedWithin) s of their INSERT, \(startedMeanwhile) of A's started meanwhile; A's requests took \(Int(aLatencyMs)) ms each from stream to answer meanwhile"
+            )
+            #expect(
+                startedMeanwhile <= 500,
+                "B waited behind \(startedMeanwhile) of A's jobs, more than two claim batches"
+            )
+            #expect(claimedWithin < 1.5, "B's jobs were first attempted \(claimedWithin) s after their INSERT")
+            // Delivery: the first claim after the INSERT, then two round trips on B's new connection (one request
+            // alone while APNs checks the token, then the rest), each queued behind A's 500 sends in flight at the
+            // debug-built stand-in (about 1 s each on these 2 cores, printed above). Under 2 s on this machine
+            // most runs; CI's run took 2.6 s. A's remaining backlog would take ten times as long.
+            #expect(answered.count == 20 && took < 5, "B waited \(took) s")
             #expect(aLeft > 0, "A was still draining: the test measured sharing, not an empty queue")
             // A is still draining (a debug worker takes minutes for 20,000): stop it and check what holds then.
             Self.stop([worker])

@@ -104,20 +104,32 @@ extension APNsSimulator {
                 // A stream above a GOAWAY's last-stream-id is never answered (Apple may keep the connection
                 // open and stay silent on it). Deciding to answer commits the stream as processed, in the
                 // same lock a GOAWAY takes to choose its last-stream-id, so no GOAWAY can land below it.
-                let silent = self.state.withLock { state -> Bool in
+                // A scripted GOAWAY names the stream before this one as the last processed, or a later one
+                // already being answered (this request then counts as processed too, and is answered).
+                let decision = self.state.withLock { state -> (silent: Bool, sequence: Int, goAwayLast: Int?) in
                     if let goAway = state.goAways[connectionID], streamID > goAway.last {
                         state.faults.unansweredAfterGoAway += 1
-                        return true
+                        return (true, 0, nil)
                     }
-                    state.answeringStreamID[connectionID] = max(state.answeringStreamID[connectionID] ?? 0, streamID)
-                    return false
+                    state.answerSequence += 1
+                    var goAwayLast: Int?
+                    if answer.action == .goAway {
+                        let last =
+                            state.goAways[connectionID]?.last
+                            ?? max(streamID - 2, state.answeringStreamID[connectionID] ?? 0, 0)
+                        state.goAways[connectionID] = state.goAways[connectionID] ?? (last, .now)
+                        goAwayLast = last
+                    }
+                    if answer.action == .respond || (goAwayLast ?? 0) >= streamID {
+                        state.answeringStreamID[connectionID] = max(state.answeringStreamID[connectionID] ?? 0, streamID)
+                    }
+                    return (false, state.answerSequence, goAwayLast)
                 }
-                if silent {
+                if decision.silent {
                     try await Task.sleep(for: .seconds(3_600))
                     return
                 }
-                switch answer.action {
-                case .respond:
+                func respond(_ answer: SimulatorAnswer) async throws {
                     var responseHeaders = HPACKHeaders([(":status", String(answer.status))])
                     for (name, value) in answer.headers { responseHeaders.add(name: name, value: value) }
                     try await outbound.write(.headers(.init(headers: responseHeaders, endStream: answer.body.isEmpty)))
@@ -129,27 +141,42 @@ extension APNsSimulator {
                     if answer.status == 200, let id = headers.notificationIDHeader?.value {
                         self.state.withLock {
                             $0.faults.okAnswers[id.lowercased(), default: 0] += 1
-                            $0.faults.okAnswerConnections[id.lowercased(), default: []].append(connectionID)
+                            $0.faults.okAnswerLog[id.lowercased(), default: []].append(
+                                AnsweredOK(sequence: decision.sequence, connection: connectionID)
+                            )
                             if let goAway = $0.goAways[connectionID], streamID > goAway.last {
                                 $0.faults.answeredAboveGoAway += 1
                             }
                         }
                     }
+                }
+                switch answer.action {
+                case .respond:
+                    try await respond(answer)
                 case .hang:
                     try await Task.sleep(for: .seconds(3_600))
                 case .reset:
                     try await outbound.write(.rstStream(.internalError))
                 case .goAway:
-                    let last = HTTP2StreamID(max(streamID - 2, 0))
+                    let last = decision.goAwayLast ?? 0
                     let frame = HTTP2Frame(
                         streamID: .rootStream,
                         payload: .goAway(
-                            lastStreamID: last,
+                            lastStreamID: HTTP2StreamID(last),
                             errorCode: .noError,
                             opaqueData: ByteBuffer(string: #"{"reason":"Shutdown"}"#)
                         )
                     )
                     try await connection.writeAndFlush(frame)
+                    if last >= streamID {
+                        try await respond(
+                            SimulatorAnswer(
+                                status: 200,
+                                reason: nil,
+                                headers: headers.notificationIDHeader.map { [$0] } ?? []
+                            )
+                        )
+                    }
                     // Like APNs, finish the streams it processed before closing.
                     try await Task.sleep(for: .milliseconds(500))
                     self.state.withLock { _ = $0.faults.cutConnections.insert(connectionID) }

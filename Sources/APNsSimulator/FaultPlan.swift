@@ -57,11 +57,21 @@ public struct FaultCounters: Sendable, Hashable {
     public var maxLatenessAfterGoAway: Duration = .zero
     /// 200s per apns-id, counted when the answer was written.
     public var okAnswers: [String: Int] = [:]
-    /// For each apns-id answered 200, the connections the 200s went out on, in order.
-    public var okAnswerConnections: [String: [Int]] = [:]
+    /// For each apns-id answered 200, the connections the 200s went out on, in the order the simulator
+    /// decided to answer them (not the order the writes finished, which a loaded machine may swap).
+    public var okAnswerConnections: [String: [Int]] {
+        self.okAnswerLog.mapValues { $0.sorted { $0.sequence < $1.sequence }.map(\.connection) }
+    }
+    var okAnswerLog: [String: [AnsweredOK]] = [:]
     /// Connections the fault plan cut (dropped, or closed after a GOAWAY's grace): a 200 written there
     /// may never have been read, so its request has an unknown outcome and is rightly sent again.
     public var cutConnections: Set<Int> = []
+}
+
+/// One 200 the simulator wrote: when it decided to (a sequence number) and on which connection.
+struct AnsweredOK: Sendable, Hashable {
+    var sequence: Int
+    var connection: Int
 }
 
 /// SplitMix64: a small seeded generator, so a fault schedule (the simulator's, or a test's) replays.

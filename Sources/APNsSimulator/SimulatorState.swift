@@ -25,6 +25,8 @@ struct SimulatorState {
     /// Per connection: the highest stream whose answer the simulator has committed to write. A GOAWAY's
     /// last-stream-id is never below it: a stream being answered was processed.
     var answeringStreamID: [Int: Int] = [:]
+    /// Numbers the decisions to answer, in order.
+    var answerSequence = 0
     /// Per connection: the streams with a request read and no answer yet.
     var openStreamIDs: [Int: Set<Int>] = [:]
     /// apns-ids seen, to tell first attempts.

@@ -121,7 +121,10 @@ extension APNsSimulator {
                         goAwayLast = last
                     }
                     if answer.action == .respond || (goAwayLast ?? 0) >= streamID {
-                        state.answeringStreamID[connectionID] = max(state.answeringStreamID[connectionID] ?? 0, streamID)
+                        state.answeringStreamID[connectionID] = max(
+                            state.answeringStreamID[connectionID] ?? 0,
+                            streamID
+                        )
                     }
                     return (false, state.answerSequence, goAwayLast)
                 }

@@ -58,18 +58,6 @@ extension APNsConnection {
             self.limiter.release()
             self.closeIfRetiredAndIdle()
         }
-        let stream: Stream
-        do {
-            stream = try await self.multiplexer.openStream { channel in
-                channel.eventLoop.makeCompletedFuture { try Stream(wrappingChannelSynchronously: channel) }
-            }
-        } catch {
-            throw TransportError(
-                code: .connectionReset,
-                mayHaveBeenProcessed: false,
-                message: "could not open an HTTP/2 stream: \(error)"
-            )
-        }
         var requestHeaders = HPACKHeaders()
         requestHeaders.reserveCapacity(headers.count + 6)
         requestHeaders.add(name: ":method", value: method)
@@ -81,129 +69,8 @@ extension APNsConnection {
         }
         for header in headers { requestHeaders.add(name: header.name, value: header.value) }
         if !body.isEmpty { requestHeaders.add(name: "content-length", value: String(body.count)) }
-        let finalHeaders = requestHeaders
-
-        // The deadline is a timer on the stream's event loop that resets the stream (RST_STREAM); the
-        // exchange then fails and is reported as a timeout. No extra task per request.
-        let timedOut = NIOLockedValueBox(false)
-        let timer = stream.channel.eventLoop.scheduleTask(in: .nanoseconds(deadline.nanoseconds)) {
-            timedOut.withLockedValue { $0 = true }
-            stream.channel.close(promise: nil)
-        }
-        defer { timer.cancel() }
-        do {
-            return try await Self.exchange(stream: stream, headers: finalHeaders, body: body, started: started)
-        } catch {
-            if timedOut.withLockedValue({ $0 }) {
-                throw TransportError(
-                    code: .timeout,
-                    mayHaveBeenProcessed: true,
-                    message: "no response within \(deadline)"
-                )
-            }
-            stream.channel.close(promise: nil)
-            if let transport = error as? TransportError { throw transport }
-            throw await self.classify(error, stream: stream)
-        }
-    }
-
-    private static func exchange(
-        stream: Stream,
-        headers: HPACKHeaders,
-        body: [UInt8],
-        started: ContinuousClock.Instant
-    ) async throws -> APNsResponse {
-        try await stream.executeThenClose { inbound, outbound in
-            // HEADERS and DATA in one write: one flush, so they go out in one TLS record and one syscall.
-            if body.isEmpty {
-                try await outbound.write(.headers(.init(headers: headers, endStream: true)))
-            } else {
-                try await outbound.write(contentsOf: [
-                    .headers(.init(headers: headers, endStream: false)),
-                    .data(.init(data: .byteBuffer(ByteBuffer(bytes: body)), endStream: true)),
-                ])
-            }
-            var status: Int?
-            var responseHeaders = HPACKHeaders()
-            var responseBody: [UInt8] = []
-            var ended = false
-            loop: for try await frame in inbound {
-                switch frame {
-                case .headers(let h):
-                    if status == nil, let code = h.headers.first(name: ":status").flatMap({ Int($0) }) {
-                        status = code
-                        responseHeaders = h.headers
-                    }
-                    if h.endStream {
-                        ended = true
-                        break loop
-                    }
-                case .data(let d):
-                    if case .byteBuffer(let buffer) = d.data { responseBody += buffer.readableBytesView }
-                    if d.endStream {
-                        ended = true
-                        break loop
-                    }
-                case .rstStream(let code):
-                    throw TransportError(
-                        code: .streamReset,
-                        mayHaveBeenProcessed: code != .refusedStream,
-                        message: "APNs reset the stream (\(code))"
-                    )
-                default:
-                    continue
-                }
-            }
-            guard let status, ended else { throw StreamEndedEarly() }
-            let (reason, timestamp) = status == 200 ? (nil, nil) : APNsResponse.parseErrorBody(responseBody)
-            return APNsResponse(
-                status: status,
-                reason: reason,
-                apnsID: responseHeaders.first(name: "apns-id").flatMap(UUID.init(uuidString:)),
-                apnsUniqueID: responseHeaders.first(name: "apns-unique-id"),
-                requestID: responseHeaders.first(name: "apns-request-id"),
-                timestampMs: timestamp,
-                retryAfter: responseHeaders.first(name: "retry-after"),
-                channelID: responseHeaders.first(name: "apns-channel-id"),
-                body: responseBody,
-                latency: ContinuousClock.now - started
-            )
-        }
-    }
-
-    /// Turns a stream or connection failure into a ``TransportError``: streams above a GOAWAY's last
-    /// stream id were not processed and may be resent at once; anything else is an unknown outcome.
-    private func classify(_ error: any Error, stream: Stream) async -> TransportError {
-        if let last = self.observer.goAwayLastStreamID {
-            let streamID = try? await stream.channel.getOption(HTTP2StreamChannelOptions.streamID).get()
-            let notProcessed = streamID.map { $0 > last } ?? true
-            return TransportError(
-                code: .goAway,
-                mayHaveBeenProcessed: !notProcessed,
-                message: "APNs closed the connection (GOAWAY, last stream \(last))"
-            )
-        }
-        if error is StreamEndedEarly {
-            return TransportError(
-                code: .connectionReset,
-                mayHaveBeenProcessed: true,
-                message: "the stream closed before a response"
-            )
-        }
-        if let streamError = error as? NIOHTTP2Errors.StreamClosed {
-            return TransportError(
-                code: .streamReset,
-                mayHaveBeenProcessed: streamError.errorCode != .refusedStream,
-                message: "the stream closed: \(streamError.errorCode)"
-            )
-        }
-        return TransportError(
-            code: .connectionReset,
-            mayHaveBeenProcessed: true,
-            message: "the connection failed mid-request: \(error)"
-        )
+        // The connection's ``FrameExchange`` opens the stream, keeps its deadline (RST_STREAM past it: an
+        // unknown outcome) and says of every failure whether APNs may have processed the request.
+        return try await self.exchange.send(headers: requestHeaders, body: body, started: started, timeout: deadline)
     }
 }
-
-/// The stream's inbound side ended before a complete response; `classify` decides what that means.
-struct StreamEndedEarly: Error {}

@@ -12,11 +12,9 @@ import Synchronization
 /// deadline; a GOAWAY or a lost connection is reported per request as a ``TransportError`` saying
 /// whether APNs may have processed it.
 final class APNsConnection: Sendable {
-    typealias Stream = NIOAsyncChannel<HTTP2Frame.FramePayload, HTTP2Frame.FramePayload>
-
     let id: Int
     let channel: any Channel
-    let multiplexer: NIOHTTP2Handler.AsyncStreamMultiplexer<Void>
+    let exchange: FrameExchange.Handle
     let limiter: StreamLimiter
     let observer: ConnectionObserver
     let authority: String
@@ -29,14 +27,14 @@ final class APNsConnection: Sendable {
     private init(
         id: Int,
         channel: any Channel,
-        multiplexer: NIOHTTP2Handler.AsyncStreamMultiplexer<Void>,
+        exchange: FrameExchange.Handle,
         limiter: StreamLimiter,
         observer: ConnectionObserver,
         authority: String
     ) {
         self.id = id
         self.channel = channel
-        self.multiplexer = multiplexer
+        self.exchange = exchange
         self.limiter = limiter
         self.observer = observer
         self.authority = authority
@@ -99,9 +97,9 @@ final class APNsConnection: Sendable {
             .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
         let alpn = group.any().makePromise(of: String?.self)
         let channel: any Channel
-        let multiplexer: NIOHTTP2Handler.AsyncStreamMultiplexer<Void>
+        let exchange: FrameExchange.Handle
         do {
-            (channel, multiplexer) = try await bootstrap.connect(
+            (channel, exchange) = try await bootstrap.connect(
                 host: tunnel?.host ?? host,
                 port: tunnel?.port ?? port
             ) { channel in
@@ -120,18 +118,21 @@ final class APNsConnection: Sendable {
                     try sync.addHandler(NIOSSLClientHandler(context: tls, serverHostname: isIPAddress ? nil : host))
                     try sync.addHandler(ALPNObserver(promise: alpn))
                     try sync.addHandler(FlushCoalescer())
-                    var configuration = NIOHTTP2Handler.Configuration()
-                    configuration.connection.initialSettings = [
-                        HTTP2Setting(parameter: .maxConcurrentStreams, value: 100),
-                        HTTP2Setting(parameter: .initialWindowSize, value: 1 << 20),
-                        HTTP2Setting(parameter: .enablePush, value: 0),
-                    ]
-                    let multiplexer = try sync.configureAsyncHTTP2Pipeline(mode: .client, configuration: configuration)
-                    { stream in
-                        stream.eventLoop.makeSucceededVoidFuture()
-                    }
+                    // Raw frames: one handler answers every stream of the connection (no stream channels).
+                    try sync.addHandler(
+                        NIOHTTP2Handler(
+                            mode: .client,
+                            initialSettings: [
+                                HTTP2Setting(parameter: .maxConcurrentStreams, value: 100),
+                                HTTP2Setting(parameter: .initialWindowSize, value: 1 << 20),
+                                HTTP2Setting(parameter: .enablePush, value: 0),
+                            ]
+                        )
+                    )
                     try sync.addHandler(observer)
-                    return (channel, multiplexer)
+                    let exchange = FrameExchange()
+                    try sync.addHandler(exchange)
+                    return (channel, FrameExchange.Handle(exchange, eventLoop: channel.eventLoop))
                 }
             }
         } catch {
@@ -196,7 +197,7 @@ final class APNsConnection: Sendable {
         return APNsConnection(
             id: id,
             channel: channel,
-            multiplexer: multiplexer,
+            exchange: exchange,
             limiter: limiter,
             observer: observer,
             authority: authority

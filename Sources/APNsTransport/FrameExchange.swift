@@ -1,0 +1,382 @@
+import Foundation
+import NIOCore
+import NIOHPACK
+import NIOHTTP2
+
+/// Every request of one connection, on raw HTTP/2 frames: the last handler of the pipeline, after
+/// `NIOHTTP2Handler` (no stream channels, no task per request), in the shape of Pushy's
+/// `ApnsClientHandler`. It numbers the streams, writes each request's HEADERS and DATA, matches the
+/// answers by stream id, keeps one deadline queue for the connection, gives back the connection-level
+/// flow-control window, and decides for every request that ends without an answer whether APNs may have
+/// processed it (streams above a GOAWAY's last-stream-id were not).
+///
+/// Lives on its channel's event loop; ``Handle`` is the thread-safe way in.
+final class FrameExchange: ChannelInboundHandler {
+    typealias InboundIn = HTTP2Frame
+    typealias OutboundOut = HTTP2Frame
+
+    /// The connection-level receive window HTTP/2 starts with; topped up when it falls below half.
+    static let connectionWindow = 65_535
+
+    private struct Exchange {
+        let promise: EventLoopPromise<APNsResponse>
+        let started: ContinuousClock.Instant
+        let timeout: Duration
+        var status: Int?
+        var headers = HPACKHeaders()
+        var body: [UInt8] = []
+    }
+
+    private var context: ChannelHandlerContext?
+    private var nextStreamID: Int32 = 1
+    private var exchanges: [HTTP2StreamID: Exchange] = [:]
+    /// Streams in the order they were opened, with their deadlines: requests on one connection share a
+    /// timeout, so this is also deadline order; one timer serves the queue's head.
+    private var deadlines = CircularBuffer<(streamID: HTTP2StreamID, at: NIODeadline)>()
+    private var timer: Scheduled<Void>?
+    private var goAwayLast: HTTP2StreamID?
+    private var closed = false
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.failAll(
+            TransportError(
+                code: .connectionReset,
+                mayHaveBeenProcessed: true,
+                message: "the connection closed mid-request"
+            )
+        )
+        self.context = nil
+    }
+
+    /// Opens a stream and writes the request; `promise` gets the answer or a ``TransportError``.
+    func start(
+        headers: HPACKHeaders,
+        body: [UInt8],
+        started: ContinuousClock.Instant,
+        timeout: Duration,
+        promise: EventLoopPromise<APNsResponse>
+    ) {
+        guard let context, !self.closed, context.channel.isActive else {
+            promise.fail(
+                TransportError(
+                    code: .connectionReset,
+                    mayHaveBeenProcessed: false,
+                    message: "the connection closed before the request was sent"
+                )
+            )
+            return
+        }
+        if self.goAwayLast != nil {
+            promise.fail(
+                TransportError(
+                    code: .goAway,
+                    mayHaveBeenProcessed: false,
+                    message: "the connection is going away; not sent on it"
+                )
+            )
+            return
+        }
+        let streamID = HTTP2StreamID(self.nextStreamID)
+        self.nextStreamID += 2
+        self.exchanges[streamID] = Exchange(promise: promise, started: started, timeout: timeout)
+        self.deadlines.append((streamID, .now() + .nanoseconds(timeout.nanoseconds)))
+        if self.timer == nil { self.scheduleTimer(context: context) }
+        // A write that fails never left this process (no stream, or the connection went): not processed.
+        let written = context.eventLoop.makePromise(of: Void.self)
+        written.futureResult.assumeIsolated().whenFailure { error in
+            self.finish(
+                streamID,
+                with: .failure(
+                    TransportError(
+                        code: .connectionReset,
+                        mayHaveBeenProcessed: false,
+                        message: "the request could not be written: \(error)"
+                    )
+                )
+            )
+        }
+        if body.isEmpty {
+            context.writeAndFlush(
+                self.wrapOutboundOut(
+                    HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: headers, endStream: true)))
+                ),
+                promise: written
+            )
+        } else {
+            context.write(
+                self.wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: headers)))),
+                promise: nil
+            )
+            context.writeAndFlush(
+                self.wrapOutboundOut(
+                    HTTP2Frame(
+                        streamID: streamID,
+                        payload: .data(
+                            .init(data: .byteBuffer(context.channel.allocator.buffer(bytes: body)), endStream: true)
+                        )
+                    )
+                ),
+                promise: written
+            )
+        }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = self.unwrapInboundIn(data)
+        switch frame.payload {
+        case .headers(let headers):
+            guard var exchange = self.exchanges[frame.streamID] else { return }
+            if exchange.status == nil, let status = headers.headers.first(name: ":status").flatMap({ Int($0) }),
+                status >= 200
+            {
+                exchange.status = status
+                exchange.headers = headers.headers
+            }
+            self.exchanges[frame.streamID] = exchange
+            if headers.endStream { self.complete(frame.streamID) }
+        case .data(let data):
+            guard var exchange = self.exchanges[frame.streamID] else { return }
+            if case .byteBuffer(let buffer) = data.data { exchange.body += buffer.readableBytesView }
+            self.exchanges[frame.streamID] = exchange
+            if data.endStream { self.complete(frame.streamID) }
+        case .rstStream(let code):
+            self.finish(
+                frame.streamID,
+                with: .failure(
+                    TransportError(
+                        code: .streamReset,
+                        mayHaveBeenProcessed: code != .refusedStream,
+                        message: "APNs reset the stream (\(code))"
+                    )
+                )
+            )
+        case .goAway(let last, _, _):
+            // Streams above the last one APNs processed were not processed: they fail now, to be resent.
+            self.goAwayLast = last
+            for streamID in self.exchanges.keys where streamID > last {
+                self.finish(streamID, with: .failure(Self.goneAway(last)))
+            }
+        default:
+            break
+        }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let closed = event as? StreamClosedEvent, self.exchanges[closed.streamID] != nil {
+            let error: TransportError
+            if let last = self.goAwayLast, closed.streamID > last {
+                error = Self.goneAway(last)
+            } else if let reason = closed.reason {
+                error = TransportError(
+                    code: .streamReset,
+                    mayHaveBeenProcessed: reason != .refusedStream,
+                    message: "the stream closed: \(reason)"
+                )
+            } else {
+                error = TransportError(
+                    code: .connectionReset,
+                    mayHaveBeenProcessed: true,
+                    message: "the stream closed before a response"
+                )
+            }
+            self.finish(closed.streamID, with: .failure(error))
+        } else if let window = event as? NIOHTTP2WindowUpdatedEvent, window.streamID == .rootStream,
+            let inbound = window.inboundWindowSize, inbound < Self.connectionWindow / 2
+        {
+            // Without stream channels nobody else gives the connection's receive window back.
+            context.writeAndFlush(
+                self.wrapOutboundOut(
+                    HTTP2Frame(
+                        streamID: .rootStream,
+                        payload: .windowUpdate(windowSizeIncrement: Self.connectionWindow - inbound)
+                    )
+                ),
+                promise: nil
+            )
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        self.closed = true
+        self.timer?.cancel()
+        self.timer = nil
+        let last = self.goAwayLast
+        for streamID in self.exchanges.keys {
+            if let last, streamID > last {
+                self.finish(streamID, with: .failure(Self.goneAway(last)))
+            } else {
+                self.finish(
+                    streamID,
+                    with: .failure(
+                        TransportError(
+                            code: .connectionReset,
+                            mayHaveBeenProcessed: true,
+                            message: "the connection closed mid-request"
+                        )
+                    )
+                )
+            }
+        }
+        context.fireChannelInactive()
+    }
+
+    private static func goneAway(_ last: HTTP2StreamID) -> TransportError {
+        TransportError(
+            code: .goAway,
+            mayHaveBeenProcessed: false,
+            message: "APNs closed the connection (GOAWAY, last stream \(last))"
+        )
+    }
+
+    /// The caller gave up on the request whose answer is `future`: reset its stream, report an unknown outcome.
+    func cancel(_ future: EventLoopFuture<APNsResponse>) {
+        guard let streamID = self.exchanges.first(where: { $0.value.promise.futureResult === future })?.key else {
+            return
+        }
+        self.finish(
+            streamID,
+            with: .failure(
+                TransportError(
+                    code: .connectionReset,
+                    mayHaveBeenProcessed: true,
+                    message: "the request was cancelled while in flight"
+                )
+            )
+        )
+        self.context?.writeAndFlush(
+            self.wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .rstStream(.cancel))),
+            promise: nil
+        )
+    }
+
+    private func complete(_ streamID: HTTP2StreamID) {
+        guard let exchange = self.exchanges[streamID] else { return }
+        guard let status = exchange.status else {
+            self.finish(
+                streamID,
+                with: .failure(
+                    TransportError(
+                        code: .connectionReset,
+                        mayHaveBeenProcessed: true,
+                        message: "the stream ended without a status"
+                    )
+                )
+            )
+            return
+        }
+        let (reason, timestamp) = status == 200 ? (nil, nil) : APNsResponse.parseErrorBody(exchange.body)
+        let headers = exchange.headers
+        self.finish(
+            streamID,
+            with: .success(
+                APNsResponse(
+                    status: status,
+                    reason: reason,
+                    apnsID: headers.first(name: "apns-id").flatMap(UUID.init(uuidString:)),
+                    apnsUniqueID: headers.first(name: "apns-unique-id"),
+                    requestID: headers.first(name: "apns-request-id"),
+                    timestampMs: timestamp,
+                    retryAfter: headers.first(name: "retry-after"),
+                    channelID: headers.first(name: "apns-channel-id"),
+                    body: exchange.body,
+                    latency: ContinuousClock.now - exchange.started
+                )
+            )
+        )
+    }
+
+    private func finish(_ streamID: HTTP2StreamID, with result: Result<APNsResponse, TransportError>) {
+        guard let exchange = self.exchanges.removeValue(forKey: streamID) else { return }
+        switch result {
+        case .success(let response): exchange.promise.succeed(response)
+        case .failure(let error): exchange.promise.fail(error)
+        }
+    }
+
+    private func failAll(_ error: TransportError) {
+        for streamID in self.exchanges.keys { self.finish(streamID, with: .failure(error)) }
+    }
+
+    /// Expires the requests past their deadline (RST_STREAM CANCEL: an unknown outcome), then waits for
+    /// the next one.
+    private func scheduleTimer(context: ChannelHandlerContext) {
+        while let head = self.deadlines.first, self.exchanges[head.streamID] == nil {
+            self.deadlines.removeFirst()
+        }
+        guard let head = self.deadlines.first else {
+            self.timer = nil
+            return
+        }
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        self.timer = context.eventLoop.scheduleTask(deadline: head.at) {
+            let (exchange, context) = loopBound.value
+            exchange.expire(context: context)
+        }
+    }
+
+    private func expire(context: ChannelHandlerContext) {
+        let now = NIODeadline.now()
+        var reset = false
+        while let head = self.deadlines.first, head.at <= now || self.exchanges[head.streamID] == nil {
+            self.deadlines.removeFirst()
+            guard let exchange = self.exchanges[head.streamID] else { continue }
+            // Finished first: the reset closes the stream, and its close event must find nothing to fail.
+            self.finish(
+                head.streamID,
+                with: .failure(
+                    TransportError(
+                        code: .timeout,
+                        mayHaveBeenProcessed: true,
+                        message: "no response within \(exchange.timeout)"
+                    )
+                )
+            )
+            context.write(
+                self.wrapOutboundOut(HTTP2Frame(streamID: head.streamID, payload: .rstStream(.cancel))),
+                promise: nil
+            )
+            reset = true
+        }
+        if reset { context.flush() }
+        self.scheduleTimer(context: context)
+    }
+}
+
+extension FrameExchange {
+    /// The way into a ``FrameExchange`` from any thread.
+    struct Handle: Sendable {
+        let exchange: NIOLoopBound<FrameExchange>
+        let eventLoop: any EventLoop
+
+        init(_ exchange: FrameExchange, eventLoop: any EventLoop) {
+            self.exchange = NIOLoopBound(exchange, eventLoop: eventLoop)
+            self.eventLoop = eventLoop
+        }
+
+        /// Sends one request and waits for its answer; throws ``TransportError``.
+        func send(
+            headers: HPACKHeaders,
+            body: [UInt8],
+            started: ContinuousClock.Instant,
+            timeout: Duration
+        ) async throws -> APNsResponse {
+            let promise = self.eventLoop.makePromise(of: APNsResponse.self)
+            let exchange = self.exchange
+            self.eventLoop.execute {
+                exchange.value.start(headers: headers, body: body, started: started, timeout: timeout, promise: promise)
+            }
+            // A cancelled caller (a shutdown past its grace period) stops waiting at once: the stream is reset
+            // and the request reported as an unknown outcome, as it may have reached APNs.
+            return try await withTaskCancellationHandler {
+                try await promise.futureResult.get()
+            } onCancel: {
+                self.eventLoop.execute { exchange.value.cancel(promise.futureResult) }
+            }
+        }
+    }
+}

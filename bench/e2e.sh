@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# End to end: the real push-worker binary (release) against a fresh fsync-on Postgres and the simulator's
-# fast mode. Prints drain throughput (jobs/s, outcomes written), enqueue-to-request latency p50/p99 at a
+# End to end: the real push-worker binary (release) against a fresh fsync-on Postgres and nghttpd as the APNs
+# stand-in (--sink simulator: the project's simulator in fast mode). Prints drain throughput (jobs/s, outcomes
+# written), CPU per job of the worker, Postgres and the stand-in, enqueue-to-request latency p50/p99 at a
 # steady 1,000 single-row INSERTs/s, worker RSS idle and under load, and, in the same run, the SQL ceiling
 # (pgbench doing the same claim+record SQL) and the transport ceiling (h2load against the same simulator).
 #   bash bench/e2e.sh [--jobs 50000] [--rate 1000] [--seconds 10]
@@ -8,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v pgbench >/dev/null || { echo "pgbench missing: apt-get install -y postgresql-client" >&2; exit 1; }
 command -v h2load >/dev/null || { echo "h2load missing: apt-get install -y nghttp2-client" >&2; exit 1; }
+command -v nghttpd >/dev/null || { echo "nghttpd missing (the APNs stand-in): apt-get install -y nghttp2-server" >&2; exit 1; }
 swift build -c release --product push-worker
 swift build -c release --product push-bench
 bin="$(swift build -c release --show-bin-path)"

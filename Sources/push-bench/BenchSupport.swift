@@ -20,13 +20,14 @@ func preloadJobs(_ client: PostgresClient, count: Int, logger: Logger) async thr
     try await client.query("VACUUM ANALYZE push.jobs", logger: logger)
 }
 
-/// pgbench running bench/pgbench-claim-record.sql with one client; returns jobs/s.
-func runPGBench(url: DatabaseURL, batch: Int, seconds: Int, sqlDirectory: String) throws -> Double {
+/// pgbench running bench/pgbench-claim-record.sql (prepared statements) with `clients` clients; returns jobs/s.
+func runPGBench(url: DatabaseURL, batch: Int, seconds: Int, clients: Int = 1, sqlDirectory: String) throws -> Double {
     let script = URL(fileURLWithPath: sqlDirectory).appendingPathComponent("pgbench-claim-record.sql").path
     let result = try ChildProcess.run(
         "/usr/bin/env",
         [
-            "pgbench", "-n", "-M", "extended", "-c", "1", "-T", String(seconds), "-D", "batch=\(batch)",
+            "pgbench", "-n", "-M", "prepared", "-c", String(clients), "-j", String(min(clients, 2)), "-T",
+            String(seconds), "-D", "batch=\(batch)",
             "-f", script, url.connectionString,
         ]
     )
@@ -104,4 +105,36 @@ func withBenchDatabase(
     try await withClient(server, logger: logger) { client in
         try await client.query("DROP DATABASE IF EXISTS \(unescaped: url.database) WITH (FORCE)", logger: logger)
     }
+}
+
+/// CPU time (user + system) a process has used, in microseconds, from `/proc/PID/stat`; 0 once it is gone.
+func cpuMicros(_ pid: pid_t) -> Double {
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+        let close = stat.lastIndex(of: ")")
+    else { return 0 }
+    // After "pid (comm)": field 3 (state) is first, so utime (field 14) and stime (15) are at 11 and 12.
+    let fields = stat[stat.index(after: close)...].split(separator: " ")
+    guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+    return (user + system) * 1_000_000 / Double(sysconf(Int32(_SC_CLK_TCK)))
+}
+
+/// CPU microseconds summed over every process whose command name is `name` (Postgres: the postmaster and
+/// all its backends, which keep their connections for the whole measurement).
+func cpuMicros(named name: String) -> Double {
+    let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+    return entries.compactMap { pid_t($0) }.reduce(0) { sum, pid in
+        let comm = (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8)) ?? ""
+        return comm.trimmingCharacters(in: .whitespacesAndNewlines) == name ? sum + cpuMicros(pid) : sum
+    }
+}
+
+/// The machine's busy and total CPU time from `/proc/stat`, for utilisation over an interval.
+func machineCPU() -> (busy: Double, total: Double) {
+    guard let stat = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),
+        let line = stat.split(separator: "\n").first(where: { $0.hasPrefix("cpu ") })
+    else { return (0, 0) }
+    let values = line.split(separator: " ").dropFirst().compactMap { Double($0) }
+    guard values.count >= 5 else { return (0, 0) }
+    let total = values.prefix(8).reduce(0, +)
+    return (total - values[3] - values[4], total)
 }

@@ -58,6 +58,7 @@ let package = Package(
                 .embedInCode("Migrations/0004_hostile_input.sql"),
                 .embedInCode("Migrations/0005_deliver_once.sql"),
                 .embedInCode("Migrations/0006_flow_control.sql"),
+                .embedInCode("Migrations/0007_cheaper_checks.sql"),
             ],
             swiftSettings: swiftSettings
         ),

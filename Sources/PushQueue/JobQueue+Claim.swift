@@ -156,7 +156,10 @@ extension JobQueue {
                             SELECT 1 FROM push.jobs AS n
                              WHERE n.coalesce_key = j.coalesce_key AND n.state = 'pending' AND n.id > j.id
                                AND n.run_at <= now()))
-                     ORDER BY j.run_at, j.id
+                     -- The range's own columns lead the order (they are constant in it), so the planner walks
+                     -- jobs_claim_by_credential_idx: an empty range costs nothing, where the priority index
+                     -- read every due row of the other credentials and environments.
+                     ORDER BY j.credential, j.environment, j.send_priority, j.run_at, j.id
                      LIMIT ceil(\(Int64(limit))::float8 / r.n)::bigint
                      FOR NO KEY UPDATE OF j SKIP LOCKED
                  ) AS x
@@ -311,14 +314,33 @@ extension JobQueue {
     public func untilNextDue() async throws -> Duration? {
         let rows = try await self.client.query(
             """
-            SELECT (extract(epoch FROM (min(next) - now())) * 1000)::bigint FROM (
-                SELECT (SELECT run_at FROM push.jobs
-                         WHERE state = 'pending' AND send_priority = p ORDER BY run_at LIMIT 1) AS next
-                  FROM unnest('{10,5,1}'::smallint[]) AS p) AS x
+            SELECT (extract(epoch FROM (\(unescaped: Self.earliestPendingRunAt) - now())) * 1000)::bigint
             """,
             logger: self.logger
         )
         for try await ms in rows.decode(Int64?.self) { return ms.map { .milliseconds(max($0, 0)) } }
         return nil
     }
+
+    /// The earliest `run_at` of any pending job, as a scalar subquery: one probe per (credential, environment,
+    /// send priority) range of `jobs_claim_by_credential_idx`, the credentials found by a skip scan. Never
+    /// a scan of the backlog.
+    static let earliestPendingRunAt = """
+        (WITH RECURSIVE credentials AS (
+            (SELECT credential FROM push.jobs WHERE state = 'pending' ORDER BY credential LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.credential FROM push.jobs AS j
+                     WHERE j.state = 'pending' AND j.credential > c.credential ORDER BY j.credential LIMIT 1)
+              FROM credentials AS c WHERE c.credential IS NOT NULL
+        )
+        SELECT min(f.run_at) FROM credentials AS c
+         CROSS JOIN (VALUES ('production'), ('development')) AS e(environment)
+         CROSS JOIN (VALUES (10::smallint), (5::smallint), (1::smallint)) AS p(priority)
+         CROSS JOIN LATERAL (
+            SELECT j.run_at FROM push.jobs AS j
+             WHERE j.state = 'pending' AND j.credential = c.credential AND j.environment = e.environment
+               AND j.send_priority = p.priority
+             ORDER BY j.run_at LIMIT 1) AS f
+         WHERE c.credential IS NOT NULL)
+        """
 }

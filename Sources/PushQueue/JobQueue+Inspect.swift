@@ -9,7 +9,13 @@ extension JobQueue {
             """
             SELECT \(unescaped: Self.jobColumns), j.state, j.status, j.reason, j.apns_unique_id, j.delivered_at,
                    j.last_attempt_at, j.latency_ms, j.locked_by, j.locked_until, j.superseded_by,
-                   j.history::text AS history_json,
+                   -- A delivered attempt is kept in the row's columns only (not in history): shown as its last entry.
+                   (CASE WHEN j.state = 'delivered'
+                         THEN j.history || jsonb_build_array(jsonb_build_object(
+                              'attempt', j.attempts, 'at', j.last_attempt_at, 'outcome', 'delivered',
+                              'status', j.status, 'reason', NULL, 'trap_ids', '[]'::jsonb,
+                              'latency_ms', j.latency_ms, 'sent', true))
+                         ELSE j.history END)::text AS history_json,
                    (to_jsonb(j) - 'send_priority')::text AS row_json
               FROM push.jobs AS j WHERE j.id = \(id)
             """,
@@ -101,18 +107,15 @@ extension JobQueue {
     /// of fifty does not count the queue fifty times every 15 s). Returns `nil` for every other worker.
     ///
     /// Pending and running are counted from their partial indexes and the oldest due job is one probe per
-    /// priority; delivered rows are never read (`stats`, for the CLI, counts those).
+    /// claim range; delivered rows are never read (`stats`, for the CLI, counts those).
     public func gauges(workerID: String, staleAfter: Duration) async throws -> QueueGauges? {
         let stale = Double(staleAfter.components.seconds)
         let rows = try await self.client.query(
             """
             SELECT (SELECT count(*) FROM push.jobs WHERE state = 'pending'),
                    (SELECT count(*) FROM push.jobs WHERE state = 'running'),
-                   (SELECT coalesce(extract(epoch FROM now() - min(oldest)), 0)::double precision FROM (
-                        SELECT (SELECT run_at FROM push.jobs
-                                 WHERE state = 'pending' AND send_priority = p AND run_at <= now()
-                                 ORDER BY run_at LIMIT 1) AS oldest
-                          FROM unnest('{10,5,1}'::smallint[]) AS p) AS x),
+                   -- The oldest due job is the earliest pending one, if that is due.
+                   greatest(coalesce(extract(epoch FROM now() - \(unescaped: Self.earliestPendingRunAt)), 0), 0)::double precision,
                    (SELECT CASE WHEN c.reltuples < 100000 THEN (SELECT count(*) FROM push.dead_jobs)
                                 ELSE c.reltuples::bigint END
                       FROM pg_class AS c WHERE c.oid = 'push.dead_jobs'::regclass),

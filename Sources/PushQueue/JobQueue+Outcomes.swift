@@ -194,7 +194,10 @@ extension JobQueue {
                    latency_ms = i.lat,
                    locked_by = NULL,
                    locked_until = NULL,
-                   history = push.append_history(j.history, i.entry)
+                   -- The attempt that delivered lives in the row's columns (status, latency_ms, delivered_at,
+                   -- last_attempt_at, apns_unique_id); history keeps the attempts that did not deliver.
+                   history = CASE WHEN i.kind = 'delivered' THEN j.history
+                                  ELSE push.append_history(j.history, i.entry) END
               FROM \(inputRows) AS i
              WHERE j.id = i.id AND j.attempts = i.attempt AND j.locked_by = $15
                AND i.kind <> 'dead'

@@ -15,6 +15,7 @@ public struct Migration: Sendable, Hashable {
         ("0004_hostile_input.sql", PackageResources._004_hostile_input_sql),
         ("0005_deliver_once.sql", PackageResources._005_deliver_once_sql),
         ("0006_flow_control.sql", PackageResources._006_flow_control_sql),
+        ("0007_cheaper_checks.sql", PackageResources._007_cheaper_checks_sql),
     ]
     .map { name, bytes in
         // The version is the number the file name starts with.

@@ -62,15 +62,34 @@ extension APNsConnection {
         requestHeaders.reserveCapacity(headers.count + 6)
         requestHeaders.add(name: ":method", value: method)
         requestHeaders.add(name: ":scheme", value: "https")
-        requestHeaders.add(name: ":path", value: path)
+        // HPACK: what repeats on a connection (method, authority, token, push type, topic, priority) goes into
+        // the dynamic table and costs a byte or two after the first request; what is new on every request
+        // (the path with its device token, apns-id, apns-expiration, content-length) is sent literally without
+        // indexing, so it never evicts the repeated ones. The provider token is indexed too: it is the same
+        // for up to an hour, and the connection is TLS straight to APNs (a proxy only tunnels it).
+        requestHeaders.add(name: ":path", value: path, indexing: .nonIndexable)
         requestHeaders.add(name: ":authority", value: self.authority)
         if let authorization {
-            requestHeaders.add(name: "authorization", value: "bearer " + authorization, indexing: .neverIndexed)
+            requestHeaders.add(name: "authorization", value: "bearer " + authorization)
         }
-        for header in headers { requestHeaders.add(name: header.name, value: header.value) }
-        if !body.isEmpty { requestHeaders.add(name: "content-length", value: String(body.count)) }
+        for header in headers {
+            requestHeaders.add(
+                name: header.name,
+                value: header.value,
+                indexing: Self.changesEveryRequest(header.name) ? .nonIndexable : .indexable
+            )
+        }
+        if !body.isEmpty {
+            requestHeaders.add(name: "content-length", value: String(body.count), indexing: .nonIndexable)
+        }
         // The connection's ``FrameExchange`` opens the stream, keeps its deadline (RST_STREAM past it: an
         // unknown outcome) and says of every failure whether APNs may have processed the request.
         return try await self.exchange.send(headers: requestHeaders, body: body, started: started, timeout: deadline)
+    }
+
+    /// Whether a request header's value is new on (almost) every request: never put in the HPACK dynamic
+    /// table. (Plain comparisons: a set lookup hashes the name on every header of every request.)
+    static func changesEveryRequest(_ name: String) -> Bool {
+        name == "apns-id" || name == "apns-expiration" || name == "apns-request-id"
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 import NIOCore
 import NIOHPACK
 import NIOHTTP2
+import Synchronization
 
 /// Every request of one connection, on raw HTTP/2 frames: the last handler of the pipeline, after
 /// `NIOHTTP2Handler` (no stream channels, no task per request), in the shape of Pushy's
@@ -58,7 +59,8 @@ final class FrameExchange: ChannelInboundHandler {
         body: [UInt8],
         started: ContinuousClock.Instant,
         timeout: Duration,
-        promise: EventLoopPromise<APNsResponse>
+        promise: EventLoopPromise<APNsResponse>,
+        flush: Bool = true
     ) {
         guard let context, !self.closed, context.channel.isActive else {
             promise.fail(
@@ -100,7 +102,7 @@ final class FrameExchange: ChannelInboundHandler {
             )
         }
         if body.isEmpty {
-            context.writeAndFlush(
+            context.write(
                 self.wrapOutboundOut(
                     HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: headers, endStream: true)))
                 ),
@@ -111,7 +113,7 @@ final class FrameExchange: ChannelInboundHandler {
                 self.wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: headers)))),
                 promise: nil
             )
-            context.writeAndFlush(
+            context.write(
                 self.wrapOutboundOut(
                     HTTP2Frame(
                         streamID: streamID,
@@ -123,6 +125,12 @@ final class FrameExchange: ChannelInboundHandler {
                 promise: written
             )
         }
+        if flush { context.flush() }
+    }
+
+    /// Flushes what ``start(headers:body:started:timeout:promise:flush:)`` wrote without flushing.
+    func flushWrites() {
+        self.context?.flush()
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -352,6 +360,7 @@ extension FrameExchange {
     struct Handle: Sendable {
         let exchange: NIOLoopBound<FrameExchange>
         let eventLoop: any EventLoop
+        private let inbox = Inbox()
 
         init(_ exchange: FrameExchange, eventLoop: any EventLoop) {
             self.exchange = NIOLoopBound(exchange, eventLoop: eventLoop)
@@ -367,8 +376,25 @@ extension FrameExchange {
         ) async throws -> APNsResponse {
             let promise = self.eventLoop.makePromise(of: APNsResponse.self)
             let exchange = self.exchange
-            self.eventLoop.execute {
-                exchange.value.start(headers: headers, body: body, started: started, timeout: timeout, promise: promise)
+            // Requests from many tasks reach the event loop together: one hop (and one flush) per batch, not
+            // one per request. Whoever finds the inbox empty schedules the hop.
+            if self.inbox.add(
+                Submission(headers: headers, body: body, started: started, timeout: timeout, promise: promise)
+            ) {
+                let inbox = self.inbox
+                self.eventLoop.execute {
+                    for submission in inbox.takeAll() {
+                        exchange.value.start(
+                            headers: submission.headers,
+                            body: submission.body,
+                            started: submission.started,
+                            timeout: submission.timeout,
+                            promise: submission.promise,
+                            flush: false
+                        )
+                    }
+                    exchange.value.flushWrites()
+                }
             }
             // A cancelled caller (a shutdown past its grace period) stops waiting at once: the stream is reset
             // and the request reported as an unknown outcome, as it may have reached APNs.
@@ -376,6 +402,36 @@ extension FrameExchange {
                 try await promise.futureResult.get()
             } onCancel: {
                 self.eventLoop.execute { exchange.value.cancel(promise.futureResult) }
+            }
+        }
+    }
+
+    /// One request on its way to the event loop.
+    struct Submission: Sendable {
+        let headers: HPACKHeaders
+        let body: [UInt8]
+        let started: ContinuousClock.Instant
+        let timeout: Duration
+        let promise: EventLoopPromise<APNsResponse>
+    }
+
+    /// The requests waiting for the event loop's next hop.
+    final class Inbox: Sendable {
+        private let submissions = Mutex<[Submission]>([])
+
+        /// Queues one; `true` when the queue was empty, so the caller schedules the hop.
+        func add(_ submission: Submission) -> Bool {
+            self.submissions.withLock { queue in
+                queue.append(submission)
+                return queue.count == 1
+            }
+        }
+
+        /// Everything queued, in order.
+        func takeAll() -> [Submission] {
+            self.submissions.withLock { queue in
+                defer { queue.removeAll(keepingCapacity: true) }
+                return queue
             }
         }
     }

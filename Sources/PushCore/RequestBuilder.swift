@@ -125,7 +125,7 @@ public enum RequestBuilder {
         )
         if let collapse = job.collapseID { headers.append(("apns-collapse-id", collapse)) }
         // Apple's broadcast requests carry the id as apns-request-id (echoed back); device sends as apns-id.
-        headers.append((isBroadcast ? "apns-request-id" : "apns-id", job.apnsID.uuidString.lowercased()))
+        headers.append((isBroadcast ? "apns-request-id" : "apns-id", job.apnsID.lowercaseString))
         if let channel = job.channelID { headers.append(("apns-channel-id", channel)) }
         let path = isBroadcast ? "/4/broadcasts/apps/\(job.topic)" : "/3/device/\(job.deviceToken!)"
         return APNsRequest(
@@ -143,5 +143,27 @@ public enum RequestBuilder {
 extension UInt8 {
     var isHexDigit: Bool {
         (0x30...0x39).contains(self) || (0x41...0x46).contains(self) || (0x61...0x66).contains(self)
+    }
+}
+
+extension UUID {
+    /// The lowercase 8-4-4-4-12 form, formatted from the bytes (no Foundation string formatting per request).
+    var lowercaseString: String {
+        let digits: [UInt8] = Array("0123456789abcdef".utf8)
+        return withUnsafeBytes(of: self.uuid) { bytes in
+            String(unsafeUninitializedCapacity: 36) { out in
+                var n = 0
+                for (i, byte) in bytes.enumerated() {
+                    if i == 4 || i == 6 || i == 8 || i == 10 {
+                        out[n] = UInt8(ascii: "-")
+                        n += 1
+                    }
+                    out[n] = digits[Int(byte >> 4)]
+                    out[n + 1] = digits[Int(byte & 0x0F)]
+                    n += 2
+                }
+                return n
+            }
+        }
     }
 }

@@ -45,6 +45,11 @@ struct WorkerMetrics: Sendable {
         if rateLimited { self.rateLimitedClaims.increment() }
     }
     private let labelled = LabelledCounters()
+    /// `push_sends_total{status="200",reason="none",trap="none"}`, made once.
+    private let plainDelivered = Counter(
+        label: "push_sends_total",
+        dimensions: [("status", "200"), ("reason", "none"), ("trap", "none")]
+    )
 
     /// One attempt's outcome: `push_sends_total{status,reason,trap}` (attempts that reached APNs),
     /// `push_rejected_before_send_total{reason,trap}`, `push_outcomes_total{outcome}` (outcome is the
@@ -52,6 +57,12 @@ struct WorkerMetrics: Sendable {
     /// `push_dead_letters_total{reason,trap}`, and the attempt latency.
     func count(_ outcome: JobOutcome) {
         self.outcomes[outcome.disposition.name]?.increment()
+        // The common case, a plain 200, without building its labels.
+        if outcome.sent && outcome.status == 200 && outcome.reason == nil && outcome.trapIDs.isEmpty {
+            self.plainDelivered.increment()
+            if let latency = outcome.latencyMs { self.attemptLatency.recordMilliseconds(latency) }
+            return
+        }
         let reason = outcome.reason ?? "none"
         let trap = outcome.trapIDs.first?.rawValue ?? "none"
         if outcome.sent {

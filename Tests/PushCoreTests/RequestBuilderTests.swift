@@ -64,6 +64,17 @@ struct RequestBuilderTests {
         #expect(request.byteCount == payload.utf8.count)
     }
 
+    @Test("apns-id is the job's UUID in lowercase, for 2,000 random UUIDs (formatted from the bytes)")
+    func apnsIDFormatting() throws {
+        for _ in 0..<2_000 {
+            var job = self.job()
+            job.apnsID = UUID()
+            let request = try RequestBuilder.describe(job, now: Self.now)
+            let sent = request.headers.first { $0.name == "apns-id" }?.value
+            #expect(sent == job.apnsID.uuidString.lowercased())
+        }
+    }
+
     @Test("headers: explicit priority, collapse id, expiration; broadcast has no apns-topic")
     func headers() throws {
         let expires = Self.now.addingTimeInterval(600)

@@ -17,7 +17,7 @@ struct NGHTTPDSink {
         let devices = root + "/3/device"
         try FileManager.default.createDirectory(atPath: devices, withIntermediateDirectories: true)
         for n in 0...tokens {
-            FileManager.default.createFile(atPath: devices + "/" + String(format: "%064x", n), contents: nil)
+            _ = FileManager.default.createFile(atPath: devices + "/" + String(format: "%064x", n), contents: nil)
         }
         let key = directory + "/sink-key.pem"
         let certificate = directory + "/sink-cert.pem"

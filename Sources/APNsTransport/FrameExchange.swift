@@ -32,7 +32,8 @@ final class FrameExchange: ChannelInboundHandler {
     private var nextStreamID: Int32 = 1
     private var exchanges: [HTTP2StreamID: Exchange] = [:]
     /// Streams in the order they were opened, with their deadlines: requests on one connection share a
-    /// timeout, so this is also deadline order; one timer serves the queue's head.
+    /// timeout (APNsClient passes its one `requestTimeout`), so this is also deadline order; one timer
+    /// serves the queue's head. A shorter timeout behind a longer one would fire late.
     private var deadlines = CircularBuffer<(streamID: HTTP2StreamID, at: NIODeadline)>()
     private var timer: Scheduled<Void>?
     private var goAwayLast: HTTP2StreamID?
@@ -72,7 +73,10 @@ final class FrameExchange: ChannelInboundHandler {
             )
             return
         }
-        if self.goAwayLast != nil {
+        // Stream ids run out after 2^30 requests on one connection (days at full speed): refuse new ones, and
+        // close the connection once its last answer is in; the pool then opens another.
+        if self.goAwayLast != nil || self.nextStreamID > Int32.max - 2 {
+            if self.exchanges.isEmpty && self.nextStreamID > Int32.max - 2 { context.close(promise: nil) }
             promise.fail(
                 TransportError(
                     code: .goAway,
@@ -89,17 +93,27 @@ final class FrameExchange: ChannelInboundHandler {
         if self.timer == nil { self.scheduleTimer(context: context) }
         // A write that fails never left this process (no stream, or the connection went): not processed.
         let written = context.eventLoop.makePromise(of: Void.self)
+        // A failed write is "not processed" only where that is certain: a stream NIO refused to open after
+        // a GOAWAY, or one above the GOAWAY's last-stream-id. Otherwise TLS may already have sent part of the
+        // batch this request was flushed with (one ciphertext buffer, one promise): an unknown outcome.
         written.futureResult.assumeIsolated().whenFailure { error in
-            self.finish(
-                streamID,
-                with: .failure(
+            let error: TransportError =
+                if let last = self.goAwayLast, streamID > last {
+                    Self.goneAway(last)
+                } else if error is NIOHTTP2Errors.CreatedStreamAfterGoaway {
+                    TransportError(
+                        code: .goAway,
+                        mayHaveBeenProcessed: false,
+                        message: "the connection is going away; not sent on it"
+                    )
+                } else {
                     TransportError(
                         code: .connectionReset,
-                        mayHaveBeenProcessed: false,
-                        message: "the request could not be written: \(error)"
+                        mayHaveBeenProcessed: true,
+                        message: "the connection failed while the request was being written: \(error)"
                     )
-                )
-            )
+                }
+            self.finish(streamID, with: .failure(error))
         }
         if body.isEmpty {
             context.write(
@@ -300,6 +314,7 @@ final class FrameExchange: ChannelInboundHandler {
 
     private func finish(_ streamID: HTTP2StreamID, with result: Result<APNsResponse, TransportError>) {
         guard let exchange = self.exchanges.removeValue(forKey: streamID) else { return }
+        if self.exchanges.isEmpty && self.nextStreamID > Int32.max - 2 { self.context?.close(promise: nil) }
         switch result {
         case .success(let response): exchange.promise.succeed(response)
         case .failure(let error): exchange.promise.fail(error)
@@ -378,12 +393,28 @@ extension FrameExchange {
             let exchange = self.exchange
             // Requests from many tasks reach the event loop together: one hop (and one flush) per batch, not
             // one per request. Whoever finds the inbox empty schedules the hop.
-            if self.inbox.add(
-                Submission(headers: headers, body: body, started: started, timeout: timeout, promise: promise)
-            ) {
+            let submission = Submission(
+                headers: headers,
+                body: body,
+                started: started,
+                timeout: timeout,
+                promise: promise
+            )
+            if self.inbox.add(submission) {
                 let inbox = self.inbox
                 self.eventLoop.execute {
                     for submission in inbox.takeAll() {
+                        // Cancelled before it reached the loop: withdrawn, never written.
+                        if submission.cancelled.load(ordering: .acquiring) {
+                            submission.promise.fail(
+                                TransportError(
+                                    code: .shutdown,
+                                    mayHaveBeenProcessed: false,
+                                    message: "withdrawn before it was sent"
+                                )
+                            )
+                            continue
+                        }
                         exchange.value.start(
                             headers: submission.headers,
                             body: submission.body,
@@ -401,18 +432,34 @@ extension FrameExchange {
             return try await withTaskCancellationHandler {
                 try await promise.futureResult.get()
             } onCancel: {
+                submission.cancelled.store(true, ordering: .releasing)
                 self.eventLoop.execute { exchange.value.cancel(promise.futureResult) }
             }
         }
     }
 
-    /// One request on its way to the event loop.
-    struct Submission: Sendable {
+    /// One request on its way to the event loop; `cancelled` once its caller gave up.
+    final class Submission: Sendable {
         let headers: HPACKHeaders
         let body: [UInt8]
         let started: ContinuousClock.Instant
         let timeout: Duration
         let promise: EventLoopPromise<APNsResponse>
+        let cancelled = Atomic(false)
+
+        init(
+            headers: HPACKHeaders,
+            body: [UInt8],
+            started: ContinuousClock.Instant,
+            timeout: Duration,
+            promise: EventLoopPromise<APNsResponse>
+        ) {
+            self.headers = headers
+            self.body = body
+            self.started = started
+            self.timeout = timeout
+            self.promise = promise
+        }
     }
 
     /// The requests waiting for the event loop's next hop.

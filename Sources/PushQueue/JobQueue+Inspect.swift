@@ -9,14 +9,9 @@ extension JobQueue {
             """
             SELECT \(unescaped: Self.jobColumns), j.state, j.status, j.reason, j.apns_unique_id, j.delivered_at,
                    j.last_attempt_at, j.latency_ms, j.locked_by, j.locked_until, j.superseded_by,
-                   -- A delivered attempt is kept in the row's columns only (not in history): shown as its last entry.
-                   (CASE WHEN j.state = 'delivered'
-                         THEN j.history || jsonb_build_array(jsonb_build_object(
-                              'attempt', j.attempts, 'at', j.last_attempt_at, 'outcome', 'delivered',
-                              'status', j.status, 'reason', NULL, 'trap_ids', '[]'::jsonb,
-                              'latency_ms', j.latency_ms, 'sent', true))
-                         ELSE j.history END)::text AS history_json,
-                   (to_jsonb(j) - 'send_priority')::text AS row_json
+                   \(unescaped: Self.shownHistory)::text AS history_json,
+                   (to_jsonb(j) - 'send_priority' || jsonb_build_object('history', \(unescaped: Self.shownHistory)))::text
+                       AS row_json
               FROM push.jobs AS j WHERE j.id = \(id)
             """,
             logger: self.logger
@@ -179,4 +174,15 @@ extension JobQueue {
         }
         return nil
     }
+
+    /// A job's history as `jobs show` prints it: a delivered attempt is kept in the row's columns only (not in
+    /// `history`), so it is added as the last entry.
+    static let shownHistory = """
+        (CASE WHEN j.state = 'delivered'
+              THEN j.history || jsonb_build_array(jsonb_build_object(
+                   'attempt', j.attempts, 'at', j.last_attempt_at, 'outcome', 'delivered',
+                   'status', j.status, 'reason', NULL, 'trap_ids', '[]'::jsonb,
+                   'latency_ms', j.latency_ms, 'sent', true))
+              ELSE j.history END)
+        """
 }

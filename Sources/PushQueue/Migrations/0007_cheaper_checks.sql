@@ -1,4 +1,4 @@
--- PushWorker schema, version 7: the same producer rules, cheaper to check, and one claim index.
+-- PushWorker schema, version 7: the same producer rules, cheaper to check.
 --
 -- Postgres checks every CHECK constraint on every UPDATE, whatever columns it sets, so the claim and the
 -- outcome write (two UPDATEs per job) paid for the producer rules each time. The device-token rule's regex
@@ -47,12 +47,11 @@ AS $$
     END
 $$;
 
--- The claim reads one range per (credential, environment, send priority) of jobs_claim_by_credential_idx.
--- With the older priority index beside it, the planner could not tell the two apart (the same estimates)
--- and took the smaller one, which reads every due job of the other credentials and environments to find
--- none of an empty range: a third of the claim's cost with one credential and one environment. The probes
--- for the earliest pending run_at walk the per-credential index too (JobQueue.earliestPendingRunAt).
-DROP INDEX IF EXISTS push.jobs_claim_idx;
+-- jobs_claim_idx (send priority, run_at) stays for now: workers of schema 6 probe it for the next due job
+-- and the oldest due job's age, and migrations only add (docs/operations.md). Workers of this version no
+-- longer read it (JobQueue.earliestPendingRunAt walks jobs_claim_by_credential_idx). A later release drops
+-- it, once no older worker runs: the claim's planner then can no longer pick it for a credential's range,
+-- where it reads every due row of the other credentials and environments to find none of an empty range.
 
 -- Recorded, so that `push-worker migrate` after applying this file by hand knows it ran.
 INSERT INTO push.schema_migrations (version, name) VALUES (7, '0007_cheaper_checks.sql') ON CONFLICT (version) DO NOTHING;

@@ -119,16 +119,25 @@ extension JobQueue {
                   FROM (SELECT id, credential, topic, per_second::float8 AS per_second, burst::float8 AS burst,
                                greatest(next_send_at, now()) AS start
                           FROM push.rate_limits ORDER BY id FOR UPDATE) AS l
-            ), ranges AS (
-                -- Every (credential, environment, priority) still claimable: paused credentials, unreachable
-                -- environments and backing-off pools are left out here, so their backlog is never read.
-                SELECT c.c AS credential, e.environment, p.priority, p.weight, c.n
+            ), pairs AS MATERIALIZED (
+                -- The (credential, environment) pairs still claimable: paused credentials, unreachable
+                -- environments and backing-off pools are left out here, so their backlog is never read; and
+                -- a pair with nothing pending (one index probe each) is never scanned: the planner may walk
+                -- an empty pair's ranges through the priority index, reading every due row of the others.
+                SELECT c.c, c.n, e.environment
                   FROM credentials AS c
                  CROSS JOIN (VALUES ('production'), ('development')) AS e(environment)
-                 CROSS JOIN (VALUES (10::smallint, 8.0::float8), (5::smallint, 2.0::float8), (1::smallint, 1.0::float8))
-                       AS p(priority, weight)
                  WHERE NOT (e.environment = ANY (\(excludingEnvironments)::text[]))
                    AND NOT (e.environment || '/' || c.c = ANY (\(excludingPairs)::text[]))
+                   -- A scalar probe, not EXISTS: the planner turns EXISTS into a semi-join over the whole index.
+                   AND (SELECT true FROM push.jobs AS x
+                         WHERE x.state = 'pending' AND x.credential = c.c AND x.environment = e.environment LIMIT 1)
+            ), ranges AS (
+                -- Every (credential, environment, priority) to read.
+                SELECT pr.c AS credential, pr.environment, p.priority, p.weight, pr.n
+                  FROM pairs AS pr
+                 CROSS JOIN (VALUES (10::smallint, 8.0::float8), (5::smallint, 2.0::float8), (1::smallint, 1.0::float8))
+                       AS p(priority, weight)
             ), candidates AS MATERIALIZED (
                 -- One index range scan per range: only due, claimable rows are read. Each range locks at most
                 -- its credential's share of the batch, so concurrent claimers are not starved of rows.

@@ -11,12 +11,19 @@ extension JobQueue {
     public func writeOutcomes(_ outcomes: [JobOutcome], workerID: String) async throws -> OutcomeWriteResult {
         guard !outcomes.isEmpty else { return OutcomeWriteResult(recorded: [], fenced: []) }
         let binds = Self.bindings(outcomes, workerID: workerID)
-        let rows = try await self.client.query(
-            PostgresQuery(unsafeSQL: Self.writeOutcomesSQL, binds: binds),
-            logger: self.logger
-        )
         var recorded: [Int64] = []
-        for try await id in rows.decode(Int64.self) { recorded.append(id) }
+        if self.preparedStatements {
+            for try await id in try await self.client.execute(WriteOutcomesStatement(binds: binds), logger: self.logger)
+            {
+                recorded.append(id)
+            }
+        } else {
+            let rows = try await self.client.query(
+                PostgresQuery(unsafeSQL: Self.writeOutcomesSQL, binds: binds),
+                logger: self.logger
+            )
+            for try await id in rows.decode(Int64.self) { recorded.append(id) }
+        }
         let written = Set(recorded)
         return OutcomeWriteResult(recorded: recorded, fenced: outcomes.map(\.jobID).filter { !written.contains($0) })
     }
@@ -241,4 +248,15 @@ extension JobQueue {
         )
         SELECT id FROM updated UNION ALL SELECT id FROM dead
         """
+}
+
+/// ``JobQueue/writeOutcomesSQL`` as a named prepared statement: parsed and planned once per connection.
+struct WriteOutcomesStatement: PostgresPreparedStatement {
+    typealias Row = Int64
+    static let name = "push_write_outcomes_v7"
+    static let sql = JobQueue.writeOutcomesSQL
+    let binds: PostgresBindings
+
+    func makeBindings() throws -> PostgresBindings { self.binds }
+    func decodeRow(_ row: PostgresRow) throws -> Int64 { try row.decode(Int64.self) }
 }

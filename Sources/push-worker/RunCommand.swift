@@ -31,7 +31,7 @@ struct RunCommand: AsyncParsableCommand {
     @Flag(
         name: .customLong("no-session-settings"),
         help:
-            "Do not send enable_seqscan=off and jit=off when connecting (PgBouncer refuses unknown startup parameters); set them on the worker's role instead: ALTER ROLE push_worker SET enable_seqscan = off; ALTER ROLE push_worker SET jit = off."
+            "Do not send enable_seqscan=off and jit=off when connecting (PgBouncer refuses unknown startup parameters), and use no named prepared statements (transaction pooling loses them); set the two on the worker's role instead: ALTER ROLE push_worker SET enable_seqscan = off; ALTER ROLE push_worker SET jit = off."
     ) var noSessionSettings = false
 
     @Flag(
@@ -238,7 +238,7 @@ struct RunCommand: AsyncParsableCommand {
         configuration.credentials = apnsClient.credentialNames
         let service = PushWorkerService(
             configuration: configuration,
-            queue: JobQueue(client: client, logger: logger),
+            queue: JobQueue(client: client, logger: logger, preparedStatements: !self.noSessionSettings),
             client: apnsClient,
             listener: listener,
             logger: logger

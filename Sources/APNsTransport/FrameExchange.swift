@@ -44,13 +44,7 @@ final class FrameExchange: ChannelInboundHandler {
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        self.failAll(
-            TransportError(
-                code: .connectionReset,
-                mayHaveBeenProcessed: true,
-                message: "the connection closed mid-request"
-            )
-        )
+        self.failAll()
         self.context = nil
     }
 
@@ -199,11 +193,7 @@ final class FrameExchange: ChannelInboundHandler {
                     message: "the stream closed: \(reason)"
                 )
             } else {
-                error = TransportError(
-                    code: .connectionReset,
-                    mayHaveBeenProcessed: true,
-                    message: "the stream closed before a response"
-                )
+                error = Self.unknownOutcome("the stream closed before a response")
             }
             self.finish(closed.streamID, with: .failure(error))
         } else if let window = event as? NIOHTTP2WindowUpdatedEvent, window.streamID == .rootStream,
@@ -227,23 +217,7 @@ final class FrameExchange: ChannelInboundHandler {
         self.closed = true
         self.timer?.cancel()
         self.timer = nil
-        let last = self.goAwayLast
-        for streamID in self.exchanges.keys {
-            if let last, streamID > last {
-                self.finish(streamID, with: .failure(Self.goneAway(last)))
-            } else {
-                self.finish(
-                    streamID,
-                    with: .failure(
-                        TransportError(
-                            code: .connectionReset,
-                            mayHaveBeenProcessed: true,
-                            message: "the connection closed mid-request"
-                        )
-                    )
-                )
-            }
-        }
+        self.failAll()
         context.fireChannelInactive()
     }
 
@@ -263,11 +237,7 @@ final class FrameExchange: ChannelInboundHandler {
         self.finish(
             streamID,
             with: .failure(
-                TransportError(
-                    code: .connectionReset,
-                    mayHaveBeenProcessed: true,
-                    message: "the request was cancelled while in flight"
-                )
+                Self.unknownOutcome("the request was cancelled while in flight")
             )
         )
         self.context?.writeAndFlush(
@@ -282,11 +252,7 @@ final class FrameExchange: ChannelInboundHandler {
             self.finish(
                 streamID,
                 with: .failure(
-                    TransportError(
-                        code: .connectionReset,
-                        mayHaveBeenProcessed: true,
-                        message: "the stream ended without a status"
-                    )
+                    Self.unknownOutcome("the stream ended without a status")
                 )
             )
             return
@@ -321,8 +287,20 @@ final class FrameExchange: ChannelInboundHandler {
         }
     }
 
-    private func failAll(_ error: TransportError) {
-        for streamID in self.exchanges.keys { self.finish(streamID, with: .failure(error)) }
+    /// The connection is gone: streams above a GOAWAY's last-stream-id were not processed, the rest may
+    /// have been.
+    private func failAll() {
+        for streamID in self.exchanges.keys {
+            if let last = self.goAwayLast, streamID > last {
+                self.finish(streamID, with: .failure(Self.goneAway(last)))
+            } else {
+                self.finish(streamID, with: .failure(Self.unknownOutcome("the connection closed mid-request")))
+            }
+        }
+    }
+
+    private static func unknownOutcome(_ message: String) -> TransportError {
+        TransportError(code: .connectionReset, mayHaveBeenProcessed: true, message: message)
     }
 
     /// Expires the requests past their deadline (RST_STREAM CANCEL: an unknown outcome), then waits for

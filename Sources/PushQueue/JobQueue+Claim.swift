@@ -87,22 +87,14 @@ extension JobQueue {
         let leaseSeconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
         let rows = try await self.client.query(
             """
-            WITH RECURSIVE pending_credentials AS (
-                -- Claim any credential (tests, tools): the distinct credentials with pending jobs, by a skip
-                -- scan of the claim index (one probe per credential, not a scan of the backlog).
-                (SELECT credential FROM push.jobs WHERE \(anyCredential) AND state = 'pending'
-                  ORDER BY credential LIMIT 1)
-                UNION ALL
-                SELECT (SELECT j.credential FROM push.jobs AS j
-                         WHERE j.state = 'pending' AND j.credential > p.credential ORDER BY j.credential LIMIT 1)
-                  FROM pending_credentials AS p WHERE p.credential IS NOT NULL
-            ), paused AS MATERIALIZED (
+            -- Claim any credential (tests, tools): the distinct credentials with pending jobs (read only then).
+            WITH RECURSIVE \(unescaped: Self.pendingCredentials), paused AS MATERIALIZED (
                 SELECT credential, topic FROM push.pauses
             ), credentials AS (
                 SELECT c, count(*) OVER () AS n FROM (
                     SELECT unnest(\(mine)::text[]) AS c WHERE NOT \(anyCredential)
                     UNION
-                    SELECT credential FROM pending_credentials WHERE credential IS NOT NULL
+                    SELECT credential FROM pending_credentials WHERE \(anyCredential) AND credential IS NOT NULL
                 ) AS x
                  WHERE NOT (c = ANY (\(excludingCredentials)::text[]))
                    -- A pause of a whole credential (or of everything) leaves it out: its backlog is never read.
@@ -331,18 +323,25 @@ extension JobQueue {
         return nil
     }
 
+    /// The CTE `pending_credentials`: the distinct credentials with pending jobs, by a skip scan of
+    /// `jobs_claim_by_credential_idx` (one probe per credential, not a scan of the backlog); a last row of
+    /// NULL ends it. Evaluated only where it is read.
+    static let pendingCredentials = """
+        pending_credentials AS (
+            (SELECT credential FROM push.jobs WHERE state = 'pending' ORDER BY credential LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.credential FROM push.jobs AS j
+                     WHERE j.state = 'pending' AND j.credential > p.credential ORDER BY j.credential LIMIT 1)
+              FROM pending_credentials AS p WHERE p.credential IS NOT NULL
+        )
+        """
+
     /// The earliest `run_at` of any pending job, as a scalar subquery: one probe per (credential, environment,
     /// send priority) range of `jobs_claim_by_credential_idx`, the credentials found by a skip scan. Never
     /// a scan of the backlog.
     static let earliestPendingRunAt = """
-        (WITH RECURSIVE credentials AS (
-            (SELECT credential FROM push.jobs WHERE state = 'pending' ORDER BY credential LIMIT 1)
-            UNION ALL
-            SELECT (SELECT j.credential FROM push.jobs AS j
-                     WHERE j.state = 'pending' AND j.credential > c.credential ORDER BY j.credential LIMIT 1)
-              FROM credentials AS c WHERE c.credential IS NOT NULL
-        )
-        SELECT min(f.run_at) FROM credentials AS c
+        (WITH RECURSIVE \(pendingCredentials)
+        SELECT min(f.run_at) FROM pending_credentials AS c
          CROSS JOIN (VALUES ('production'), ('development')) AS e(environment)
          CROSS JOIN (VALUES (10::smallint), (5::smallint), (1::smallint)) AS p(priority)
          CROSS JOIN LATERAL (

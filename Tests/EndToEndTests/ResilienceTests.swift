@@ -93,6 +93,7 @@ struct ResilienceTests {
             try await f.waitUntil(.seconds(30), "delivered once APNs is reachable") { try await f.unfinished() == 0 }
             again.signal(SIGTERM)
             #expect(again.wait() == 0)
+            try await FaultTests.assertInvariants(f, jobs: 1, diedWorkers: [])
         }
     }
 
@@ -123,8 +124,9 @@ struct ResilienceTests {
             cluster.stop()
             try await Task.sleep(for: .seconds(2))
             _ = try cluster.start()
+            // Tokens distinct from the first batch's (the fault-test invariants count apns-ids per token).
             _ = try psql(
-                "INSERT INTO push.jobs (topic, device_token, payload) SELECT 'com.example.app', lpad(to_hex(g), 64, '1'), '{\"aps\":{}}' FROM generate_series(1, 300) g"
+                "INSERT INTO push.jobs (topic, device_token, payload) SELECT 'com.example.app', lpad(to_hex(g + 1000), 64, '0'), '{\"aps\":{}}' FROM generate_series(1, 300) g"
             )
             try await waitFor("the jobs inserted after the restart") {
                 try psql("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == "500"
@@ -132,6 +134,13 @@ struct ResilienceTests {
             #expect(try psql("SELECT count(*) FROM push.jobs WHERE state <> 'delivered'") == "0")
             worker.signal(SIGTERM)
             #expect(worker.wait() == 0, "\(worker.output.suffix(2000))")
+            try await Invariants.assert(
+                simulator: f.simulator,
+                jobs: 500,
+                diedWorkers: [],
+                count: { Int64(try psql($0)) ?? -1 },
+                texts: { try psql($0).split(separator: "\n").map(String.init) }
+            )
         }
     }
 }

@@ -48,14 +48,14 @@ final class FrameExchange: ChannelInboundHandler {
         self.context = nil
     }
 
-    /// Opens a stream and writes the request; `promise` gets the answer or a ``TransportError``.
+    /// Opens a stream and writes the request without flushing (``flushWrites()`` follows a batch); `promise`
+    /// gets the answer or a ``TransportError``.
     func start(
         headers: HPACKHeaders,
         body: [UInt8],
         started: ContinuousClock.Instant,
         timeout: Duration,
-        promise: EventLoopPromise<APNsResponse>,
-        flush: Bool = true
+        promise: EventLoopPromise<APNsResponse>
     ) {
         guard let context, !self.closed, context.channel.isActive else {
             promise.fail(
@@ -85,7 +85,6 @@ final class FrameExchange: ChannelInboundHandler {
         self.exchanges[streamID] = Exchange(promise: promise, started: started, timeout: timeout)
         self.deadlines.append((streamID, .now() + .nanoseconds(timeout.nanoseconds)))
         if self.timer == nil { self.scheduleTimer(context: context) }
-        // A write that fails never left this process (no stream, or the connection went): not processed.
         let written = context.eventLoop.makePromise(of: Void.self)
         // A failed write is "not processed" only where that is certain: a stream NIO refused to open after
         // a GOAWAY, or one above the GOAWAY's last-stream-id. Otherwise TLS may already have sent part of the
@@ -133,10 +132,9 @@ final class FrameExchange: ChannelInboundHandler {
                 promise: written
             )
         }
-        if flush { context.flush() }
     }
 
-    /// Flushes what ``start(headers:body:started:timeout:promise:flush:)`` wrote without flushing.
+    /// Flushes what ``start(headers:body:started:timeout:promise:)`` wrote.
     func flushWrites() {
         self.context?.flush()
     }
@@ -398,8 +396,7 @@ extension FrameExchange {
                             body: submission.body,
                             started: submission.started,
                             timeout: submission.timeout,
-                            promise: submission.promise,
-                            flush: false
+                            promise: submission.promise
                         )
                     }
                     exchange.value.flushWrites()

@@ -26,6 +26,10 @@ struct EndToEndBenchmark: AsyncParsableCommand {
         help:
             "The APNs stand-in: nghttpd (Debian's nghttp2-server: a C HTTP/2 server, cheap per request, so the worker's own cost shows) or simulator (this process, fast mode)."
     ) var sink: String = "nghttpd"
+    @Option(
+        help:
+            "A Python with pgqueuer 1.6 and aioapns 4.0 installed (bench/e2e.sh makes one): drains the same jobs through bench/peer/pgqueuer_aioapns.py in two processes, in the same run, for the comparison."
+    ) var peerPython: String?
 
     func run() async throws {
         let logger = benchLogger()
@@ -47,8 +51,8 @@ struct EndToEndBenchmark: AsyncParsableCommand {
         try await withClient(server, logger: logger) { client in
             try await client.query("CREATE DATABASE \(unescaped: url.database)", logger: logger)
         }
-        let (jobs, rate, seconds, workerPath, sqlDirectory) = (
-            self.jobs, self.rate, self.seconds, self.worker, self.sqlDirectory
+        let (jobs, rate, seconds, workerPath, sqlDirectory, peerPython) = (
+            self.jobs, self.rate, self.seconds, self.worker, self.sqlDirectory, self.peerPython
         )
         guard ["nghttpd", "simulator"].contains(self.sink) else {
             throw ValidationError("--sink is nghttpd or simulator, not \(self.sink)")
@@ -168,6 +172,22 @@ struct EndToEndBenchmark: AsyncParsableCommand {
                 worker.signal(SIGTERM)
                 _ = worker.wait()
 
+                // The peer: the same jobs through PGQueuer + aioapns, on the same cluster and stand-in.
+                var peer: PeerPipeline.Figures?
+                if let python = peerPython {
+                    peer = try await PeerPipeline(
+                        python: python,
+                        script: URL(fileURLWithPath: sqlDirectory).appendingPathComponent("peer/pgqueuer_aioapns.py")
+                            .path,
+                        url: server.with(database: "peer_\(getpid())"),
+                        sinkPort: port,
+                        sinkPID: sinkPID,
+                        caFile: caFile,
+                        credentials: credentials,
+                        directory: directory
+                    ).drain(jobs: jobs, server: server, logger: logger)
+                }
+
                 // Ceilings, measured in the same run on the same database and simulator.
                 try await preloadJobs(client, count: 400_000, logger: logger)
                 let sqlCeiling = try runPGBench(
@@ -215,6 +235,30 @@ struct EndToEndBenchmark: AsyncParsableCommand {
                         utilisation * 100
                     )
                 )
+                if let peer {
+                    print(
+                        String(
+                            format:
+                                "peer             %8.0f jobs/s  (PGQueuer 1.6 + aioapns 4.0, 2 processes, %.1f s)  push-worker is %.1fx its throughput",
+                            peer.rate,
+                            peer.seconds,
+                            drainRate / peer.rate
+                        )
+                    )
+                    print(
+                        String(
+                            format:
+                                "peer CPU per job  Python %.1f µs   Postgres %.1f µs   stand-in %.1f µs   (peer / push-worker: Python %.1fx the worker, Postgres %.1fx)",
+                            peer.python,
+                            peer.postgres,
+                            peer.sink,
+                            peer.python / perJob.worker,
+                            peer.postgres / perJob.postgres
+                        )
+                    )
+                } else {
+                    print("peer             not measured (bench/e2e.sh passes --peer-python; it needs PyPI once)")
+                }
                 print(
                     String(
                         format:

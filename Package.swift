@@ -21,6 +21,7 @@ let package = Package(
         .library(name: "APNsTransport", targets: ["APNsTransport"]),
         .library(name: "APNsSimulator", targets: ["APNsSimulator"]),
         .library(name: "PushWorker", targets: ["PushWorker"]),
+        .library(name: "PushConsole", targets: ["PushConsole"]),
     ],
     dependencies: [
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
@@ -35,6 +36,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+        .package(url: "https://github.com/hummingbird-project/swift-mustache.git", from: "2.1.1"),
     ],
     targets: [
         .target(
@@ -123,6 +126,19 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .target(
+            name: "PushConsole",
+            dependencies: [
+                "PushCore",
+                "PushQueue",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Mustache", package: "swift-mustache"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
             name: "PushQueueTesting",
             dependencies: [
                 "PushQueue",
@@ -136,6 +152,7 @@ let package = Package(
             name: "push-worker",
             dependencies: [
                 "PushWorker",
+                "PushConsole",
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 "PushCore",
@@ -205,6 +222,19 @@ let package = Package(
         .testTarget(
             name: "PushWorkerTests",
             dependencies: ["PushWorker", "PushCore"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ConsoleTests",
+            dependencies: [
+                "PushConsole",
+                "PushCore",
+                "PushQueue",
+                "PushQueueTesting",
+                "PushProcess",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

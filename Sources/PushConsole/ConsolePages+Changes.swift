@@ -1,0 +1,226 @@
+import Foundation
+import Hummingbird
+import PushCore
+import PushQueue
+
+extension ConsolePages {
+    /// What a replay form names: the dead letters and the options, as `dead replay` takes them.
+    struct ReplaySelection {
+        var filter: DeadLetterFilter
+        var all: Bool
+        var newAPNsID: Bool
+        var expiresIn: String
+        /// The fields that carry the selection from the preview to the confirm step.
+        var hidden: [[String: String]]
+
+        var expiresInDuration: Duration? {
+            parseDuration(self.expiresIn).map { .seconds($0) }
+        }
+    }
+
+    func replaySelection(_ fields: [String: String]) throws -> ReplaySelection {
+        var filter = try self.deadFilter(fields, limit: 1_000)
+        if fields["limit"] == nil || fields["limit"] == "" { filter.limit = 1_000 }
+        let all = fields["all"] == "1"
+        guard !filter.isUnrestricted || all else {
+            throw ConsoleRefusal(
+                status: .badRequest,
+                message:
+                    "Name what to replay: dead letter ids, a trap id, a reason, a topic or a since, or all=1 for every dead letter."
+            )
+        }
+        let expiresIn = fields["expires_in"]?.trimmingCharacters(in: .whitespaces) ?? ""
+        if !expiresIn.isEmpty && parseDuration(expiresIn) == nil {
+            throw ConsoleRefusal(
+                status: .badRequest,
+                message: "expires_in must be a duration such as 30m, 1h or 1d, not “\(expiresIn)”."
+            )
+        }
+        let hidden = ["ids", "trap", "reason", "topic", "since", "limit", "all"].compactMap {
+            name -> [String: String]? in
+            guard let value = fields[name], !value.isEmpty else { return nil }
+            return ["name": name, "value": value]
+        }
+        return ReplaySelection(
+            filter: filter,
+            all: all,
+            newAPNsID: fields["new_apns_id"] == "1",
+            expiresIn: expiresIn,
+            hidden: hidden
+        )
+    }
+
+    func replayValues(_ result: ReplayResult, selection: ReplaySelection, preview: Bool) -> [String: Any] {
+        let summary: String
+        if preview {
+            summary =
+                "Dry run: nothing has moved. \(result.moved.count) dead letter(s) would go back to the queue as pending, due now, attempts reset"
+                + (selection.newAPNsID ? ", each with a new apns-id" : ", each keeping its apns-id")
+                + "; \(result.skippedConflicts.count) conflict(s) and \(result.skippedInvalid.count) refused would stay dead."
+        } else {
+            summary =
+                "Replayed \(result.moved.count) dead letter(s): they are pending and due now. \(result.skippedConflicts.count) conflict(s) and \(result.skippedInvalid.count) refused stayed dead."
+        }
+        return [
+            "summary": summary,
+            "hasMoved": !result.moved.isEmpty,
+            "moved": result.moved.prefix(500).map { moved -> [String: Any] in
+                [
+                    "id": moved.id, "apnsID": moved.apnsID.uuidString.lowercased(), "reason": moved.reason,
+                    "expired": moved.expired && selection.expiresInDuration == nil,
+                ]
+            },
+            "hasConflicts": !result.skippedConflicts.isEmpty,
+            "conflicts": result.skippedConflicts.prefix(500).map { $0 },
+            "hasInvalid": !result.skippedInvalid.isEmpty,
+            "invalid": result.skippedInvalid.prefix(500).map { ["id": $0.id, "rule": $0.rule] as [String: Any] },
+            "preview": preview,
+            "canConfirm": preview && !result.moved.isEmpty,
+            "movedCount": grouped(result.moved.count),
+            "hidden": selection.hidden,
+            "newAPNsID": selection.newAPNsID,
+            "expiresIn": selection.expiresIn,
+        ]
+    }
+
+    func replayPreview(_ request: Request) async throws -> Response {
+        try await self.page(request) { frame in
+            let selection = try self.replaySelection(Self.queryFields(request))
+            let result = try await self.queue.replay(
+                matching: selection.filter,
+                newAPNsID: selection.newAPNsID,
+                expiresIn: selection.expiresInDuration,
+                dryRun: true
+            )
+            return self.render(
+                "replay",
+                title: "Replay: preview",
+                values: self.replayValues(result, selection: selection, preview: true),
+                frame: frame
+            )
+        }
+    }
+
+    func replay(_ request: Request) async throws -> Response {
+        try await self.page(request) { frame in
+            let (session, form) = try await self.authorizeChange(request, frame: frame)
+            let selection = try self.replaySelection(form)
+            let result = try await self.queue.replay(
+                matching: selection.filter,
+                newAPNsID: selection.newAPNsID,
+                expiresIn: selection.expiresInDuration,
+                dryRun: false
+            )
+            self.logChange(
+                session,
+                "replayed \(result.moved.count) dead letter(s)",
+                [
+                    "selection": "\(selection.hidden.map { "\($0["name"]!)=\($0["value"]!)" }.joined(separator: " "))",
+                    "moved": "\(result.moved.prefix(50).map { String($0.id) }.joined(separator: ","))",
+                    "conflicts": "\(result.skippedConflicts.count)", "refused": "\(result.skippedInvalid.count)",
+                    "new_apns_id": "\(selection.newAPNsID)",
+                ]
+            )
+            return self.render(
+                "replay",
+                title: "Replay: done",
+                values: self.replayValues(result, selection: selection, preview: false),
+                frame: frame
+            )
+        }
+    }
+
+    func purgeAge(_ fields: [String: String]) throws -> (String, Double) {
+        let text = fields["older_than"]?.trimmingCharacters(in: .whitespaces) ?? ""
+        guard let seconds = parseDuration(text), seconds >= 3600 else {
+            throw ConsoleRefusal(
+                status: .badRequest,
+                message: "older_than must be a duration of at least 1h, such as 30d, not “\(text)”."
+            )
+        }
+        return (text, seconds)
+    }
+
+    func purgePreview(_ request: Request) async throws -> Response {
+        try await self.page(request) { frame in
+            let (text, seconds) = try self.purgeAge(Self.queryFields(request))
+            let groups = try await self.queue.deadLetterGroups(
+                matching: DeadLetterFilter(before: Date().addingTimeInterval(-seconds), limit: 0)
+            )
+            let total = groups.reduce(0) { $0 + $1.count }
+            return self.render(
+                "purge",
+                title: "Purge: preview",
+                values: [
+                    "summary":
+                        "Dry run: nothing is deleted. \(grouped(total)) dead letter(s) died more than \(text) ago and would be deleted for good (no replay after that).",
+                    "hasGroups": !groups.isEmpty,
+                    "groups": groups.map {
+                        ["count": grouped($0.count), "reason": $0.reason, "trap": $0.trapID ?? ""]
+                    },
+                    "preview": true, "any": total > 0, "olderThan": text,
+                ],
+                frame: frame
+            )
+        }
+    }
+
+    func purge(_ request: Request) async throws -> Response {
+        try await self.page(request) { frame in
+            let (session, form) = try await self.authorizeChange(request, frame: frame)
+            let (text, seconds) = try self.purgeAge(form)
+            let deleted = try await self.queue.purgeDeadLetters(olderThan: .seconds(seconds))
+            self.logChange(session, "purged \(deleted) dead letter(s) older than \(text)")
+            return self.message(
+                "Deleted \(grouped(deleted)) dead letter(s) that died more than \(text) ago.",
+                title: "Purge: done",
+                status: .ok,
+                frame: frame,
+                links: [(self.base + "/dead", "Dead letters")]
+            )
+        }
+    }
+
+    // MARK: pause and resume
+
+    func pause(_ request: Request) async throws -> Response {
+        try await self.page(request) { frame in
+            let (session, form) = try await self.authorizeChange(request, frame: frame)
+            let credential = Self.optional(form["credential"])
+            let topic = Self.optional(form["topic"])
+            guard let reason = Self.optional(form["reason"]) else {
+                throw ConsoleRefusal(
+                    status: .badRequest,
+                    message: "A pause needs a reason: the next person on call reads it."
+                )
+            }
+            let pause = try await self.queue.pause(
+                credential: credential,
+                topic: topic,
+                reason: "\(reason) (console: \(session.operatorName))"
+            )
+            self.logChange(session, "paused \(pause.scope)", ["reason": "\(reason)"])
+            return self.redirect("/")
+        }
+    }
+
+    func resume(_ request: Request) async throws -> Response {
+        try await self.page(request) { frame in
+            let (session, form) = try await self.authorizeChange(request, frame: frame)
+            let credential = Self.optional(form["credential"])
+            let topic = Self.optional(form["topic"])
+            let removed = try await self.queue.resume(credential: credential, topic: topic)
+            self.logChange(
+                session,
+                removed ? "resumed" : "resume found no pause",
+                ["scope": "credential=\(credential ?? "*") topic=\(topic ?? "*")"]
+            )
+            return self.redirect("/")
+        }
+    }
+
+    static func optional(_ value: String?) -> String? {
+        guard let trimmed = value?.trimmingCharacters(in: .whitespaces), !trimmed.isEmpty else { return nil }
+        return trimmed
+    }
+}

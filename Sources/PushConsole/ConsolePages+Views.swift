@@ -1,0 +1,347 @@
+import Foundation
+import Hummingbird
+import PushCore
+import PushQueue
+
+extension ConsolePages {
+    // MARK: overview
+
+    func overview(_ request: Request) async throws -> Response {
+        try await self.page(request) { frame in
+            async let overview = self.queue.consoleOverview()
+            async let minutes = self.queue.outcomesByMinute(minutes: 60)
+            async let pauses = self.queue.pauses()
+            async let limits = self.queue.rateLimits()
+            async let workers = self.queue.workers()
+            async let deadMix = self.queue.deadLetterGroups(
+                matching: DeadLetterFilter(since: Date().addingTimeInterval(-3600), limit: 0)
+            )
+            let (o, m, p, l, w, d) = try await (overview, minutes, pauses, limits, workers, deadMix)
+            let now = Date()
+            let cards: [[String: Any]] = [
+                ["label": "due now", "value": o.pendingDue.shown, "alert": false],
+                ["label": "scheduled (retries, later run_at)", "value": o.pendingScheduled.shown, "alert": false],
+                ["label": "sending now", "value": o.running.shown, "alert": false],
+                [
+                    "label": "oldest due waits", "value": age(o.oldestDueAgeSeconds),
+                    "alert": o.oldestDueAgeSeconds > 60,
+                ],
+                ["label": "delivered (kept)", "value": o.delivered.shown, "alert": false],
+                ["label": "superseded (kept)", "value": o.superseded.shown, "alert": false],
+                ["label": "dead letters", "value": o.deadLetters.shown, "alert": o.deadLetters.value > 0],
+            ]
+            let values: [String: Any] = [
+                "cards": cards,
+                "chart": ConsoleChart.svg(m),
+                "deliveredHour": grouped(m.reduce(0) { $0 + $1.delivered }),
+                "deadHour": grouped(m.reduce(0) { $0 + $1.dead }),
+                "hasDeadMix": !d.isEmpty,
+                "deadMix": d.prefix(8).map { group -> [String: Any] in
+                    [
+                        "reason": group.reason, "reasonQuery": Self.query(group.reason), "trap": group.trapID ?? "",
+                        "count": grouped(group.count),
+                    ]
+                },
+                "hasPauses": !p.isEmpty,
+                "pauses": p.map { pause -> [String: Any] in
+                    [
+                        "credential": pause.credential ?? "any", "topic": pause.topic ?? "any",
+                        "credentialValue": pause.credential ?? "", "topicValue": pause.topic ?? "",
+                        "reason": pause.reason, "age": age(now.timeIntervalSince(pause.createdAt)) + " ago",
+                        "createdBy": pause.createdBy,
+                    ]
+                },
+                "hasLimits": !l.isEmpty,
+                "limits": l.map { limit -> [String: Any] in
+                    [
+                        "credential": limit.credential ?? "any", "topic": limit.topic ?? "any",
+                        "perSecond": String(format: "%g", limit.perSecond), "burst": grouped(limit.burst),
+                        "available": grouped(limit.available),
+                    ]
+                },
+                "hasWorkers": !w.isEmpty,
+                "workers": w.map { worker -> [String: Any] in
+                    let silent = now.timeIntervalSince(worker.heartbeatAt)
+                    let state = worker.stoppedAt != nil ? "stopped" : silent > 60 ? "stale" : "live"
+                    return [
+                        "id": worker.workerID, "host": worker.host, "pid": worker.pid,
+                        "credentials": worker.credentials.joined(separator: ", "),
+                        "heartbeat": age(silent) + " ago", "state": state, "stateClass": state,
+                    ]
+                },
+            ]
+            return self.render("overview", title: "Overview", values: values, frame: frame)
+        }
+    }
+
+    // MARK: dead letters
+
+    /// The dead-letter filter from a query string or form, as `dead list` takes it.
+    func deadFilter(_ fields: [String: String], limit defaultLimit: Int = 50) throws -> DeadLetterFilter {
+        func field(_ name: String) -> String? {
+            guard let value = fields[name]?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
+            return value
+        }
+        var filter = DeadLetterFilter(limit: defaultLimit)
+        filter.trapID = field("trap")
+        filter.reason = field("reason")
+        filter.topic = field("topic")
+        if let since = field("since") {
+            guard let seconds = parseDuration(since) else {
+                throw ConsoleRefusal(
+                    status: .badRequest,
+                    message: "since must be a duration such as 30m, 24h or 7d, not “\(since)”."
+                )
+            }
+            filter.since = Date().addingTimeInterval(-seconds)
+        }
+        if let limit = field("limit") {
+            guard let n = Int(limit), (1...500).contains(n) else {
+                throw ConsoleRefusal(status: .badRequest, message: "limit must be a number from 1 to 500.")
+            }
+            filter.limit = n
+        }
+        if let ids = field("ids") {
+            let parsed = ids.split(whereSeparator: { $0 == "," || $0 == " " }).map { Int64($0) }
+            guard !parsed.isEmpty, parsed.allSatisfy({ $0 != nil }) else {
+                throw ConsoleRefusal(status: .badRequest, message: "ids must be job ids separated by commas.")
+            }
+            filter.ids = parsed.compactMap { $0 }
+        }
+        return filter
+    }
+
+    static func queryFields(_ request: Request) -> [String: String] {
+        var fields: [String: String] = [:]
+        for (name, value) in request.uri.queryParameters { fields[String(name)] = String(value) }
+        return fields
+    }
+
+    static func query(_ value: String) -> String {
+        value.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? value
+    }
+
+    /// `trap=…&reason=…` for the fields given.
+    static func queryString(_ pairs: [(String, String?)]) -> String {
+        pairs.compactMap { name, value in value.map { "\(name)=\(query($0))" } }.joined(separator: "&")
+    }
+
+    func deadLetters(_ request: Request) async throws -> Response {
+        try await self.page(request) { frame in
+            let fields = Self.queryFields(request)
+            let filter = try self.deadFilter(fields)
+            var cursor: DeadLetterCursor?
+            if let after = fields["after"], !after.isEmpty {
+                guard let parsed = DeadLetterCursor(after) else {
+                    throw ConsoleRefusal(
+                        status: .badRequest,
+                        message: "after is not a page cursor: follow the Older link."
+                    )
+                }
+                cursor = parsed
+            }
+            var groupFilter = filter
+            groupFilter.limit = 0
+            async let groups = self.queue.deadLetterGroups(matching: groupFilter)
+            async let letters = self.queue.deadLetterPage(matching: filter, after: cursor)
+            let (g, page) = try await (groups, letters)
+            let filterQuery: [(String, String?)] = [
+                ("trap", filter.trapID), ("reason", filter.reason), ("topic", filter.topic),
+                ("since", fields["since"].flatMap { $0.isEmpty ? nil : $0 }),
+            ]
+            let next =
+                page.count == filter.limit
+                ? Self.queryString(
+                    filterQuery + [("limit", String(filter.limit)), ("after", page.last?.cursor.description)]
+                )
+                : nil
+            let values: [String: Any] = [
+                "filter": [
+                    "trap": filter.trapID ?? "", "reason": filter.reason ?? "", "topic": filter.topic ?? "",
+                    "since": fields["since"] ?? "", "limit": String(filter.limit),
+                ],
+                "filtered": !groupFilter.isUnrestricted,
+                "hasGroups": !g.isEmpty,
+                "groups": g.map { group -> [String: Any] in
+                    var row: [String: Any] = [
+                        "count": grouped(group.count), "reason": group.reason, "trap": group.trapID ?? "",
+                        "newest": timestamp(group.newest), "example": group.example,
+                        "query": Self.queryString([
+                            ("reason", group.reason), ("trap", group.trapID), ("topic", filter.topic),
+                            ("since", fields["since"].flatMap { $0.isEmpty ? nil : $0 }),
+                        ]),
+                    ]
+                    if let trap = group.trapID, let entry = TrapRunbook.entry(for: trap) {
+                        row["advice"] = ["title": entry.title, "html": RunbookHTML.render(entry.markdown)]
+                    }
+                    return row
+                },
+                "hasLetters": !page.isEmpty,
+                "letters": page.map { letter -> [String: Any] in
+                    [
+                        "id": letter.id, "deadAt": timestamp(letter.deadAt), "reason": letter.reason,
+                        "status": letter.status.map(String.init) ?? "", "traps": letter.trapIDs.joined(separator: " "),
+                        "topic": letter.topic, "target": letter.target, "attempts": letter.attempts,
+                        "error": letter.error,
+                    ]
+                },
+                "next": next ?? "",
+            ]
+            return self.render("dead", title: "Dead letters", values: values, frame: frame)
+        }
+    }
+
+    // MARK: one dead letter, one job
+
+    func deadLetter(_ request: Request, id: Int64?) async throws -> Response {
+        try await self.page(request) { frame in
+            guard let id else { throw ConsoleRefusal(status: .badRequest, message: "A dead letter's id is a number.") }
+            guard var letter = try await self.queue.deadLetter(id: id) else {
+                if try await self.queue.job(id: id) != nil { return self.redirect("/jobs/\(id)") }
+                throw ConsoleRefusal(
+                    status: .notFound,
+                    message: "No dead letter \(id) (nor job: it may have been purged)."
+                )
+            }
+            let job = letter.job
+            var facts: [(String, String)] = [
+                ("Died", timestamp(letter.deadAt)),
+                ("Reason", letter.reason + (letter.status.map { " (HTTP \($0))" } ?? "")),
+                ("Trap ids", job.trapIDs.map(\.rawValue).joined(separator: " ")),
+            ]
+            facts += Self.jobFacts(job)
+            if let unique = letter.apnsUniqueID { facts.append(("apns-unique-id", unique)) }
+            // The request a replay would send: a replay starts the default expiry afresh.
+            letter.job.firstAttemptAt = nil
+            var values = self.detailValues(
+                job: letter.job,
+                facts: facts,
+                historyJSON: letter.historyJSON,
+                showPayload: Self.queryFields(request)["payload"] == "1"
+            )
+            values["error"] = letter.error
+            values["id"] = id
+            return self.render("letter", title: "Dead letter \(id)", values: values, frame: frame)
+        }
+    }
+
+    func job(_ request: Request, id: Int64?) async throws -> Response {
+        try await self.page(request) { frame in
+            guard let id else { throw ConsoleRefusal(status: .badRequest, message: "A job id is a number.") }
+            guard let details = try await self.queue.job(id: id) else {
+                if try await self.queue.deadLetter(id: id) != nil { return self.redirect("/dead/\(id)") }
+                throw ConsoleRefusal(
+                    status: .notFound,
+                    message: "No job \(id) in push.jobs or push.dead_jobs (retention may have pruned it)."
+                )
+            }
+            var facts: [(String, String)] = [("State", details.state.rawValue)]
+            if let status = details.status { facts.append(("Last status", String(status))) }
+            if let reason = details.reason { facts.append(("Last reason", reason)) }
+            if let delivered = details.deliveredAt { facts.append(("Delivered", timestamp(delivered))) }
+            if let latency = details.latencyMs { facts.append(("Latency", "\(latency) ms")) }
+            if let last = details.lastAttemptAt { facts.append(("Last attempt", timestamp(last))) }
+            if let holder = details.lockedBy, details.state == .running {
+                facts.append(("Held by", holder + " until " + timestamp(details.lockedUntil)))
+            }
+            if let newer = details.supersededBy { facts.append(("Superseded by", "job \(newer)")) }
+            if !details.job.trapIDs.isEmpty {
+                facts.append(("Trap ids", details.job.trapIDs.map(\.rawValue).joined(separator: " ")))
+            }
+            facts += Self.jobFacts(details.job)
+            if let unique = details.apnsUniqueID { facts.append(("apns-unique-id", unique)) }
+            let values = self.detailValues(
+                job: details.job,
+                facts: facts,
+                historyJSON: details.historyJSON,
+                showPayload: Self.queryFields(request)["payload"] == "1"
+            )
+            return self.render("job", title: "Job \(id)", values: values, frame: frame)
+        }
+    }
+
+    func findJob(_ request: Request) async throws -> Response {
+        try await self.page(request) { _ in
+            let text = Self.queryFields(request)["id"]?.trimmingCharacters(in: .whitespaces) ?? ""
+            guard let id = Int64(text) else {
+                throw ConsoleRefusal(status: .badRequest, message: "A job id is a number, not “\(text)”.")
+            }
+            return self.redirect("/jobs/\(id)")
+        }
+    }
+
+    static func jobFacts(_ job: PushJob) -> [(String, String)] {
+        var facts: [(String, String)] = [
+            ("Topic", job.topic), ("Push type", job.pushType),
+            (
+                "Target",
+                job.deviceToken.map { "device token, fingerprint \(tokenFingerprint($0))" } ?? job.channelID.map {
+                    "broadcast channel \($0)"
+                } ?? "none"
+            ),
+            ("Credential", job.credential), ("Environment", job.environment),
+            ("apns-id", job.apnsID.uuidString.lowercased()),
+            ("Attempts", "\(job.attempts) of \(job.maxAttempts.map(String.init) ?? "the default")"),
+            ("Created", timestamp(job.createdAt)),
+        ]
+        if let collapse = job.collapseID { facts.append(("Collapse id", collapse)) }
+        if let expires = job.expiresAt { facts.append(("Expires", timestamp(expires))) }
+        if job.deliverOnce { facts.append(("Deliver once", "yes: never sent twice, even after a crash")) }
+        return facts
+    }
+
+    /// Facts, runbook advice, the attempt history and the describe block, shared by both detail pages.
+    func detailValues(job: PushJob, facts: [(String, String)], historyJSON: String, showPayload: Bool) -> [String: Any]
+    {
+        let attempts = Self.attempts(historyJSON)
+        let advice = job.trapIDs.reversed().compactMap { trap -> [String: Any]? in
+            guard let entry = TrapRunbook.entry(for: trap.rawValue) else { return nil }
+            return ["code": trap.rawValue, "title": entry.title, "html": RunbookHTML.render(entry.markdown)]
+        }
+        var values: [String: Any] = [
+            "facts": facts.map { ["name": $0.0, "value": $0.1] },
+            "hasAttempts": !attempts.isEmpty,
+            "attempts": attempts,
+            "advice": advice.first.map { [$0] } ?? [],
+        ]
+        do {
+            let request = try RequestBuilder.describe(job)
+            var path = request.path
+            if let token = job.deviceToken {
+                path = path.replacingOccurrences(of: token, with: "<token fp \(tokenFingerprint(token))>")
+            }
+            var described: [String: Any] = [
+                "line": "\(request.method) https://\(request.environment.sendHost)\(path)  HTTP/2",
+                "credential": job.credential,
+                "headers": request.headers.map { ["name": $0.name, "value": $0.value] },
+                "bytes": grouped(request.byteCount), "limit": grouped(request.limit),
+                "warnings": request.warnings.map { ["code": $0.trapID.rawValue, "message": $0.message] },
+            ]
+            if showPayload { described["payload"] = String(decoding: request.body, as: UTF8.self) }
+            values["request"] = described
+        } catch {
+            values["rejected"] = [
+                "reason": error.reason, "trap": error.trapID?.rawValue ?? "", "message": error.message,
+            ]
+        }
+        return values
+    }
+
+    /// The history's entries as table rows: attempt number, time, outcome, and every other field.
+    static func attempts(_ json: String) -> [[String: Any]] {
+        guard let array = try? JSONSerialization.jsonObject(with: Data(json.utf8)) as? [[String: Any]] else {
+            return []
+        }
+        return array.enumerated().map { n, entry in
+            let details = entry.keys.sorted().filter { !["attempt", "at", "outcome"].contains($0) }.map { key in
+                "\(key)=\(entry[key].map { "\($0)" } ?? "")"
+            }
+            return [
+                "number": (entry["attempt"] as? Int).map(String.init) ?? String(n + 1),
+                "at": (entry["at"] as? String) ?? "",
+                "outcome": (entry["outcome"] as? String) ?? "",
+                "details": details.joined(separator: "  "),
+            ]
+        }
+    }
+}

@@ -1,0 +1,280 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import Mustache
+import NIOCore
+import PushCore
+import PushQueue
+
+/// A refused request: the status and a sentence saying why and what to do.
+struct ConsoleRefusal: Error {
+    var status: HTTPResponse.Status
+    var message: String
+}
+
+/// The console's pages: each reads through ``JobQueue`` and renders a template.
+struct ConsolePages: Sendable {
+    let queue: JobQueue
+    let auth: ConsoleAuth
+    /// The path prefix, `""` or `/push`.
+    let base: String
+    let library: MustacheLibrary
+    let logger: Logger
+
+    /// What every page's frame needs: who is signed in, and the CSRF token their forms carry.
+    struct Frame {
+        var session: ConsoleAuth.Session?
+        var csrf: String
+
+        var values: [String: Any] {
+            ["signedIn": self.session != nil, "operator": self.session?.operatorName ?? "", "csrf": self.csrf]
+        }
+    }
+
+    func frame(_ request: Request) -> Frame {
+        let session = self.auth.session(fromCookie: request.cookies[ConsoleAuth.cookieName]?.value)
+        return Frame(session: session, csrf: session.map { self.auth.csrfToken(for: $0) } ?? "")
+    }
+
+    // MARK: rendering
+
+    func render(
+        _ template: String,
+        title: String,
+        values: [String: Any],
+        frame: Frame,
+        status: HTTPResponse.Status = .ok
+    ) -> Response {
+        var context = frame.values
+        context["base"] = self.base
+        context["writable"] = self.auth.isWritable
+        context["title"] = title
+        for (key, value) in values { context[key] = value }
+        let body = self.library.render(context, withTemplate: template) ?? ""
+        context["body"] = body
+        let page = self.library.render(context, withTemplate: "layout") ?? body
+        return Response(
+            status: status,
+            headers: [.contentType: "text/html; charset=utf-8"],
+            body: .init(byteBuffer: ByteBuffer(string: page))
+        )
+    }
+
+    func message(
+        _ text: String,
+        title: String,
+        status: HTTPResponse.Status,
+        frame: Frame,
+        links: [(href: String, label: String)] = []
+    ) -> Response {
+        self.render(
+            "message",
+            title: title,
+            values: [
+                "text": text, "kind": status.code >= 400 ? "alert-text" : "",
+                "links": links.map { ["href": $0.href, "label": $0.label] },
+            ],
+            frame: frame,
+            status: status
+        )
+    }
+
+    func redirect(_ path: String) -> Response {
+        Response(status: .seeOther, headers: [.location: self.base + path])
+    }
+
+    /// Runs a page, turning a refusal into its page.
+    func page(_ request: Request, _ body: (Frame) async throws -> Response) async throws -> Response {
+        let frame = self.frame(request)
+        do {
+            return try await body(frame)
+        } catch let refusal as ConsoleRefusal {
+            return self.message(refusal.message, title: "Refused", status: refusal.status, frame: frame)
+        }
+    }
+
+    // MARK: changes: token, session, CSRF, same origin
+
+    /// The form of a change request, once it has passed every check; throws the refusal otherwise.
+    func authorizeChange(_ request: Request, frame: Frame) async throws -> (ConsoleAuth.Session, [String: String]) {
+        guard self.auth.isWritable else {
+            throw ConsoleRefusal(
+                status: .forbidden,
+                message:
+                    "This console is read-only: it was started without --token-file. Restart it with `push-worker console --token-file FILE` to make changes here, or use the CLI."
+            )
+        }
+        try self.checkSameOrigin(request)
+        guard let session = frame.session else {
+            throw ConsoleRefusal(
+                status: .forbidden,
+                message: "Changes need the console token: sign in first (the token is in the console's --token-file)."
+            )
+        }
+        let form = try await Self.form(request)
+        guard self.auth.csrfMatches(form["csrf"], session: session) else {
+            throw ConsoleRefusal(
+                status: .forbidden,
+                message:
+                    "The form's CSRF token is missing or wrong (a form from another site, or from before a console restart). Reload the page and submit it again."
+            )
+        }
+        return (session, form)
+    }
+
+    /// A browser says where a form came from; one from another origin is refused even with a valid cookie.
+    func checkSameOrigin(_ request: Request) throws {
+        if request.headers[HTTPField.Name("Sec-Fetch-Site")!] == "cross-site" {
+            throw ConsoleRefusal(status: .forbidden, message: "A form from another site cannot change anything here.")
+        }
+        if let origin = request.headers[HTTPField.Name("Origin")!], origin != "null",
+            let host = request.head.authority,
+            URL(string: origin)?.host.map({ host == $0 || host.hasPrefix($0 + ":") }) != true
+        {
+            throw ConsoleRefusal(
+                status: .forbidden,
+                message: "A form from \(origin) cannot change anything here (the console is at \(host))."
+            )
+        }
+    }
+
+    static func form(_ request: Request) async throws -> [String: String] {
+        let buffer = try await request.body.collect(upTo: 64 * 1024)
+        return parseForm(String(buffer: buffer))
+    }
+
+    static func parseForm(_ text: String) -> [String: String] {
+        var fields: [String: String] = [:]
+        for pair in text.split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            func decode(_ s: Substring) -> String {
+                s.replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? String(s)
+            }
+            guard let name = parts.first else { continue }
+            fields[decode(name)] = parts.count > 1 ? decode(parts[1]) : ""
+        }
+        return fields
+    }
+
+    func logChange(_ session: ConsoleAuth.Session, _ what: String, _ metadata: Logger.Metadata = [:]) {
+        var metadata = metadata
+        metadata["operator"] = "\(session.operatorName)"
+        metadata["session"] = "\(session.nonce.prefix(8))"
+        self.logger.notice("console change: \(what)", metadata: metadata)
+    }
+
+    // MARK: sign in and out
+
+    func loginPage(_ request: Request) async throws -> Response {
+        let frame = self.frame(request)
+        return self.render("login", title: "Sign in", values: [:], frame: frame)
+    }
+
+    func login(_ request: Request) async throws -> Response {
+        try await self.page(request) { frame in
+            guard self.auth.isWritable else {
+                throw ConsoleRefusal(
+                    status: .forbidden,
+                    message:
+                        "This console is read-only: it was started without --token-file, so there is nothing to sign in to."
+                )
+            }
+            try self.checkSameOrigin(request)
+            let form = try await Self.form(request)
+            let name = (form["operator"] ?? "").trimmingCharacters(in: .whitespaces)
+            guard ConsoleAuth.isValidOperatorName(name) else {
+                throw ConsoleRefusal(
+                    status: .badRequest,
+                    message:
+                        "Give your name (1–40 letters, digits, spaces or ._@-): it goes into the log with every change you make."
+                )
+            }
+            guard self.auth.tokenMatches(form["token"] ?? "") else {
+                self.logger.warning("console sign-in refused: wrong token", metadata: ["operator": "\(name)"])
+                throw ConsoleRefusal(
+                    status: .forbidden,
+                    message: "Wrong token. It is the contents of the file the console was started with (--token-file)."
+                )
+            }
+            let (session, cookie) = self.auth.newSession(operatorName: name)
+            self.logger.notice(
+                "console sign-in",
+                metadata: ["operator": "\(name)", "session": "\(session.nonce.prefix(8))"]
+            )
+            var response = self.redirect("/")
+            response.setCookie(
+                Cookie(
+                    name: ConsoleAuth.cookieName,
+                    value: cookie,
+                    maxAge: Int(ConsoleAuth.sessionLifetime),
+                    path: self.base.isEmpty ? "/" : self.base,
+                    httpOnly: true,
+                    sameSite: .strict
+                )
+            )
+            return response
+        }
+    }
+
+    func logout(_ request: Request) async throws -> Response {
+        try await self.page(request) { frame in
+            let (session, _) = try await self.authorizeChange(request, frame: frame)
+            self.logger.notice(
+                "console sign-out",
+                metadata: ["operator": "\(session.operatorName)", "session": "\(session.nonce.prefix(8))"]
+            )
+            var response = self.redirect("/")
+            response.setCookie(
+                Cookie(
+                    name: ConsoleAuth.cookieName,
+                    value: "",
+                    maxAge: 0,
+                    path: self.base.isEmpty ? "/" : self.base,
+                    httpOnly: true,
+                    sameSite: .strict
+                )
+            )
+            return response
+        }
+    }
+}
+
+// MARK: formatting
+
+/// How long ago, briefly: `42 s`, `5 min`, `3 h`, `2 d`.
+func age(_ seconds: Double) -> String {
+    switch seconds {
+    case ..<120: return "\(Int(seconds.rounded())) s"
+    case ..<7200: return "\(Int((seconds / 60).rounded())) min"
+    case ..<172_800: return "\(Int((seconds / 3600).rounded())) h"
+    default: return "\(Int((seconds / 86400).rounded())) d"
+    }
+}
+
+/// `2026-11-23 19:04:05 UTC`.
+func timestamp(_ date: Date?) -> String {
+    guard let date else { return "" }
+    let formatter = DateFormatter()
+    formatter.locale = Locale(identifier: "en_US_POSIX")
+    formatter.timeZone = TimeZone(identifier: "UTC")
+    formatter.dateFormat = "yyyy-MM-dd HH:mm:ss 'UTC'"
+    return formatter.string(from: date)
+}
+
+/// `90s`, `30m`, `24h`, `7d` as seconds; `nil` otherwise.
+func parseDuration(_ text: String) -> Double? {
+    let trimmed = text.trimmingCharacters(in: .whitespaces).lowercased()
+    guard let unit = trimmed.last, let number = Double(trimmed.dropLast()), number > 0 else { return nil }
+    switch unit {
+    case "s": return number
+    case "m": return number * 60
+    case "h": return number * 3600
+    case "d": return number * 86400
+    default: return nil
+    }
+}
+
+extension BoundedCount {
+    var shown: String { self.exact ? grouped(self.value) : "≈ " + grouped(self.value) }
+}

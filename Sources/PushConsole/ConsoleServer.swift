@@ -1,0 +1,140 @@
+public import Foundation
+import HTTPTypes
+public import Hummingbird
+public import Logging
+import Mustache
+import NIOCore
+public import PushQueue
+
+/// `push-worker console`: a small server-rendered web app over the queue's Postgres for the person on call.
+///
+/// Every query goes through ``JobQueue``. Read-only unless given a token (``ConsoleAuth``). Responses carry a
+/// strict Content-Security-Policy (no script at all, styles from the console's own stylesheet only), are
+/// never cached, and may not be framed.
+public struct ConsoleServer: Sendable {
+    public struct Configuration: Sendable {
+        /// Where to listen; 127.0.0.1 unless told otherwise.
+        public var host: String
+        public var port: Int
+        /// The path prefix a reverse proxy serves the console under (`/push`), or empty.
+        public var basePath: String
+        /// The token a change needs (`--token-file`); `nil`: read-only.
+        public var token: String?
+
+        public init(host: String = "127.0.0.1", port: Int = 8080, basePath: String = "", token: String? = nil) {
+            self.host = host
+            self.port = port
+            self.basePath = basePath
+            self.token = token
+        }
+    }
+
+    let configuration: Configuration
+    let queue: JobQueue
+    let logger: Logger
+    let pages: ConsolePages
+
+    public init(configuration: Configuration, queue: JobQueue, logger: Logger) throws {
+        self.configuration = configuration
+        self.queue = queue
+        self.logger = logger
+        self.pages = ConsolePages(
+            queue: queue,
+            auth: ConsoleAuth(token: configuration.token),
+            base: Self.normalized(basePath: configuration.basePath),
+            library: try ConsoleTemplates.library(),
+            logger: logger
+        )
+    }
+
+    /// `push/` → `/push`; `/` or empty → empty.
+    static func normalized(basePath: String) -> String {
+        let trimmed = basePath.trimmingCharacters(in: CharacterSet(charactersIn: "/ "))
+        return trimmed.isEmpty ? "" : "/" + trimmed
+    }
+
+    /// Serves until cancelled, or SIGTERM/SIGINT. `onListening` gets the bound port (useful with port 0).
+    /// With `handlingSignals` (the command) SIGTERM and SIGINT stop it gracefully; tests cancel it instead.
+    public func run(
+        handlingSignals: Bool = true,
+        onListening: @escaping @Sendable (Int) async -> Void = { _ in }
+    ) async throws {
+        let router = Router(context: BasicRequestContext.self)
+        router.add(middleware: SecurityHeaders())
+        let group = router.group(RouterPath(self.pages.base.isEmpty ? "" : String(self.pages.base.dropFirst())))
+        let pages = self.pages
+        group.get("") { request, _ in try await pages.overview(request) }
+        group.get("assets/console.css") { _, _ in
+            Response(
+                status: .ok,
+                headers: [.contentType: "text/css; charset=utf-8"],
+                body: .init(byteBuffer: ByteBuffer(string: ConsoleTemplates.css))
+            )
+        }
+        group.get("assets/favicon.svg") { _, _ in
+            Response(
+                status: .ok,
+                headers: [.contentType: "image/svg+xml"],
+                body: .init(byteBuffer: ByteBuffer(string: ConsoleTemplates.favicon))
+            )
+        }
+        group.get("dead") { request, _ in try await pages.deadLetters(request) }
+        group.get("dead/replay") { request, _ in try await pages.replayPreview(request) }
+        group.post("dead/replay") { request, _ in try await pages.replay(request) }
+        group.get("dead/purge") { request, _ in try await pages.purgePreview(request) }
+        group.post("dead/purge") { request, _ in try await pages.purge(request) }
+        group.get("dead/:id") { request, context in
+            try await pages.deadLetter(request, id: context.parameters.get("id", as: Int64.self))
+        }
+        group.get("jobs") { request, _ in try await pages.findJob(request) }
+        group.get("jobs/:id") { request, context in
+            try await pages.job(request, id: context.parameters.get("id", as: Int64.self))
+        }
+        group.post("pause") { request, _ in try await pages.pause(request) }
+        group.post("resume") { request, _ in try await pages.resume(request) }
+        group.get("login") { request, _ in try await pages.loginPage(request) }
+        group.post("login") { request, _ in try await pages.login(request) }
+        group.post("logout") { request, _ in try await pages.logout(request) }
+
+        var logger = self.logger
+        logger[metadataKey: "component"] = "console"
+        let app = Application(
+            router: router,
+            configuration: .init(address: .hostname(self.configuration.host, port: self.configuration.port)),
+            onServerRunning: { channel in await onListening(channel.localAddress?.port ?? 0) },
+            logger: logger
+        )
+        if handlingSignals { try await app.runService() } else { try await app.run() }
+    }
+}
+
+/// The headers every response carries.
+struct SecurityHeaders<Context: RequestContext>: RouterMiddleware {
+    static var policy: String {
+        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    }
+
+    func handle(
+        _ request: Request,
+        context: Context,
+        next: (Request, Context) async throws -> Response
+    ) async throws -> Response {
+        var response: Response
+        do {
+            response = try await next(request, context)
+        } catch let error as HTTPError where error.status == .notFound {
+            response = Response(
+                status: .notFound,
+                headers: [.contentType: "text/plain; charset=utf-8"],
+                body: .init(byteBuffer: ByteBuffer(string: "Not found: \(request.uri.path)\n"))
+            )
+        }
+        response.headers[.contentSecurityPolicy] = Self.policy
+        response.headers[.xContentTypeOptions] = "nosniff"
+        response.headers[HTTPField.Name("Referrer-Policy")!] = "no-referrer"
+        response.headers[.cacheControl] = "no-store"
+        response.headers[HTTPField.Name("X-Frame-Options")!] = "DENY"
+        response.headers[HTTPField.Name("Cross-Origin-Opener-Policy")!] = "same-origin"
+        return response
+    }
+}

@@ -1,0 +1,156 @@
+/// The runbook for trap ids: one source for `docs/operations.md` ("Runbook: trap ids", checked equal by a
+/// test) and the operator console's dead-letter advice.
+public enum TrapRunbook {
+    /// One entry: the codes it covers (its heading), a title, and the advice in Markdown.
+    public struct Entry: Sendable, Hashable {
+        /// The trap ids, e.g. `["MS020"]` or `["PW101", "PW102", "PW103"]`.
+        public var codes: [String]
+        public var title: String
+        public var markdown: String
+    }
+
+    /// The text before the entries.
+    public static let introduction = #"""
+        Trap ids come from the Mobile Surfaces catalogue of APNs mistakes. A job's `trap_ids` lists each one
+        met, in order. Dead letters keep them, and `push-worker dead list --trap <id>` finds them.
+        """#
+
+    /// Every entry, in the document's order.
+    public static let entries: [Entry] = [
+        Entry(
+            codes: ["MS011"],
+            title: "payload over the size limit",
+            markdown: #"""
+                4 KB for most push types, 5 KB for VoIP. Checked before sending (no request is made) and classified
+                again if APNs answers `413 PayloadTooLarge`. Fix it in the producer; see
+                [PushPayloadTooLarge](#pushpayloadtoolarge).
+                """#
+        ),
+        Entry(
+            codes: ["MS014"],
+            title: "token environment must match the build environment",
+            markdown: #"""
+                `400 BadDeviceToken`: a development (sandbox) token sent to production, or the other way round. It
+                can also be a malformed token (not 64+ hex characters), which is refused before sending. The job
+                dies, and the token is recorded in `push.invalid_tokens`. Check the `environment` column against the
+                app build that produced the token.
+                """#
+        ),
+        Entry(
+            codes: ["MS015"],
+            title: "priority 5 vs 10 budget rules",
+            markdown: #"""
+                `429 TooManyRequests`: APNs is throttling. Jobs retry after `Retry-After`. Priority-10 jobs get
+                fewer retries and wider backoff, so a throttled device is not hammered. Send priority 5 unless the
+                user must see it now, and use `collapse_id` for repeated updates. See
+                [PushTooManyRequestsBurst](#pushtoomanyrequestsburst).
+                """#
+        ),
+        Entry(
+            codes: ["MS018"],
+            title: "bundle id must not carry the push-type suffix",
+            markdown: #"""
+                The `topic` column must be the bare bundle id (`com.example.app`). PushWorker adds the suffix the
+                push type needs (`.voip`, `.push-type.liveactivity`, …). A topic that already carries a suffix is
+                refused before sending. `400 TopicDisallowed` from APNs pauses the credential: the key may not send
+                to that bundle id.
+                """#
+        ),
+        Entry(
+            codes: ["MS020"],
+            title: "tokens rotate, drop a token after 410",
+            markdown: #"""
+                `410 Unregistered` or `ExpiredToken`: the app was uninstalled or the token replaced. The job dies
+                (never retried), and the token goes to `push.invalid_tokens` with APNs' timestamp in milliseconds.
+                Producers must delete the token. This is normal churn; see
+                [PushStaleTokenRatioHigh](#pushstaletokenratiohigh).
+                """#
+        ),
+        Entry(
+            codes: ["MS028"],
+            title: "APNs credentials must be configured before sending",
+            markdown: #"""
+                No key is configured for a job's `credential`. `push-worker run` with no key at all sends to the
+                built-in simulator and says so on start. A worker claims only jobs whose credential it has a key for,
+                so a job naming another credential waits in `pending` (no attempt used) for a worker that has it. If no
+                running worker has it for `--credential-wait` (default 10 minutes), the job is dead-lettered with
+                reason `CredentialsMissing`, trap MS028 and a sentence naming the credential; replay it once a worker
+                has the key.
+                """#
+        ),
+        Entry(
+            codes: ["MS030"],
+            title: "provider token must be valid and current",
+            markdown: #"""
+                A 403 about the provider token. There are three kinds, each with its own alert:
+                [expired](#pushprovidertokenexpired) (re-minted automatically; a clock problem if it persists),
+                [invalid](#pushprovidertokeninvalid) (wrong or revoked key; the credential pauses) and
+                [forbidden](#pushproviderforbidden) (the key lacks the capability).
+                """#
+        ),
+        Entry(
+            codes: ["MS031"],
+            title: "channel id missing, malformed or unregistered",
+            markdown: #"""
+                Broadcast (iOS 18) jobs: `MissingChannelId`, `BadChannelId` or `ChannelNotRegistered`. The job dies.
+                Create the channel first (`push-worker channels create`) and store the returned id; list a bundle's
+                channels with `push-worker channels list --bundle-id …`.
+                """#
+        ),
+        Entry(
+            codes: ["MS032"],
+            title: "timestamps must be unix-seconds integers",
+            markdown: #"""
+                A Live Activity payload's `timestamp`, `stale-date` or `dismissal-date` is in milliseconds (≥ 1e11)
+                or not a positive integer: refused before sending. APNs' `BadExpirationDate` is the same mistake in
+                the expiration header. Send seconds.
+                """#
+        ),
+        Entry(
+            codes: ["MS034"],
+            title: "broadcast capability must be enabled on the key",
+            markdown: #"""
+                `FeatureNotEnabled`: broadcast push is not enabled for this key or app. Enable it in the Apple
+                Developer account, then replay.
+                """#
+        ),
+        Entry(
+            codes: ["PW101", "PW102", "PW103"],
+            title: "payload warnings (sent anyway)",
+            markdown: #"""
+                APNs accepts these payloads, so the job is sent, but a device will not do what the producer meant. The code
+                is in the job's `trap_ids`; fix the producer. PW101: `mutable-content: 1` with no visible alert (title,
+                subtitle or body), so the notification service extension never runs; add an alert, or drop mutable-content
+                for a silent push. PW102: an `interruption-level` other than `passive`, `active`, `time-sensitive` or
+                `critical`; the device falls back to `active`. PW103: a `relevance-score` outside 0–1 on an alert (Live
+                Activities may use any number); the device clamps it.
+
+                ```sql
+                SELECT trap, count(*) FROM push.jobs, unnest(trap_ids) AS trap
+                 WHERE trap LIKE 'PW%' AND created_at > now() - interval '1 day' GROUP BY trap;
+                ```
+                """#
+        ),
+        Entry(
+            codes: ["MS035"],
+            title: "apns-topic missing",
+            markdown: #"""
+                `MissingTopic`: the job had no usable topic. Producers must set `topic` to the app's bundle id.
+                """#
+        ),
+    ]
+
+    /// The entry covering `trapID`, if any.
+    public static func entry(for trapID: String) -> Entry? {
+        entries.first { $0.codes.contains(trapID) }
+    }
+
+    /// The whole section as `docs/operations.md` holds it.
+    public static var markdown: String {
+        var text = "## Runbook: trap ids\n\n" + introduction + "\n"
+        for entry in entries {
+            text += "\n### " + entry.codes.joined(separator: ", ") + ": " + entry.title + "\n\n" + entry.markdown + "\n"
+        }
+        return text
+    }
+}

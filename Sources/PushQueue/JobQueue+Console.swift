@@ -1,0 +1,285 @@
+public import Foundation
+import PostgresNIO
+import PushCore
+
+/// A count that stays cheap on big tables: exact up to ``JobQueue/exactCountLimit`` rows, above that the
+/// planner's estimate (from the last ANALYZE), or only "more than the limit" when there is none yet.
+public struct BoundedCount: Sendable, Hashable {
+    /// The figure to show.
+    public var value: Int
+    /// Whether `value` was counted (true) or estimated / a lower bound (false).
+    public var exact: Bool
+}
+
+/// The queue at a glance for the operator console, read without counting whole tables.
+public struct ConsoleOverview: Sendable, Hashable {
+    /// Jobs waiting: due now, and scheduled for later (retries, `run_at` in the future).
+    public var pendingDue: BoundedCount
+    public var pendingScheduled: BoundedCount
+    /// Jobs being sent now.
+    public var running: BoundedCount
+    /// Delivered and superseded rows still kept (retention prunes them).
+    public var delivered: BoundedCount
+    public var superseded: BoundedCount
+    /// Dead letters.
+    public var deadLetters: BoundedCount
+    /// Age in seconds of the oldest due pending job; 0 when none.
+    public var oldestDueAgeSeconds: Double
+}
+
+/// One row of `push.workers`.
+public struct WorkerRow: Sendable, Hashable {
+    public var workerID: String
+    public var host: String
+    public var pid: Int
+    public var credentials: [String]
+    public var startedAt: Date
+    public var heartbeatAt: Date
+    /// Set by a clean stop.
+    public var stoppedAt: Date?
+}
+
+/// Outcomes of one minute: deliveries and dead letters.
+public struct MinuteOutcomes: Sendable, Hashable {
+    public var minute: Date
+    public var delivered: Int
+    public var dead: Int
+}
+
+/// Dead letters sharing a reason and the trap id they died with.
+public struct DeadLetterGroup: Sendable, Hashable {
+    /// The last trap id the dead letters met (the one they died with), if any.
+    public var trapID: String?
+    public var reason: String
+    public var count: Int
+    public var newest: Date
+    /// The newest one's sentence (what went wrong and what to fix).
+    public var example: String
+}
+
+/// Where a dead-letter page ends: the next page starts after this one (keyset pagination, newest first).
+public struct DeadLetterCursor: Sendable, Hashable, LosslessStringConvertible {
+    /// `dead_at` in microseconds since 1970 (exact, as Postgres stores it).
+    public var deadAtMicros: Int64
+    public var id: Int64
+
+    public init(deadAtMicros: Int64, id: Int64) {
+        self.deadAtMicros = deadAtMicros
+        self.id = id
+    }
+
+    /// `MICROS-ID`, as it travels in a URL.
+    public init?(_ text: String) {
+        let parts = text.split(separator: "-")
+        guard parts.count == 2, let micros = Int64(parts[0]), let id = Int64(parts[1]) else { return nil }
+        self.init(deadAtMicros: micros, id: id)
+    }
+
+    public var description: String { "\(self.deadAtMicros)-\(self.id)" }
+}
+
+/// One dead letter in a listing: what a table row shows, no payload, the token only as its fingerprint.
+public struct DeadLetterSummary: Sendable, Hashable {
+    public var id: Int64
+    public var deadAt: Date
+    public var reason: String
+    public var status: Int?
+    public var trapIDs: [String]
+    public var topic: String
+    public var credential: String
+    public var pushType: String
+    public var attempts: Int
+    /// `tokenFingerprint` of the device token, or the channel id for a broadcast.
+    public var target: String
+    public var error: String
+    /// The cursor for the page after this row.
+    public var cursor: DeadLetterCursor
+}
+
+extension JobQueue {
+    /// Counts above this are estimated (``BoundedCount``).
+    public static let exactCountLimit = 100_000
+
+    /// Counts by state, the oldest due job's age: partial indexes, capped counts and the planner's estimates,
+    /// so it stays fast with millions of delivered rows.
+    public func consoleOverview() async throws -> ConsoleOverview {
+        let cap = Self.exactCountLimit + 1
+        func capped(_ condition: String) -> String {
+            "(SELECT count(*) FROM (SELECT 1 FROM push.jobs WHERE \(condition) LIMIT \(cap)) AS x)"
+        }
+        func estimate(_ relation: String) -> String {
+            "(SELECT reltuples::float8 FROM pg_class WHERE oid = '\(relation)'::regclass)"
+        }
+        let sql = """
+            SELECT \(capped("state = 'pending' AND run_at <= now()")),
+                   \(capped("state = 'pending' AND run_at > now()")),
+                   \(capped("state = 'running'")),
+                   \(capped("state = 'delivered'")), \(estimate("push.jobs_delivered_idx")),
+                   \(capped("state = 'superseded'")), \(estimate("push.jobs_superseded_idx")),
+                   (SELECT count(*) FROM (SELECT 1 FROM push.dead_jobs LIMIT \(cap)) AS x),
+                   \(estimate("push.dead_jobs")),
+                   greatest(coalesce(extract(epoch FROM now() - \(Self.earliestPendingRunAt)), 0), 0)::float8
+            """
+        let rows = try await self.client.query(PostgresQuery(unsafeSQL: sql), logger: self.logger)
+        for try await r in rows.decode(
+            (Int64, Int64, Int64, Int64, Double, Int64, Double, Int64, Double, Double).self
+        ) {
+            func bounded(_ counted: Int64, _ estimated: Double? = nil) -> BoundedCount {
+                if counted < cap { return BoundedCount(value: Int(counted), exact: true) }
+                // reltuples is -1 before the first ANALYZE: then only "more than the limit" is known.
+                if let estimated, estimated >= Double(cap) { return BoundedCount(value: Int(estimated), exact: false) }
+                return BoundedCount(value: Self.exactCountLimit, exact: false)
+            }
+            return ConsoleOverview(
+                pendingDue: bounded(r.0),
+                pendingScheduled: bounded(r.1),
+                running: bounded(r.2),
+                delivered: bounded(r.3, r.4),
+                superseded: bounded(r.5, r.6),
+                deadLetters: bounded(r.7, r.8),
+                oldestDueAgeSeconds: r.9
+            )
+        }
+        throw QueueError(code: .schemaMissing, message: "the overview returned no row; run `push-worker migrate`")
+    }
+
+    /// The fleet's workers: live ones first, then the stopped, each once.
+    public func workers(limit: Int = 50) async throws -> [WorkerRow] {
+        let rows = try await self.client.query(
+            """
+            SELECT worker_id, host, pid, credentials, started_at, heartbeat_at, stopped_at FROM push.workers
+             ORDER BY stopped_at IS NOT NULL, heartbeat_at DESC LIMIT \(Int64(limit))
+            """,
+            logger: self.logger
+        )
+        var workers: [WorkerRow] = []
+        for try await (id, host, pid, credentials, started, heartbeat, stopped) in rows.decode(
+            (String, String, Int32, [String], Date, Date, Date?).self
+        ) {
+            workers.append(
+                WorkerRow(
+                    workerID: id,
+                    host: host,
+                    pid: Int(pid),
+                    credentials: credentials,
+                    startedAt: started,
+                    heartbeatAt: heartbeat,
+                    stoppedAt: stopped
+                )
+            )
+        }
+        return workers
+    }
+
+    /// Deliveries and dead letters per minute over the last `minutes` minutes, oldest first, every minute
+    /// present. Read from the delivered and dead-at indexes: the cost follows the window's volume, not the
+    /// table's size.
+    public func outcomesByMinute(minutes: Int = 60) async throws -> [MinuteOutcomes] {
+        let rows = try await self.client.query(
+            """
+            WITH minutes AS (
+                SELECT generate_series(date_trunc('minute', now()) - make_interval(mins => \(Int32(minutes - 1))),
+                                       date_trunc('minute', now()), interval '1 minute') AS minute
+            ), delivered AS (
+                SELECT date_trunc('minute', delivered_at) AS minute, count(*) AS n FROM push.jobs
+                 WHERE state = 'delivered'
+                   AND delivered_at >= date_trunc('minute', now()) - make_interval(mins => \(Int32(minutes - 1)))
+                 GROUP BY 1
+            ), dead AS (
+                SELECT date_trunc('minute', dead_at) AS minute, count(*) AS n FROM push.dead_jobs
+                 WHERE dead_at >= date_trunc('minute', now()) - make_interval(mins => \(Int32(minutes - 1)))
+                 GROUP BY 1
+            )
+            SELECT m.minute, coalesce(d.n, 0), coalesce(x.n, 0)
+              FROM minutes AS m LEFT JOIN delivered AS d USING (minute) LEFT JOIN dead AS x USING (minute)
+             ORDER BY m.minute
+            """,
+            logger: self.logger
+        )
+        var result: [MinuteOutcomes] = []
+        for try await (minute, delivered, dead) in rows.decode((Date, Int64, Int64).self) {
+            result.append(MinuteOutcomes(minute: minute, delivered: Int(delivered), dead: Int(dead)))
+        }
+        return result
+    }
+
+    /// Dead letters matching `filter` grouped by reason and the trap id they died with (their last), the
+    /// largest groups first.
+    public func deadLetterGroups(matching filter: DeadLetterFilter) async throws -> [DeadLetterGroup] {
+        var binds = PostgresBindings()
+        let condition = Self.appendFilter(filter, to: &binds)
+        let sql = """
+            SELECT g.trap, g.reason, g.n, g.newest,
+                   coalesce((SELECT e.error FROM push.dead_jobs AS e WHERE e.id = g.newest_id), '')
+              FROM (SELECT j.trap_ids[array_upper(j.trap_ids, 1)] AS trap, j.reason, count(*) AS n,
+                           max(j.dead_at) AS newest, (max(ARRAY[extract(epoch FROM j.dead_at), j.id]))[2]::int8 AS newest_id
+                      FROM push.dead_jobs AS j WHERE \(condition)
+                     GROUP BY 1, 2) AS g
+             ORDER BY g.n DESC, g.reason, g.trap LIMIT 200
+            """
+        let rows = try await self.client.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: self.logger)
+        var groups: [DeadLetterGroup] = []
+        for try await (trap, reason, count, newest, example) in rows.decode(
+            (String?, String, Int64, Date, String).self
+        ) {
+            groups.append(
+                DeadLetterGroup(trapID: trap, reason: reason, count: Int(count), newest: newest, example: example)
+            )
+        }
+        return groups
+    }
+
+    /// A page of dead letters matching `filter`, newest first, starting after `cursor` (keyset pagination:
+    /// each page costs the same however deep).
+    public func deadLetterPage(
+        matching filter: DeadLetterFilter,
+        after cursor: DeadLetterCursor?
+    ) async throws -> [DeadLetterSummary] {
+        var binds = PostgresBindings()
+        var condition = Self.appendFilter(filter, to: &binds)
+        if let cursor {
+            binds.append(cursor.deadAtMicros)
+            let micros = binds.count
+            binds.append(cursor.id)
+            let id = binds.count
+            let at = "(timestamptz 'epoch' + $\(micros)::int8 * interval '1 microsecond')"
+            condition += " AND j.dead_at <= \(at) AND (j.dead_at < \(at) OR j.id < $\(id)::int8)"
+        }
+        let sql = """
+            SELECT j.id, j.dead_at, (extract(epoch FROM j.dead_at) * 1000000)::int8, j.reason, j.status, j.trap_ids,
+                   j.topic, j.credential, j.push_type, j.attempts, j.device_token, j.channel_id, j.error
+              FROM push.dead_jobs AS j WHERE \(condition)
+             ORDER BY j.dead_at DESC, j.id DESC LIMIT \(max(filter.limit, 0))
+            """
+        let rows = try await self.client.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: self.logger)
+        var page: [DeadLetterSummary] = []
+        for try await row in rows {
+            let (
+                id, deadAt, micros, reason, status, traps, topic, credential, pushType, attempts, token, channel, error
+            ) =
+                try row.decode(
+                    (
+                        Int64, Date, Int64, String, Int16?, [String], String, String, String, Int16, String?, String?,
+                        String
+                    ).self
+                )
+            page.append(
+                DeadLetterSummary(
+                    id: id,
+                    deadAt: deadAt,
+                    reason: reason,
+                    status: status.map(Int.init),
+                    trapIDs: traps,
+                    topic: topic,
+                    credential: credential,
+                    pushType: pushType,
+                    attempts: Int(attempts),
+                    target: token.map { "token fp " + tokenFingerprint($0) } ?? channel.map { "channel " + $0 } ?? "",
+                    error: error,
+                    cursor: DeadLetterCursor(deadAtMicros: micros, id: id)
+                )
+            )
+        }
+        return page
+    }
+}

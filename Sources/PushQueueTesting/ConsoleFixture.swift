@@ -13,7 +13,8 @@ public enum ConsoleFixture {
     /// SQL inserting `due` due and `scheduled` later pending jobs, `running` running ones held by `worker-a`,
     /// `delivered` delivered over the last `deliveredHours` hours, `superseded` superseded ones, and `dead`
     /// dead letters over the last `deadHours` hours (reasons in ``deadKinds`` rotation), plus a live and a
-    /// stopped worker, a pause and a rate limit, in one transaction.
+    /// stopped worker, a pause and a rate limit, in one transaction. The default windows (54 minutes) sit inside the
+    /// console's last-hour chart, whose first minute starts 59 to 60 minutes ago.
     public static func load(
         on client: PostgresClient,
         logger: Logger,
@@ -21,10 +22,10 @@ public enum ConsoleFixture {
         scheduled: Int = 3,
         running: Int = 2,
         delivered: Int = 40,
-        deliveredHours: Double = 1,
+        deliveredHours: Double = 0.9,
         superseded: Int = 2,
         dead: Int = 30,
-        deadHours: Double = 1
+        deadHours: Double = 0.9
     ) async throws {
         let kinds = deadKinds.enumerated().map { n, kind in
             "(\(n), '\(kind.reason)', \(kind.status.map(String.init) ?? "NULL")::smallint, \(kind.trap.map { "ARRAY['\($0)']" } ?? "'{}'::text[]"))"

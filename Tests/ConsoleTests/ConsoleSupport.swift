@@ -115,12 +115,13 @@ func withConsole<T: Sendable>(
     _ db: TestDatabase,
     token: String? = nil,
     basePath: String = "",
+    logs: LogCapture = LogCapture(),
     _ body: @Sendable (Int) async throws -> T
 ) async throws -> T {
     let server = try ConsoleServer(
         configuration: .init(host: "127.0.0.1", port: 0, basePath: basePath, token: token),
         queue: db.queue,
-        logger: db.logger
+        logger: logs.logger
     )
     let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
     return try await withThrowingTaskGroup(of: T?.self) { group in
@@ -146,4 +147,47 @@ func signIn(port: Int, name: String = "alice") throws -> (cookie: String, csrf: 
     let cookie = try #require(login.sessionCookie)
     let page = try http("GET", port: port, "/", headers: ["Cookie": cookie])
     return (cookie, try #require(page.csrf))
+}
+
+/// The console's log lines, kept for assertions (and not printed).
+final class LogCapture: @unchecked Sendable {
+    private let lock = NSLock()
+    private var lines: [(level: Logger.Level, message: String, metadata: Logger.Metadata)] = []
+
+    var logger: Logger {
+        var logger = Logger(label: "console.test") { _ in CapturingHandler(capture: self) }
+        logger.logLevel = .notice
+        return logger
+    }
+
+    func append(_ level: Logger.Level, _ message: String, _ metadata: Logger.Metadata) {
+        self.lock.withLock { self.lines.append((level, message, metadata)) }
+    }
+
+    var entries: [(level: Logger.Level, message: String, metadata: Logger.Metadata)] {
+        self.lock.withLock { self.lines }
+    }
+
+    /// Every line and its metadata as text, for "nothing secret was logged".
+    var text: String {
+        self.entries.map { "\($0.message) \($0.metadata.map { "\($0.key)=\($0.value)" }.joined(separator: " "))" }
+            .joined(separator: "\n")
+    }
+}
+
+struct CapturingHandler: LogHandler {
+    let capture: LogCapture
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .notice
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { self.metadata[key] }
+        set { self.metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        var merged = self.metadata
+        for (key, value) in event.metadata ?? [:] { merged[key] = value }
+        self.capture.append(event.level, "\(event.message)", merged)
+    }
 }

@@ -149,7 +149,8 @@ import Testing
                 let pause = try http("POST", port: port, "/pause", form: ["reason": "x"])
                 #expect(pause.status == 403)
             }
-            try await withConsole(db, token: consoleToken) { port in
+            let logs = LogCapture()
+            try await withConsole(db, token: consoleToken, logs: logs) { port in
                 // No session.
                 let anonymous = try http("POST", port: port, "/dead/replay", form: ["ids": "\(deadID)"])
                 #expect(anonymous.status == 403 && anonymous.body.contains("sign in"))
@@ -214,6 +215,14 @@ import Testing
                 #expect(
                     try await db.int64("SELECT count(*) FROM push.jobs WHERE id = \(deadID) AND state = 'pending'") == 1
                 )
+                // Who did what is logged; a wrong token too; the token itself never.
+                let change = try #require(logs.entries.first { $0.message.hasPrefix("console change: replayed") })
+                #expect(change.message == "console change: replayed 1 dead letter(s)")
+                #expect(change.metadata["operator"] == "alice")
+                #expect(change.metadata["selection"] == "ids=\(deadID)")
+                #expect(logs.entries.contains { $0.message.contains("wrong token") && $0.level == .warning })
+                #expect(logs.entries.contains { $0.message == "console sign-in" && $0.metadata["operator"] == "alice" })
+                #expect(!logs.text.contains(consoleToken) && !logs.text.contains(csrf))
             }
         }
     }

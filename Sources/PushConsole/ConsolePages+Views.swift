@@ -37,10 +37,11 @@ extension ConsolePages {
                 "deadHour": grouped(m.reduce(0) { $0 + $1.dead }),
                 "hasDeadMix": !d.isEmpty,
                 "deadMix": d.prefix(8).map { group -> [String: Any] in
-                    [
-                        "reason": group.reason, "reasonQuery": Self.query(group.reason), "trap": group.trapID ?? "",
-                        "count": grouped(group.count),
+                    var row: [String: Any] = [
+                        "reason": group.reason, "reasonQuery": Self.query(group.reason), "count": grouped(group.count),
                     ]
+                    if let trap = group.trapID { row["trap"] = trap }
+                    return row
                 },
                 "hasPauses": !p.isEmpty,
                 "pauses": p.map { pause -> [String: Any] in
@@ -155,7 +156,7 @@ extension ConsolePages {
                     filterQuery + [("limit", String(filter.limit)), ("after", page.last?.cursor.description)]
                 )
                 : nil
-            let values: [String: Any] = [
+            var values: [String: Any] = [
                 "filter": [
                     "trap": filter.trapID ?? "", "reason": filter.reason ?? "", "topic": filter.topic ?? "",
                     "since": fields["since"] ?? "", "limit": String(filter.limit),
@@ -178,15 +179,19 @@ extension ConsolePages {
                 },
                 "hasLetters": !page.isEmpty,
                 "letters": page.map { letter -> [String: Any] in
-                    [
+                    var row: [String: Any] = [
                         "id": letter.id, "deadAt": timestamp(letter.deadAt), "reason": letter.reason,
-                        "status": letter.status.map(String.init) ?? "", "traps": letter.trapIDs.joined(separator: " "),
+                        "traps": letter.trapIDs.joined(separator: " "),
                         "topic": letter.topic, "target": letter.target, "attempts": letter.attempts,
                         "error": letter.error,
                     ]
+                    // Absent, not empty: an empty string would still open the template's section.
+                    if let status = letter.status { row["status"] = String(status) }
+                    return row
                 },
-                "next": next ?? "",
             ]
+            // Absent, not empty: a section opens for any string, even an empty one.
+            if let next { values["next"] = next }
             return self.render("dead", title: "Dead letters", values: values, frame: frame)
         }
     }
@@ -281,7 +286,7 @@ extension ConsolePages {
             ),
             ("Credential", job.credential), ("Environment", job.environment),
             ("apns-id", job.apnsID.uuidString.lowercased()),
-            ("Attempts", "\(job.attempts) of \(job.maxAttempts.map(String.init) ?? "the default")"),
+            ("Attempts", "\(job.attempts)" + (job.maxAttempts.map { " of at most \($0)" } ?? "")),
             ("Created", timestamp(job.createdAt)),
         ]
         if let collapse = job.collapseID { facts.append(("Collapse id", collapse)) }
@@ -320,9 +325,9 @@ extension ConsolePages {
             if showPayload { described["payload"] = String(decoding: request.body, as: UTF8.self) }
             values["request"] = described
         } catch {
-            values["rejected"] = [
-                "reason": error.reason, "trap": error.trapID?.rawValue ?? "", "message": error.message,
-            ]
+            var rejected: [String: Any] = ["reason": error.reason, "message": error.message]
+            if let trap = error.trapID { rejected["trap"] = trap.rawValue }
+            values["rejected"] = rejected
         }
         return values
     }

@@ -10,7 +10,7 @@ import Glibc
 /// this does not depend on a run loop, and a file (not a pipe) cannot be held open by a daemon the
 /// command leaves running (`pg_ctl start`). The child starts with no signals blocked.
 public enum ChildProcess {
-    public struct Result {
+    public struct Result: Sendable {
         public var status: Int32
         public var output: String
     }

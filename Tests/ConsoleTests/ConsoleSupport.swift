@@ -30,12 +30,30 @@ struct HTTPResult {
     }
 }
 
+/// Runs blocking work (a socket, a child process) on a Dispatch thread, never on the concurrency pool the
+/// console's handlers need: two blocked pool threads on a 2-core machine would stall the server.
+func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        DispatchQueue.global().async { continuation.resume(with: Result { try body() }) }
+    }
+}
+
 func http(
     _ method: String,
     port: Int,
     _ path: String,
     headers: [String: String] = [:],
     form: [String: String]? = nil
+) async throws -> HTTPResult {
+    try await offPool { try blockingHTTP(method, port: port, path, headers: headers, form: form) }
+}
+
+private func blockingHTTP(
+    _ method: String,
+    port: Int,
+    _ path: String,
+    headers: [String: String],
+    form: [String: String]?
 ) throws -> HTTPResult {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     defer { close(fd) }
@@ -141,11 +159,11 @@ func withConsole<T: Sendable>(
 let consoleToken = "test-token-0123456789abcdef"
 
 /// Signs in as `name` and returns the cookie and the CSRF token of the overview.
-func signIn(port: Int, name: String = "alice") throws -> (cookie: String, csrf: String) {
-    let login = try http("POST", port: port, "/login", form: ["operator": name, "token": consoleToken])
+func signIn(port: Int, name: String = "alice") async throws -> (cookie: String, csrf: String) {
+    let login = try await http("POST", port: port, "/login", form: ["operator": name, "token": consoleToken])
     #expect(login.status == 303)
     let cookie = try #require(login.sessionCookie)
-    let page = try http("GET", port: port, "/", headers: ["Cookie": cookie])
+    let page = try await http("GET", port: port, "/", headers: ["Cookie": cookie])
     return (cookie, try #require(page.csrf))
 }
 

@@ -14,7 +14,7 @@ import Testing
         try await TestPostgres.withDatabase { db in
             try await ConsoleFixture.load(on: db.client, logger: db.logger)
             try await withConsole(db) { port in
-                let page = try http("GET", port: port, "/")
+                let page = try await http("GET", port: port, "/")
                 #expect(page.status == 200)
                 #expect(
                     page.header("Content-Security-Policy")
@@ -41,7 +41,7 @@ import Testing
                 #expect(page.body.contains("read-only"))
                 #expect(!page.body.contains("method=\"post\""))
                 #expect(!page.body.contains(self.firstToken))
-                let css = try http("GET", port: port, "/assets/console.css")
+                let css = try await http("GET", port: port, "/assets/console.css")
                 #expect(css.status == 200 && css.header("Content-Type")?.hasPrefix("text/css") == true)
             }
         }
@@ -51,7 +51,7 @@ import Testing
         try await TestPostgres.withDatabase { db in
             try await ConsoleFixture.load(on: db.client, logger: db.logger, dead: 30)
             try await withConsole(db) { port in
-                let page = try http("GET", port: port, "/dead")
+                let page = try await http("GET", port: port, "/dead")
                 #expect(page.status == 200)
                 // Six kinds in rotation: five of each, each group with its advice or its sentence.
                 for kind in ConsoleFixture.deadKinds {
@@ -65,7 +65,7 @@ import Testing
                 #expect(!page.body.contains(String(repeating: "0", count: 56) + "02faf081"))
 
                 // A filter as in `dead list`.
-                let filtered = try http("GET", port: port, "/dead?trap=MS020")
+                let filtered = try await http("GET", port: port, "/dead?trap=MS020")
                 #expect(filtered.body.contains("Unregistered"))
                 #expect(!filtered.body.contains(">BadDeviceToken<"))
 
@@ -74,11 +74,11 @@ import Testing
                 var next: String? = "/dead?limit=7"
                 var pages = 0
                 while let path = next {
-                    let result = try http("GET", port: port, path.replacingOccurrences(of: "&amp;", with: "&"))
+                    let result = try await http("GET", port: port, path.replacingOccurrences(of: "&amp;", with: "&"))
                     #expect(result.status == 200)
                     let ids = result.body.matches(of: /<a href="\/dead\/(\d+)">/).compactMap { Int64($0.1) }
                     seen += ids
-                    next = result.body.firstMatch(of: /<a class="button" href="(\/dead\?[^"]+)">Older/).map {
+                    next = result.body.firstMatch(of: /<a class="button" href="(\/dead\?[^"]*)">Older/).map {
                         String($0.1)
                     }
                     pages += 1
@@ -99,7 +99,7 @@ import Testing
             let deadToken = try await db.strings("SELECT device_token FROM push.dead_jobs WHERE id = \(deadID)")[0]
             let deliveredID = try await db.int64("SELECT min(id) FROM push.jobs WHERE state = 'delivered'")
             try await withConsole(db) { port in
-                let letter = try http("GET", port: port, "/dead/\(deadID)")
+                let letter = try await http("GET", port: port, "/dead/\(deadID)")
                 #expect(letter.status == 200)
                 #expect(letter.body.contains("Dead letter \(deadID)"))
                 #expect(letter.body.contains("MS020: tokens rotate"))
@@ -113,23 +113,23 @@ import Testing
                 #expect(!letter.body.contains(deadToken))
                 // The payload only on request.
                 #expect(!letter.body.contains("Order shipped"))
-                let withPayload = try http("GET", port: port, "/dead/\(deadID)?payload=1")
+                let withPayload = try await http("GET", port: port, "/dead/\(deadID)?payload=1")
                 #expect(withPayload.body.contains("Order shipped"))
                 #expect(!withPayload.body.contains(deadToken))
 
-                let job = try http("GET", port: port, "/jobs/\(deliveredID)")
+                let job = try await http("GET", port: port, "/jobs/\(deliveredID)")
                 #expect(job.status == 200)
                 #expect(job.body.contains("<dt>State</dt><dd>delivered</dd>"))
                 #expect(job.body.contains("<dt>Latency</dt><dd>40 ms</dd>"))
 
                 // Each id finds its page, and a missing one says so.
-                let moved = try http("GET", port: port, "/jobs/\(deadID)")
+                let moved = try await http("GET", port: port, "/jobs/\(deadID)")
                 #expect(moved.status == 303 && moved.header("Location") == "/dead/\(deadID)")
-                let found = try http("GET", port: port, "/jobs?id=\(deliveredID)")
+                let found = try await http("GET", port: port, "/jobs?id=\(deliveredID)")
                 #expect(found.status == 303 && found.header("Location") == "/jobs/\(deliveredID)")
-                let missing = try http("GET", port: port, "/jobs/999999999999")
+                let missing = try await http("GET", port: port, "/jobs/999999999999")
                 #expect(missing.status == 404 && missing.body.contains("No job 999999999999"))
-                let bad = try http("GET", port: port, "/jobs?id=abc")
+                let bad = try await http("GET", port: port, "/jobs?id=abc")
                 #expect(bad.status == 400)
             }
         }
@@ -142,30 +142,45 @@ import Testing
             let before = try await db.int64("SELECT count(*) FROM push.dead_jobs")
             // Read-only: no token file.
             try await withConsole(db) { port in
-                let replay = try http("POST", port: port, "/dead/replay", form: ["ids": "\(deadID)", "csrf": "x"])
+                let replay = try await http(
+                    "POST",
+                    port: port,
+                    "/dead/replay",
+                    form: ["ids": "\(deadID)", "csrf": "x"]
+                )
                 #expect(replay.status == 403 && replay.body.contains("read-only"))
-                let login = try http("POST", port: port, "/login", form: ["operator": "eve", "token": consoleToken])
+                let login = try await http(
+                    "POST",
+                    port: port,
+                    "/login",
+                    form: ["operator": "eve", "token": consoleToken]
+                )
                 #expect(login.status == 403)
-                let pause = try http("POST", port: port, "/pause", form: ["reason": "x"])
+                let pause = try await http("POST", port: port, "/pause", form: ["reason": "x"])
                 #expect(pause.status == 403)
             }
             let logs = LogCapture()
             try await withConsole(db, token: consoleToken, logs: logs) { port in
                 // No session.
-                let anonymous = try http("POST", port: port, "/dead/replay", form: ["ids": "\(deadID)"])
+                let anonymous = try await http("POST", port: port, "/dead/replay", form: ["ids": "\(deadID)"])
                 #expect(anonymous.status == 403 && anonymous.body.contains("sign in"))
                 // Wrong token, and a name that cannot go into a log line.
-                let wrong = try http(
+                let wrong = try await http(
                     "POST",
                     port: port,
                     "/login",
                     form: ["operator": "eve", "token": "guess-guess-guess"]
                 )
                 #expect(wrong.status == 403 && wrong.body.contains("Wrong token") && wrong.sessionCookie == nil)
-                let badName = try http("POST", port: port, "/login", form: ["operator": "a\nb", "token": consoleToken])
+                let badName = try await http(
+                    "POST",
+                    port: port,
+                    "/login",
+                    form: ["operator": "a\nb", "token": consoleToken]
+                )
                 #expect(badName.status == 400)
                 // A forged cookie.
-                let forged = try http(
+                let forged = try await http(
                     "POST",
                     port: port,
                     "/dead/replay",
@@ -174,9 +189,9 @@ import Testing
                 )
                 #expect(forged.status == 403 && forged.body.contains("sign in"))
 
-                let (cookie, csrf) = try signIn(port: port)
+                let (cookie, csrf) = try await signIn(port: port)
                 // Session but no CSRF, or a wrong one: a cross-site form.
-                let noCSRF = try http(
+                let noCSRF = try await http(
                     "POST",
                     port: port,
                     "/dead/replay",
@@ -184,7 +199,7 @@ import Testing
                     form: ["ids": "\(deadID)"]
                 )
                 #expect(noCSRF.status == 403 && noCSRF.body.contains("CSRF"))
-                let wrongCSRF = try http(
+                let wrongCSRF = try await http(
                     "POST",
                     port: port,
                     "/dead/replay",
@@ -192,7 +207,7 @@ import Testing
                     form: ["ids": "\(deadID)", "csrf": String(repeating: "0", count: 64)]
                 )
                 #expect(wrongCSRF.status == 403 && wrongCSRF.body.contains("CSRF"))
-                let crossSite = try http(
+                let crossSite = try await http(
                     "POST",
                     port: port,
                     "/dead/replay",
@@ -203,7 +218,7 @@ import Testing
                 #expect(try await db.int64("SELECT count(*) FROM push.dead_jobs") == before)
 
                 // Everything right: it moves.
-                let done = try http(
+                let done = try await http(
                     "POST",
                     port: port,
                     "/dead/replay",
@@ -244,8 +259,8 @@ import Testing
                 )
             }
             try await withConsole(db, token: consoleToken) { port in
-                let (cookie, csrf) = try signIn(port: port)
-                let preview = try http("GET", port: port, "/dead/replay?trap=MS020", headers: ["Cookie": cookie])
+                let (cookie, csrf) = try await signIn(port: port)
+                let preview = try await http("GET", port: port, "/dead/replay?trap=MS020", headers: ["Cookie": cookie])
                 #expect(preview.status == 200)
                 #expect(
                     preview.body.contains("Dry run: nothing has moved. \(ids.count - 1) dead letter(s) would go back")
@@ -258,10 +273,10 @@ import Testing
                         == Int64(ids.count)
                 )
                 // An unrestricted replay needs all=1.
-                let unrestricted = try http("GET", port: port, "/dead/replay", headers: ["Cookie": cookie])
+                let unrestricted = try await http("GET", port: port, "/dead/replay", headers: ["Cookie": cookie])
                 #expect(unrestricted.status == 400 && unrestricted.body.contains("all=1"))
 
-                let done = try http(
+                let done = try await http(
                     "POST",
                     port: port,
                     "/dead/replay",
@@ -284,8 +299,8 @@ import Testing
                 "UPDATE push.dead_jobs SET dead_at = now() - interval '40 days' WHERE id IN (SELECT id FROM push.dead_jobs ORDER BY id LIMIT 3)"
             )
             try await withConsole(db, token: consoleToken) { port in
-                let (cookie, csrf) = try signIn(port: port, name: "bob")
-                let paused = try http(
+                let (cookie, csrf) = try await signIn(port: port, name: "bob")
+                let paused = try await http(
                     "POST",
                     port: port,
                     "/pause",
@@ -295,7 +310,7 @@ import Testing
                 #expect(paused.status == 303)
                 let reasons = try await db.strings("SELECT reason FROM push.pauses WHERE credential = 'default'")
                 #expect(reasons == ["APNs incident (console: bob)"])
-                let noReason = try http(
+                let noReason = try await http(
                     "POST",
                     port: port,
                     "/pause",
@@ -303,7 +318,7 @@ import Testing
                     form: ["topic": "x", "reason": " ", "csrf": csrf]
                 )
                 #expect(noReason.status == 400)
-                let resumed = try http(
+                let resumed = try await http(
                     "POST",
                     port: port,
                     "/resume",
@@ -313,12 +328,17 @@ import Testing
                 #expect(resumed.status == 303)
                 #expect(try await db.int64("SELECT count(*) FROM push.pauses WHERE credential = 'default'") == 0)
 
-                let preview = try http("GET", port: port, "/dead/purge?older_than=30d", headers: ["Cookie": cookie])
+                let preview = try await http(
+                    "GET",
+                    port: port,
+                    "/dead/purge?older_than=30d",
+                    headers: ["Cookie": cookie]
+                )
                 #expect(preview.body.contains("Dry run: nothing is deleted. 3 dead letter(s)"))
                 #expect(try await db.int64("SELECT count(*) FROM push.dead_jobs") == 30)
-                let tooShort = try http("GET", port: port, "/dead/purge?older_than=5m")
+                let tooShort = try await http("GET", port: port, "/dead/purge?older_than=5m")
                 #expect(tooShort.status == 400)
-                let purged = try http(
+                let purged = try await http(
                     "POST",
                     port: port,
                     "/dead/purge",
@@ -328,7 +348,13 @@ import Testing
                 #expect(purged.status == 200 && purged.body.contains("Deleted 3 dead letter(s)"))
                 #expect(try await db.int64("SELECT count(*) FROM push.dead_jobs") == 27)
                 // Signing out ends the session: its cookie no longer changes anything.
-                let out = try http("POST", port: port, "/logout", headers: ["Cookie": cookie], form: ["csrf": csrf])
+                let out = try await http(
+                    "POST",
+                    port: port,
+                    "/logout",
+                    headers: ["Cookie": cookie],
+                    form: ["csrf": csrf]
+                )
                 #expect(out.status == 303 && out.header("Set-Cookie")?.contains("Max-Age=0") == true)
             }
         }
@@ -338,15 +364,15 @@ import Testing
         try await TestPostgres.withDatabase { db in
             try await ConsoleFixture.load(on: db.client, logger: db.logger)
             try await withConsole(db, token: consoleToken, basePath: "/push/") { port in
-                let page = try http("GET", port: port, "/push")
+                let page = try await http("GET", port: port, "/push")
                 #expect(page.status == 200)
                 #expect(
                     page.body.contains("href=\"/push/dead\"") && page.body.contains("href=\"/push/assets/console.css\"")
                 )
-                #expect(try http("GET", port: port, "/push/dead").status == 200)
-                #expect(try http("GET", port: port, "/push/assets/console.css").status == 200)
-                #expect(try http("GET", port: port, "/dead").status == 404)
-                let login = try http(
+                #expect(try await http("GET", port: port, "/push/dead").status == 200)
+                #expect(try await http("GET", port: port, "/push/assets/console.css").status == 200)
+                #expect(try await http("GET", port: port, "/dead").status == 404)
+                let login = try await http(
                     "POST",
                     port: port,
                     "/push/login",

@@ -172,6 +172,8 @@ let package = Package(
             name: "push-bench",
             dependencies: [
                 "PushQueue",
+                "PushQueueTesting",
+                "PushConsole",
                 "PushProcess",
                 "PushEmbeddedPostgres",
                 "PushCore",

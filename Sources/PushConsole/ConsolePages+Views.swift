@@ -143,7 +143,10 @@ extension ConsolePages {
             }
             var groupFilter = filter
             groupFilter.limit = 0
-            async let groups = self.queue.deadLetterGroups(matching: groupFilter)
+            // The groups head the first page only: later pages are the same groups, and each costs a pass
+            // over the matching dead letters.
+            async let groups =
+                cursor == nil ? self.queue.deadLetterGroups(matching: groupFilter) : [DeadLetterGroup]()
             async let letters = self.queue.deadLetterPage(matching: filter, after: cursor)
             let (g, page) = try await (groups, letters)
             let filterQuery: [(String, String?)] = [
@@ -162,6 +165,7 @@ extension ConsolePages {
                     "since": fields["since"] ?? "", "limit": String(filter.limit),
                 ],
                 "filtered": !groupFilter.isUnrestricted,
+                "paged": cursor != nil,
                 "hasGroups": !g.isEmpty,
                 "groups": g.map { group -> [String: Any] in
                     var row: [String: Any] = [

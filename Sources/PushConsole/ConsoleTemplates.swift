@@ -95,8 +95,8 @@ enum ConsoleTemplates {
         <label>Per page <input name="limit" value="{{filter.limit}}" size="4"></label>
         <button>Filter</button> <a href="{{base}}/dead">clear</a>
         </form>
-        <h2>By reason and trap id</h2>
-        {{^groups}}<p class="muted">No dead letters{{#filtered}} match the filter{{/filtered}}.</p>{{/groups}}
+        {{^paged}}<h2>By reason and trap id</h2>
+        {{^groups}}<p class="muted">No dead letters{{#filtered}} match the filter{{/filtered}}.</p>{{/groups}}{{/paged}}
         {{#hasGroups}}<table class="groups"><thead><tr><th class="n">Count</th><th>Reason</th><th>Trap id</th><th>Newest</th><th>What to do</th><th></th></tr></thead><tbody>
         {{#groups}}<tr><td class="n">{{count}}</td><td><a href="{{base}}/dead?{{query}}">{{reason}}</a></td><td>{{trap}}</td><td>{{newest}}</td>
         <td class="advice">{{#advice}}<strong>{{advice.title}}</strong>{{{advice.html}}}{{/advice}}{{^advice}}<p>{{example}}</p>{{/advice}}</td>

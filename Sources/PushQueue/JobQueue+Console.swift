@@ -210,9 +210,12 @@ extension JobQueue {
         let condition = Self.appendFilter(filter, to: &binds)
         let sql = """
             SELECT g.trap, g.reason, g.n, g.newest,
-                   coalesce((SELECT e.error FROM push.dead_jobs AS e WHERE e.id = g.newest_id), '')
+                   -- The newest one's sentence: found again by its dead_at through the index (carrying its id
+                   -- through the aggregate costs a third more on 100,000 rows).
+                   coalesce((SELECT e.error FROM push.dead_jobs AS e
+                              WHERE e.dead_at = g.newest AND e.reason = g.reason LIMIT 1), '')
               FROM (SELECT j.trap_ids[array_upper(j.trap_ids, 1)] AS trap, j.reason, count(*) AS n,
-                           max(j.dead_at) AS newest, (max(ARRAY[extract(epoch FROM j.dead_at), j.id]))[2]::int8 AS newest_id
+                           max(j.dead_at) AS newest
                       FROM push.dead_jobs AS j WHERE \(condition)
                      GROUP BY 1, 2) AS g
              ORDER BY g.n DESC, g.reason, g.trap LIMIT 200

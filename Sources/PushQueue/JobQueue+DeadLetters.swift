@@ -164,7 +164,8 @@ extension JobQueue {
             return "$\(binds.count)"
         }
         if !filter.ids.isEmpty { conditions.append("j.id = ANY (\(bind(filter.ids))::bigint[])") }
-        if let trap = filter.trapID { conditions.append("\(bind(trap))::text = ANY (j.trap_ids)") }
+        // Containment, not `= ANY`: the GIN index on trap_ids answers it.
+        if let trap = filter.trapID { conditions.append("j.trap_ids @> ARRAY[\(bind(trap))::text]") }
         if let reason = filter.reason { conditions.append("j.reason = \(bind(reason))::text") }
         if let topic = filter.topic { conditions.append("j.topic = \(bind(topic))::text") }
         if let since = filter.since { conditions.append("j.dead_at >= \(bind(since))::timestamptz") }

@@ -84,9 +84,8 @@ struct ConsoleBenchmark: AsyncParsableCommand {
                     group.addTask { try await server.run(handlingSignals: false) { continuation.yield($0) } }
                     var iterator = ports.makeAsyncIterator()
                     guard let port = await iterator.next() else { throw ValidationError("the console did not start") }
-                    print(
-                        "page                                     median      p95      max    bytes   (target: under 100 ms)"
-                    )
+                    let heading = "page".padding(toLength: 38, withPad: " ", startingAt: 0)
+                    print(heading + "   median      p95      max    bytes   (target: under 100 ms)")
                     for (name, path) in pages {
                         var times: [Double] = []
                         var bytes = 0

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Synchronization
 
 /// Who may change things in the console, and the proof each change form carries.
 ///
@@ -16,9 +17,17 @@ struct ConsoleAuth: Sendable {
     static let sessionLifetime: TimeInterval = 12 * 3600
     static let cookieName = "pushworker_session"
 
+    /// Sessions signed out before their cookie expired (by nonce); a copied cookie stops working at sign-out.
+    private let revoked = Revocations()
+
     init(token: String?) {
         self.token = token
         self.key = SymmetricKey(size: .bits256)
+    }
+
+    /// Ends `session` for good, whoever still holds its cookie.
+    func revoke(_ session: Session) {
+        self.revoked.add(session.nonce, until: Double(session.issuedAt) + Self.sessionLifetime)
     }
 
     var isWritable: Bool { self.token != nil }
@@ -58,7 +67,7 @@ struct ConsoleAuth: Sendable {
         let body = "\(parts[0]).\(parts[1]).\(parts[2])"
         guard constantTimeEqual(self.mac("session:" + body), parts[3]) else { return nil }
         let age = now.timeIntervalSince1970 - Double(issued)
-        guard age >= -60, age < Self.sessionLifetime else { return nil }
+        guard age >= -60, age < Self.sessionLifetime, !self.revoked.contains(parts[0]) else { return nil }
         return Session(operatorName: name, nonce: parts[0], issuedAt: issued)
     }
 
@@ -106,5 +115,22 @@ extension Data {
         var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
         while base64.count % 4 != 0 { base64 += "=" }
         self.init(base64Encoded: base64)
+    }
+}
+
+/// Nonces of signed-out sessions, each kept until its cookie would have expired anyway.
+final class Revocations: Sendable {
+    private let nonces = Mutex<[String: Double]>([:])
+
+    func add(_ nonce: String, until expiry: Double) {
+        let now = Date().timeIntervalSince1970
+        self.nonces.withLock { nonces in
+            nonces = nonces.filter { $0.value > now }
+            nonces[nonce] = expiry
+        }
+    }
+
+    func contains(_ nonce: String) -> Bool {
+        self.nonces.withLock { $0[nonce] != nil }
     }
 }

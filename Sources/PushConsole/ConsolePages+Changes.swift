@@ -36,7 +36,7 @@ extension ConsolePages {
                 message: "expires_in must be a duration such as 30m, 1h or 1d, not “\(expiresIn)”."
             )
         }
-        let hidden = ["ids", "trap", "reason", "topic", "since", "limit", "all"].compactMap {
+        let hidden = ["ids", "trap", "died_with", "reason", "topic", "since", "limit", "all"].compactMap {
             name -> [String: String]? in
             guard let value = fields[name], !value.isEmpty else { return nil }
             return ["name": name, "value": value]
@@ -64,6 +64,10 @@ extension ConsolePages {
         return [
             "summary": summary,
             "hasMoved": !result.moved.isEmpty,
+            "truncated": result.moved.count > 500,
+            // The confirm step replays these and no others: dead letters that die after the preview, or
+            // that a changed filter would now take in, stay where they are.
+            "confirmIDs": result.moved.map { String($0.id) }.joined(separator: ","),
             "moved": result.moved.prefix(500).map { moved -> [String: Any] in
                 [
                     "id": moved.id, "apnsID": moved.apnsID.uuidString.lowercased(), "reason": moved.reason,
@@ -104,7 +108,16 @@ extension ConsolePages {
     func replay(_ request: Request) async throws -> Response {
         try await self.page(request) { frame in
             let (session, form) = try await self.authorizeChange(request, frame: frame)
-            let selection = try self.replaySelection(form)
+            var selection = try self.replaySelection(form)
+            // Only what the preview listed: its ids travel in the confirm form.
+            let confirmed = (form["confirm_ids"] ?? "").split(separator: ",").map { Int64($0) }
+            guard !confirmed.isEmpty, confirmed.allSatisfy({ $0 != nil }) else {
+                throw ConsoleRefusal(
+                    status: .badRequest,
+                    message: "A replay is confirmed from its preview: open the preview and use its Replay button."
+                )
+            }
+            selection.filter.ids = confirmed.compactMap { $0 }
             let result = try await self.queue.replay(
                 matching: selection.filter,
                 newAPNsID: selection.newAPNsID,
@@ -144,8 +157,11 @@ extension ConsolePages {
     func purgePreview(_ request: Request) async throws -> Response {
         try await self.page(request) { frame in
             let (text, seconds) = try self.purgeAge(Self.queryFields(request))
+            // The cut-off is fixed here and travels in the confirm form: a preview left open for a day still
+            // deletes only what it counted.
+            let cutoff = Int64((Date().timeIntervalSince1970 - seconds) * 1_000_000)
             let groups = try await self.queue.deadLetterGroups(
-                matching: DeadLetterFilter(before: Date().addingTimeInterval(-seconds), limit: 0)
+                matching: DeadLetterFilter(before: Date(timeIntervalSince1970: Double(cutoff) / 1_000_000), limit: 0)
             )
             let total = groups.reduce(0) { $0 + $1.count }
             return self.render(
@@ -153,12 +169,12 @@ extension ConsolePages {
                 title: "Purge: preview",
                 values: [
                     "summary":
-                        "Dry run: nothing is deleted. \(grouped(total)) dead letter(s) died more than \(text) ago and would be deleted for good (no replay after that).",
+                        "Dry run: nothing is deleted. \(groups.count >= 200 ? "At least " : "")\(grouped(total)) dead letter(s) died more than \(text) ago and would be deleted for good (no replay after that).",
                     "hasGroups": !groups.isEmpty,
                     "groups": groups.map {
                         ["count": grouped($0.count), "reason": $0.reason, "trap": $0.trapID ?? ""]
                     },
-                    "preview": true, "any": total > 0, "olderThan": text,
+                    "preview": true, "any": total > 0, "olderThan": text, "cutoff": String(cutoff),
                 ],
                 frame: frame
             )
@@ -168,8 +184,15 @@ extension ConsolePages {
     func purge(_ request: Request) async throws -> Response {
         try await self.page(request) { frame in
             let (session, form) = try await self.authorizeChange(request, frame: frame)
-            let (text, seconds) = try self.purgeAge(form)
-            let deleted = try await self.queue.purgeDeadLetters(olderThan: .seconds(seconds))
+            let (text, _) = try self.purgeAge(form)
+            let now = Int64(Date().timeIntervalSince1970 * 1_000_000)
+            guard let cutoff = form["cutoff"].flatMap({ Int64($0) }), cutoff >= 0, cutoff <= now - 3_600_000_000 else {
+                throw ConsoleRefusal(
+                    status: .badRequest,
+                    message: "A purge is confirmed from its preview: open the preview and use its Delete button."
+                )
+            }
+            let deleted = try await self.queue.purgeDeadLetters(diedBeforeMicros: cutoff)
             self.logChange(session, "purged \(deleted) dead letter(s) older than \(text)")
             return self.message(
                 "Deleted \(grouped(deleted)) dead letter(s) that died more than \(text) ago.",
@@ -188,6 +211,13 @@ extension ConsolePages {
             let (session, form) = try await self.authorizeChange(request, frame: frame)
             let credential = Self.optional(form["credential"])
             let topic = Self.optional(form["topic"])
+            guard credential != nil || topic != nil || form["everything"] == "1" else {
+                throw ConsoleRefusal(
+                    status: .badRequest,
+                    message:
+                        "With no credential and no topic a pause stops every job: tick “pause every job” to mean that."
+                )
+            }
             guard let reason = Self.optional(form["reason"]) else {
                 throw ConsoleRefusal(
                     status: .badRequest,

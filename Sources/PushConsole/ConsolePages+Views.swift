@@ -41,6 +41,7 @@ extension ConsolePages {
                         "reason": group.reason, "reasonQuery": Self.query(group.reason), "count": grouped(group.count),
                     ]
                     if let trap = group.trapID { row["trap"] = trap }
+                    row["diedWith"] = Self.query(group.trapID ?? "none")
                     return row
                 },
                 "hasPauses": !p.isEmpty,
@@ -85,6 +86,7 @@ extension ConsolePages {
         }
         var filter = DeadLetterFilter(limit: defaultLimit)
         filter.trapID = field("trap")
+        if let diedWith = field("died_with") { filter.lastTrap = .some(diedWith == "none" ? nil : diedWith) }
         filter.reason = field("reason")
         filter.topic = field("topic")
         if let since = field("since") {
@@ -150,8 +152,9 @@ extension ConsolePages {
             async let letters = self.queue.deadLetterPage(matching: filter, after: cursor)
             let (g, page) = try await (groups, letters)
             let filterQuery: [(String, String?)] = [
-                ("trap", filter.trapID), ("reason", filter.reason), ("topic", filter.topic),
-                ("since", fields["since"].flatMap { $0.isEmpty ? nil : $0 }),
+                ("ids", fields["ids"].flatMap { $0.isEmpty ? nil : $0 }), ("trap", filter.trapID),
+                ("died_with", fields["died_with"].flatMap { $0.isEmpty ? nil : $0 }), ("reason", filter.reason),
+                ("topic", filter.topic), ("since", fields["since"].flatMap { $0.isEmpty ? nil : $0 }),
             ]
             let next =
                 page.count == filter.limit
@@ -159,11 +162,14 @@ extension ConsolePages {
                     filterQuery + [("limit", String(filter.limit)), ("after", page.last?.cursor.description)]
                 )
                 : nil
+            var shownFilter: [String: Any] = [
+                "trap": filter.trapID ?? "", "reason": filter.reason ?? "", "topic": filter.topic ?? "",
+                "since": fields["since"] ?? "", "limit": String(filter.limit),
+            ]
+            if let diedWith = fields["died_with"], !diedWith.isEmpty { shownFilter["diedWith"] = diedWith }
+            if let ids = fields["ids"], !ids.isEmpty { shownFilter["ids"] = ids }
             var values: [String: Any] = [
-                "filter": [
-                    "trap": filter.trapID ?? "", "reason": filter.reason ?? "", "topic": filter.topic ?? "",
-                    "since": fields["since"] ?? "", "limit": String(filter.limit),
-                ],
+                "filter": shownFilter,
                 "filtered": !groupFilter.isUnrestricted,
                 "paged": cursor != nil,
                 "hasGroups": !g.isEmpty,
@@ -172,7 +178,7 @@ extension ConsolePages {
                         "count": grouped(group.count), "reason": group.reason, "trap": group.trapID ?? "",
                         "newest": timestamp(group.newest), "example": group.example,
                         "query": Self.queryString([
-                            ("reason", group.reason), ("trap", group.trapID), ("topic", filter.topic),
+                            ("reason", group.reason), ("died_with", group.trapID ?? "none"), ("topic", filter.topic),
                             ("since", fields["since"].flatMap { $0.isEmpty ? nil : $0 }),
                         ]),
                     ]
@@ -336,6 +342,20 @@ extension ConsolePages {
         return values
     }
 
+    /// A history value as JSON shows it: `null`, `410`, `"text"` without quotes, `[…]` compact.
+    static func shown(_ value: Any?) -> String {
+        switch value {
+        case .none, is NSNull: return "null"
+        case let text as String: return text
+        case let number as NSNumber: return number.stringValue
+        case .some(let other):
+            guard JSONSerialization.isValidJSONObject(other),
+                let data = try? JSONSerialization.data(withJSONObject: other, options: [.sortedKeys])
+            else { return "\(other)" }
+            return String(decoding: data, as: UTF8.self)
+        }
+    }
+
     /// The history's entries as table rows: attempt number, time, outcome, and every other field.
     static func attempts(_ json: String) -> [[String: Any]] {
         guard let array = try? JSONSerialization.jsonObject(with: Data(json.utf8)) as? [[String: Any]] else {
@@ -343,7 +363,7 @@ extension ConsolePages {
         }
         return array.enumerated().map { n, entry in
             let details = entry.keys.sorted().filter { !["attempt", "at", "outcome"].contains($0) }.map { key in
-                "\(key)=\(entry[key].map { "\($0)" } ?? "")"
+                "\(key)=\(Self.shown(entry[key]))"
             }
             return [
                 "number": (entry["attempt"] as? Int).map(String.init) ?? String(n + 1),

@@ -157,11 +157,12 @@ struct ConsolePages: Sendable {
         return fields
     }
 
-    func logChange(_ session: ConsoleAuth.Session, _ what: String, _ metadata: Logger.Metadata = [:]) {
-        var metadata = metadata
+    func logChange(_ session: ConsoleAuth.Session, _ what: String, _ metadata: [String: String] = [:]) {
+        // Free text (a pause's reason, a filter) goes in escaped: a newline in it cannot start a forged line.
+        var metadata = metadata.mapValues { Logger.MetadataValue.string(loggable($0)) }
         metadata["operator"] = "\(session.operatorName)"
         metadata["session"] = "\(session.nonce.prefix(8))"
-        self.logger.notice("console change: \(what)", metadata: metadata)
+        self.logger.notice("console change: \(loggable(what))", metadata: metadata)
     }
 
     // MARK: sign in and out
@@ -220,6 +221,7 @@ struct ConsolePages: Sendable {
     func logout(_ request: Request) async throws -> Response {
         try await self.page(request) { frame in
             let (session, _) = try await self.authorizeChange(request, frame: frame)
+            self.auth.revoke(session)
             self.logger.notice(
                 "console sign-out",
                 metadata: ["operator": "\(session.operatorName)", "session": "\(session.nonce.prefix(8))"]
@@ -262,19 +264,40 @@ func timestamp(_ date: Date?) -> String {
     return formatter.string(from: date)
 }
 
-/// `90s`, `30m`, `24h`, `7d` as seconds; `nil` otherwise.
+/// The longest duration a form may give: ten years.
+let maxDuration: Double = 3650 * 86400
+
+/// `90s`, `30m`, `24h`, `7d` as seconds, up to ten years; `nil` otherwise.
 func parseDuration(_ text: String) -> Double? {
     let trimmed = text.trimmingCharacters(in: .whitespaces).lowercased()
-    guard let unit = trimmed.last, let number = Double(trimmed.dropLast()), number > 0 else { return nil }
+    guard let unit = trimmed.last, let number = Double(trimmed.dropLast()), number.isFinite, number > 0 else {
+        return nil
+    }
+    let seconds: Double
     switch unit {
-    case "s": return number
-    case "m": return number * 60
-    case "h": return number * 3600
-    case "d": return number * 86400
+    case "s": seconds = number
+    case "m": seconds = number * 60
+    case "h": seconds = number * 3600
+    case "d": seconds = number * 86400
     default: return nil
     }
+    // At most ten years: a date further back is not one Postgres' binding (or anyone) needs.
+    return seconds <= maxDuration ? seconds : nil
 }
 
 extension BoundedCount {
     var shown: String { self.exact ? grouped(self.value) : "≈ " + grouped(self.value) }
+}
+
+/// `text` with control characters escaped (`\n`, `\u{1b}`), for a log line.
+func loggable(_ text: String) -> String {
+    var out = ""
+    for scalar in text.unicodeScalars {
+        if CharacterSet.controlCharacters.contains(scalar) {
+            out += scalar == "\n" ? "\\n" : scalar == "\t" ? "\\t" : "\\u{\(String(scalar.value, radix: 16))}"
+        } else {
+            out.unicodeScalars.append(scalar)
+        }
+    }
+    return out
 }

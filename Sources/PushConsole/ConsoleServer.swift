@@ -20,12 +20,31 @@ public struct ConsoleServer: Sendable {
         public var basePath: String
         /// The token a change needs (`--token-file`); `nil`: read-only.
         public var token: String?
+        /// Host names the console answers to besides loopback (a reverse proxy's public name). A request
+        /// naming any other host is refused: a web page that rebinds its own name to 127.0.0.1 cannot read
+        /// the console from a browser on this machine.
+        public var publicHosts: [String]
 
-        public init(host: String = "127.0.0.1", port: Int = 8080, basePath: String = "", token: String? = nil) {
+        public init(
+            host: String = "127.0.0.1",
+            port: Int = 8080,
+            basePath: String = "",
+            token: String? = nil,
+            publicHosts: [String] = []
+        ) {
             self.host = host
             self.port = port
             self.basePath = basePath
             self.token = token
+            self.publicHosts = publicHosts
+        }
+
+        /// The Host header values (without port) accepted.
+        var allowedHosts: Set<String> {
+            var hosts: Set<String> = ["127.0.0.1", "localhost", "::1", "[::1]"]
+            for host in self.publicHosts { hosts.insert(host.lowercased()) }
+            if !["0.0.0.0", "::", "[::]"].contains(self.host) { hosts.insert(self.host.lowercased()) }
+            return hosts
         }
     }
 
@@ -60,7 +79,7 @@ public struct ConsoleServer: Sendable {
         onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) async throws {
         let router = Router(context: BasicRequestContext.self)
-        router.add(middleware: SecurityHeaders())
+        router.add(middleware: ConsoleMiddleware(allowedHosts: self.configuration.allowedHosts, logger: self.logger))
         let group = router.group(RouterPath(self.pages.base.isEmpty ? "" : String(self.pages.base.dropFirst())))
         let pages = self.pages
         group.get("") { request, _ in try await pages.overview(request) }
@@ -108,8 +127,12 @@ public struct ConsoleServer: Sendable {
     }
 }
 
-/// The headers every response carries.
-struct SecurityHeaders<Context: RequestContext>: RouterMiddleware {
+/// Every request: the Host must be one the console answers to; every response, an error page included,
+/// carries the security headers; an unexpected error is a short page (details in the log), never a crash.
+struct ConsoleMiddleware<Context: RequestContext>: RouterMiddleware {
+    let allowedHosts: Set<String>
+    let logger: Logger
+
     static var policy: String {
         "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
     }
@@ -120,14 +143,27 @@ struct SecurityHeaders<Context: RequestContext>: RouterMiddleware {
         next: (Request, Context) async throws -> Response
     ) async throws -> Response {
         var response: Response
-        do {
-            response = try await next(request, context)
-        } catch let error as HTTPError where error.status == .notFound {
-            response = Response(
-                status: .notFound,
-                headers: [.contentType: "text/plain; charset=utf-8"],
-                body: .init(byteBuffer: ByteBuffer(string: "Not found: \(request.uri.path)\n"))
+        let host = Self.hostName(request.head.authority ?? "")
+        if !self.allowedHosts.contains(host) {
+            response = Self.text(
+                .misdirectedRequest,
+                "This console does not answer to the host \"\(host)\". Behind a reverse proxy, start it with --public-host \(host.isEmpty ? "NAME" : host).\n"
             )
+        } else {
+            do {
+                response = try await next(request, context)
+            } catch let error as HTTPError {
+                response = Self.text(error.status, (error.body ?? error.status.reasonPhrase) + "\n")
+            } catch {
+                self.logger.error(
+                    "console request failed",
+                    metadata: ["path": "\(request.uri.path)", "error": "\(String(reflecting: error))"]
+                )
+                response = Self.text(
+                    .internalServerError,
+                    "The console could not answer: \(QueueError.summary(of: error)). Its log has the details.\n"
+                )
+            }
         }
         response.headers[.contentSecurityPolicy] = Self.policy
         response.headers[.xContentTypeOptions] = "nosniff"
@@ -136,5 +172,20 @@ struct SecurityHeaders<Context: RequestContext>: RouterMiddleware {
         response.headers[HTTPField.Name("X-Frame-Options")!] = "DENY"
         response.headers[HTTPField.Name("Cross-Origin-Opener-Policy")!] = "same-origin"
         return response
+    }
+
+    /// `Host: example.com:8080` → `example.com`; `[::1]:8080` → `[::1]`.
+    static func hostName(_ authority: String) -> String {
+        let lower = authority.lowercased()
+        if lower.hasPrefix("[") { return lower.split(separator: "]").first.map { $0 + "]" } ?? lower }
+        return lower.split(separator: ":").first.map(String.init) ?? lower
+    }
+
+    static func text(_ status: HTTPResponse.Status, _ message: String) -> Response {
+        Response(
+            status: status,
+            headers: [.contentType: "text/plain; charset=utf-8"],
+            body: .init(byteBuffer: ByteBuffer(string: message))
+        )
     }
 }

@@ -53,7 +53,7 @@ enum ConsoleTemplates {
         {{{chart}}}
         {{#hasDeadMix}}<h3>Dead letters of the last hour</h3>
         <table><thead><tr><th>Reason</th><th>Trap id</th><th class="n">Count</th></tr></thead><tbody>
-        {{#deadMix}}<tr><td><a href="{{base}}/dead?reason={{reasonQuery}}{{#trap}}&amp;trap={{trap}}{{/trap}}&amp;since=1h">{{reason}}</a></td><td>{{trap}}</td><td class="n">{{count}}</td></tr>{{/deadMix}}
+        {{#deadMix}}<tr><td><a href="{{base}}/dead?reason={{reasonQuery}}&amp;died_with={{diedWith}}&amp;since=1h">{{reason}}</a></td><td>{{trap}}</td><td class="n">{{count}}</td></tr>{{/deadMix}}
         </tbody></table>{{/hasDeadMix}}
         </section>
         <section>
@@ -68,6 +68,7 @@ enum ConsoleTemplates {
         <label>Credential <input name="credential" placeholder="any" size="12"></label>
         <label>Topic <input name="topic" placeholder="any" size="20"></label>
         <label>Reason <input name="reason" required size="30"></label>
+        <label><input type="checkbox" name="everything" value="1"> both blank: pause every job</label>
         <button>Pause</button></form>{{/signedIn}}
         </section>
         <section>
@@ -93,6 +94,8 @@ enum ConsoleTemplates {
         <label>Topic <input name="topic" value="{{filter.topic}}" size="20"></label>
         <label>Since <input name="since" value="{{filter.since}}" size="6" placeholder="24h"></label>
         <label>Per page <input name="limit" value="{{filter.limit}}" size="4"></label>
+        {{#filter.diedWith}}<input type="hidden" name="died_with" value="{{filter.diedWith}}"><span class="muted">died with: {{filter.diedWith}}</span>{{/filter.diedWith}}
+        {{#filter.ids}}<input type="hidden" name="ids" value="{{filter.ids}}"><span class="muted">ids: {{filter.ids}}</span>{{/filter.ids}}
         <button>Filter</button> <a href="{{base}}/dead">clear</a>
         </form>
         {{^paged}}<h2>By reason and trap id</h2>
@@ -153,7 +156,8 @@ enum ConsoleTemplates {
 
     static let replay = """
         <p>{{summary}}</p>
-        {{#hasMoved}}<h2>Would move back to the queue</h2>
+        {{#hasMoved}}<h2>{{#preview}}Would move{{/preview}}{{^preview}}Moved{{/preview}} back to the queue</h2>
+        {{#truncated}}<p class="muted">The first 500 of {{movedCount}} are listed.</p>{{/truncated}}
         <table><thead><tr><th class="n">Job</th><th>apns-id it will be sent with</th><th>Died with</th><th></th></tr></thead><tbody>
         {{#moved}}<tr><td class="n"><a href="{{base}}/dead/{{id}}">{{id}}</a></td><td class="mono">{{apnsID}}</td><td>{{reason}}</td><td>{{#expired}}<span class="badge alert">expired: will die Expired again; set a new expiry</span>{{/expired}}</td></tr>{{/moved}}
         </tbody></table>{{/hasMoved}}
@@ -172,7 +176,8 @@ enum ConsoleTemplates {
         {{#hidden}}<input type="hidden" name="{{name}}" value="{{value}}">{{/hidden}}
         {{#newAPNsID}}<input type="hidden" name="new_apns_id" value="1">{{/newAPNsID}}
         <input type="hidden" name="expires_in" value="{{expiresIn}}">
-        <button class="danger">Replay {{movedCount}} now</button></form>{{/signedIn}}
+        <input type="hidden" name="confirm_ids" value="{{confirmIDs}}">
+        <button class="danger">Replay these {{movedCount}} now</button></form>{{/signedIn}}
         {{^signedIn}}<p class="muted">{{#writable}}<a href="{{base}}/login">Sign in</a> to replay.{{/writable}}{{^writable}}This console is read-only: start it with <code>--token-file</code> to replay from here, or run <code>push-worker dead replay</code>.{{/writable}}</p>{{/signedIn}}{{/canConfirm}}
         {{/preview}}
         """
@@ -184,6 +189,7 @@ enum ConsoleTemplates {
         </tbody></table>{{/hasGroups}}
         {{#preview}}{{#any}}{{#signedIn}}<form method="post" action="{{base}}/dead/purge" class="confirm">
         <input type="hidden" name="csrf" value="{{csrf}}"><input type="hidden" name="older_than" value="{{olderThan}}">
+        <input type="hidden" name="cutoff" value="{{cutoff}}">
         <button class="danger">Delete these dead letters</button></form>{{/signedIn}}
         {{^signedIn}}<p class="muted">{{#writable}}<a href="{{base}}/login">Sign in</a> to purge.{{/writable}}{{^writable}}This console is read-only: start it with <code>--token-file</code> to purge from here, or run <code>push-worker dead purge</code>.{{/writable}}</p>{{/signedIn}}{{/any}}{{/preview}}
         """

@@ -27,6 +27,9 @@ public struct DeadLetterFilter: Sendable, Hashable {
     public var ids: [Int64]
     /// Only dead letters that met this trap id (e.g. `MS020`).
     public var trapID: String?
+    /// Only those whose last trap id (the one they died with, as the console groups them) is this one;
+    /// `.some(nil)`: only those with no trap id at all.
+    public var lastTrap: String?? = nil
     /// Only this reason (e.g. `Unregistered`, `Expired`).
     public var reason: String?
     /// Only this topic.
@@ -59,7 +62,8 @@ public struct DeadLetterFilter: Sendable, Hashable {
 
     /// Whether the filter names anything at all (replay refuses an empty selection unless told `--all`).
     public var isUnrestricted: Bool {
-        ids.isEmpty && trapID == nil && reason == nil && topic == nil && since == nil && before == nil
+        ids.isEmpty && trapID == nil && lastTrap == nil && reason == nil && topic == nil && since == nil
+            && before == nil
     }
 }
 

@@ -70,8 +70,11 @@ public struct DeadLetterCursor: Sendable, Hashable, LosslessStringConvertible {
 
     /// `MICROS-ID`, as it travels in a URL.
     public init?(_ text: String) {
-        let parts = text.split(separator: "-")
-        guard parts.count == 2, let micros = Int64(parts[0]), let id = Int64(parts[1]) else { return nil }
+        let parts = text.split(separator: "-", omittingEmptySubsequences: false)
+        // Between 1970 and 3000: any other instant is not a dead letter's, and would overflow Postgres' interval.
+        guard parts.count == 2, let micros = Int64(parts[0]), let id = Int64(parts[1]),
+            (0...32_503_680_000_000_000).contains(micros)
+        else { return nil }
         self.init(deadAtMicros: micros, id: id)
     }
 
@@ -212,8 +215,10 @@ extension JobQueue {
             SELECT g.trap, g.reason, g.n, g.newest,
                    -- The newest one's sentence: found again by its dead_at through the index (carrying its id
                    -- through the aggregate costs a third more on 100,000 rows).
-                   coalesce((SELECT e.error FROM push.dead_jobs AS e
-                              WHERE e.dead_at = g.newest AND e.reason = g.reason LIMIT 1), '')
+                   coalesce((SELECT j.error FROM push.dead_jobs AS j
+                              WHERE j.dead_at = g.newest AND j.reason = g.reason
+                                AND j.trap_ids[array_upper(j.trap_ids, 1)] IS NOT DISTINCT FROM g.trap
+                                AND \(condition) LIMIT 1), '')
               FROM (SELECT j.trap_ids[array_upper(j.trap_ids, 1)] AS trap, j.reason, count(*) AS n,
                            max(j.dead_at) AS newest
                       FROM push.dead_jobs AS j WHERE \(condition)

@@ -140,12 +140,28 @@ extension JobQueue {
     @discardableResult
     public func purgeDeadLetters(olderThan age: Duration, batchSize: Int = 5_000) async throws -> Int {
         let seconds = Double(age.components.seconds)
-        return try await self.deleteInBatches(
+        return try await self.purgeDeadLetters(where: "dead_at < now() - make_interval(secs => \(seconds))", batchSize)
+    }
+
+    /// Deletes the dead letters that died before `cutoffMicros` (microseconds since 1970, exact), in bounded
+    /// batches: a purge confirmed from a preview deletes what the preview counted, however long it was open.
+    ///
+    /// - Returns: how many were deleted.
+    @discardableResult
+    public func purgeDeadLetters(diedBeforeMicros cutoffMicros: Int64, batchSize: Int = 5_000) async throws -> Int {
+        try await self.purgeDeadLetters(
+            where: "dead_at < timestamptz 'epoch' + \(cutoffMicros)::int8 * interval '1 microsecond'",
+            batchSize
+        )
+    }
+
+    private func purgeDeadLetters(where condition: String, _ batchSize: Int) async throws -> Int {
+        try await self.deleteInBatches(
             of: batchSize,
             """
             WITH gone AS (
                 DELETE FROM push.dead_jobs WHERE id IN (
-                    SELECT id FROM push.dead_jobs WHERE dead_at < now() - make_interval(secs => \(seconds))
+                    SELECT id FROM push.dead_jobs WHERE \(unescaped: condition)
                      LIMIT \(Int64(batchSize)) FOR UPDATE SKIP LOCKED)
                 RETURNING id, apns_id
             ), retired AS (
@@ -166,6 +182,12 @@ extension JobQueue {
         if !filter.ids.isEmpty { conditions.append("j.id = ANY (\(bind(filter.ids))::bigint[])") }
         // Containment, not `= ANY`: the GIN index on trap_ids answers it.
         if let trap = filter.trapID { conditions.append("j.trap_ids @> ARRAY[\(bind(trap))::text]") }
+        switch filter.lastTrap {
+        case .none: break
+        case .some(.none): conditions.append("cardinality(j.trap_ids) = 0")
+        case .some(.some(let trap)):
+            conditions.append("j.trap_ids[array_upper(j.trap_ids, 1)] = \(bind(trap))::text")
+        }
         if let reason = filter.reason { conditions.append("j.reason = \(bind(reason))::text") }
         if let topic = filter.topic { conditions.append("j.topic = \(bind(topic))::text") }
         if let since = filter.since { conditions.append("j.dead_at >= \(bind(since))::timestamptz") }

@@ -23,7 +23,7 @@ struct ConsoleCommand: AsyncParsableCommand {
             Examples:
               push-worker console
               openssl rand -hex 32 > console.token && chmod 600 console.token
-              push-worker console --token-file console.token --base-path /push
+              push-worker console --token-file console.token --base-path /push --public-host ops.example.com
             """
     )
 
@@ -38,6 +38,11 @@ struct ConsoleCommand: AsyncParsableCommand {
         help:
             "A file holding the token that allows changes (at least 16 characters; mode 0600). Without it the console is read-only."
     ) var tokenFile: String?
+    @Option(
+        name: .customLong("public-host"),
+        help:
+            "A host name the console answers to besides 127.0.0.1 and localhost: a reverse proxy's public name (repeat for several). Requests for any other host are refused."
+    ) var publicHosts: [String] = []
     @Option(
         name: .customLong("base-path"),
         help: "The path prefix a reverse proxy serves the console under, e.g. /push."
@@ -68,7 +73,8 @@ struct ConsoleCommand: AsyncParsableCommand {
             host: self.host,
             port: self.port,
             basePath: self.basePath,
-            token: token
+            token: token,
+            publicHosts: self.publicHosts
         )
         let base = configuration.basePath
         try await self.database.withQueue { queue, _, _ in

@@ -40,6 +40,15 @@ import Testing
             )
             return
         }
+        // The detector itself: a page breaking its own CSP must produce a console message here.
+        let violation = try await Self.run(
+            browser,
+            [
+                "--dump-dom",
+                "data:text/html,<meta http-equiv=\"Content-Security-Policy\" content=\"style-src 'self'\"><p style=\"color:red\">x</p>",
+            ]
+        )
+        #expect(violation.output.contains(":CONSOLE"), "Chromium printed no console message for a CSP violation")
         try await TestPostgres.withDatabase { db in
             try await ConsoleFixture.load(on: db.client, logger: db.logger, delivered: 3_000, dead: 60)
             let deadID = try await db.int64("SELECT min(id) FROM push.dead_jobs WHERE reason = 'Unregistered'")

@@ -73,7 +73,8 @@ private func blockingHTTP(
                 "\($0.key)=\($0.value.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? $0.value)"
             }.joined(separator: "&")
         } ?? ""
-    var request = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n"
+    var request = "\(method) \(path) HTTP/1.1\r\nConnection: close\r\n"
+    if headers["Host"] == nil { request += "Host: 127.0.0.1:\(port)\r\n" }
     for (name, value) in headers { request += "\(name): \(value)\r\n" }
     if form != nil {
         request += "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: \(body.utf8.count)\r\n"
@@ -133,11 +134,12 @@ func withConsole<T: Sendable>(
     _ db: TestDatabase,
     token: String? = nil,
     basePath: String = "",
+    publicHosts: [String] = [],
     logs: LogCapture = LogCapture(),
     _ body: @Sendable (Int) async throws -> T
 ) async throws -> T {
     let server = try ConsoleServer(
-        configuration: .init(host: "127.0.0.1", port: 0, basePath: basePath, token: token),
+        configuration: .init(host: "127.0.0.1", port: 0, basePath: basePath, token: token, publicHosts: publicHosts),
         queue: db.queue,
         logger: logs.logger
     )

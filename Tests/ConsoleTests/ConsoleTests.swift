@@ -223,7 +223,7 @@ import Testing
                     port: port,
                     "/dead/replay",
                     headers: ["Cookie": cookie, "Origin": "http://127.0.0.1:\(port)"],
-                    form: ["ids": "\(deadID)", "csrf": csrf]
+                    form: ["ids": "\(deadID)", "confirm_ids": "\(deadID)", "csrf": csrf]
                 )
                 #expect(done.status == 200 && done.body.contains("Replayed 1 dead letter"))
                 #expect(try await db.int64("SELECT count(*) FROM push.dead_jobs") == before - 1)
@@ -267,7 +267,11 @@ import Testing
                 )
                 #expect(preview.body.contains("Conflicts: stay dead"))
                 #expect(preview.body.contains("<li><a href=\"/dead/\(conflicted)\">\(conflicted)</a></li>"))
-                #expect(preview.body.contains("Replay \(ids.count - 1) now"))
+                #expect(preview.body.contains("Replay these \(ids.count - 1) now"))
+                let confirmIDs = try #require(
+                    preview.body.firstMatch(of: /name="confirm_ids" value="([0-9,]+)"/).map { String($0.1) }
+                )
+                #expect(confirmIDs.split(separator: ",").map(String.init) == ids.dropFirst().map(String.init))
                 #expect(
                     try await db.int64("SELECT count(*) FROM push.dead_jobs WHERE 'MS020' = ANY (trap_ids)")
                         == Int64(ids.count)
@@ -281,7 +285,7 @@ import Testing
                     port: port,
                     "/dead/replay",
                     headers: ["Cookie": cookie],
-                    form: ["trap": "MS020", "csrf": csrf]
+                    form: ["trap": "MS020", "confirm_ids": confirmIDs, "csrf": csrf]
                 )
                 #expect(done.status == 200)
                 #expect(done.body.contains("Replayed \(ids.count - 1) dead letter(s)"))
@@ -335,6 +339,9 @@ import Testing
                     headers: ["Cookie": cookie]
                 )
                 #expect(preview.body.contains("Dry run: nothing is deleted. 3 dead letter(s)"))
+                let cutoff = try #require(
+                    preview.body.firstMatch(of: /name="cutoff" value="([0-9]+)"/).map { String($0.1) }
+                )
                 #expect(try await db.int64("SELECT count(*) FROM push.dead_jobs") == 30)
                 let tooShort = try await http("GET", port: port, "/dead/purge?older_than=5m")
                 #expect(tooShort.status == 400)
@@ -343,7 +350,7 @@ import Testing
                     port: port,
                     "/dead/purge",
                     headers: ["Cookie": cookie],
-                    form: ["older_than": "30d", "csrf": csrf]
+                    form: ["older_than": "30d", "cutoff": cutoff, "csrf": csrf]
                 )
                 #expect(purged.status == 200 && purged.body.contains("Deleted 3 dead letter(s)"))
                 #expect(try await db.int64("SELECT count(*) FROM push.dead_jobs") == 27)

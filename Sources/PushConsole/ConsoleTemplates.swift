@@ -158,7 +158,7 @@ enum ConsoleTemplates {
         <p>{{summary}}</p>
         {{#hasMoved}}<h2>{{#preview}}Would move{{/preview}}{{^preview}}Moved{{/preview}} back to the queue</h2>
         {{#truncated}}<p class="muted">The first 500 of {{movedCount}} are listed.</p>{{/truncated}}
-        <table><thead><tr><th class="n">Job</th><th>apns-id it will be sent with</th><th>Died with</th><th></th></tr></thead><tbody>
+        <table><thead><tr><th class="n">Job</th><th>apns-id{{#newAPNsID}} (a new one replaces it){{/newAPNsID}}{{^newAPNsID}} it will be sent with{{/newAPNsID}}</th><th>Died with</th><th></th></tr></thead><tbody>
         {{#moved}}<tr><td class="n"><a href="{{base}}/dead/{{id}}">{{id}}</a></td><td class="mono">{{apnsID}}</td><td>{{reason}}</td><td>{{#expired}}<span class="badge alert">expired: will die Expired again; set a new expiry</span>{{/expired}}</td></tr>{{/moved}}
         </tbody></table>{{/hasMoved}}
         {{#hasConflicts}}<h2>Conflicts: stay dead</h2><p>Their id or apns-id is already in the queue (a producer re-sent it, or an earlier replay).</p>

@@ -5,8 +5,26 @@ import Foundation
 /// timestamps (trap MS032). Fields APNs accepts but a device would not honour as written come back as
 /// warnings (PW101–PW103): the job is still sent.
 enum PayloadRules {
+    /// The `aps` keys whose presence needs the full parse (they may warn).
+    static let keysWorthAParse: [[UInt8]] = ["mutable-content", "interruption-level", "relevance-score"].map {
+        Array($0.utf8)
+    }
+
     @discardableResult
     static func check(_ body: [UInt8], pushType: PushType) throws(PreSendRejection) -> [PayloadWarning] {
+        // The common payload: a plain object with an `aps` object and none of the fields that warn. The byte
+        // scanner proves that without building Foundation objects; anything else takes the full parse below.
+        if pushType != .liveactivity, pushType != .mdm, let shape = PayloadShape.scan(body), shape.apsIsObject,
+            !shape.apsKeys.contains(where: { key in Self.keysWorthAParse.contains { key.elementsEqual($0) } })
+        {
+            return []
+        }
+        return try self.checkByParsing(body, pushType: pushType)
+    }
+
+    /// The full check: `JSONSerialization`, then the rules on the parsed `aps`.
+    @discardableResult
+    static func checkByParsing(_ body: [UInt8], pushType: PushType) throws(PreSendRejection) -> [PayloadWarning] {
         guard !body.isEmpty else {
             throw PreSendRejection(
                 reason: "PayloadEmpty",

@@ -31,6 +31,11 @@ public enum PushType: String, Sendable, Hashable, CaseIterable, Codable {
         self == .background ? [5, 1] : [10, 5, 1]
     }
 
+    /// Whether `priority` is allowed for this push type: ``allowedPriorities`` without building a set per job.
+    public func allows(priority: Int) -> Bool {
+        priority == 5 || priority == 1 || (priority == 10 && self != .background)
+    }
+
     /// The payload ceiling in UTF-8 bytes: 5120 for VoIP, 4096 otherwise (broadcasts: ``PushType/broadcastPayloadLimit``).
     public var payloadLimit: Int {
         self == .voip ? 5_120 : 4_096
@@ -46,7 +51,16 @@ public enum PushType: String, Sendable, Hashable, CaseIterable, Codable {
     /// The suffix `topic` already carries, if any: `.voip`, `.push-type.liveactivity`, or any `.push-type.…`.
     public static func suffix(in topic: String) -> String? {
         if let known = knownTopicSuffixes.first(where: { topic.hasSuffix($0) }) { return known }
-        if let range = topic.range(of: ".push-type.") { return String(topic[range.lowerBound...]) }
+        // A byte search: Foundation's range(of:) went through CFString for every job.
+        let needle = Array(".push-type.".utf8)
+        let bytes = Array(topic.utf8)
+        if bytes.count >= needle.count {
+            for start in 0...(bytes.count - needle.count) where bytes[start] == needle[0] {
+                if bytes[start..<(start + needle.count)].elementsEqual(needle) {
+                    return String(decoding: bytes[start...], as: UTF8.self)
+                }
+            }
+        }
         return nil
     }
 }

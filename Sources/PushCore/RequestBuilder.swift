@@ -78,7 +78,7 @@ public enum RequestBuilder {
             )
         }
         let priority = job.sendPriority
-        guard pushType.allowedPriorities.contains(priority) else {
+        guard pushType.allows(priority: priority) else {
             throw PreSendRejection(
                 reason: "BadPriority",
                 trapID: .priorityBudget,

@@ -38,8 +38,25 @@ public struct RetryPolicy: Sendable, Hashable {
     public var maxDelay: Duration
     /// Whether jitter is added.
     public var jitter: Bool
-    /// What set ``maxRetries``, for the dead letter's sentence ("the job's max_attempts 2", the kill switch…).
-    public var limit: String = "the retry policy"
+    /// What set ``maxRetries``, for the dead letter's sentence ("the job's max_attempts 2", the kill switch…);
+    /// written only when a sentence needs it (a policy is made for every job).
+    public var limit: String {
+        switch self.limitCause {
+        case .configuration(let retries): return "the worker's --max-retries \(retries)"
+        case .priorityStretch: return "priority 10's stretch (at most 3 attempts)"
+        case .maxAttempts(let attempts): return "the job's max_attempts \(attempts)"
+        case .killSwitch: return "the operator's kill switch \(Self.killSwitchVariable), which turns retries off"
+        }
+    }
+
+    enum LimitCause: Sendable, Hashable {
+        case configuration(Int)
+        case priorityStretch
+        case maxAttempts(Int)
+        case killSwitch
+    }
+
+    var limitCause: LimitCause = .configuration(3)
 
     /// The policy for one job: the configuration stretched for priority 10 (fewer retries, wider
     /// backoff), narrowed by the job's own `max_attempts`, and zeroed by the kill switch.
@@ -62,18 +79,18 @@ public struct RetryPolicy: Sendable, Hashable {
             base = base * 2
             cap = cap * 2
         }
-        var limit = "the worker's --max-retries \(configuration.maxRetries)"
-        if priority == 10 && retries < configuration.maxRetries { limit = "priority 10's stretch (at most 3 attempts)" }
+        var limit = LimitCause.configuration(configuration.maxRetries)
+        if priority == 10 && retries < configuration.maxRetries { limit = .priorityStretch }
         if let maxAttempts, maxAttempts - 1 < retries {
             retries = max(maxAttempts - 1, 0)
-            limit = "the job's max_attempts \(maxAttempts)"
+            limit = .maxAttempts(maxAttempts)
         }
         if let kill = environment[Self.killSwitchVariable], !kill.isEmpty {
             retries = 0
-            limit = "the operator's kill switch \(Self.killSwitchVariable), which turns retries off"
+            limit = .killSwitch
         }
         self.maxRetries = retries
-        self.limit = limit
+        self.limitCause = limit
         self.baseDelay = base
         self.maxDelay = cap
         self.jitter = configuration.jitter

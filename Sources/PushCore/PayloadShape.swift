@@ -2,7 +2,8 @@
 /// JSON object whose `aps` member is an object, and which keys does that object have? It builds no values,
 /// so the common payload is judged without Foundation's object graph.
 ///
-/// It answers only when it is sure to agree with `JSONSerialization`: anything unusual (escaped keys,
+/// It expects valid UTF-8 (its caller passes the bytes of a Swift `String`) and answers only when it is sure
+/// to agree with `JSONSerialization`: anything unusual (escaped or non-ASCII keys,
 /// numbers with exponents or many digits, surrogate escapes, deep nesting, a repeated `aps`) gives `nil`,
 /// and the caller takes the full parse.
 enum PayloadShape {
@@ -74,7 +75,12 @@ enum PayloadShape {
             }
             while true {
                 self.skipWhitespace()
-                guard let (key, escaped) = self.string(), !escaped else { return false }
+                // Only plain ASCII keys at the levels that matter: the full parse decodes keys through String,
+                // which drops a leading byte-order mark (`\u{FEFF}aps` is `aps` to it), and compares them by
+                // canonical equivalence.
+                guard let (key, escaped) = self.string(), !escaped, key.allSatisfy({ $0 < 0x80 }) else {
+                    return false
+                }
                 self.skipWhitespace()
                 guard self.peek == UInt8(ascii: ":") else { return false }
                 self.index += 1

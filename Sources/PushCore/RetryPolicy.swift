@@ -41,11 +41,17 @@ public struct RetryPolicy: Sendable, Hashable {
     /// What set ``maxRetries``, for the dead letter's sentence ("the job's max_attempts 2", the kill switch…);
     /// written only when a sentence needs it (a policy is made for every job).
     public var limit: String {
+        get { self.sentence }
+        set { self.limitCause = .written(newValue) }
+    }
+
+    private var sentence: String {
         switch self.limitCause {
         case .configuration(let retries): return "the worker's --max-retries \(retries)"
         case .priorityStretch: return "priority 10's stretch (at most 3 attempts)"
         case .maxAttempts(let attempts): return "the job's max_attempts \(attempts)"
         case .killSwitch: return "the operator's kill switch \(Self.killSwitchVariable), which turns retries off"
+        case .written(let text): return text
         }
     }
 
@@ -54,6 +60,7 @@ public struct RetryPolicy: Sendable, Hashable {
         case priorityStretch
         case maxAttempts(Int)
         case killSwitch
+        case written(String)
     }
 
     var limitCause: LimitCause = .configuration(3)

@@ -21,6 +21,8 @@ struct PayloadShapeTests {
     static let keys = [
         "aps", "alert", "title", "body", "badge", "sound", "mutable-content", "interruption-level",
         "relevance-score", "content-available", "x", "a\\u0070s", "ap\\\"s", "", "é", "thread-id",
+        // The full parse drops a leading byte-order mark from a key: to it these are aps and mutable-content.
+        "\u{FEFF}aps", "\u{FEFF}mutable-content", "\u{FEFF}relevance-score", "apś",
     ]
 
     static func string(_ g: inout SplitMix) -> String {
@@ -30,7 +32,10 @@ struct PayloadShapeTests {
     }
 
     static func number(_ g: inout SplitMix) -> String {
-        ["0", "1", "-1", "10", "0.5", "1.25", "1e3", "2E-2", "12345678901234567", "-0", "3.0", "1000000"].randomElement(
+        [
+            "0", "1", "-1", "10", "0.5", "1.25", "1e3", "2E-2", "12345678901234567", "-0", "3.0", "1000000",
+            "123456789012345", "1234567890123456", "0.00000000000001", "01", "1.", "-", "1.5e",
+        ].randomElement(
             using: &g
         )!
     }
@@ -104,7 +109,15 @@ struct PayloadShapeTests {
         var fastAnswers = 0
         for _ in 0..<20_000 {
             let text = Self.payload(&g)
-            let body = CompactJSON.bytes(text)
+            // Mostly as the worker sends it (compacted), sometimes with its whitespace and nesting as written.
+            var body = Bool.random(using: &g) ? CompactJSON.bytes(text) : Array(text.utf8)
+            if Int.random(in: 0..<50, using: &g) == 0 {
+                let depth = Int.random(in: 60...70, using: &g)
+                body = Array(
+                    ("{\"aps\":{\"x\":" + String(repeating: "[", count: depth) + String(repeating: "]", count: depth)
+                        + "}}").utf8
+                )
+            }
             let pushType = [PushType.alert, .background, .voip, .liveactivity, .mdm].randomElement(using: &g)!
             let fast = Self.outcome(body, pushType, fast: true)
             let full = Self.outcome(body, pushType, fast: false)
@@ -128,6 +141,9 @@ struct PayloadShapeTests {
         ("[\"aps\"]", false),
         ("{\"aps\":{\"s\":\"\\ud800\"}}", false),
         ("{\"aps\":{}} x", false),
+        ("{\"aps\":{\"alert\":\"hi\"},\"\u{FEFF}aps\":1}", false),
+        ("{\"aps\":{\"\u{FEFF}mutable-content\":1}}", false),
+        (" {\"aps\":{ \"alert\" : \"hi\" }}\n", true),
     ])
     func scannerAnswersOnlyWhenSure(_ text: String, _ fast: Bool) {
         let shape = PayloadShape.scan(Array(text.utf8))
@@ -139,4 +155,18 @@ struct PayloadShapeTests {
             } ?? false
         #expect(tookFastPath == fast, "\(text)")
     }
+}
+
+/// The topic-suffix check's byte search gives Foundation's answer (which matches by canonical equivalence:
+/// non-ASCII topics still go through it).
+@Test(arguments: [
+    "com.example.app", "com.example.app.push-type.liveactivity", "com.example.app.voip",
+    "com.example.push-type.\u{301}x",
+    "a.push-type.b.push-type.c", ".push-type.", "com.exämple.push-type.x", "push-type", "",
+])
+func topicSuffixSearchGivesFoundationsAnswer(_ topic: String) {
+    let foundation =
+        PushType.knownTopicSuffixes.first(where: { topic.hasSuffix($0) })
+        ?? topic.range(of: ".push-type.").map { String(topic[$0.lowerBound...]) }
+    #expect(PushType.suffix(in: topic) == foundation, "\(topic)")
 }

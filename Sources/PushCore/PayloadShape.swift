@@ -60,40 +60,47 @@ enum PayloadShape {
             }
         }
 
-        /// An object at the cursor; `onMember` gets each key (unescaped keys only) with the cursor at its
-        /// value and must consume the value. False: invalid, or not sure.
-        mutating func object(
-            depth: Int,
-            onMember: (ArraySlice<UInt8>, inout Scanner) -> Bool
-        ) -> Bool {
-            guard depth <= Self.maxDepth, self.peek == UInt8(ascii: "{") else { return false }
+        /// `open element (, element)* close` or `open close`, the cursor on `open`.
+        mutating func delimited(closer: UInt8, _ element: (inout Scanner) -> Bool) -> Bool {
             self.index += 1
             self.skipWhitespace()
-            if self.peek == UInt8(ascii: "}") {
+            if self.peek == closer {
                 self.index += 1
                 return true
             }
             while true {
                 self.skipWhitespace()
-                // Only plain ASCII keys at the levels that matter: the full parse decodes keys through String,
-                // which drops a leading byte-order mark (`\u{FEFF}aps` is `aps` to it), and compares them by
-                // canonical equivalence.
-                guard let (key, escaped) = self.string(), !escaped, key.allSatisfy({ $0 < 0x80 }) else {
-                    return false
-                }
-                self.skipWhitespace()
-                guard self.peek == UInt8(ascii: ":") else { return false }
-                self.index += 1
-                self.skipWhitespace()
-                guard onMember(key, &self) else { return false }
+                guard element(&self) else { return false }
                 self.skipWhitespace()
                 switch self.peek {
                 case UInt8(ascii: ","): self.index += 1
-                case UInt8(ascii: "}"):
+                case closer:
                     self.index += 1
                     return true
                 default: return false
                 }
+            }
+        }
+
+        /// An object at the cursor; `onMember` gets each key with the cursor at its value and must consume
+        /// the value. With `plainKeys` (the levels that matter) only keys of plain ASCII without escapes are
+        /// taken: the full parse decodes keys through String, which drops a leading byte-order mark
+        /// (`\u{FEFF}aps` is `aps` to it), and compares them by canonical equivalence. False: invalid, or
+        /// not sure.
+        mutating func object(
+            depth: Int,
+            plainKeys: Bool = true,
+            onMember: (ArraySlice<UInt8>, inout Scanner) -> Bool
+        ) -> Bool {
+            guard depth <= Self.maxDepth, self.peek == UInt8(ascii: "{") else { return false }
+            return self.delimited(closer: UInt8(ascii: "}")) { scanner in
+                guard let (key, escaped) = scanner.string() else { return false }
+                if plainKeys && (escaped || !key.allSatisfy({ $0 < 0x80 })) { return false }
+                scanner.skipWhitespace()
+                guard scanner.peek == UInt8(ascii: ":") else { return false }
+                scanner.index += 1
+                scanner.skipWhitespace()
+                return onMember(key, &scanner)
             }
         }
 
@@ -102,58 +109,13 @@ enum PayloadShape {
             switch byte {
             case UInt8(ascii: "{"):
                 // Keys with escapes are fine below the levels that matter.
-                return self.anyObject(depth: depth)
-            case UInt8(ascii: "["):
-                self.index += 1
-                self.skipWhitespace()
-                if self.peek == UInt8(ascii: "]") {
-                    self.index += 1
-                    return true
-                }
-                while true {
-                    self.skipWhitespace()
-                    guard self.value(depth: depth + 1) else { return false }
-                    self.skipWhitespace()
-                    switch self.peek {
-                    case UInt8(ascii: ","): self.index += 1
-                    case UInt8(ascii: "]"):
-                        self.index += 1
-                        return true
-                    default: return false
-                    }
-                }
+                return self.object(depth: depth, plainKeys: false) { _, scanner in scanner.value(depth: depth + 1) }
+            case UInt8(ascii: "["): return self.delimited(closer: UInt8(ascii: "]")) { $0.value(depth: depth + 1) }
             case UInt8(ascii: "\""): return self.string() != nil
             case UInt8(ascii: "t"): return self.literal("true")
             case UInt8(ascii: "f"): return self.literal("false")
             case UInt8(ascii: "n"): return self.literal("null")
             default: return self.number()
-            }
-        }
-
-        mutating func anyObject(depth: Int) -> Bool {
-            guard depth <= Self.maxDepth else { return false }
-            self.index += 1
-            self.skipWhitespace()
-            if self.peek == UInt8(ascii: "}") {
-                self.index += 1
-                return true
-            }
-            while true {
-                self.skipWhitespace()
-                guard self.string() != nil else { return false }
-                self.skipWhitespace()
-                guard self.peek == UInt8(ascii: ":") else { return false }
-                self.index += 1
-                self.skipWhitespace()
-                guard self.value(depth: depth + 1) else { return false }
-                self.skipWhitespace()
-                switch self.peek {
-                case UInt8(ascii: ","): self.index += 1
-                case UInt8(ascii: "}"):
-                    self.index += 1
-                    return true
-                default: return false
-                }
             }
         }
 

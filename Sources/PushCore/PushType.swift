@@ -53,17 +53,11 @@ public enum PushType: String, Sendable, Hashable, CaseIterable, Codable {
         if let known = knownTopicSuffixes.first(where: { topic.hasSuffix($0) }) { return known }
         // A byte search: Foundation's range(of:) went through CFString for every job. Only for ASCII topics
         // (every bundle id): range(of:) matches by canonical equivalence, which a byte search does not.
-        let bytes = Array(topic.utf8)
-        guard bytes.allSatisfy({ $0 < 0x80 }) else {
+        guard topic.utf8.allSatisfy({ $0 < 0x80 }) else {
             return topic.range(of: ".push-type.").map { String(topic[$0.lowerBound...]) }
         }
-        let needle = Array(".push-type.".utf8)
-        if bytes.count >= needle.count {
-            for start in 0...(bytes.count - needle.count) where bytes[start] == needle[0] {
-                if bytes[start..<(start + needle.count)].elementsEqual(needle) {
-                    return String(decoding: bytes[start...], as: UTF8.self)
-                }
-            }
+        if let range = topic.utf8.firstRange(of: ".push-type.".utf8) {
+            return String(decoding: topic.utf8[range.lowerBound...], as: UTF8.self)
         }
         return nil
     }

@@ -138,3 +138,11 @@ func machineCPU() -> (busy: Double, total: Double) {
     let total = values.prefix(8).reduce(0, +)
     return (total - values[3] - values[4], total)
 }
+
+/// The first row's single bigint of `sql` (a count, an EXISTS as 0 or 1); 0 when there is no row.
+func scalar(_ client: PostgresClient, _ sql: String, _ logger: Logger) async throws -> Int {
+    for try await n in try await client.query(PostgresQuery(unsafeSQL: sql), logger: logger).decode(Int64.self) {
+        return Int(n)
+    }
+    return 0
+}

@@ -104,7 +104,7 @@ struct EndToEndBenchmark: AsyncParsableCommand {
                 )
                 let start = clock.now
                 worker.signal(SIGCONT)
-                while try await count(
+                while try await scalar(
                     client,
                     "SELECT CASE WHEN EXISTS (SELECT 1 FROM push.jobs WHERE state = 'pending') OR EXISTS (SELECT 1 FROM push.jobs WHERE state = 'running') THEN 1 ELSE 0 END::int8",
                     logger
@@ -121,7 +121,7 @@ struct EndToEndBenchmark: AsyncParsableCommand {
                     worker: cpuMicros(worker.pid), postgres: cpuMicros(named: "postgres"), sink: cpuMicros(sinkPID),
                     machine: machineCPU()
                 )
-                let delivered = try await count(
+                let delivered = try await scalar(
                     client,
                     "SELECT count(*) FROM push.jobs WHERE state = 'delivered'",
                     logger
@@ -156,7 +156,7 @@ struct EndToEndBenchmark: AsyncParsableCommand {
                     if next > clock.now { try await Task.sleep(until: next) }
                 }
                 let sendStart = clock.now
-                while try await count(client, "SELECT count(*) FROM push.jobs WHERE state = 'delivered'", logger)
+                while try await scalar(client, "SELECT count(*) FROM push.jobs WHERE state = 'delivered'", logger)
                     < total, clock.now - sendStart < .seconds(60)
                 {
                     try await Task.sleep(for: .milliseconds(50))
@@ -300,13 +300,6 @@ struct EndToEndBenchmark: AsyncParsableCommand {
                 )
             }
         }
-    }
-
-    func count(_ client: PostgresClient, _ sql: String, _ logger: Logger) async throws -> Int {
-        for try await n in try await client.query(PostgresQuery(unsafeSQL: sql), logger: logger).decode(Int64.self) {
-            return Int(n)
-        }
-        return 0
     }
 }
 

@@ -66,7 +66,7 @@ struct PeerPipeline {
             let clock = ContinuousClock()
             let start = clock.now
             for worker in workers { worker.signal(SIGCONT) }
-            while try await self.scalar(client, "SELECT (EXISTS (SELECT 1 FROM pgqueuer))::int::int8", logger) == 1 {
+            while try await scalar(client, "SELECT (EXISTS (SELECT 1 FROM pgqueuer))::int::int8", logger) == 1 {
                 try await Task.sleep(for: .milliseconds(250))
                 guard clock.now - start < .seconds(900) else {
                     throw ValidationError("the peer did not drain in 15 minutes: \(workers[0].output.suffix(1000))")
@@ -76,7 +76,7 @@ struct PeerPipeline {
                 python: workers.reduce(0) { $0 + cpuMicros($1.pid) }, postgres: cpuMicros(named: "postgres"),
                 sink: cpuMicros(self.sinkPID)
             )
-            let successful = try await self.scalar(
+            let successful = try await scalar(
                 client,
                 "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'",
                 logger
@@ -110,12 +110,5 @@ struct PeerPipeline {
         guard result.status == 0 else {
             throw ValidationError("the peer's enqueue failed: \(result.output.suffix(2000))")
         }
-    }
-
-    private func scalar(_ client: PostgresClient, _ sql: String, _ logger: Logger) async throws -> Int {
-        for try await n in try await client.query(PostgresQuery(unsafeSQL: sql), logger: logger).decode(Int64.self) {
-            return Int(n)
-        }
-        return 0
     }
 }

@@ -115,6 +115,14 @@ struct FailurePathDaemonTests {
                 ) == 1,
                 "a clean stop marks the worker stopped"
             )
+            // Another worker finishes them (APNs answers at once now): across the stop, one apns-id per job
+            // and no 200 twice, every job delivered, none running.
+            for n in 2...count { f.simulator.script(DaemonFixture.token(n), .respond(status: 200, reason: nil)) }
+            let finisher = try f.startWorker("finisher", ["--log-level", "error"])
+            try await f.waitUntil(.seconds(60), "every job terminal") { try await f.unfinished() == 0 }
+            finisher.signal(SIGTERM)
+            #expect(finisher.wait() == 0)
+            try await FaultTests.assertInvariants(f, jobs: count, diedWorkers: [])
         }
     }
 

@@ -15,12 +15,18 @@ public enum ChildProcess {
         public var output: String
     }
 
-    public static func run(_ executable: String, _ arguments: [String]) throws -> Result {
+    /// Runs the command to completion. One still running after `limit` is killed (SIGKILL): its status is
+    /// then 137 and its output ends with a line saying so, so a hung command can never hang its caller.
+    public static func run(
+        _ executable: String,
+        _ arguments: [String],
+        limit: Duration = .seconds(300)
+    ) throws -> Result {
         let outputPath = FileManager.default.temporaryDirectory
             .appendingPathComponent("push-worker-cmd-\(getpid())-\(UInt64.random(in: 0...UInt64.max)).log").path
         defer { unlink(outputPath) }
         let running = try self.start(executable, arguments, environment: [:], outputPath: outputPath)
-        let status = running.wait()
+        let status = running.wait(limit: limit)
         return Result(status: status, output: running.output)
     }
 }
@@ -37,10 +43,41 @@ extension ChildProcess {
         public func signal(_ number: Int32) { kill(self.pid, number) }
 
         /// Waits for it to exit and returns its exit code (128 + signal number when killed).
-        public func wait() -> Int32 {
+        ///
+        /// One still running after `limit` is killed (SIGKILL) and reaped, and its output gains a line saying
+        /// so: a child that ignores SIGTERM or hangs in its drain fails its caller with the reason instead of
+        /// hanging it (a test run, CI, a benchmark).
+        public func wait(limit: Duration = .seconds(120)) -> Int32 { self.wait(killingAfter: limit).status }
+
+        /// ``wait(limit:)``, also saying whether the limit was reached and the child killed.
+        public func wait(killingAfter limit: Duration) -> (status: Int32, hung: Bool) {
+            var hung = false
+            let deadline = ContinuousClock.now + limit
             var status: Int32 = 0
-            while waitpid(self.pid, &status, 0) < 0 && errno == EINTR {}
-            return (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+            var pause: UInt32 = 1_000
+            while true {
+                let reaped = waitpid(self.pid, &status, WNOHANG)
+                if reaped == self.pid { break }
+                if reaped < 0 {
+                    if errno == EINTR { continue }
+                    return (-1, false)  // not our child, or already reaped
+                }
+                if ContinuousClock.now >= deadline {
+                    hung = true
+                    kill(self.pid, SIGKILL)
+                    while waitpid(self.pid, &status, 0) < 0 && errno == EINTR {}
+                    let line = "\n[killed with SIGKILL: still running \(limit) after the wait began]\n"
+                    if let handle = FileHandle(forWritingAtPath: self.outputPath) {
+                        handle.seekToEndOfFile()
+                        handle.write(Data(line.utf8))
+                        try? handle.close()
+                    }
+                    break
+                }
+                usleep(pause)
+                pause = min(pause * 2, 20_000)
+            }
+            return ((status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f), hung)
         }
 
         /// Everything it printed so far.

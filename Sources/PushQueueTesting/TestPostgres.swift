@@ -13,7 +13,8 @@ public enum TestPostgres {
 
     /// The server every test database lives on; starts the embedded cluster on first use.
     public static func serverURL() throws -> DatabaseURL {
-        try self.server.withLock { state in
+        TestWatchdog.start()
+        return try self.server.withLock { state in
             if let state { return try state.get() }
             let result = Result { try Self.startServer() }
             state = result

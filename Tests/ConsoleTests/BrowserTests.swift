@@ -91,7 +91,7 @@ import Testing
 
     /// Chromium with ``flags`` and `arguments`, at most 60 s, off the concurrency pool.
     static func run(_ browser: String, _ arguments: [String]) async throws -> ChildProcess.Result {
-        try await offPool { try ChildProcess.run("/usr/bin/timeout", ["60", browser] + flags + arguments) }
+        try await offPool { try ChildProcess.run("/usr/bin/timeout", ["-k", "5", "60", browser] + flags + arguments) }
     }
 
     /// Headless, no GPU, console messages on stderr; no sandbox when root (Chromium refuses it otherwise).

@@ -43,7 +43,7 @@ struct APNsFeatureTests {
             let worker = try f.startWorker()
             defer {
                 worker.signal(SIGTERM)
-                _ = worker.wait()
+                worker.reap()
             }
             try await f.waitUntil(.seconds(30), "every job terminal") { try await f.unfinished() == 0 }
 
@@ -157,7 +157,7 @@ struct APNsFeatureTests {
             )
             defer {
                 worker.signal(SIGTERM)
-                _ = worker.wait()
+                worker.reap()
             }
             try await f.waitUntil(.seconds(30), "the other credential's jobs delivered") {
                 try await f.db.int64(

@@ -87,7 +87,7 @@ struct CertificateProxyTests {
             )
             defer {
                 worker.signal(SIGTERM)
-                _ = worker.wait()
+                worker.reap()
             }
             try await f.waitUntil(.seconds(30), "the certificate jobs delivered") {
                 try await f.db.int64(
@@ -134,7 +134,7 @@ struct CertificateProxyTests {
             )
             #expect(!worker.output.contains("BEGIN"), "no key or certificate material in the log")
             worker.signal(SIGTERM)
-            _ = worker.wait()
+            worker.reap()
             try await FaultTests.assertInvariants(f, jobs: 17, diedWorkers: [])
 
             // The operations guide's conversion: one PEM with certificate and key, named twice.
@@ -235,7 +235,7 @@ struct CertificateProxyTests {
             let (proxy, port) = try await Self.startTinyproxy(in: f.directory)
             defer {
                 proxy.signal(SIGTERM)
-                _ = proxy.wait()
+                proxy.reap()
             }
             let endpoint = ["--apns-endpoint", "https://localhost:\(f.simulator.port)", "--apns-ca-file", f.caFile]
             let proxyURL = "http://pushuser:s3cret@127.0.0.1:\(port)"
@@ -254,13 +254,13 @@ struct CertificateProxyTests {
             let worker = try f.startWorker("proxied", ["--https-proxy", proxyURL, "--log-level", "info"])
             defer {
                 worker.signal(SIGTERM)
-                _ = worker.wait()
+                worker.reap()
             }
             try await f.waitUntil(.seconds(30), "every job delivered through the proxy") {
                 try await f.unfinished() == 0
             }
             worker.signal(SIGTERM)
-            _ = worker.wait()
+            worker.reap()
             let tunnels = proxy.output.components(separatedBy: "CONNECT localhost:\(f.simulator.port)").count - 1
             #expect(tunnels >= 2, "the CLI and the worker each opened a tunnel: \(proxy.output.suffix(1500))")
             #expect(f.simulator.requests.filter { $0.status == 200 && $0.deviceToken != nil }.count == 20)

@@ -151,3 +151,15 @@ struct DaemonFixture: Sendable {
         return String(repeating: "0", count: 64 - hex.count) + hex
     }
 }
+
+extension ChildProcess.Running {
+    /// Waits for it to exit after a signal. One still running after `limit` is killed and the test fails with
+    /// its last output: a worker that hangs in its drain fails its test instead of hanging the whole run.
+    func reap(within limit: Duration = .seconds(90)) {
+        if self.wait(killingAfter: limit).hung {
+            Issue.record(
+                "pid \(self.pid) still ran \(limit) after it was told to stop; killed. It printed:\n\(self.output.suffix(3000))"
+            )
+        }
+    }
+}

@@ -116,7 +116,7 @@ struct DaemonTests {
                 try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") >= 300
             }
             first.signal(SIGKILL)
-            _ = first.wait()
+            first.reap()
             let runningAtCrash = try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running'")
             print("running at kill -9: \(runningAtCrash)")
 

@@ -171,9 +171,9 @@ struct FailurePathDaemonTests {
             let b = try start("b")
             defer {
                 a.signal(SIGKILL)
-                _ = a.wait()
+                a.reap()
                 b.signal(SIGKILL)
-                _ = b.wait()
+                b.reap()
             }
             try await waitFor("the schema") {
                 try psql("SELECT count(*) FROM push.schema_migrations") == "\(Migration.all.count)"

@@ -109,7 +109,7 @@ struct FaultTests {
                 )
                 try await Task.sleep(for: .milliseconds(killAfter))
                 kill(a.pid, SIGKILL)
-                _ = a.wait()
+                a.reap()
                 try await f.waitUntil(.seconds(240), "every job terminal (seed \(seed))") {
                     try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state NOT IN ('delivered')") == 0
                 }
@@ -144,7 +144,7 @@ struct FaultTests {
             }
             let b = try f.startWorker("survivor", ["--log-level", "error"])
             kill(a.pid, SIGKILL)
-            _ = a.wait()
+            a.reap()
             let killed = ContinuousClock.now
             try await f.waitUntil(.seconds(60), "the victim's jobs back") {
                 try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running' AND locked_by = 'victim'")
@@ -170,7 +170,7 @@ struct FaultTests {
                 ) >= 400
             }
             kill(b.pid, SIGKILL)
-            _ = b.wait()
+            b.reap()
             let c = try f.startWorker("reborn", ["--log-level", "error"])
             let restarted = ContinuousClock.now
             try await f.waitUntil(.seconds(60), "the survivor's jobs back") {

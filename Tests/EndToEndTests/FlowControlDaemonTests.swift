@@ -9,7 +9,7 @@ import Testing
 struct FlowControlDaemonTests {
     static func stop(_ workers: [ChildProcess.Running]) {
         for worker in workers { worker.signal(SIGTERM) }
-        for worker in workers { _ = worker.wait() }
+        for worker in workers { worker.reap() }
     }
 
     @Test("coalesce_key: exactly the newest of each key is sent, with one worker and with two racing")

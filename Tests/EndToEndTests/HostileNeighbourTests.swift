@@ -119,7 +119,7 @@ struct HostileNeighbourTests {
             let worker = try f.startWorker("poll", ["--poll-interval-ms", "100"])
             defer {
                 worker.signal(SIGTERM)
-                _ = worker.wait()
+                worker.reap()
             }
             // A producer's two-phase commit: impossible while the INSERT fires NOTIFY.
             let prepared = "push_\(UInt32.random(in: 0...UInt32.max))"
@@ -184,7 +184,7 @@ struct HostileNeighbourTests {
             let worker = try f.startWorker("h")
             defer {
                 worker.signal(SIGTERM)
-                _ = worker.wait()
+                worker.reap()
             }
             let port = try await f.metricsPort(worker)
             // 40 idle connections: the first 32 are held, the rest are closed at once.

@@ -33,7 +33,7 @@ struct OperationsTests {
             )
             defer {
                 listener.signal(SIGKILL)
-                _ = listener.wait()
+                listener.reap()
             }
             try await f.waitUntil(.seconds(10), "the notify socket exists") {
                 FileManager.default.fileExists(atPath: socket)
@@ -123,7 +123,7 @@ struct OperationsTests {
             )
             defer {
                 simulator.signal(SIGTERM)
-                _ = simulator.wait()
+                simulator.reap()
             }
             // As compose's health check does: ca.pem appears once the key and CA are in place.
             try await f.waitUntil(.seconds(30), "the simulator wrote ca.pem and printed its address") {

@@ -104,7 +104,7 @@ struct ResilienceTests {
             let worker = try f.startWorker("w", ["--log-level", "warning"])
             defer {
                 worker.signal(SIGKILL)
-                _ = worker.wait()
+                worker.reap()
             }
             let cluster = f.cluster
             func psql(_ sql: String) throws -> String { try f.psql(sql) }

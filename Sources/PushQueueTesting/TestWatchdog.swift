@@ -1,0 +1,40 @@
+import Foundation
+
+/// Keeps a test run's output current and its length bounded.
+///
+/// Test output to a pipe is block-buffered, so a run that hangs shows a log cut at a 4 KiB boundary, tests
+/// before the one that hangs. Every second this flushes the process's output streams; and a run longer
+/// than `PUSH_TEST_RUN_LIMIT_MINUTES` (30 by default: the quick run takes about 7) says so and exits 1,
+/// so CI reports a failure at the test that was running instead of a silent timeout.
+enum TestWatchdog {
+    private static let started: Bool = {
+        let minutes =
+            ProcessInfo.processInfo.environment["PUSH_TEST_RUN_LIMIT_MINUTES"].flatMap { Double($0) } ?? 30
+        let deadline = Date().addingTimeInterval(minutes * 60)
+        let thread = Thread {
+            while true {
+                Thread.sleep(forTimeInterval: 1)
+                fflush(nil)
+                if Date() > deadline {
+                    FileHandle.standardError.write(
+                        Data(
+                            """
+
+                            The test run is still going after \(minutes) minutes (PUSH_TEST_RUN_LIMIT_MINUTES): \
+                            it is stopped here. The last test started above is the one that hangs.
+
+                            """.utf8
+                        )
+                    )
+                    exit(1)
+                }
+            }
+        }
+        thread.name = "push-test-watchdog"
+        thread.start()
+        return true
+    }()
+
+    /// Starts the watchdog once per test process.
+    static func start() { _ = self.started }
+}

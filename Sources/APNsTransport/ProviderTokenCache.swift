@@ -104,7 +104,12 @@ public final class ProviderTokenCache: Sendable {
         var token = try ProviderToken.mint(for: self.key, at: now)
         self.state.withLock { $0.mints += 1 }
         if let store = self.store,
-            let stored = try? await store.save(token, teamID: self.key.teamID, keyID: self.key.keyID)
+            let stored = try? await store.save(
+                token,
+                teamID: self.key.teamID,
+                keyID: self.key.keyID,
+                minimumRefreshInterval: self.configuration.minimumRefreshInterval
+            )
         {
             token = stored
         }

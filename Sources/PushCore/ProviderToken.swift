@@ -19,6 +19,16 @@ public struct ProviderToken: Sendable, Hashable {
 public protocol ProviderTokenStore: Sendable {
     /// The newest token stored for a key, if any.
     func load(teamID: String, keyID: String) async throws -> ProviderToken?
-    /// Stores `token` unless a newer one is already there; returns the one that is stored now.
-    func save(_ token: ProviderToken, teamID: String, keyID: String) async throws -> ProviderToken
+    /// Stores `token` unless the stored one was minted less than `minimumRefreshInterval` before it, or
+    /// after it; returns the one that is stored now.
+    ///
+    /// The first of concurrent mints wins: two processes that both found no token and both minted one must
+    /// end up sending the same token, since APNs refuses a second token for a key within 20 minutes of the
+    /// first (TooManyProviderTokenUpdates) and keeps refusing it.
+    func save(
+        _ token: ProviderToken,
+        teamID: String,
+        keyID: String,
+        minimumRefreshInterval: TimeInterval
+    ) async throws -> ProviderToken
 }

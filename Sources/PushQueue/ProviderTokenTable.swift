@@ -31,15 +31,22 @@ public struct ProviderTokenTable: ProviderTokenStore {
         return nil
     }
 
-    public func save(_ token: ProviderToken, teamID: String, keyID: String) async throws -> ProviderToken {
-        // Insert, or replace an older token; then return whatever is stored (a newer one from another worker wins).
+    public func save(
+        _ token: ProviderToken,
+        teamID: String,
+        keyID: String,
+        minimumRefreshInterval: TimeInterval
+    ) async throws -> ProviderToken {
+        // Insert, or replace a token minted at least the minimum interval before this one; then return
+        // whatever is stored: a token another worker minted moments before this one wins, so both send it.
         let rows = try await self.client.query(
             """
             WITH upsert AS (
                 INSERT INTO push.provider_tokens AS t (team_id, key_id, jwt, issued_at)
                 VALUES (\(teamID), \(keyID), \(token.jwt), \(token.issuedAt))
                 ON CONFLICT (team_id, key_id) DO UPDATE SET jwt = excluded.jwt, issued_at = excluded.issued_at
-                 WHERE t.issued_at < excluded.issued_at OR t.issued_at > now() + interval '60 seconds'
+                 WHERE t.issued_at <= excluded.issued_at - make_interval(secs => \(minimumRefreshInterval))
+                    OR t.issued_at > now() + interval '60 seconds'
                 RETURNING jwt, issued_at
             )
             SELECT jwt, issued_at FROM upsert

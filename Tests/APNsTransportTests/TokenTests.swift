@@ -83,6 +83,24 @@ struct TokenTests {
         #expect(first.mintCount == 1)
     }
 
+    @Test(
+        "two processes that find no token and mint at once, a second apart, both send the first one stored, in either order"
+    )
+    func concurrentMintsShareTheFirst() async throws {
+        let base = Date(timeIntervalSince1970: 1_800_000_000)
+        for first in [base, base.addingTimeInterval(1)] {
+            let store = RacingTokenStore(firstToSave: first)
+            let a = ProviderTokenCache(key: Self.key, store: store, now: { base })
+            let b = ProviderTokenCache(key: Self.key, store: store, now: { base.addingTimeInterval(1) })
+            async let fromA = a.token()
+            async let fromB = b.token()
+            let (x, y) = try await (fromA, fromB)
+            #expect(a.mintCount == 1 && b.mintCount == 1, "both found no token and minted")
+            #expect(x == y, "one token for the key, or APNs answers TooManyProviderTokenUpdates to one of them")
+            #expect(x.issuedAt == first, "the first stored wins")
+        }
+    }
+
     @Test("concurrent senders share one token: the simulator sees one iat and the cache minted once")
     func sharedToken() async throws {
         try await Fixture.run { f in
@@ -293,11 +311,87 @@ struct ChannelTests {
 final class MemoryTokenStore: ProviderTokenStore {
     private let token = Mutex<ProviderToken?>(nil)
     func load(teamID: String, keyID: String) async throws -> ProviderToken? { self.token.withLock { $0 } }
-    func save(_ token: ProviderToken, teamID: String, keyID: String) async throws -> ProviderToken {
+    func save(
+        _ token: ProviderToken,
+        teamID: String,
+        keyID: String,
+        minimumRefreshInterval: TimeInterval
+    ) async throws -> ProviderToken {
         self.token.withLock { stored in
-            if let current = stored, current.issuedAt >= token.issuedAt { return current }
+            if let current = stored, current.issuedAt > token.issuedAt.addingTimeInterval(-minimumRefreshInterval) {
+                return current
+            }
             stored = token
             return token
+        }
+    }
+}
+
+/// Two processes racing: both load before either saves, and the save of the token minted at `firstToSave`
+/// lands first.
+final class RacingTokenStore: ProviderTokenStore {
+    private let inner = MemoryTokenStore()
+    private let firstToSave: Date
+    private let loads = Gate(arrivals: 2)
+    private let firstSaved = Gate(arrivals: 1)
+
+    init(firstToSave: Date) { self.firstToSave = firstToSave }
+
+    func load(teamID: String, keyID: String) async throws -> ProviderToken? {
+        let found = try await self.inner.load(teamID: teamID, keyID: keyID)
+        await self.loads.arrive()
+        return found
+    }
+
+    func save(
+        _ token: ProviderToken,
+        teamID: String,
+        keyID: String,
+        minimumRefreshInterval: TimeInterval
+    ) async throws -> ProviderToken {
+        let isFirst = token.issuedAt == self.firstToSave
+        if !isFirst { await self.firstSaved.wait() }
+        let stored = try await self.inner.save(
+            token,
+            teamID: teamID,
+            keyID: keyID,
+            minimumRefreshInterval: minimumRefreshInterval
+        )
+        if isFirst { await self.firstSaved.arrive() }
+        return stored
+    }
+}
+
+/// Opens once `arrivals` callers have arrived; `arrive` and `wait` return once it is open.
+final class Gate: Sendable {
+    private struct State {
+        var remaining: Int
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private let state: Mutex<State>
+
+    init(arrivals: Int) { self.state = Mutex(State(remaining: arrivals)) }
+
+    func arrive() async {
+        let opened = self.state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.remaining -= 1
+            guard state.remaining == 0 else { return [] }
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in opened { waiter.resume() }
+        await self.wait()
+    }
+
+    func wait() async {
+        await withCheckedContinuation { continuation in
+            let open = self.state.withLock { state -> Bool in
+                if state.remaining <= 0 { return true }
+                state.waiters.append(continuation)
+                return false
+            }
+            if open { continuation.resume() }
         }
     }
 }

@@ -107,11 +107,31 @@ struct FaultTests {
                     "b",
                     ["--log-level", "error", "--base-delay-ms", "50", "--max-delay-ms", "500"]
                 )
+                defer {
+                    b.signal(SIGKILL)
+                    b.reap()
+                }
                 try await Task.sleep(for: .milliseconds(killAfter))
                 kill(a.pid, SIGKILL)
                 a.reap()
-                try await f.waitUntil(.seconds(240), "every job terminal (seed \(seed))") {
-                    try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state NOT IN ('delivered')") == 0
+                do {
+                    try await f.waitUntil(.seconds(240), "every job terminal (seed \(seed))") {
+                        try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state NOT IN ('delivered')") == 0
+                    }
+                } catch {
+                    // Say which jobs are stuck and what the surviving worker said.
+                    let stuck = try await f.db.client.query(
+                        """
+                        SELECT row_to_json(j)::text FROM (
+                          SELECT id, state, attempts, transport_retries, run_at - now() AS due_in, locked_by,
+                                 locked_until - now() AS lease_left, reason, history
+                            FROM push.jobs WHERE state <> 'delivered' ORDER BY id LIMIT 5) j
+                        """
+                    ).decode(String.self).collect()
+                    Issue.record(
+                        "seed \(seed): stuck jobs: \(stuck.joined(separator: "\n"))\nworker b:\n\(b.output.suffix(4000))"
+                    )
+                    throw error
                 }
                 b.signal(SIGTERM)
                 #expect(b.wait() == 0, "seed \(seed)")

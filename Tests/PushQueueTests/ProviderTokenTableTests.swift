@@ -1,0 +1,47 @@
+import Foundation
+import PushCore
+import PushQueue
+import PushQueueTesting
+import Testing
+
+@Suite("Provider tokens shared through push.provider_tokens")
+struct ProviderTokenTableTests {
+    @Test(
+        "the first of concurrent mints stays stored; a token the minimum interval newer replaces it; an older never does"
+    )
+    func firstOfConcurrentMintsWins() async throws {
+        try await TestPostgres.withDatabase { db in
+            let table = ProviderTokenTable(client: db.client, logger: db.logger)
+            let minted = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 - 3_600).rounded(.down))
+            func token(_ name: String, _ offset: TimeInterval) -> ProviderToken {
+                ProviderToken(jwt: name, issuedAt: minted.addingTimeInterval(offset))
+            }
+            func save(_ token: ProviderToken) async throws -> String {
+                try await table.save(token, teamID: "TEAM", keyID: "KEY", minimumRefreshInterval: 20 * 60).jwt
+            }
+            // Another worker found no token either and minted a second later: it must send the first. A
+            // refresh once the interval has passed replaces it; an older token never comes back.
+            let steps: [(ProviderToken, String)] = [
+                (token("first", 0), "first"),
+                (token("a second later", 1), "first"),
+                (token("19 minutes later", 19 * 60), "first"),
+                (token("20 minutes later", 20 * 60), "20 minutes later"),
+                (token("older", 10), "20 minutes later"),
+            ]
+            for (offered, expected) in steps {
+                let stored = try await save(offered)
+                #expect(stored == expected, "offered \(offered.jwt)")
+                let loaded = try await table.load(teamID: "TEAM", keyID: "KEY")
+                #expect(loaded?.jwt == expected)
+            }
+            // Another key is another row.
+            let other = try await table.save(
+                token("other", 1),
+                teamID: "TEAM",
+                keyID: "KEY2",
+                minimumRefreshInterval: 1_200
+            )
+            #expect(other.jwt == "other")
+        }
+    }
+}

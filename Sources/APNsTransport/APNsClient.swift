@@ -216,6 +216,7 @@ public final class APNsClient: Sendable {
         }
         let pool = self.pool(for: PoolKey(endpoint: endpoint, credential: credential))
         var reMinted = false
+        var adoptedShared = false
         var reconnected = false
         var resends = 0
         while true {
@@ -239,6 +240,11 @@ public final class APNsClient: Sendable {
                     reMinted = true
                     _ = try await cache?.replace(token!)
                     continue
+                case (429, "TooManyProviderTokenUpdates") where !adoptedShared && token != nil:
+                    // APNs took another process's token for this key first: send with that one, once. A
+                    // 429 is a refusal, so the resend cannot deliver twice.
+                    adoptedShared = true
+                    if try await cache?.adoptShared(rejecting: token!) != nil { continue }
                 case (403, "UnrelatedKeyIdInToken") where !reconnected:
                     reconnected = true
                     await pool.discard(connection)

@@ -74,6 +74,22 @@ public final class ProviderTokenCache: Sendable {
         }
     }
 
+    /// APNs answered `TooManyProviderTokenUpdates` for `rejected`: it took another token for this key
+    /// first, another process's (two processes that raced to mint, a store that failed a save). Adopt the
+    /// stored token if it differs and is young enough; never mint (a mint would be one more update).
+    /// `nil`: nothing to adopt, the refusal stands.
+    public func adoptShared(rejecting rejected: ProviderToken) async throws -> ProviderToken? {
+        try await self.refreshLock.withLock {
+            if let current = self.state.withLock({ $0.current }), current != rejected { return current }
+            guard let store = self.store,
+                let shared = try? await store.load(teamID: self.key.teamID, keyID: self.key.keyID),
+                shared != rejected, self.now().timeIntervalSince(shared.issuedAt) < self.configuration.reuseFor
+            else { return nil }
+            self.state.withLock { $0.current = shared }
+            return shared
+        }
+    }
+
     private func fresh() -> ProviderToken? {
         let now = self.now()
         return self.state.withLock { state in

@@ -15,8 +15,9 @@ public enum ChildProcess {
         public var output: String
     }
 
-    /// Runs the command to completion. One still running after `limit` is killed (SIGKILL): its status is
-    /// then 137 and its output ends with a line saying so, so a hung command can never hang its caller.
+    /// Runs the command to completion. One still running after `limit` is stopped (SIGTERM, then SIGKILL):
+    /// its status is then 128 + the signal and its output ends with a line saying so, so a hung command can
+    /// never hang its caller.
     public static func run(
         _ executable: String,
         _ arguments: [String],
@@ -44,8 +45,8 @@ extension ChildProcess {
 
         /// Waits for it to exit and returns its exit code (128 + signal number when killed).
         ///
-        /// One still running after `limit` is killed (SIGKILL) and reaped, and its output gains a line saying
-        /// so: a child that ignores SIGTERM or hangs in its drain fails its caller with the reason instead of
+        /// One still running after `limit` is stopped (SIGTERM, then SIGKILL 5 s later) and reaped, and its
+        /// output gains a line saying so: a child that ignores SIGTERM or hangs in its drain fails its caller with the reason instead of
         /// hanging it (a test run, CI, a benchmark).
         public func wait(limit: Duration = .seconds(120)) -> Int32 { self.wait(killingAfter: limit).status }
 
@@ -64,12 +65,21 @@ extension ChildProcess {
                 }
                 if ContinuousClock.now >= deadline {
                     hung = true
-                    kill(self.pid, SIGKILL)
-                    while waitpid(self.pid, &status, 0) < 0 && errno == EINTR {}
-                    let line = "\n[killed with SIGKILL: still running \(limit) after the wait began]\n"
+                    // SIGTERM first: a wrapper (runuser, timeout) passes it on to the command it started,
+                    // which SIGKILL to the wrapper would leave running. Then SIGKILL.
+                    kill(self.pid, SIGTERM)
+                    let killAt = ContinuousClock.now + .seconds(5)
+                    while waitpid(self.pid, &status, WNOHANG) == 0 && ContinuousClock.now < killAt {
+                        usleep(20_000)
+                    }
+                    if kill(self.pid, 0) == 0 {
+                        kill(self.pid, SIGKILL)
+                        while waitpid(self.pid, &status, 0) < 0 && errno == EINTR {}
+                    }
+                    let line = "\n[stopped: still running \(limit) after the wait began]\n"
                     if let handle = FileHandle(forWritingAtPath: self.outputPath) {
-                        handle.seekToEndOfFile()
-                        handle.write(Data(line.utf8))
+                        _ = try? handle.seekToEnd()
+                        try? handle.write(contentsOf: Data(line.utf8))
                         try? handle.close()
                     }
                     break

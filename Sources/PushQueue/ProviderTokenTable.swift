@@ -37,23 +37,23 @@ public struct ProviderTokenTable: ProviderTokenStore {
         keyID: String,
         minimumRefreshInterval: TimeInterval
     ) async throws -> ProviderToken {
-        // Insert, or replace a token minted at least the minimum interval before this one; then return
-        // whatever is stored: a token another worker minted moments before this one wins, so both send it.
+        // Insert, or replace a token minted at least the minimum interval before this one (or one "issued"
+        // in the future); either way return the row as it now stands: a token another worker minted moments
+        // before this one wins, so both send it. ON CONFLICT sees the newest committed row even when this
+        // statement's snapshot predates it (two workers inserting at once), so the answer always comes
+        // from the update's RETURNING, never from a second read under the old snapshot.
         let rows = try await self.client.query(
             """
-            WITH upsert AS (
-                INSERT INTO push.provider_tokens AS t (team_id, key_id, jwt, issued_at)
-                VALUES (\(teamID), \(keyID), \(token.jwt), \(token.issuedAt))
-                ON CONFLICT (team_id, key_id) DO UPDATE SET jwt = excluded.jwt, issued_at = excluded.issued_at
-                 WHERE t.issued_at <= excluded.issued_at - make_interval(secs => \(minimumRefreshInterval))
-                    OR t.issued_at > now() + interval '60 seconds'
-                RETURNING jwt, issued_at
-            )
-            SELECT jwt, issued_at FROM upsert
-            UNION ALL
-            SELECT jwt, issued_at FROM push.provider_tokens
-             WHERE team_id = \(teamID) AND key_id = \(keyID) AND NOT EXISTS (SELECT 1 FROM upsert)
-               AND issued_at <= now() + interval '60 seconds'
+            INSERT INTO push.provider_tokens AS t (team_id, key_id, jwt, issued_at)
+            VALUES (\(teamID), \(keyID), \(token.jwt), \(token.issuedAt))
+            ON CONFLICT (team_id, key_id) DO UPDATE SET
+                jwt = CASE WHEN t.issued_at <= excluded.issued_at - make_interval(secs => \(minimumRefreshInterval))
+                             OR t.issued_at > now() + interval '60 seconds'
+                           THEN excluded.jwt ELSE t.jwt END,
+                issued_at = CASE WHEN t.issued_at <= excluded.issued_at - make_interval(secs => \(minimumRefreshInterval))
+                                   OR t.issued_at > now() + interval '60 seconds'
+                                 THEN excluded.issued_at ELSE t.issued_at END
+            RETURNING jwt, issued_at
             """,
             logger: self.logger
         )

@@ -29,7 +29,8 @@ func runPGBench(url: DatabaseURL, batch: Int, seconds: Int, clients: Int = 1, sq
             "pgbench", "-n", "-M", "prepared", "-c", String(clients), "-j", String(min(clients, 2)), "-T",
             String(seconds), "-D", "batch=\(batch)",
             "-f", script, url.connectionString,
-        ]
+        ],
+        limit: .seconds(seconds + 120)
     )
     guard result.status == 0,
         let line = result.output.split(separator: "\n").first(where: { $0.hasPrefix("tps = ") }),

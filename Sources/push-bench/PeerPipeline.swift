@@ -105,7 +105,8 @@ struct PeerPipeline {
     private func enqueue(_ jobs: Int) throws {
         let result = try ChildProcess.run(
             self.python,
-            [self.script, "enqueue", "--dsn", self.url.connectionString, "--jobs", String(jobs)]
+            [self.script, "enqueue", "--dsn", self.url.connectionString, "--jobs", String(jobs)],
+            limit: .seconds(3_600)
         )
         guard result.status == 0 else {
             throw ValidationError("the peer's enqueue failed: \(result.output.suffix(2000))")

@@ -125,7 +125,9 @@ struct TransportBenchmark: AsyncParsableCommand {
         let command = arguments
         let result: ChildProcess.Result = try await withCheckedThrowingContinuation { continuation in
             let thread = Thread {
-                continuation.resume(with: Result { try ChildProcess.run("/usr/bin/env", command) })
+                continuation.resume(
+                    with: Result { try ChildProcess.run("/usr/bin/env", command, limit: .seconds(3_600)) }
+                )
             }
             thread.start()
         }

@@ -101,6 +101,50 @@ struct TokenTests {
         }
     }
 
+    @Test(
+        "TooManyProviderTokenUpdates: a worker whose own token lost to another's adopts the stored one and is delivered"
+    )
+    func adoptsTheStoredTokenAfterTooManyUpdates() async throws {
+        let shared = MemoryTokenStore()
+        try await Fixture.run(
+            // This worker's store takes no saves (a failed write): it keeps the token it mints.
+            tokenCache: { key in ProviderTokenCache(key: key, store: ReadOnlyTokenStore(inner: shared)) }
+        ) { f in
+            let cache = try #require(f.client.tokenCache(for: "default"))
+            let own = try await cache.token()
+            // Another worker, its clock 5 s behind, mints, stores and sends first: APNs takes its token.
+            let caFile = FileManager.default.temporaryDirectory.appendingPathComponent("sim-ca-\(UUID()).pem").path
+            try f.simulator.writeCACertificate(to: caFile)
+            defer { try? FileManager.default.removeItem(atPath: caFile) }
+            let other = try APNsClient(
+                configuration: .init(
+                    endpointOverride: APNsEndpoint(host: "localhost", port: f.simulator.port),
+                    caFile: caFile,
+                    connectionsPerPool: 1,
+                    requestTimeout: .seconds(5)
+                ),
+                credentials: ["default": f.key],
+                tokenCaches: [
+                    "default": ProviderTokenCache(key: f.key, store: shared, now: { Date().addingTimeInterval(-5) })
+                ],
+                logger: Fixture.logger
+            )
+            let first = try await other.send(try Fixture.alert(Fixture.token()), credential: "default")
+            await other.shutdown()
+            #expect(first.status == 200)
+            let stored = try #require(try await shared.load(teamID: f.key.teamID, keyID: f.key.keyID))
+            #expect(stored != own)
+
+            let response = try await f.send(try Fixture.alert(Fixture.token()))
+            #expect(response.status == 200, "\(response.status) \(response.reason ?? "")")
+            let lastTwo = Array(f.simulator.requests.suffix(2))
+            #expect(lastTwo.map(\.status) == [429, 200], "refused with its own token, then delivered")
+            #expect(lastTwo.last?.tokenIssuedAt == Int64(stored.issuedAt.timeIntervalSince1970), "with the stored one")
+            #expect(cache.mintCount == 1, "no mint after the refusal")
+            #expect(try await cache.token() == stored)
+        }
+    }
+
     @Test("concurrent senders share one token: the simulator sees one iat and the cache minted once")
     func sharedToken() async throws {
         try await Fixture.run { f in
@@ -394,4 +438,20 @@ final class Gate: Sendable {
             if open { continuation.resume() }
         }
     }
+}
+
+/// A store whose saves fail (Postgres unreachable at that moment): loads come from `inner`.
+final class ReadOnlyTokenStore: ProviderTokenStore {
+    struct Refused: Error {}
+    let inner: MemoryTokenStore
+    init(inner: MemoryTokenStore) { self.inner = inner }
+    func load(teamID: String, keyID: String) async throws -> ProviderToken? {
+        try await self.inner.load(teamID: teamID, keyID: keyID)
+    }
+    func save(
+        _ token: ProviderToken,
+        teamID: String,
+        keyID: String,
+        minimumRefreshInterval: TimeInterval
+    ) async throws -> ProviderToken { throw Refused() }
 }

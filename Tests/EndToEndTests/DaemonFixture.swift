@@ -7,6 +7,7 @@ import PushEmbeddedPostgres
 import PushProcess
 import PushQueue
 import PushQueueTesting
+import Synchronization
 import Testing
 
 /// The real `push-worker` binary against a test database and an in-process simulator over real TLS.
@@ -17,6 +18,23 @@ struct DaemonFixture: Sendable {
     let caFile: String
     let keyPath: String
     let credentials: SimulatorCredentials
+    /// The workers this fixture started: any still running when its test ends (a failed wait threw before
+    /// the test stopped it) is killed, so it cannot compete for the cores with the tests after it.
+    let children = Children()
+
+    final class Children: Sendable {
+        private let pids = Mutex<[pid_t]>([])
+        func add(_ pid: pid_t) { self.pids.withLock { $0.append(pid) } }
+        /// Kills and reaps those not yet reaped; one already reaped (by its test) is left alone.
+        func killRunning() {
+            for pid in self.pids.withLock({ $0 }) {
+                var status: Int32 = 0
+                guard waitpid(pid, &status, WNOHANG) == 0 else { continue }
+                kill(pid, SIGKILL)
+                while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+            }
+        }
+    }
 
     /// The push-worker executable next to the test bundle.
     static var binary: String {
@@ -44,16 +62,16 @@ struct DaemonFixture: Sendable {
             defer { try? FileManager.default.removeItem(atPath: directory) }
             return try await simulator.run { simulator in
                 let caFile = try simulator.writeCACertificate(to: directory + "/ca.pem")
-                return try await body(
-                    DaemonFixture(
-                        db: db,
-                        simulator: simulator,
-                        directory: directory,
-                        caFile: caFile,
-                        keyPath: credentials.keyPath,
-                        credentials: credentials
-                    )
+                let fixture = DaemonFixture(
+                    db: db,
+                    simulator: simulator,
+                    directory: directory,
+                    caFile: caFile,
+                    keyPath: credentials.keyPath,
+                    credentials: credentials
                 )
+                defer { fixture.children.killRunning() }
+                return try await body(fixture)
             }
         }
     }
@@ -71,12 +89,14 @@ struct DaemonFixture: Sendable {
                 "--base-delay-ms", "20", "--max-delay-ms", "100", "--poll-interval-ms", "200", "--log-level", "warning",
                 "--metrics-port", "0", "--metrics-host", "127.0.0.1",
             ] + extra
-        return try ChildProcess.start(
+        let worker = try ChildProcess.start(
             Self.binary,
             arguments,
             environment: self.environment.merging(more) { $1 },
             outputPath: self.directory + "/\(name).log"
         )
+        self.children.add(worker.pid)
+        return worker
     }
 
     /// The port a worker printed for its metrics and health endpoint.

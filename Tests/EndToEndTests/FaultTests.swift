@@ -107,10 +107,6 @@ struct FaultTests {
                     "b",
                     ["--log-level", "error", "--base-delay-ms", "50", "--max-delay-ms", "500"]
                 )
-                defer {
-                    b.signal(SIGKILL)
-                    b.reap()
-                }
                 try await Task.sleep(for: .milliseconds(killAfter))
                 kill(a.pid, SIGKILL)
                 a.reap()

@@ -44,4 +44,31 @@ struct ProviderTokenTableTests {
             #expect(other.jwt == "other")
         }
     }
+    @Test("two workers saving at once: the one whose INSERT waited on the other's gets the other's token")
+    func concurrentSavesAgree() async throws {
+        try await TestPostgres.withDatabase { db in
+            let table = ProviderTokenTable(client: db.client, logger: db.logger)
+            let minted = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 - 60).rounded(.down))
+            try await db.client.withConnection { first in
+                // The first worker's INSERT, not yet committed when the second worker's statement starts.
+                try await first.query("BEGIN", logger: db.logger)
+                try await first.query(
+                    "INSERT INTO push.provider_tokens (team_id, key_id, jwt, issued_at) VALUES ('TEAM', 'KEY', 'first', \(minted))",
+                    logger: db.logger
+                )
+                async let second = table.save(
+                    ProviderToken(jwt: "second", issuedAt: minted.addingTimeInterval(1)),
+                    teamID: "TEAM",
+                    keyID: "KEY",
+                    minimumRefreshInterval: 20 * 60
+                )
+                try await Task.sleep(for: .milliseconds(300))
+                try await first.query("COMMIT", logger: db.logger)
+                let stored = try await second
+                #expect(stored.jwt == "first", "the second worker must send the token the first one stored")
+            }
+            let loaded = try await table.load(teamID: "TEAM", keyID: "KEY")
+            #expect(loaded?.jwt == "first")
+        }
+    }
 }

@@ -62,7 +62,17 @@ struct ProviderTokenTableTests {
                     keyID: "KEY",
                     minimumRefreshInterval: 20 * 60
                 )
-                try await Task.sleep(for: .milliseconds(300))
+                // Commit only once the second statement waits on the first's row lock: otherwise it would
+                // start after the commit and prove nothing.
+                var waited = false
+                for _ in 0..<200 where !waited {
+                    waited =
+                        try await db.int64(
+                            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                        ) > 0
+                    if !waited { try await Task.sleep(for: .milliseconds(25)) }
+                }
+                #expect(waited, "the second save never waited on the first's INSERT")
                 try await first.query("COMMIT", logger: db.logger)
                 let stored = try await second
                 #expect(stored.jwt == "first", "the second worker must send the token the first one stored")

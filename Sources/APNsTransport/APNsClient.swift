@@ -244,7 +244,16 @@ public final class APNsClient: Sendable {
                     // APNs took another process's token for this key first: send with that one, once. A
                     // 429 is a refusal, so the resend cannot deliver twice.
                     adoptedShared = true
-                    if try await cache?.adoptShared(rejecting: token!) != nil { continue }
+                    if try await cache?.adoptShared(rejecting: token!) != nil {
+                        // On a new connection: APNs may count a token change on one connection as an update.
+                        self.notProcessed.withLock { $0 += 1 }
+                        self.logger.warning(
+                            "APNs took another worker's provider token for this key first; sending with that one",
+                            metadata: ["push.credential": "\(credential)"]
+                        )
+                        await pool.discard(connection)
+                        continue
+                    }
                 case (403, "UnrelatedKeyIdInToken") where !reconnected:
                     reconnected = true
                     await pool.discard(connection)

@@ -16,8 +16,8 @@ public enum ChildProcess {
     }
 
     /// Runs the command to completion. One still running after `limit` is stopped (SIGTERM, then SIGKILL):
-    /// its status is then 128 + the signal and its output ends with a line saying so, so a hung command can
-    /// never hang its caller.
+    /// its status is then 128 + the signal (124 if it exited on its own after the SIGTERM) and its output
+    /// ends with a line saying so, so a hung command can never hang its caller.
     public static func run(
         _ executable: String,
         _ arguments: [String],
@@ -69,10 +69,13 @@ extension ChildProcess {
                     // which SIGKILL to the wrapper would leave running. Then SIGKILL.
                     kill(self.pid, SIGTERM)
                     let killAt = ContinuousClock.now + .seconds(5)
-                    while waitpid(self.pid, &status, WNOHANG) == 0 && ContinuousClock.now < killAt {
-                        usleep(20_000)
-                    }
-                    if kill(self.pid, 0) == 0 {
+                    var reaped: pid_t
+                    repeat {
+                        reaped = waitpid(self.pid, &status, WNOHANG)
+                        if reaped == 0 { usleep(20_000) }
+                    } while (reaped == 0 && ContinuousClock.now < killAt) || (reaped < 0 && errno == EINTR)
+                    // Still ours and unreaped (never signal a pid once reaped: it may be another process's).
+                    if reaped == 0 {
                         kill(self.pid, SIGKILL)
                         while waitpid(self.pid, &status, 0) < 0 && errno == EINTR {}
                     }
@@ -87,7 +90,9 @@ extension ChildProcess {
                 usleep(pause)
                 pause = min(pause * 2, 20_000)
             }
-            return ((status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f), hung)
+            let code = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+            // A child that handled the SIGTERM and exited 0 was still stopped: never report that as success.
+            return (hung && code < 128 ? 124 : code, hung)
         }
 
         /// Everything it printed so far.

@@ -12,7 +12,7 @@ enum TestWatchdog {
         // Long mode (ten fault schedules, the 10,000-job storm) may take an hour and more.
         let long = ProcessInfo.processInfo.environment["PUSH_LONG_TESTS"] == "1"
         let given = ProcessInfo.processInfo.environment["PUSH_TEST_RUN_LIMIT_MINUTES"].flatMap { Double($0) }
-        let minutes = given.flatMap { $0 > 0 ? $0 : nil } ?? (long ? 180 : 30)
+        let minutes = given.flatMap { $0 > 0 && $0 <= 10_000 ? $0 : nil } ?? (long ? 180 : 30)
         let deadline = ContinuousClock.now + .seconds(minutes * 60)
         let thread = Thread {
             while true {

@@ -112,7 +112,7 @@ struct TokenTests {
         ) { f in
             let cache = try #require(f.client.tokenCache(for: "default"))
             let own = try await cache.token()
-            // Another worker, its clock 5 s behind, mints, stores and sends first: APNs takes its token.
+            // Another worker, its clock 2 minutes behind, mints, stores and sends first: APNs takes its token.
             let caFile = FileManager.default.temporaryDirectory.appendingPathComponent("sim-ca-\(UUID()).pem").path
             try f.simulator.writeCACertificate(to: caFile)
             defer { try? FileManager.default.removeItem(atPath: caFile) }
@@ -125,7 +125,7 @@ struct TokenTests {
                 ),
                 credentials: ["default": f.key],
                 tokenCaches: [
-                    "default": ProviderTokenCache(key: f.key, store: shared, now: { Date().addingTimeInterval(-5) })
+                    "default": ProviderTokenCache(key: f.key, store: shared, now: { Date().addingTimeInterval(-120) })
                 ],
                 logger: Fixture.logger
             )

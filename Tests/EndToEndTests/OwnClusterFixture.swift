@@ -15,6 +15,8 @@ struct OwnClusterFixture: Sendable {
     let simulator: APNsSimulator
     let caFile: String
     let environment: [String: String]
+    /// Workers still running when the test ends are killed (see ``DaemonFixture/Children``).
+    let children = DaemonFixture.Children()
 
     static func run(
         _ label: String,
@@ -46,22 +48,22 @@ struct OwnClusterFixture: Sendable {
                 "APNS_KEY_ID": credentials.keyID,
                 "APNS_TEAM_ID": credentials.teamID,
             ]
-            try await body(
-                OwnClusterFixture(
-                    cluster: cluster,
-                    url: url,
-                    directory: directory,
-                    simulator: simulator,
-                    caFile: caFile,
-                    environment: environment
-                )
+            let fixture = OwnClusterFixture(
+                cluster: cluster,
+                url: url,
+                directory: directory,
+                simulator: simulator,
+                caFile: caFile,
+                environment: environment
             )
+            defer { fixture.children.killRunning() }
+            try await body(fixture)
         }
     }
 
     /// Starts `push-worker run` against this cluster and the simulator; `extra` adds flags.
     func startWorker(_ name: String, _ extra: [String] = []) throws -> ChildProcess.Running {
-        try ChildProcess.start(
+        let worker = try ChildProcess.start(
             DaemonFixture.binary,
             [
                 "run", "--worker-id", name, "--apns-endpoint", "https://localhost:\(self.simulator.port)",
@@ -71,6 +73,8 @@ struct OwnClusterFixture: Sendable {
             environment: self.environment,
             outputPath: self.directory + "/\(name).log"
         )
+        self.children.add(worker.pid)
+        return worker
     }
 
     /// One SQL statement through psql (a connection of its own); its output, trimmed.

@@ -50,15 +50,32 @@ public enum PushType: String, Sendable, Hashable, CaseIterable, Codable {
 
     /// The suffix `topic` already carries, if any: `.voip`, `.push-type.liveactivity`, or any `.push-type.…`.
     public static func suffix(in topic: String) -> String? {
+        // Bytes for ASCII topics (every bundle id): Foundation's range(of:) went through CFString, and the
+        // standard library's firstRange(of:) through a generic searcher, at 6 % of a worker's samples.
+        if let answer = topic.utf8.withContiguousStorageIfAvailable({ Self.asciiSuffix(in: $0) }), let answer {
+            return answer
+        }
+        // Non-ASCII: range(of:) and hasSuffix match by canonical equivalence, which a byte search does not.
         if let known = knownTopicSuffixes.first(where: { topic.hasSuffix($0) }) { return known }
-        // A byte search: Foundation's range(of:) went through CFString for every job. Only for ASCII topics
-        // (every bundle id): range(of:) matches by canonical equivalence, which a byte search does not.
-        guard topic.utf8.allSatisfy({ $0 < 0x80 }) else {
-            return topic.range(of: ".push-type.").map { String(topic[$0.lowerBound...]) }
+        return topic.range(of: ".push-type.").map { String(topic[$0.lowerBound...]) }
+    }
+
+    private static let knownTopicSuffixBytes = knownTopicSuffixes.map { ($0, Array($0.utf8)) }
+    private static let pushTypeMarker = Array(".push-type.".utf8)
+
+    /// `nil`: not ASCII, ask Foundation; `.some(nil)`: no suffix.
+    private static func asciiSuffix(in bytes: UnsafeBufferPointer<UInt8>) -> String?? {
+        guard bytes.allSatisfy({ $0 < 0x80 }) else { return nil }
+        for (known, knownBytes) in knownTopicSuffixBytes
+        where bytes.count >= knownBytes.count && bytes.suffix(knownBytes.count).elementsEqual(knownBytes) {
+            return .some(known)
         }
-        if let range = topic.utf8.firstRange(of: ".push-type.".utf8) {
-            return String(decoding: topic.utf8[range.lowerBound...], as: UTF8.self)
+        let marker = Self.pushTypeMarker
+        guard bytes.count >= marker.count else { return .some(nil) }
+        search: for start in 0...(bytes.count - marker.count) {
+            for offset in 0..<marker.count where bytes[start + offset] != marker[offset] { continue search }
+            return .some(String(decoding: UnsafeBufferPointer(rebasing: bytes[start...]), as: UTF8.self))
         }
-        return nil
+        return .some(nil)
     }
 }

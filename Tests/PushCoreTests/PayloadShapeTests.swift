@@ -165,8 +165,29 @@ struct PayloadShapeTests {
     "a.push-type.b.push-type.c", ".push-type.", "com.exämple.push-type.x", "push-type", "",
 ])
 func topicSuffixSearchGivesFoundationsAnswer(_ topic: String) {
-    let foundation =
-        PushType.knownTopicSuffixes.first(where: { topic.hasSuffix($0) })
+    #expect(PushType.suffix(in: topic) == foundationsTopicSuffix(topic), "\(topic)")
+}
+
+func foundationsTopicSuffix(_ topic: String) -> String? {
+    PushType.knownTopicSuffixes.first(where: { topic.hasSuffix($0) })
         ?? topic.range(of: ".push-type.").map { String(topic[$0.lowerBound...]) }
-    #expect(PushType.suffix(in: topic) == foundation, "\(topic)")
+}
+
+/// Random topics built from the pieces that matter (dots, the marker, known suffixes, a combining accent)
+/// give Foundation's answer; the seed is printed, `PUSH_PAYLOAD_SEED=N` replays it.
+@Test func randomTopicsGiveFoundationsAnswer() {
+    let seed =
+        ProcessInfo.processInfo.environment["PUSH_PAYLOAD_SEED"].flatMap { UInt64($0) }
+        ?? UInt64.random(in: 1...999_999)
+    print("topic suffix seed \(seed) (PUSH_PAYLOAD_SEED=\(seed) replays it)")
+    var random = PayloadShapeTests.SplitMix(state: seed)
+    let pieces = [
+        "com", "example", ".", "app", ".push-type.", "push-type", ".voip", "voip", ".complication", "liveactivity",
+        ".push-type.liveactivity", "\u{301}", "é", "-", "x", "",
+    ]
+    for _ in 0..<5_000 {
+        let topic = (0..<Int.random(in: 0...6, using: &random)).map { _ in pieces.randomElement(using: &random)! }
+            .joined()
+        #expect(PushType.suffix(in: topic) == foundationsTopicSuffix(topic), "seed \(seed): \(topic)")
+    }
 }

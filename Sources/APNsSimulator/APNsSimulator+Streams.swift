@@ -234,8 +234,11 @@ extension APNsSimulator {
         let action = self.state.withLock { state -> FaultAction in
             if let goAway = state.goAways[connectionID] {
                 state.faults.openedAfterGoAway += 1
-                if now - goAway.at > .seconds(1) { state.faults.openedLateAfterGoAway += 1 }
-                state.faults.maxLatenessAfterGoAway = max(state.faults.maxLatenessAfterGoAway, now - goAway.at)
+                // Late only once the GOAWAY has reached the socket: before that the client cannot know.
+                if let written = state.goAwayWrittenAt[connectionID] {
+                    if now - written > .seconds(1) { state.faults.openedLateAfterGoAway += 1 }
+                    state.faults.maxLatenessAfterGoAway = max(state.faults.maxLatenessAfterGoAway, now - written)
+                }
                 if streamID > goAway.last {
                     state.faults.unansweredAfterGoAway += 1
                     return .silent
@@ -288,7 +291,14 @@ extension APNsSimulator {
                     opaqueData: ByteBuffer(string: #"{"reason":"Shutdown"}"#)
                 )
             )
-            connection.writeAndFlush(frame, promise: nil)
+            // Lateness counts from when the GOAWAY reached the socket: behind a backlog of answers on a
+            // loaded machine it may leave much later than it was decided, and the client cannot read it
+            // before then.
+            let written = connection.eventLoop.makePromise(of: Void.self)
+            written.futureResult.whenSuccess {
+                self.state.withLock { $0.goAwayWrittenAt[connectionID] = .now }
+            }
+            connection.writeAndFlush(frame, promise: written)
             connection.eventLoop.scheduleTask(
                 in: .nanoseconds(
                     Int64(plan.goAwayGrace.components.seconds) * 1_000_000_000 + plan.goAwayGrace.components.attoseconds

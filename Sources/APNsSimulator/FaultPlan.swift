@@ -50,10 +50,11 @@ public struct FaultCounters: Sendable, Hashable {
     public var answeredAboveGoAway = 0
     /// Requests that arrived on a connection after the simulator sent it GOAWAY.
     public var openedAfterGoAway = 0
-    /// Of those, how many arrived more than 1 s after the GOAWAY: the client had long had it to read
+    /// Of those, how many arrived more than 1 s after the GOAWAY was written to the socket (not when it
+    /// was decided: behind a backlog of answers it leaves later): the client had long had it to read
     /// (earlier ones were on the wire, or waited for a busy event loop to read the frame).
     public var openedLateAfterGoAway = 0
-    /// The latest any request arrived after its connection's GOAWAY was sent.
+    /// The latest any request arrived after its connection's GOAWAY was written to the socket.
     public var maxLatenessAfterGoAway: Duration = .zero
     /// 200s per apns-id, counted when the answer was written.
     public var okAnswers: [String: Int] = [:]

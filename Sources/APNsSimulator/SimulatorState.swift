@@ -22,6 +22,8 @@ struct SimulatorState {
     var faults = FaultCounters()
     /// Per connection: the GOAWAY the simulator sent (last stream id, when).
     var goAways: [Int: (last: Int, at: ContinuousClock.Instant)] = [:]
+    /// When each connection's GOAWAY was written to its socket (lateness counts from there).
+    var goAwayWrittenAt: [Int: ContinuousClock.Instant] = [:]
     /// Per connection: the highest stream whose answer the simulator has committed to write. A GOAWAY's
     /// last-stream-id is never below it: a stream being answered was processed.
     var answeringStreamID: [Int: Int] = [:]

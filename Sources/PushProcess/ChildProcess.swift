@@ -46,8 +46,8 @@ extension ChildProcess {
         /// Waits for it to exit and returns its exit code (128 + signal number when killed).
         ///
         /// One still running after `limit` is stopped (SIGTERM, then SIGKILL 5 s later) and reaped, and its
-        /// output gains a line saying so: a child that ignores SIGTERM or hangs in its drain fails its caller with the reason instead of
-        /// hanging it (a test run, CI, a benchmark).
+        /// output gains a line saying so: a child that ignores SIGTERM or hangs in its drain fails its
+        /// caller with the reason instead of hanging it (a test run, CI, a benchmark).
         public func wait(limit: Duration = .seconds(120)) -> Int32 { self.wait(killingAfter: limit).status }
 
         /// ``wait(limit:)``, also saying whether the limit was reached and the child killed.

@@ -5,8 +5,8 @@ import Foundation
 /// Test output to a pipe is block-buffered, so a run that hangs shows a log cut at a 4 KiB boundary, tests
 /// before the one that hangs. Every second this flushes the process's output streams; and a run longer
 /// than `PUSH_TEST_RUN_LIMIT_MINUTES` (30 by default, the quick run takes about 7; 180 with
-/// `PUSH_LONG_TESTS=1`) says so and exits 1,
-/// so CI reports a failure at the test that was running instead of a silent timeout.
+/// `PUSH_LONG_TESTS=1`) says so and exits 1, so CI reports a failure at the test that was running
+/// instead of a silent timeout.
 enum TestWatchdog {
     private static let started: Bool = {
         // Long mode (ten fault schedules, the 10,000-job storm) may take an hour and more.

@@ -135,11 +135,13 @@ struct DatabaseOptions: ParsableArguments {
 /// An error the CLI prints as one sentence and exits 1 for.
 struct CLIError: Error, CustomStringConvertible {
     var description: String
-    init(_ description: String) { self.description = description }
+    /// The message may quote the database (a topic, a reason): it is escaped for the terminal here, as
+    /// ArgumentParser prints it raw.
+    init(_ description: String) { self.description = TerminalText.escaped(description) }
 }
 
 func printError(_ message: String) {
-    FileHandle.standardError.write(Data(("push-worker: " + message + "\n").utf8))
+    FileHandle.standardError.write(Data(("push-worker: " + TerminalText.escaped(message) + "\n").utf8))
 }
 
 /// `LoggingSystem.bootstrap` may run once per process.

@@ -115,6 +115,32 @@ struct APNsFeatureTests {
         }
     }
 
+    @Test("text output never passes a control character from the database to the terminal")
+    func controlCharactersAreEscaped() async throws {
+        try await DaemonFixture.run { f in
+            // push.dead_jobs has no constraint on its text: anyone with INSERT there writes what an operator reads.
+            try await f.db.execute(
+                """
+                INSERT INTO push.dead_jobs (id, topic, device_token, payload, push_type, environment, credential,
+                                            run_at, apns_id, attempts, reason, created_at, error, first_attempt_at)
+                VALUES (3, 'com.example.app' || chr(27) || ']0;owned' || chr(7), '\(DaemonFixture.token(3))',
+                        '{"aps":{"alert":"x"}}', 'alert', 'production', 'default', now(), gen_random_uuid(), 3,
+                        'Bad' || chr(27) || '[2J', now(), 'gave up ' || chr(8238) || 'txt.exe' || chr(155) || 'H',
+                        now())
+                """
+            )
+            for arguments in [["describe", "3"], ["dead", "list"], ["dead", "show", "3"]] {
+                let result = try f.cli(arguments)
+                let scalars = result.output.unicodeScalars.map(\.value)
+                #expect(
+                    !scalars.contains(where: { [0x1B, 0x07, 0x9B, 0x202E].contains($0) }),
+                    "\(arguments): a raw control character reached the output: \(result.output.debugDescription)"
+                )
+                #expect(result.output.contains("\\u{1B}"), "\(arguments): \(result.output)")
+            }
+        }
+    }
+
     @Test(
         "a key APNs refuses: its claimed jobs are held unsent and uncounted, other credentials keep sending, one log line per pause, sending resumes once the key is accepted"
     )

@@ -78,6 +78,22 @@ public struct RetryPolicy: Sendable, Hashable {
         maxAttempts: Int? = nil,
         environment: [String: String] = ProcessInfo.processInfo.environment
     ) {
+        self.init(
+            configuration,
+            priority: priority,
+            maxAttempts: maxAttempts,
+            killSwitch: Self.killSwitchIsSet(in: environment)
+        )
+    }
+
+    /// Whether `environment` sets ``killSwitchVariable`` (to anything but the empty string). A worker reads
+    /// it once at start, not per job.
+    public static func killSwitchIsSet(in environment: [String: String]) -> Bool {
+        !(environment[Self.killSwitchVariable] ?? "").isEmpty
+    }
+
+    /// The policy for one job, with the kill switch already read.
+    public init(_ configuration: Configuration, priority: Int, maxAttempts: Int?, killSwitch: Bool) {
         var retries = max(configuration.maxRetries, 0)
         var base = configuration.baseDelay
         var cap = configuration.maxDelay
@@ -92,7 +108,7 @@ public struct RetryPolicy: Sendable, Hashable {
             retries = max(maxAttempts - 1, 0)
             limit = .maxAttempts(maxAttempts)
         }
-        if let kill = environment[Self.killSwitchVariable], !kill.isEmpty {
+        if killSwitch {
             retries = 0
             limit = .killSwitch
         }

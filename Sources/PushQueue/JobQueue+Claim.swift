@@ -207,13 +207,14 @@ extension JobQueue {
                    AND o.id < c.id AND o.run_at <= now()
                 RETURNING o.id
             )
-            SELECT \(unescaped: Self.jobColumns),
+            -- Read by position (RowCursor): the claim's own columns, then the job's.
+            SELECT m.superseded_count, m.limited_ms,
                    (SELECT t.invalidated_at FROM push.invalid_tokens AS t
                      WHERE t.device_token = j.device_token AND t.topic = j.topic AND t.environment = j.environment
                        AND t.invalidated_at > j.created_at) AS token_invalidated_at,
                    (SELECT b.start + make_interval(secs => (p.k - 1) / b.per_second)
                       FROM picked AS p JOIN budgets AS b ON b.id = p.scope WHERE p.id = j.id) AS send_at,
-                   m.superseded_count, m.limited_ms
+                   \(unescaped: Self.jobColumns)
               FROM (SELECT (SELECT count(*) FROM superseded) AS superseded_count,
                            -- A schedule now full (or one that had no room): when its next slot opens.
                            (SELECT ceil(min(w) * 1000)::bigint FROM (
@@ -232,17 +233,20 @@ extension JobQueue {
         jobs.reserveCapacity(limit)
         var undecodable: [(id: Int64, attempt: Int, error: String)] = []
         for try await row in rows {
-            let c = row.makeRandomAccess()
-            superseded = Int(try c["superseded_count"].decode(Int64.self))
-            limitedMs = try c["limited_ms"].decode(Int64?.self)
+            var cursor = RowCursor(row)
+            superseded = Int(try cursor.next(Int64.self))
+            limitedMs = try cursor.next(Int64?.self)
+            let tokenInvalidatedAt = try cursor.next(Date?.self)
+            let sendAt = try cursor.next(Date?.self)
             // The one row of a claim that took nothing carries only the counts.
-            guard try c["id"].decode(Int64?.self) != nil else { continue }
+            if cursor.nextIsNull() { continue }
             do {
-                var job = try Self.decodeJob(row)
-                job.tokenInvalidatedAt = try c["token_invalidated_at"].decode(Date?.self)
-                job.sendAt = try c["send_at"].decode(Date?.self)
+                var job = try Self.decodeJob(&cursor)
+                job.tokenInvalidatedAt = tokenInvalidatedAt
+                job.sendAt = sendAt
                 jobs.append(job)
             } catch {
+                let c = row.makeRandomAccess()
                 // A row the schema let through but Swift cannot read: it must not fail its batch (the claim
                 // has committed). It goes to the dead letters, fenced by its attempt, with what was wrong.
                 undecodable.append(
@@ -272,39 +276,44 @@ extension JobQueue {
         )
     }
 
-    /// The columns `decodeJob` reads, by name.
+    /// The columns `decodeJob` reads, by position: the order here is the order there.
     static let jobColumns = """
         j.id, j.apns_id, j.topic, j.device_token, j.channel_id, j.payload::text AS payload, j.push_type, j.priority,
         j.environment, j.credential, j.collapse_id, j.deliver_once, j.expires_at, j.run_at, j.max_attempts, j.attempts,
-        j.trap_ids, j.created_at, j.first_attempt_at, j.transport_retries, j.coalesce_key, now() AS db_now
+        j.trap_ids, j.created_at, j.first_attempt_at, j.transport_retries, now() AS db_now, j.coalesce_key
         """
 
-    /// A job from a row that selected ``jobColumns``; columns are read by name.
+    /// A job from a row whose first columns are ``jobColumns``, read by position.
     static func decodeJob(_ row: PostgresRow) throws -> PushJob {
-        let c = row.makeRandomAccess()
-        return PushJob(
-            id: try c["id"].decode(Int64.self),
-            apnsID: try c["apns_id"].decode(UUID.self),
-            topic: try c["topic"].decode(String.self),
-            deviceToken: try c["device_token"].decode(String?.self),
-            channelID: try c["channel_id"].decode(String?.self),
-            payload: try c["payload"].decode(String.self),
-            pushType: try c["push_type"].decode(String.self),
-            priority: try c["priority"].decode(Int16?.self).map(Int.init),
-            environment: try c["environment"].decode(String.self),
-            credential: try c["credential"].decode(String.self),
-            collapseID: try c["collapse_id"].decode(String?.self),
-            deliverOnce: try c["deliver_once"].decode(Bool.self),
-            expiresAt: try c["expires_at"].decode(Date?.self),
-            runAt: try c["run_at"].decode(Date.self),
-            maxAttempts: try c["max_attempts"].decode(Int16?.self).map(Int.init),
-            attempts: Int(try c["attempts"].decode(Int16.self)),
-            trapIDs: try c["trap_ids"].decode([String].self).map(TrapID.init(rawValue:)),
-            createdAt: try c["created_at"].decode(Date.self),
-            firstAttemptAt: try c["first_attempt_at"].decode(Date?.self),
-            transportRetries: Int(try c["transport_retries"].decode(Int16.self)),
-            claimedAt: try c["db_now"].decode(Date.self),
-            coalesceKey: try c["coalesce_key"].decode(String?.self)
+        var cursor = RowCursor(row)
+        return try decodeJob(&cursor)
+    }
+
+    /// A job from the cursor's next columns, ``jobColumns`` in their order.
+    static func decodeJob(_ c: inout RowCursor) throws -> PushJob {
+        PushJob(
+            id: try c.next(Int64.self),
+            apnsID: try c.next(UUID.self),
+            topic: try c.next(String.self),
+            deviceToken: try c.next(String?.self),
+            channelID: try c.next(String?.self),
+            payload: try c.next(String.self),
+            pushType: try c.next(String.self),
+            priority: try c.next(Int16?.self).map(Int.init),
+            environment: try c.next(String.self),
+            credential: try c.next(String.self),
+            collapseID: try c.next(String?.self),
+            deliverOnce: try c.next(Bool.self),
+            expiresAt: try c.next(Date?.self),
+            runAt: try c.next(Date.self),
+            maxAttempts: try c.next(Int16?.self).map(Int.init),
+            attempts: Int(try c.next(Int16.self)),
+            trapIDs: try c.next([String].self).map(TrapID.init(rawValue:)),
+            createdAt: try c.next(Date.self),
+            firstAttemptAt: try c.next(Date?.self),
+            transportRetries: Int(try c.next(Int16.self)),
+            claimedAt: try c.next(Date.self),
+            coalesceKey: try c.next(String?.self)
         )
     }
 }

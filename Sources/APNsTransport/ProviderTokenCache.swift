@@ -83,7 +83,8 @@ public final class ProviderTokenCache: Sendable {
             if let current = self.state.withLock({ $0.current }), current != rejected { return current }
             guard let store = self.store,
                 let shared = try? await store.load(teamID: self.key.teamID, keyID: self.key.keyID),
-                shared != rejected, self.now().timeIntervalSince(shared.issuedAt) < self.configuration.reuseFor
+                shared != rejected, self.now().timeIntervalSince(shared.issuedAt) < self.configuration.reuseFor,
+                shared.isSigned(by: self.key)
             else { return nil }
             self.state.withLock { $0.current = shared }
             return shared
@@ -99,14 +100,19 @@ public final class ProviderTokenCache: Sendable {
         }
     }
 
-    /// Under the refresh lock: adopt a shared token if it is usable, else mint and share one.
+    /// Under the refresh lock: adopt a shared token if it is usable, else mint and share one. A shared
+    /// token this key did not sign (the key file was replaced, its key id kept) is never sent, whatever its
+    /// age: it is replaced in the store by this process's own.
     private func refresh(replacing rejected: ProviderToken?) async throws -> ProviderToken {
         let now = self.now()
         var newest = self.state.withLock { $0.current }
-        if let store = self.store, let shared = try? await store.load(teamID: self.key.teamID, keyID: self.key.keyID),
-            shared.issuedAt > (newest?.issuedAt ?? .distantPast)
-        {
-            newest = shared
+        var foreign: ProviderToken?
+        if let store = self.store, let shared = try? await store.load(teamID: self.key.teamID, keyID: self.key.keyID) {
+            if !shared.isSigned(by: self.key) {
+                foreign = shared
+            } else if shared.issuedAt > (newest?.issuedAt ?? .distantPast) {
+                newest = shared
+            }
         }
         if let newest {
             let age = now.timeIntervalSince(newest.issuedAt)
@@ -119,15 +125,20 @@ public final class ProviderTokenCache: Sendable {
         }
         var token = try ProviderToken.mint(for: self.key, at: now)
         self.state.withLock { $0.mints += 1 }
-        if let store = self.store,
-            let stored = try? await store.save(
-                token,
-                teamID: self.key.teamID,
-                keyID: self.key.keyID,
-                minimumRefreshInterval: self.configuration.minimumRefreshInterval
-            )
-        {
-            token = stored
+        if let store = self.store {
+            let stored: ProviderToken?
+            if let foreign {
+                stored = try? await store.replace(foreign, with: token, teamID: self.key.teamID, keyID: self.key.keyID)
+            } else {
+                stored = try? await store.save(
+                    token,
+                    teamID: self.key.teamID,
+                    keyID: self.key.keyID,
+                    minimumRefreshInterval: self.configuration.minimumRefreshInterval
+                )
+            }
+            // Another process's token wins a race only if this key signed it too.
+            if let stored, stored.isSigned(by: self.key) { token = stored }
         }
         self.state.withLock { $0.current = token }
         return token

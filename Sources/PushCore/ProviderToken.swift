@@ -31,4 +31,13 @@ public protocol ProviderTokenStore: Sendable {
         keyID: String,
         minimumRefreshInterval: TimeInterval
     ) async throws -> ProviderToken
+    /// Replaces `stale` with `token` only if `stale` is still the one stored (another process may have
+    /// replaced it meanwhile); returns the one stored now, or `nil` if none is. For a stored token this
+    /// process cannot use at all (signed by another key under the same key id), whatever its age.
+    func replace(
+        _ stale: ProviderToken,
+        with token: ProviderToken,
+        teamID: String,
+        keyID: String
+    ) async throws -> ProviderToken?
 }

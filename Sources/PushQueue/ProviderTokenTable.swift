@@ -62,4 +62,27 @@ public struct ProviderTokenTable: ProviderTokenStore {
         }
         return token
     }
+
+    public func replace(
+        _ stale: ProviderToken,
+        with token: ProviderToken,
+        teamID: String,
+        keyID: String
+    ) async throws -> ProviderToken? {
+        // Compare and swap on the JWT. When another worker replaced it first, the update matches nothing
+        // (Postgres re-checks the row it waited for), and a fresh statement reads what that worker stored:
+        // a read in the same statement would still see the stale row.
+        let rows = try await self.client.query(
+            """
+            UPDATE push.provider_tokens SET jwt = \(token.jwt), issued_at = \(token.issuedAt)
+             WHERE team_id = \(teamID) AND key_id = \(keyID) AND jwt = \(stale.jwt)
+            RETURNING jwt, issued_at
+            """,
+            logger: self.logger
+        )
+        for try await (jwt, issuedAt) in rows.decode((String, Date).self) {
+            return ProviderToken(jwt: jwt, issuedAt: issuedAt)
+        }
+        return try await self.load(teamID: teamID, keyID: keyID)
+    }
 }

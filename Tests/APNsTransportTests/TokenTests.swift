@@ -84,6 +84,29 @@ struct TokenTests {
     }
 
     @Test(
+        "a stored token another key signed under the same key id (the .p8 was replaced) is never sent: the worker mints with its own key and replaces it, whatever its age"
+    )
+    func storedTokenOfAReplacedKey() async throws {
+        let clock = ManualClock()
+        let store = MemoryTokenStore()
+        let replaced = SigningKey(teamID: Self.key.teamID, keyID: Self.key.keyID, privateKey: P256.Signing.PrivateKey())
+        // Minted a minute ago by a worker that still had the wrong key: young enough to be adopted by age.
+        let foreign = try ProviderToken.mint(for: replaced, at: clock.now.addingTimeInterval(-60))
+        store.seed(foreign)
+        #expect(!foreign.isSigned(by: Self.key) && foreign.isSigned(by: replaced))
+        let cache = ProviderTokenCache(key: Self.key, store: store, now: { clock.now })
+        let token = try await cache.token()
+        #expect(token != foreign && token.isSigned(by: Self.key) && cache.mintCount == 1)
+        #expect(try await store.load(teamID: Self.key.teamID, keyID: Self.key.keyID) == token, "replaced in the store")
+        // The rest of the fleet (the right key) adopts it without minting; TooManyProviderTokenUpdates never
+        // adopts a foreign one either.
+        let other = ProviderTokenCache(key: Self.key, store: store, now: { clock.now })
+        #expect(try await other.token() == token && other.mintCount == 0)
+        store.seed(foreign)
+        #expect(try await other.adoptShared(rejecting: token) == nil)
+    }
+
+    @Test(
         "two processes that find no token and mint at once, a second apart, both send the first one stored, in either order"
     )
     func concurrentMintsShareTheFirst() async throws {
@@ -369,6 +392,19 @@ final class MemoryTokenStore: ProviderTokenStore {
             return token
         }
     }
+    func replace(
+        _ stale: ProviderToken,
+        with token: ProviderToken,
+        teamID: String,
+        keyID: String
+    ) async throws -> ProviderToken? {
+        self.token.withLock { stored in
+            if stored == stale { stored = token }
+            return stored
+        }
+    }
+    /// Stores `token` as if another process had (tests).
+    func seed(_ token: ProviderToken) { self.token.withLock { $0 = token } }
 }
 
 /// Two processes racing: both load before either saves, and the save of the token minted at `firstToSave`
@@ -403,6 +439,15 @@ final class RacingTokenStore: ProviderTokenStore {
         )
         if isFirst { await self.firstSaved.arrive() }
         return stored
+    }
+
+    func replace(
+        _ stale: ProviderToken,
+        with token: ProviderToken,
+        teamID: String,
+        keyID: String
+    ) async throws -> ProviderToken? {
+        try await self.inner.replace(stale, with: token, teamID: teamID, keyID: keyID)
     }
 }
 
@@ -454,4 +499,10 @@ final class ReadOnlyTokenStore: ProviderTokenStore {
         keyID: String,
         minimumRefreshInterval: TimeInterval
     ) async throws -> ProviderToken { throw Refused() }
+    func replace(
+        _ stale: ProviderToken,
+        with token: ProviderToken,
+        teamID: String,
+        keyID: String
+    ) async throws -> ProviderToken? { throw Refused() }
 }

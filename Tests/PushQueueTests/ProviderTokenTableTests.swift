@@ -44,6 +44,23 @@ struct ProviderTokenTableTests {
             #expect(other.jwt == "other")
         }
     }
+    @Test("replace swaps only the token it names: a worker that lost the race gets the winner's; no row, no token")
+    func replaceComparesAndSwaps() async throws {
+        try await TestPostgres.withDatabase { db in
+            let table = ProviderTokenTable(client: db.client, logger: db.logger)
+            let now = Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down))
+            let foreign = ProviderToken(jwt: "signed by the replaced key", issuedAt: now.addingTimeInterval(-60))
+            let mine = ProviderToken(jwt: "this worker's", issuedAt: now)
+            let theirs = ProviderToken(jwt: "another worker's", issuedAt: now)
+            #expect(try await table.replace(foreign, with: mine, teamID: "TEAM", keyID: "KEY") == nil)
+            _ = try await table.save(foreign, teamID: "TEAM", keyID: "KEY", minimumRefreshInterval: 1_200)
+            // A young token, which save would keep, is replaced when named.
+            #expect(try await table.replace(foreign, with: theirs, teamID: "TEAM", keyID: "KEY")?.jwt == theirs.jwt)
+            #expect(try await table.replace(foreign, with: mine, teamID: "TEAM", keyID: "KEY")?.jwt == theirs.jwt)
+            #expect(try await table.load(teamID: "TEAM", keyID: "KEY")?.jwt == theirs.jwt)
+        }
+    }
+
     @Test("two workers saving at once: the one whose INSERT waited on the other's gets the other's token")
     func concurrentSavesAgree() async throws {
         try await TestPostgres.withDatabase { db in

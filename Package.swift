@@ -196,6 +196,7 @@ let package = Package(
             dependencies: [
                 "PushCore",
                 "PushProcess",
+                "PushQueueTesting",
                 "APNsTransport",
                 "APNsSimulator",
                 .product(name: "Crypto", package: "swift-crypto"),

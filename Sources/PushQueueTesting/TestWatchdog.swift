@@ -7,7 +7,7 @@ import Foundation
 /// than `PUSH_TEST_RUN_LIMIT_MINUTES` (30 by default, the quick run takes about 7; 180 with
 /// `PUSH_LONG_TESTS=1`) says so and exits 1, so CI reports a failure at the test that was running
 /// instead of a silent timeout.
-enum TestWatchdog {
+public enum TestWatchdog {
     private static let started: Bool = {
         // Long mode (ten fault schedules, the 10,000-job storm) may take an hour and more.
         let long = ProcessInfo.processInfo.environment["PUSH_LONG_TESTS"] == "1"
@@ -38,6 +38,7 @@ enum TestWatchdog {
         return true
     }()
 
-    /// Starts the watchdog once per test process.
-    static func start() { _ = self.started }
+    /// Starts the watchdog once per test process (the first test database starts it; suites without a
+    /// database call it themselves).
+    public static func start() { _ = self.started }
 }

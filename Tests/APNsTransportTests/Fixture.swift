@@ -3,6 +3,7 @@ import Crypto
 import Foundation
 import Logging
 import PushCore
+import PushQueueTesting
 import Synchronization
 
 @testable import APNsTransport
@@ -29,6 +30,8 @@ struct Fixture: Sendable {
         tokenCache: (@Sendable (SigningKey) -> ProviderTokenCache)? = nil,
         _ body: @Sendable (Fixture) async throws -> T
     ) async throws -> T {
+        // This suite runs first and uses no database: bound and flush the run from here too.
+        TestWatchdog.start()
         let key = SigningKey(teamID: teamID, keyID: keyID, privateKey: P256.Signing.PrivateKey())
         var configuration = APNsSimulator.Configuration(keys: [
             keyID: .init(teamID: teamID, publicKey: key.privateKey.publicKey)

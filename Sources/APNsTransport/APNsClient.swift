@@ -175,15 +175,31 @@ public final class APNsClient: Sendable {
         credential: String,
         mayWrite: (@Sendable () -> Bool)? = nil
     ) async throws -> APNsResponse {
-        let endpoint = self.configuration.endpointOverride ?? .apple(request.environment)
-        return try await self.perform(
+        try await self.perform(
+            request,
+            endpoint: self.configuration.endpointOverride ?? .apple(request.environment),
+            credential: credential,
+            mayWrite: mayWrite
+        )
+    }
+
+    /// ``perform(endpoint:credential:method:path:headers:body:mayWrite:resuming:)`` for a push request.
+    func perform(
+        _ request: APNsRequest,
+        endpoint: APNsEndpoint,
+        credential: String,
+        mayWrite: (@Sendable () -> Bool)?,
+        resuming first: FirstAttempt? = nil
+    ) async throws -> APNsResponse {
+        try await self.perform(
             endpoint: endpoint,
             credential: credential,
             method: request.method,
             path: request.path,
             headers: request.headers,
             body: request.body,
-            mayWrite: mayWrite
+            mayWrite: mayWrite,
+            resuming: first
         )
     }
 
@@ -195,7 +211,27 @@ public final class APNsClient: Sendable {
     public var notProcessedCount: Int { self.notProcessed.withLock { $0 } }
     private let notProcessed = Mutex(0)
 
+    /// One request's attempt whose answer the in-call rules still have to judge (a batch's first attempt).
+    struct FirstAttempt: Sendable {
+        var connection: APNsConnection
+        var token: ProviderToken?
+        var result: Result<APNsResponse, TransportError>
+    }
+
+    /// The error for a credential with neither key nor certificate.
+    static func missingCredential(_ credential: String) -> TransportError {
+        TransportError(
+            code: .credentialsMissing,
+            mayHaveBeenProcessed: false,
+            message:
+                "no APNs signing key or certificate is configured for credential '\(credential)': set APNS_KEY_ID, APNS_TEAM_ID and APNS_KEY_PATH, or name it in the config file"
+        )
+    }
+
     /// Sends any request with a credential's token, with the in-call resend rules.
+    ///
+    /// - Parameter first: an attempt already made (by ``sendBatch(_:credential:mayWrite:onResult:)``): its
+    ///   answer is judged first, as if this call had sent it.
     func perform(
         endpoint: APNsEndpoint,
         credential: String,
@@ -203,36 +239,50 @@ public final class APNsClient: Sendable {
         path: String,
         headers: [(name: String, value: String)],
         body: [UInt8],
-        mayWrite: (@Sendable () -> Bool)? = nil
+        mayWrite: (@Sendable () -> Bool)? = nil,
+        resuming first: FirstAttempt? = nil
     ) async throws -> APNsResponse {
         let cache = self.tokenCaches[credential]
         guard cache != nil || self.certificateContexts[credential] != nil else {
-            throw TransportError(
-                code: .credentialsMissing,
-                mayHaveBeenProcessed: false,
-                message:
-                    "no APNs signing key or certificate is configured for credential '\(credential)': set APNS_KEY_ID, APNS_TEAM_ID and APNS_KEY_PATH, or name it in the config file"
-            )
+            throw Self.missingCredential(credential)
         }
         let pool = self.pool(for: PoolKey(endpoint: endpoint, credential: credential))
         var reMinted = false
         var adoptedShared = false
         var reconnected = false
         var resends = 0
+        var pending = first
         while true {
-            let connection = try await pool.connection()
-            // A certificate credential authenticates in TLS: no provider token, no authorization header.
-            let token = try await cache?.token()
-            do {
-                let response = try await connection.send(
-                    method: method,
-                    path: path,
-                    headers: headers,
-                    body: body,
-                    authorization: token?.jwt,
-                    deadline: self.configuration.requestTimeout,
-                    mayWrite: mayWrite
-                )
+            let attempt: FirstAttempt
+            if let made = pending {
+                attempt = made
+                pending = nil
+            } else {
+                let connection = try await pool.connection()
+                // A certificate credential authenticates in TLS: no provider token, no authorization header.
+                let token = try await cache?.token()
+                let result: Result<APNsResponse, TransportError>
+                do {
+                    result = .success(
+                        try await connection.send(
+                            method: method,
+                            path: path,
+                            headers: headers,
+                            body: body,
+                            authorization: token?.jwt,
+                            deadline: self.configuration.requestTimeout,
+                            mayWrite: mayWrite
+                        )
+                    )
+                } catch let error as TransportError {
+                    result = .failure(error)
+                }
+                attempt = FirstAttempt(connection: connection, token: token, result: result)
+            }
+            let connection = attempt.connection
+            let token = attempt.token
+            switch attempt.result {
+            case .success(let response):
                 // Any answer proves the endpoint works: reconnects need no backoff.
                 pool.succeeded()
                 switch (response.status, response.reason) {
@@ -266,7 +316,7 @@ public final class APNsClient: Sendable {
                     break
                 }
                 return response
-            } catch let error as TransportError where error.fault == .notProcessed {
+            case .failure(let error) where error.fault == .notProcessed:
                 // Certainly not processed: resend at once, on another connection if this one is going.
                 // Past the resend limit the caller gives the job back to the queue, uncounted.
                 self.notProcessed.withLock { $0 += 1 }
@@ -274,8 +324,181 @@ public final class APNsClient: Sendable {
                 resends += 1
                 if resends > Self.maximumResends || Task.isCancelled { throw error }
                 continue
+            case .failure(let error):
+                throw error
             }
         }
+    }
+
+    /// Sends many requests of one credential and environment, with the same rules as
+    /// ``send(_:credential:mayWrite:)`` for each, at a fraction of the cost: stream slots are taken as many
+    /// at a time as are free, requests go to the event loop in one hop per connection and are flushed
+    /// together, and each answer is handed to `onResult` on the event loop as it arrives. An answer the
+    /// in-call rules act on (a token to re-mint or adopt, a key id to reconnect for, a request APNs did not
+    /// process) is taken up at once by ``perform``, in a task of its own. Returns when every request has its
+    /// result.
+    ///
+    /// - Parameters:
+    ///   - mayWrite: asked once per group of requests, once their stream slots are granted and just before
+    ///     they are written; `false` withdraws them and all the batch's remaining ones unsent
+    ///     (``TransportError/Code/shutdown``).
+    ///   - onResult: called exactly once per request, with its index in `requests`.
+    public func sendBatch(
+        _ requests: [APNsRequest],
+        credential: String,
+        mayWrite: @escaping @Sendable () -> Bool,
+        onResult: @escaping @Sendable (_ index: Int, _ result: Result<APNsResponse, any Error>) -> Void
+    ) async {
+        guard let environment = requests.first?.environment else { return }
+        let endpoint = self.configuration.endpointOverride ?? .apple(environment)
+        let cache = self.tokenCaches[credential]
+        guard cache != nil || self.certificateContexts[credential] != nil else {
+            let error = Self.missingCredential(credential)
+            for index in requests.indices { onResult(index, .failure(error)) }
+            return
+        }
+        let pool = self.pool(for: PoolKey(endpoint: endpoint, credential: credential))
+        // Which connection and token each request went out with: an answer the in-call rules act on needs both.
+        let attempts = Mutex([(connection: APNsConnection, token: ProviderToken?)?](repeating: nil, count: requests.count))
+        let batch = RequestBatch { batch, index, result in
+            let special: Bool
+            switch result {
+            case .success(let response):
+                pool.succeeded()
+                switch (response.status, response.reason) {
+                case (403, "ExpiredProviderToken"), (429, "TooManyProviderTokenUpdates"), (403, "UnrelatedKeyIdInToken"):
+                    special = true
+                default:
+                    special = false
+                }
+            case .failure(let error):
+                special = error.fault == .notProcessed
+            }
+            let sent = attempts.withLock { attempts in
+                defer { attempts[index] = nil }
+                return attempts[index]
+            }
+            if special, let sent {
+                // The in-call rules take it from here, at once, in a task of its own (these answers are rare).
+                let request = requests[index]
+                let attempt = FirstAttempt(connection: sent.connection, token: sent.token, result: result)
+                batch.followUp {
+                    do {
+                        let response = try await self.perform(
+                            request,
+                            endpoint: endpoint,
+                            credential: credential,
+                            mayWrite: mayWrite,
+                            resuming: attempt
+                        )
+                        onResult(index, .success(response))
+                    } catch {
+                        onResult(index, .failure(error))
+                    }
+                }
+                return
+            }
+            if case .success(let response) = result, let connection = sent?.connection {
+                if (200...299).contains(response.status) {
+                    connection.limiter.markAuthenticated()
+                } else if response.status == 403 {
+                    connection.limiter.markUnauthenticated()
+                }
+            }
+            onResult(index, result.mapError { $0 })
+        }
+        var waiting = requests.indices[...]
+        var failedRounds = 0
+        while !waiting.isEmpty {
+            let stop: TransportError?
+            do {
+                let connection = try await pool.connection(waitForNew: false)
+                let token = try await cache?.token()
+                let granted = await connection.limiter.acquire(upTo: waiting.count)
+                if granted == 0 {
+                    // The connection closed (or this task was cancelled) before a slot came free.
+                    if Task.isCancelled {
+                        stop = TransportError(
+                            code: .shutdown,
+                            mayHaveBeenProcessed: false,
+                            message: "withdrawn before it was sent"
+                        )
+                    } else {
+                        // Each waiting request was refused a stream, as each would have been on its own.
+                        self.notProcessed.withLock { $0 += waiting.count }
+                        if !connection.isUsable { await pool.discard(connection) }
+                        failedRounds += 1
+                        stop =
+                            failedRounds > Self.maximumResends
+                            ? TransportError(
+                                code: .connectionReset,
+                                mayHaveBeenProcessed: false,
+                                message: "the connection closed before the request was sent"
+                            ) : nil
+                    }
+                } else if Task.isCancelled || !mayWrite() {
+                    connection.limiter.release(granted)
+                    connection.closeIfRetiredAndIdle()
+                    stop = TransportError(
+                        code: .shutdown,
+                        mayHaveBeenProcessed: false,
+                        message: "withdrawn before it was sent"
+                    )
+                } else if connection.observer.isDraining {
+                    // Told to go away meanwhile: not sent on it; the pool gives another.
+                    connection.limiter.release(granted)
+                    connection.closeIfRetiredAndIdle()
+                    self.notProcessed.withLock { $0 += granted }
+                    await pool.discard(connection)
+                    failedRounds += 1
+                    stop =
+                        failedRounds > Self.maximumResends
+                        ? TransportError(
+                            code: .goAway,
+                            mayHaveBeenProcessed: false,
+                            message: "the connection is going away; not sent on it"
+                        ) : nil
+                } else {
+                    let chunk = waiting.prefix(granted)
+                    waiting = waiting.dropFirst(granted)
+                    failedRounds = 0
+                    attempts.withLock { attempts in
+                        for index in chunk { attempts[index] = (connection, token) }
+                    }
+                    connection.submit(
+                        chunk.map { index in
+                            let request = requests[index]
+                            return (
+                                index,
+                                connection.requestHeaders(
+                                    method: request.method,
+                                    path: request.path,
+                                    headers: request.headers,
+                                    bodyCount: request.body.count,
+                                    authorization: token?.jwt
+                                ),
+                                request.body
+                            )
+                        },
+                        to: batch,
+                        deadline: self.configuration.requestTimeout
+                    )
+                    stop = nil
+                }
+            } catch {
+                // No connection or no token: nothing more goes out; the rest get this error, as each would
+                // have on its own.
+                for index in waiting { onResult(index, .failure(error)) }
+                waiting = waiting.dropFirst(waiting.count)
+                continue
+            }
+            if let stop {
+                // Nothing more goes out: the rest get this error, as each would have on its own.
+                for index in waiting { onResult(index, .failure(stop)) }
+                waiting = waiting.dropFirst(waiting.count)
+            }
+        }
+        await batch.waitForAll()
     }
 
     func pool(for key: PoolKey) -> ConnectionPool {

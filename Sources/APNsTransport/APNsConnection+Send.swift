@@ -58,6 +58,26 @@ extension APNsConnection {
             self.limiter.release()
             self.closeIfRetiredAndIdle()
         }
+        let requestHeaders = self.requestHeaders(
+            method: method,
+            path: path,
+            headers: headers,
+            bodyCount: body.count,
+            authorization: authorization
+        )
+        // The connection's ``FrameExchange`` opens the stream, keeps its deadline (RST_STREAM past it: an
+        // unknown outcome) and says of every failure whether APNs may have processed the request.
+        return try await self.exchange.send(headers: requestHeaders, body: body, started: started, timeout: deadline)
+    }
+
+    /// A request's HTTP/2 header block.
+    func requestHeaders(
+        method: String,
+        path: String,
+        headers: [(name: String, value: String)],
+        bodyCount: Int,
+        authorization: String?
+    ) -> HPACKHeaders {
         var requestHeaders = HPACKHeaders()
         requestHeaders.reserveCapacity(headers.count + 6)
         requestHeaders.add(name: ":method", value: method)
@@ -79,12 +99,30 @@ extension APNsConnection {
                 indexing: Self.changesEveryRequest(header.name) ? .nonIndexable : .indexable
             )
         }
-        if !body.isEmpty {
-            requestHeaders.add(name: "content-length", value: String(body.count), indexing: .nonIndexable)
+        if bodyCount > 0 {
+            requestHeaders.add(name: "content-length", value: String(bodyCount), indexing: .nonIndexable)
         }
-        // The connection's ``FrameExchange`` opens the stream, keeps its deadline (RST_STREAM past it: an
-        // unknown outcome) and says of every failure whether APNs may have processed the request.
-        return try await self.exchange.send(headers: requestHeaders, body: body, started: started, timeout: deadline)
+        return requestHeaders
+    }
+
+    /// Writes requests that hold stream slots (``StreamLimiter/acquire(upTo:)``) in one hop; answers go to
+    /// `batch`, and the slots come back through the exchange once per read cycle.
+    func submit(
+        _ requests: [(index: Int, headers: HPACKHeaders, body: [UInt8])],
+        to batch: RequestBatch,
+        deadline: Duration
+    ) {
+        let started = ContinuousClock.now
+        self.touch(started)
+        batch.expect(requests.count, on: self)
+        self.exchange.submit(requests, to: batch, started: started, timeout: deadline)
+    }
+
+    /// The exchange gave back `count` slots of batch requests that ended.
+    func batchSlotsReleased(_ count: Int) {
+        self.touch(.now)
+        self.limiter.release(count)
+        self.closeIfRetiredAndIdle()
     }
 
     /// Whether a request header's value is new on (almost) every request: never put in the HPACK dynamic

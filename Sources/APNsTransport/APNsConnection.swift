@@ -198,7 +198,7 @@ final class APNsConnection: Sendable {
             )
         }
         let authority = port == 443 ? host : "\(host):\(port)"
-        return APNsConnection(
+        let connection = APNsConnection(
             id: id,
             channel: channel,
             exchange: exchange,
@@ -206,6 +206,15 @@ final class APNsConnection: Sendable {
             observer: observer,
             authority: authority
         )
+        // Batch requests give their slots back from the event loop. The hook holds the connection until the
+        // channel closes (the handler then drops it), so a retired connection still closes once idle. The
+        // handshake deadline is over: it must not close the channel while the hook is set.
+        handshakeTimer.cancel()
+        try? await channel.eventLoop.submit {
+            guard channel.isActive else { return }
+            exchange.exchange.value.slotsReleased = { count in connection.batchSlotsReleased(count) }
+        }.get()
+        return connection
     }
 
     /// Sends PING and waits for the ack: whether an idle connection can still be trusted.

@@ -48,9 +48,16 @@ final class ConnectionPool: Sendable {
     var openCount: Int { self.state.withLock { $0.machine.openCount } }
 
     /// A usable connection: the one with the most free streams, opening an empty slot first.
-    func connection() async throws -> APNsConnection {
+    ///
+    /// - Parameter waitForNew: `false` for a caller that sends many requests in one task (a batch): an empty
+    ///   slot opens in the background while another connection is open and usable, and that one is used now,
+    ///   so one handshake (or one failed connect) does not hold up or fail the whole batch.
+    func connection(waitForNew: Bool = true) async throws -> APNsConnection {
         while true {
-            let (action, swept) = self.state.withLock { $0.machine.next(now: .now) }
+            let (action, swept, usable) = self.state.withLock { state in
+                let (action, swept) = state.machine.next(now: .now)
+                return (action, swept, state.machine.openCount)
+            }
             // A swept connection closes once its processed streams have their answers.
             for connection in swept { connection.retire() }
             switch action {
@@ -67,52 +74,11 @@ final class ConnectionPool: Sendable {
                     continue
                 }
                 return connection
+            case .open(let slot, let id) where !waitForNew && usable > 0:
+                Task { _ = try? await self.open(slot: slot, id: id) }
+                continue
             case .open(let slot, let id):
-                do {
-                    let connection = try await APNsConnection.connect(
-                        id: id,
-                        host: self.endpoint.host,
-                        port: self.endpoint.port,
-                        tls: self.context.tlsContext,
-                        proxy: self.context.configuration.httpsProxy,
-                        clientCertificate: self.context.clientCertificate,
-                        group: self.context.group,
-                        connectTimeout: self.context.configuration.connectTimeout,
-                        logger: self.context.logger
-                    )
-                    let waiters = self.state.withLock { state -> [CheckedContinuation<Void, Never>] in
-                        state.machine.connected(connection, slot: slot)
-                        defer { state.waiters.removeAll() }
-                        return state.waiters
-                    }
-                    for waiter in waiters { waiter.resume() }
-                    return connection
-                } catch {
-                    let (waiters, backoff) = self.state.withLock {
-                        state -> ([CheckedContinuation<Void, Never>], Duration) in
-                        let backoff = state.machine.connectFailed(slot: slot, now: .now)
-                        defer { state.waiters.removeAll() }
-                        return (state.waiters, backoff)
-                    }
-                    for waiter in waiters { waiter.resume() }
-                    self.context.logger.warning(
-                        "could not connect to APNs",
-                        metadata: [
-                            "push.endpoint": "\(self.endpoint.host):\(self.endpoint.port)",
-                            "push.retry_in": "\(backoff)", "push.error": "\(error)",
-                        ]
-                    )
-                    if let transport = error as? TransportError { throw transport }
-                    let via = self.context.configuration.httpsProxy.flatMap {
-                        $0.applies(to: self.endpoint.host) ? " through proxy \($0)" : nil
-                    }
-                    throw TransportError(
-                        code: .connectFailed,
-                        mayHaveBeenProcessed: false,
-                        message:
-                            "could not connect to \(self.endpoint.host):\(self.endpoint.port)\(via ?? ""): \(error)"
-                    )
-                }
+                return try await self.open(slot: slot, id: id)
             case .wait:
                 await withCheckedContinuation { continuation in
                     let resumeNow = self.state.withLock { state -> Bool in
@@ -132,6 +98,55 @@ final class ConnectionPool: Sendable {
                         "APNs at \(self.endpoint.host):\(self.endpoint.port) is unreachable; next connect attempt in \(until - .now)"
                 )
             }
+        }
+    }
+
+    /// Connects into `slot`; wakes the callers waiting for a connect either way.
+    private func open(slot: Int, id: Int) async throws -> APNsConnection {
+        do {
+            let connection = try await APNsConnection.connect(
+                id: id,
+                host: self.endpoint.host,
+                port: self.endpoint.port,
+                tls: self.context.tlsContext,
+                proxy: self.context.configuration.httpsProxy,
+                clientCertificate: self.context.clientCertificate,
+                group: self.context.group,
+                connectTimeout: self.context.configuration.connectTimeout,
+                logger: self.context.logger
+            )
+            let waiters = self.state.withLock { state -> [CheckedContinuation<Void, Never>] in
+                state.machine.connected(connection, slot: slot)
+                defer { state.waiters.removeAll() }
+                return state.waiters
+            }
+            for waiter in waiters { waiter.resume() }
+            return connection
+        } catch {
+            let (waiters, backoff) = self.state.withLock {
+                state -> ([CheckedContinuation<Void, Never>], Duration) in
+                let backoff = state.machine.connectFailed(slot: slot, now: .now)
+                defer { state.waiters.removeAll() }
+                return (state.waiters, backoff)
+            }
+            for waiter in waiters { waiter.resume() }
+            self.context.logger.warning(
+                "could not connect to APNs",
+                metadata: [
+                    "push.endpoint": "\(self.endpoint.host):\(self.endpoint.port)",
+                    "push.retry_in": "\(backoff)", "push.error": "\(error)",
+                ]
+            )
+            if let transport = error as? TransportError { throw transport }
+            let via = self.context.configuration.httpsProxy.flatMap {
+                $0.applies(to: self.endpoint.host) ? " through proxy \($0)" : nil
+            }
+            throw TransportError(
+                code: .connectFailed,
+                mayHaveBeenProcessed: false,
+                message:
+                    "could not connect to \(self.endpoint.host):\(self.endpoint.port)\(via ?? ""): \(error)"
+            )
         }
     }
 

@@ -19,8 +19,15 @@ final class FrameExchange: ChannelInboundHandler {
     /// The connection-level receive window HTTP/2 starts with; topped up when it falls below half.
     static let connectionWindow = 65_535
 
+    /// Who gets a request's answer: a caller waiting on a promise (one request), or a ``RequestBatch``
+    /// (many requests, answered on the event loop; their stream slots are given back here).
+    enum Waiter {
+        case promise(EventLoopPromise<APNsResponse>)
+        case batch(RequestBatch, index: Int)
+    }
+
     private struct Exchange {
-        let promise: EventLoopPromise<APNsResponse>
+        let waiter: Waiter
         let started: ContinuousClock.Instant
         let timeout: Duration
         var status: Int?
@@ -38,6 +45,12 @@ final class FrameExchange: ChannelInboundHandler {
     private var timer: Scheduled<Void>?
     private var goAwayLast: HTTP2StreamID?
     private var closed = false
+    /// Stream slots of batch requests that ended, not yet given back: handed back once per read cycle, so a
+    /// batch waiting for slots gets them together instead of one wake-up per answer.
+    private var releasedSlots = 0
+    private var reading = false
+    /// Gives stream slots back to the connection's limiter (set once the connection exists).
+    var slotsReleased: ((Int) -> Void)?
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
@@ -45,6 +58,8 @@ final class FrameExchange: ChannelInboundHandler {
 
     func handlerRemoved(context: ChannelHandlerContext) {
         self.failAll()
+        self.flushReleasedSlots()
+        self.slotsReleased = nil
         self.context = nil
     }
 
@@ -55,10 +70,11 @@ final class FrameExchange: ChannelInboundHandler {
         body: [UInt8],
         started: ContinuousClock.Instant,
         timeout: Duration,
-        promise: EventLoopPromise<APNsResponse>
+        waiter: Waiter
     ) {
         guard let context, !self.closed, context.channel.isActive else {
-            promise.fail(
+            self.fail(
+                waiter,
                 TransportError(
                     code: .connectionReset,
                     mayHaveBeenProcessed: false,
@@ -71,7 +87,8 @@ final class FrameExchange: ChannelInboundHandler {
         // close the connection once its last answer is in; the pool then opens another.
         if self.goAwayLast != nil || self.nextStreamID > Int32.max - 2 {
             if self.exchanges.isEmpty && self.nextStreamID > Int32.max - 2 { context.close(promise: nil) }
-            promise.fail(
+            self.fail(
+                waiter,
                 TransportError(
                     code: .goAway,
                     mayHaveBeenProcessed: false,
@@ -82,7 +99,7 @@ final class FrameExchange: ChannelInboundHandler {
         }
         let streamID = HTTP2StreamID(self.nextStreamID)
         self.nextStreamID += 2
-        self.exchanges[streamID] = Exchange(promise: promise, started: started, timeout: timeout)
+        self.exchanges[streamID] = Exchange(waiter: waiter, started: started, timeout: timeout)
         self.deadlines.append((streamID, .now() + .nanoseconds(timeout.nanoseconds)))
         if self.timer == nil { self.scheduleTimer(context: context) }
         let written = context.eventLoop.makePromise(of: Void.self)
@@ -107,6 +124,7 @@ final class FrameExchange: ChannelInboundHandler {
                     )
                 }
             self.finish(streamID, with: .failure(error))
+            if !self.reading { self.flushReleasedSlots() }
         }
         if body.isEmpty {
             context.write(
@@ -134,12 +152,40 @@ final class FrameExchange: ChannelInboundHandler {
         }
     }
 
-    /// Flushes what ``start(headers:body:started:timeout:promise:)`` wrote.
+    /// Flushes what ``start(headers:body:started:timeout:waiter:)`` wrote.
     func flushWrites() {
         self.context?.flush()
+        self.flushReleasedSlots()
+    }
+
+    /// A request that never got a stream: its waiter learns why (a batch request's slot goes back).
+    private func fail(_ waiter: Waiter, _ error: TransportError) {
+        switch waiter {
+        case .promise(let promise):
+            promise.fail(error)
+        case .batch(let batch, let index):
+            self.releasedSlots += 1
+            batch.deliver(index, .failure(error))
+            if !self.reading { self.flushReleasedSlots() }
+        }
+    }
+
+    /// Gives the slots of ended batch requests back, all at once.
+    private func flushReleasedSlots() {
+        guard self.releasedSlots > 0 else { return }
+        let count = self.releasedSlots
+        self.releasedSlots = 0
+        self.slotsReleased?(count)
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        self.reading = false
+        self.flushReleasedSlots()
+        context.fireChannelReadComplete()
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        self.reading = true
         let frame = self.unwrapInboundIn(data)
         switch frame.payload {
         case .headers(let headers):
@@ -208,6 +254,7 @@ final class FrameExchange: ChannelInboundHandler {
                 promise: nil
             )
         }
+        if !self.reading { self.flushReleasedSlots() }
         context.fireUserInboundEventTriggered(event)
     }
 
@@ -216,6 +263,8 @@ final class FrameExchange: ChannelInboundHandler {
         self.timer?.cancel()
         self.timer = nil
         self.failAll()
+        self.reading = false
+        self.flushReleasedSlots()
         context.fireChannelInactive()
     }
 
@@ -229,7 +278,11 @@ final class FrameExchange: ChannelInboundHandler {
 
     /// The caller gave up on the request whose answer is `future`: reset its stream, report an unknown outcome.
     func cancel(_ future: EventLoopFuture<APNsResponse>) {
-        guard let streamID = self.exchanges.first(where: { $0.value.promise.futureResult === future })?.key else {
+        guard
+            let streamID = self.exchanges.first(where: {
+                if case .promise(let promise) = $0.value.waiter { promise.futureResult === future } else { false }
+            })?.key
+        else {
             return
         }
         self.finish(
@@ -276,12 +329,35 @@ final class FrameExchange: ChannelInboundHandler {
         )
     }
 
+    /// The caller of `batch` gave up on it: every request of it still in flight here is reset and reported
+    /// as an unknown outcome.
+    func cancel(_ batch: RequestBatch) {
+        let streamIDs = self.exchanges.compactMap { entry -> HTTP2StreamID? in
+            if case .batch(let owner, _) = entry.value.waiter, owner === batch { entry.key } else { nil }
+        }
+        for streamID in streamIDs.sorted() {
+            self.finish(streamID, with: .failure(Self.unknownOutcome("the request was cancelled while in flight")))
+            self.context?.write(
+                self.wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .rstStream(.cancel))),
+                promise: nil
+            )
+        }
+        if !streamIDs.isEmpty { self.context?.flush() }
+        if !self.reading { self.flushReleasedSlots() }
+    }
+
     private func finish(_ streamID: HTTP2StreamID, with result: Result<APNsResponse, TransportError>) {
         guard let exchange = self.exchanges.removeValue(forKey: streamID) else { return }
         if self.exchanges.isEmpty && self.nextStreamID > Int32.max - 2 { self.context?.close(promise: nil) }
-        switch result {
-        case .success(let response): exchange.promise.succeed(response)
-        case .failure(let error): exchange.promise.fail(error)
+        switch exchange.waiter {
+        case .promise(let promise):
+            switch result {
+            case .success(let response): promise.succeed(response)
+            case .failure(let error): promise.fail(error)
+            }
+        case .batch(let batch, let index):
+            self.releasedSlots += 1
+            batch.deliver(index, result)
         }
     }
 
@@ -342,6 +418,7 @@ final class FrameExchange: ChannelInboundHandler {
             reset = true
         }
         if reset { context.flush() }
+        if !self.reading { self.flushReleasedSlots() }
         self.scheduleTimer(context: context)
     }
 }
@@ -396,7 +473,7 @@ extension FrameExchange {
                             body: submission.body,
                             started: submission.started,
                             timeout: submission.timeout,
-                            promise: submission.promise
+                            waiter: .promise(submission.promise)
                         )
                     }
                     exchange.value.flushWrites()
@@ -411,6 +488,53 @@ extension FrameExchange {
                 self.eventLoop.execute { exchange.value.cancel(promise.futureResult) }
             }
         }
+    }
+}
+
+extension FrameExchange.Handle {
+    /// Writes a batch's requests (each holding a stream slot already) in one hop to the event loop, with one
+    /// flush; their answers go to `batch` as they come. A request the batch's caller gave up on before the hop
+    /// is withdrawn unsent.
+    func submit(
+        _ requests: [(index: Int, headers: HPACKHeaders, body: [UInt8])],
+        to batch: RequestBatch,
+        started: ContinuousClock.Instant,
+        timeout: Duration
+    ) {
+        let exchange = self.exchange
+        self.eventLoop.execute {
+            let exchange = exchange.value
+            for request in requests {
+                if batch.isCancelled {
+                    exchange.withdraw(.batch(batch, index: request.index))
+                    continue
+                }
+                exchange.start(
+                    headers: request.headers,
+                    body: request.body,
+                    started: started,
+                    timeout: timeout,
+                    waiter: .batch(batch, index: request.index)
+                )
+            }
+            exchange.flushWrites()
+        }
+    }
+
+    /// Resets every request of `batch` still in flight on this connection (an unknown outcome each).
+    func cancel(_ batch: RequestBatch) {
+        let exchange = self.exchange
+        self.eventLoop.execute { exchange.value.cancel(batch) }
+    }
+}
+
+extension FrameExchange {
+    /// A request whose caller gave up before it reached the event loop: never written.
+    func withdraw(_ waiter: Waiter) {
+        self.fail(
+            waiter,
+            TransportError(code: .shutdown, mayHaveBeenProcessed: false, message: "withdrawn before it was sent")
+        )
     }
 
     /// One request on its way to the event loop; `cancelled` once its caller gave up.

@@ -10,18 +10,21 @@ final class StreamLimiter: Sendable {
         var authenticated = false
         var inFlight = 0
         var closed = false
-        var waiters: [(id: UInt64, continuation: CheckedContinuation<Bool, Never>)] = []
+        /// Callers waiting for slots, in order; each wants up to `want` (a batch takes what is free).
+        var waiters: [(id: UInt64, want: Int, continuation: CheckedContinuation<Int, Never>)] = []
         var nextWaiterID: UInt64 = 0
 
         /// The number of streams allowed right now.
         var limit: Int { self.authenticated ? max(self.peerMaxStreams, 1) : 1 }
 
-        /// Hands free slots to queued waiters; returns the ones to resume.
-        mutating func admitWaiters() -> [CheckedContinuation<Bool, Never>] {
-            var admitted: [CheckedContinuation<Bool, Never>] = []
+        /// Hands free slots to queued waiters, in order; returns the ones to resume with their grants.
+        mutating func admitWaiters() -> [(CheckedContinuation<Int, Never>, Int)] {
+            var admitted: [(CheckedContinuation<Int, Never>, Int)] = []
             while self.inFlight < self.limit, !self.waiters.isEmpty {
-                self.inFlight += 1
-                admitted.append(self.waiters.removeFirst().continuation)
+                let waiter = self.waiters.removeFirst()
+                let granted = min(self.limit - self.inFlight, waiter.want)
+                self.inFlight += granted
+                admitted.append((waiter.continuation, granted))
             }
             return admitted
         }
@@ -33,17 +36,27 @@ final class StreamLimiter: Sendable {
     var limit: Int { self.state.withLock { $0.limit } }
     /// Requests in flight now.
     var inFlight: Int { self.state.withLock { $0.inFlight } }
+    /// Callers waiting for a slot now (tests).
+    var waiting: Int { self.state.withLock { $0.waiters.count } }
     /// Free slots now (0 when closed).
     var available: Int { self.state.withLock { $0.closed ? 0 : max($0.limit - $0.inFlight, 0) } }
 
     /// Takes a slot, waiting for one if the connection is full. Returns `false` if the connection closed
     /// (or the task was cancelled) before a slot came free.
     func acquire() async -> Bool {
-        let immediate: Bool? = self.state.withLock { state in
-            if state.closed { return false }
+        await self.acquire(upTo: 1) == 1
+    }
+
+    /// Takes between 1 and `count` slots: as many as are free, waiting (in turn with the other callers)
+    /// while none is. Returns 0 if the connection closed (or the task was cancelled) first.
+    func acquire(upTo count: Int) async -> Int {
+        let want = max(count, 1)
+        let immediate: Int? = self.state.withLock { state in
+            if state.closed { return 0 }
             if state.inFlight < state.limit && state.waiters.isEmpty {
-                state.inFlight += 1
-                return true
+                let granted = min(state.limit - state.inFlight, want)
+                state.inFlight += granted
+                return granted
             }
             return nil
         }
@@ -54,43 +67,45 @@ final class StreamLimiter: Sendable {
         }
         return await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
-                let resume: Bool? = self.state.withLock { state in
-                    if state.closed || Task.isCancelled { return false }
+                let resume: Int? = self.state.withLock { state in
+                    if state.closed || Task.isCancelled { return 0 }
                     if state.inFlight < state.limit && state.waiters.isEmpty {
-                        state.inFlight += 1
-                        return true
+                        let granted = min(state.limit - state.inFlight, want)
+                        state.inFlight += granted
+                        return granted
                     }
-                    state.waiters.append((id, continuation))
+                    state.waiters.append((id, want, continuation))
                     return nil
                 }
                 if let resume { continuation.resume(returning: resume) }
             }
         } onCancel: {
-            let waiter = self.state.withLock { state -> CheckedContinuation<Bool, Never>? in
+            let waiter = self.state.withLock { state -> CheckedContinuation<Int, Never>? in
                 guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return nil }
                 return state.waiters.remove(at: index).continuation
             }
-            waiter?.resume(returning: false)
+            waiter?.resume(returning: 0)
         }
     }
 
-    /// Gives a slot back.
-    func release() {
+    /// Gives `count` slots back.
+    func release(_ count: Int = 1) {
+        guard count > 0 else { return }
         let admitted = self.state.withLock { state in
-            state.inFlight = max(state.inFlight - 1, 0)
+            state.inFlight = max(state.inFlight - count, 0)
             return state.admitWaiters()
         }
-        for waiter in admitted { waiter.resume(returning: true) }
+        for (waiter, granted) in admitted { waiter.resume(returning: granted) }
     }
 
     /// A request with a valid token succeeded: from now on the peer's SETTINGS value applies.
     func markAuthenticated() {
-        let admitted = self.state.withLock { state -> [CheckedContinuation<Bool, Never>] in
+        let admitted = self.state.withLock { state -> [(CheckedContinuation<Int, Never>, Int)] in
             guard !state.authenticated else { return [] }
             state.authenticated = true
             return state.admitWaiters()
         }
-        for waiter in admitted { waiter.resume(returning: true) }
+        for (waiter, granted) in admitted { waiter.resume(returning: granted) }
     }
 
     /// A credential rejection: APNs may drop the limit back to 1 until the next success.
@@ -104,16 +119,16 @@ final class StreamLimiter: Sendable {
             state.peerMaxStreams = value
             return state.admitWaiters()
         }
-        for waiter in admitted { waiter.resume(returning: true) }
+        for (waiter, granted) in admitted { waiter.resume(returning: granted) }
     }
 
     /// The connection is gone: wake every waiter with `false`; later acquires fail at once.
     func close() {
-        let waiters = self.state.withLock { state -> [CheckedContinuation<Bool, Never>] in
+        let waiters = self.state.withLock { state -> [CheckedContinuation<Int, Never>] in
             state.closed = true
             defer { state.waiters.removeAll() }
             return state.waiters.map(\.continuation)
         }
-        for waiter in waiters { waiter.resume(returning: false) }
+        for waiter in waiters { waiter.resume(returning: 0) }
     }
 }

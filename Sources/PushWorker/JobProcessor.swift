@@ -10,10 +10,36 @@ struct JobProcessor: Sendable {
     let client: APNsClient
     let retry: RetryPolicy.Configuration
     let transportBudget: Int
-    let environment: [String: String]
+    /// ``RetryPolicy/killSwitchVariable``, read once.
+    let killSwitch: Bool
     let logger: Logger
 
-    /// Processes one job.
+    init(
+        client: APNsClient,
+        retry: RetryPolicy.Configuration,
+        transportBudget: Int,
+        environment: [String: String],
+        logger: Logger
+    ) {
+        self.client = client
+        self.retry = retry
+        self.transportBudget = transportBudget
+        self.killSwitch = RetryPolicy.killSwitchIsSet(in: environment)
+        self.logger = logger
+    }
+
+    /// A claimed job made ready to send: its policy, and its request or the reason it is refused unsent.
+    struct Prepared: Sendable {
+        let job: PushJob
+        let policy: RetryPolicy
+        let started: ContinuousClock.Instant
+        var warnings: [PayloadWarning] = []
+        /// What to send; `nil` when ``rejection`` says why nothing is sent.
+        var request: APNsRequest?
+        var rejection: PreSendRejection?
+    }
+
+    /// Processes one job: ``prepare(_:databaseNow:)``, send, ``finish(_:with:)``.
     ///
     /// - Parameters:
     ///   - databaseNow: the database's clock now (the claim's `now()` carried forward), for expiry.
@@ -23,57 +49,82 @@ struct JobProcessor: Sendable {
         databaseNow: Date,
         mayWrite: @escaping @Sendable () -> Bool
     ) async -> (JobOutcome, DecidedOutcome) {
-        let started = ContinuousClock.now
+        let prepared = self.prepare(job, databaseNow: databaseNow)
+        guard let request = prepared.request else { return self.finish(prepared, with: nil) }
+        let result: Result<APNsResponse, any Error>
+        do {
+            result = .success(try await self.client.send(request, credential: job.credential, mayWrite: mayWrite))
+        } catch {
+            result = .failure(error)
+        }
+        return self.finish(prepared, with: result)
+    }
+
+    /// Builds a job's request, or the reason it cannot be sent (no I/O).
+    func prepare(_ job: PushJob, databaseNow: Date) -> Prepared {
         let policy = RetryPolicy(
             self.retry,
             priority: job.sendPriority,
             maxAttempts: job.maxAttempts,
-            environment: self.environment
+            killSwitch: self.killSwitch
         )
-        var status: Int?
-        var response: APNsResponse?
-        var warnings: [PayloadWarning] = []
-        let sendOutcome: SendOutcome
+        var prepared = Prepared(job: job, policy: policy, started: ContinuousClock.now)
         if job.attempts > policy.maxAttempts {
             // A job reclaimed after crashes can arrive with its attempts already used.
-            sendOutcome = .rejected(
-                PreSendRejection(
-                    reason: "AttemptsExhausted",
-                    trapID: nil,
-                    message:
-                        "the job's attempt budget (\(policy.maxAttempts)) is spent: it was claimed \(job.attempts) times, some by workers that died before writing an outcome; replay it once the workers are healthy."
-                )
+            prepared.rejection = PreSendRejection(
+                reason: "AttemptsExhausted",
+                trapID: nil,
+                message:
+                    "the job's attempt budget (\(policy.maxAttempts)) is spent: it was claimed \(job.attempts) times, some by workers that died before writing an outcome; replay it once the workers are healthy."
             )
-        } else {
-            do throws(PreSendRejection) {
-                let request = try RequestBuilder.describe(job, now: databaseNow)
-                warnings = request.warnings
-                if let covered = self.client.certificateEnvironments(of: job.credential),
-                    !covered.contains(job.environment)
-                {
-                    throw PreSendRejection.certificateEnvironment(
-                        credential: job.credential,
-                        environment: job.environment,
-                        covered: covered.sorted()
-                    )
-                }
-                do {
-                    let answer = try await self.client.send(request, credential: job.credential, mayWrite: mayWrite)
-                    response = answer
-                    status = answer.status
-                    sendOutcome = .response(
-                        status: answer.status,
-                        reason: answer.reason,
-                        retryAfter: answer.status == 429 ? RetryAfter.parse(answer.retryAfter) : nil
-                    )
-                } catch let error as TransportError {
-                    sendOutcome = .transport(error.fault, reason: error.reason)
-                } catch {
-                    sendOutcome = .transport(.unknownOutcome, reason: "TransportError")
-                }
-            } catch {
-                sendOutcome = .rejected(error)
+            return prepared
+        }
+        do throws(PreSendRejection) {
+            let request = try RequestBuilder.describe(job, now: databaseNow)
+            prepared.warnings = request.warnings
+            if let covered = self.client.certificateEnvironments(of: job.credential),
+                !covered.contains(job.environment)
+            {
+                throw PreSendRejection.certificateEnvironment(
+                    credential: job.credential,
+                    environment: job.environment,
+                    covered: covered.sorted()
+                )
             }
+            prepared.request = request
+        } catch {
+            prepared.rejection = error
+        }
+        return prepared
+    }
+
+    /// Decides a prepared job's outcome from its send's result (`nil`: it was refused before sending).
+    func finish(_ prepared: Prepared, with result: Result<APNsResponse, any Error>?) -> (JobOutcome, DecidedOutcome) {
+        let job = prepared.job
+        let started = prepared.started
+        let policy = prepared.policy
+        let warnings = prepared.warnings
+        var status: Int?
+        var response: APNsResponse?
+        let sendOutcome: SendOutcome
+        switch result {
+        case .success(let answer):
+            response = answer
+            status = answer.status
+            sendOutcome = .response(
+                status: answer.status,
+                reason: answer.reason,
+                retryAfter: answer.status == 429 ? RetryAfter.parse(answer.retryAfter) : nil
+            )
+        case .failure(let error as TransportError):
+            sendOutcome = .transport(error.fault, reason: error.reason)
+        case .failure:
+            sendOutcome = .transport(.unknownOutcome, reason: "TransportError")
+        case nil:
+            sendOutcome = .rejected(
+                prepared.rejection
+                    ?? PreSendRejection(reason: "InvalidJob", trapID: nil, message: "the job could not be prepared.")
+            )
         }
         let decided = Decision.decide(
             sendOutcome,

@@ -267,6 +267,7 @@ public final class PushWorkerService: Service, Sendable {
                     self.stats.withLock { $0.claimed += jobs.count }
                 }
                 let claimedAt = Date()
+                var due: [PushJob] = []
                 for job in jobs {
                     // A rate-limited job waits for the send time its limit's fleet-wide schedule gave it.
                     let slot = job.sendAt.map { sendAt in
@@ -275,29 +276,24 @@ public final class PushWorkerService: Service, Sendable {
                                 Int64(sendAt.timeIntervalSince(job.claimedAt ?? sendAt) * 1000)
                             )
                     }
-                    // The database's clock: its now() at the claim, carried forward by this process's clock.
-                    let offset = (job.claimedAt ?? claimedAt).timeIntervalSince(claimedAt)
+                    guard let slot, slot > .now else {
+                        due.append(job)
+                        continue
+                    }
                     sends.addTask {
-                        if let slot, slot > .now { try? await Task.sleep(until: slot) }
-                        // Not while this worker's heartbeat is stale, and not once APNs has refused the job's
-                        // credential: the jobs already claimed for it go back unsent, uncounted.
-                        let credential = job.credential
-                        let mayWrite: @Sendable () -> Bool = { [weak self] in
-                            self.map {
-                                !Task.isCancelled && $0.heartbeatFresh && !$0.pauses.isPaused(credential)
-                            } ?? false
-                        }
+                        try? await Task.sleep(until: slot)
                         let (outcome, decided) = await self.processor.process(
                             job,
-                            databaseNow: Date().addingTimeInterval(offset),
-                            mayWrite: mayWrite
+                            databaseNow: Self.databaseNow(of: job, claimedAt: claimedAt),
+                            mayWrite: self.mayWrite(credential: job.credential)
                         )
-                        self.react(to: decided, of: job)
-                        self.metrics.count(outcome)
-                        self.recorder.add(outcome)
-                        self.state.withLock { $0.capacity.sendFinished() }
-                        self.capacity.signal()
+                        self.finished(job, outcome, decided)
                     }
+                }
+                // The rest go out together: one task for the batch, answers handled as they arrive.
+                if !due.isEmpty {
+                    let batch = due
+                    sends.addTask { await self.send(batch, claimedAt: claimedAt) }
                 }
                 if jobs.count == limit { continue }
                 // Not a full batch: sleep until a NOTIFY, the earliest scheduled job, or the poll timer.
@@ -326,6 +322,70 @@ public final class PushWorkerService: Service, Sendable {
                 sends.cancelAll()
             }
         }
+    }
+
+    /// The database's clock now for `job`: its claim's `now()` carried forward by this process's clock.
+    static func databaseNow(of job: PushJob, claimedAt: Date) -> Date {
+        Date().addingTimeInterval((job.claimedAt ?? claimedAt).timeIntervalSince(claimedAt))
+    }
+
+    /// Asked just before a request of `credential` is written: not while this worker's heartbeat is stale,
+    /// and not once APNs has refused the credential (the jobs already claimed for it go back unsent,
+    /// uncounted).
+    func mayWrite(credential: String) -> @Sendable () -> Bool {
+        { [weak self] in
+            self.map { !Task.isCancelled && $0.heartbeatFresh && !$0.pauses.isPaused(credential) } ?? false
+        }
+    }
+
+    /// Sends claimed jobs that are due now, as few batches as their (environment, credential) pairs: each
+    /// answer is decided and handed to the recorder on the event loop it arrives on.
+    func send(_ jobs: [PushJob], claimedAt: Date) async {
+        var groups: [[JobProcessor.Prepared]] = []
+        var groupOf: [String: Int] = [:]
+        for job in jobs {
+            let prepared = self.processor.prepare(job, databaseNow: Self.databaseNow(of: job, claimedAt: claimedAt))
+            guard let request = prepared.request else {
+                self.complete(prepared, with: nil)
+                continue
+            }
+            let key = "\(request.environment)/\(job.credential)"
+            if let index = groupOf[key] {
+                groups[index].append(prepared)
+            } else {
+                groupOf[key] = groups.count
+                groups.append([prepared])
+            }
+        }
+        await withDiscardingTaskGroup { pairs in
+            for group in groups {
+                pairs.addTask {
+                    let credential = group[0].job.credential
+                    await self.client.sendBatch(
+                        group.map { $0.request! },
+                        credential: credential,
+                        mayWrite: self.mayWrite(credential: credential)
+                    ) { index, result in
+                        self.complete(group[index], with: result)
+                    }
+                }
+            }
+        }
+    }
+
+    /// A prepared job's send ended (`nil`: refused before sending): decide, react, count, hand to the recorder.
+    func complete(_ prepared: JobProcessor.Prepared, with result: Result<APNsResponse, any Error>?) {
+        let (outcome, decided) = self.processor.finish(prepared, with: result)
+        self.finished(prepared.job, outcome, decided)
+    }
+
+    /// A job's outcome is decided: its side effects, its metrics, the recorder; the send no longer counts.
+    func finished(_ job: PushJob, _ outcome: JobOutcome, _ decided: DecidedOutcome) {
+        self.react(to: decided, of: job)
+        self.metrics.count(outcome)
+        self.recorder.add(outcome)
+        self.state.withLock { $0.capacity.sendFinished() }
+        self.capacity.signal()
     }
 
     /// The worker's side effects of a decision: pause a credential, pause an unreachable endpoint.

@@ -117,4 +117,26 @@ struct PoolStateMachineTests {
         limiter.markUnauthenticated()
         #expect(limiter.limit == 1)
     }
+
+    @Test("batch grants: as many slots as are free, at most the count asked; waiters in turn get what a release frees")
+    func limiterBatches() async {
+        let limiter = StreamLimiter()
+        limiter.updatePeerMaxStreams(10)
+        #expect(await limiter.acquire(upTo: 5) == 1, "unauthenticated: one stream")
+        limiter.markAuthenticated()
+        #expect(await limiter.acquire(upTo: 4) == 4)
+        #expect(await limiter.acquire(upTo: 50) == 5, "what is free, not what was asked")
+        #expect(limiter.available == 0)
+        async let first = limiter.acquire(upTo: 3)
+        while limiter.waiting < 1 { await Task.yield() }
+        async let second = limiter.acquire(upTo: 3)
+        while limiter.waiting < 2 { await Task.yield() }
+        limiter.release(4)
+        #expect(await first == 3, "the first waiter takes up to its count")
+        #expect(await second == 1, "the next one what is left")
+        limiter.release(0)
+        #expect(limiter.inFlight == 10)
+        limiter.close()
+        #expect(await limiter.acquire(upTo: 3) == 0)
+    }
 }

@@ -388,7 +388,7 @@ public final class APNsClient: Sendable {
                             request,
                             endpoint: endpoint,
                             credential: credential,
-                            mayWrite: mayWrite,
+                            mayWrite: { !batch.isCancelled && mayWrite() },
                             resuming: attempt
                         )
                         onResult(index, .success(response))
@@ -407,6 +407,35 @@ public final class APNsClient: Sendable {
             }
             onResult(index, result.mapError { $0 })
         }
+        // A caller that gives up (a drain past its grace period) cancels the batch wherever this task waits:
+        // requests in flight are reset, follow-ups stop, and the rest are withdrawn.
+        await withTaskCancellationHandler {
+            await self.submit(
+                requests,
+                batch: batch,
+                pool: pool,
+                cache: cache,
+                attempts: attempts,
+                mayWrite: mayWrite,
+                onResult: onResult
+            )
+            await batch.waitForAll()
+        } onCancel: {
+            batch.cancel()
+        }
+    }
+
+    /// ``sendBatch(_:credential:mayWrite:onResult:)``'s loop: takes slots, writes, until every request is
+    /// written or given its reason not to be.
+    private func submit(
+        _ requests: [APNsRequest],
+        batch: RequestBatch,
+        pool: ConnectionPool,
+        cache: ProviderTokenCache?,
+        attempts: borrowing Mutex<[(connection: APNsConnection, token: ProviderToken?)?]>,
+        mayWrite: @escaping @Sendable () -> Bool,
+        onResult: @escaping @Sendable (_ index: Int, _ result: Result<APNsResponse, any Error>) -> Void
+    ) async {
         var waiting = requests.indices[...]
         var failedRounds = 0
         while !waiting.isEmpty {
@@ -436,7 +465,7 @@ public final class APNsClient: Sendable {
                                 message: "the connection closed before the request was sent"
                             ) : nil
                     }
-                } else if Task.isCancelled || !mayWrite() {
+                } else if Task.isCancelled || batch.isCancelled || !mayWrite() {
                     connection.limiter.release(granted)
                     connection.closeIfRetiredAndIdle()
                     stop = TransportError(
@@ -498,7 +527,6 @@ public final class APNsClient: Sendable {
                 waiting = waiting.dropFirst(waiting.count)
             }
         }
-        await batch.waitForAll()
     }
 
     func pool(for key: PoolKey) -> ConnectionPool {

@@ -9,6 +9,8 @@ final class ConnectionPool: Sendable {
     struct State {
         var machine: PoolStateMachine<APNsConnection>
         var waiters: [CheckedContinuation<Void, Never>] = []
+        /// After ``closeAll()``: a connect still under way closes what it opened instead of keeping it.
+        var closed = false
     }
 
     /// What the pool needs of its client (no reference back to it).
@@ -115,13 +117,19 @@ final class ConnectionPool: Sendable {
                 connectTimeout: self.context.configuration.connectTimeout,
                 logger: self.context.logger
             )
-            let waiters = self.state.withLock { state -> [CheckedContinuation<Void, Never>] in
-                state.machine.connected(connection, slot: slot)
+            let (waiters, closed) = self.state.withLock { state -> ([CheckedContinuation<Void, Never>], Bool) in
+                if !state.closed { state.machine.connected(connection, slot: slot) }
                 defer { state.waiters.removeAll() }
-                return state.waiters
+                return (state.waiters, state.closed)
             }
             for waiter in waiters { waiter.resume() }
+            if closed {
+                await connection.close()
+                throw ClientClosed()
+            }
             return connection
+        } catch is ClientClosed {
+            throw TransportError(code: .shutdown, mayHaveBeenProcessed: false, message: "the client is shutting down")
         } catch {
             let (waiters, backoff) = self.state.withLock {
                 state -> ([CheckedContinuation<Void, Never>], Duration) in
@@ -150,6 +158,9 @@ final class ConnectionPool: Sendable {
         }
     }
 
+    /// A connect that finished after ``closeAll()``.
+    private struct ClientClosed: Error {}
+
     /// Takes a connection out of the pool (GOAWAY, PING failure, UnrelatedKeyIdInToken); it closes once
     /// its in-flight requests finish, and its slot reopens on demand.
     func discard(_ connection: APNsConnection) async {
@@ -158,7 +169,10 @@ final class ConnectionPool: Sendable {
     }
 
     func closeAll() async {
-        let connections = self.state.withLock { $0.machine.closeAll() }
+        let connections = self.state.withLock { state in
+            state.closed = true
+            return state.machine.closeAll()
+        }
         for connection in connections { await connection.close() }
     }
 }

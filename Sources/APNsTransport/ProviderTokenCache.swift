@@ -126,16 +126,24 @@ public final class ProviderTokenCache: Sendable {
         var token = try ProviderToken.mint(for: self.key, at: now)
         self.state.withLock { $0.mints += 1 }
         if let store = self.store {
-            let stored: ProviderToken?
+            let teamID = self.key.teamID
+            let keyID = self.key.keyID
+            var stored: ProviderToken?
             if let foreign {
-                stored = try? await store.replace(foreign, with: token, teamID: self.key.teamID, keyID: self.key.keyID)
-            } else {
+                stored = try? await store.replace(foreign, with: token, teamID: teamID, keyID: keyID)
+            }
+            if stored == nil {
                 stored = try? await store.save(
                     token,
-                    teamID: self.key.teamID,
-                    keyID: self.key.keyID,
+                    teamID: teamID,
+                    keyID: keyID,
                     minimumRefreshInterval: self.configuration.minimumRefreshInterval
                 )
+            }
+            // A foreign token stored meanwhile (its young age kept it): replace it too, so this key's token is
+            // the shared one and the rest of the fleet adopts it instead of minting its own.
+            if let found = stored, !found.isSigned(by: self.key) {
+                stored = try? await store.replace(found, with: token, teamID: teamID, keyID: keyID)
             }
             // Another process's token wins a race only if this key signed it too.
             if let stored, stored.isSigned(by: self.key) { token = stored }

@@ -10,8 +10,8 @@ final class RequestBatch: Sendable {
         var outstanding = 0
         var done: CheckedContinuation<Void, Never>?
         var cancelled = false
-        var handles: [FrameExchange.Handle] = []
-        var handleConnections: Set<ObjectIdentifier> = []
+        /// The connections the batch's requests went out on, held until it ends (a cancellation resets there).
+        var connections: [APNsConnection] = []
         var followUps: [Task<Void, Never>] = []
     }
 
@@ -31,8 +31,8 @@ final class RequestBatch: Sendable {
     func expect(_ count: Int, on connection: APNsConnection) {
         self.state.withLock { state in
             state.outstanding += count
-            if state.handleConnections.insert(ObjectIdentifier(connection)).inserted {
-                state.handles.append(connection.exchange)
+            if !state.connections.contains(where: { $0 === connection }) {
+                state.connections.append(connection)
             }
         }
     }
@@ -49,6 +49,8 @@ final class RequestBatch: Sendable {
     func followUp(_ operation: @escaping @Sendable () async -> Void) {
         self.state.withLock { $0.outstanding += 1 }
         let task = Task {
+            // A batch cancelled before this task started: its operation sees the cancellation at once.
+            if self.isCancelled { withUnsafeCurrentTask { $0?.cancel() } }
             await operation()
             self.finishedOne()
         }
@@ -90,11 +92,11 @@ final class RequestBatch: Sendable {
     /// Gives up on the batch: see ``waitForAll()``.
     func cancel() {
         self.cancelledFlag.store(true, ordering: .releasing)
-        let (handles, followUps) = self.state.withLock { state in
+        let (connections, followUps) = self.state.withLock { state in
             state.cancelled = true
-            return (state.handles, state.followUps)
+            return (state.connections, state.followUps)
         }
-        for handle in handles { handle.cancel(self) }
+        for connection in connections { connection.exchange.cancel(self) }
         for task in followUps { task.cancel() }
     }
 }

@@ -104,6 +104,12 @@ struct TokenTests {
         #expect(try await other.token() == token && other.mintCount == 0)
         store.seed(foreign)
         #expect(try await other.adoptShared(rejecting: token) == nil)
+        // A load that failed (so nothing looked foreign) and a save that kept the young foreign token: it is
+        // replaced all the same, and the token sent is the one stored.
+        let blind = ProviderTokenCache(key: Self.key, store: LoadFailsTokenStore(inner: store), now: { clock.now })
+        let sent = try await blind.token()
+        #expect(sent.isSigned(by: Self.key))
+        #expect(try await store.load(teamID: Self.key.teamID, keyID: Self.key.keyID) == sent)
     }
 
     @Test(
@@ -482,6 +488,30 @@ final class Gate: Sendable {
             }
             if open { continuation.resume() }
         }
+    }
+}
+
+/// A store whose loads fail (Postgres unreachable at that moment); saves and replaces reach `inner`.
+final class LoadFailsTokenStore: ProviderTokenStore {
+    struct Refused: Error {}
+    let inner: MemoryTokenStore
+    init(inner: MemoryTokenStore) { self.inner = inner }
+    func load(teamID: String, keyID: String) async throws -> ProviderToken? { throw Refused() }
+    func save(
+        _ token: ProviderToken,
+        teamID: String,
+        keyID: String,
+        minimumRefreshInterval: TimeInterval
+    ) async throws -> ProviderToken {
+        try await self.inner.save(token, teamID: teamID, keyID: keyID, minimumRefreshInterval: minimumRefreshInterval)
+    }
+    func replace(
+        _ stale: ProviderToken,
+        with token: ProviderToken,
+        teamID: String,
+        keyID: String
+    ) async throws -> ProviderToken? {
+        try await self.inner.replace(stale, with: token, teamID: teamID, keyID: keyID)
     }
 }
 

@@ -359,14 +359,17 @@ public final class APNsClient: Sendable {
         }
         let pool = self.pool(for: PoolKey(endpoint: endpoint, credential: credential))
         // Which connection and token each request went out with: an answer the in-call rules act on needs both.
-        let attempts = Mutex([(connection: APNsConnection, token: ProviderToken?)?](repeating: nil, count: requests.count))
+        let attempts = Mutex(
+            [(connection: APNsConnection, token: ProviderToken?)?](repeating: nil, count: requests.count)
+        )
         let batch = RequestBatch { batch, index, result in
             let special: Bool
             switch result {
             case .success(let response):
                 pool.succeeded()
                 switch (response.status, response.reason) {
-                case (403, "ExpiredProviderToken"), (429, "TooManyProviderTokenUpdates"), (403, "UnrelatedKeyIdInToken"):
+                case (403, "ExpiredProviderToken"), (429, "TooManyProviderTokenUpdates"),
+                    (403, "UnrelatedKeyIdInToken"):
                     special = true
                 default:
                     special = false

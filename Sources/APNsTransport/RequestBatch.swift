@@ -4,7 +4,8 @@ import Synchronization
 /// answers are handed to `handler` on the event loop as they arrive (no task, promise or thread hop per
 /// request), and the caller waits once for the last of them.
 final class RequestBatch: Sendable {
-    typealias Handler = @Sendable (_ batch: RequestBatch, _ index: Int, _ result: Result<APNsResponse, TransportError>) -> Void
+    typealias Handler =
+        @Sendable (_ batch: RequestBatch, _ index: Int, _ result: Result<APNsResponse, TransportError>) -> Void
 
     private struct State {
         var outstanding = 0

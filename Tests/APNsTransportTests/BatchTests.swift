@@ -21,7 +21,9 @@ struct BatchTests {
         for (index, answers) in all.enumerated() {
             #expect(answers.count == 1, "request \(index) was answered \(answers.count) times")
         }
-        return all.map { $0.first ?? .failure(TransportError(code: .timeout, mayHaveBeenProcessed: true, message: "none")) }
+        return all.map {
+            $0.first ?? .failure(TransportError(code: .timeout, mayHaveBeenProcessed: true, message: "none"))
+        }
     }
 
     @Test(
@@ -63,7 +65,9 @@ struct BatchTests {
         }
     }
 
-    @Test("a cancelled batch: its requests in flight are reset and come back as unknown outcomes; none is left unanswered")
+    @Test(
+        "a cancelled batch: its requests in flight are reset and come back as unknown outcomes; none is left unanswered"
+    )
     func cancelledBatch() async throws {
         try await Fixture.run { f in
             #expect(try await f.send(try Fixture.alert(Fixture.token())).status == 200)
@@ -91,7 +95,8 @@ struct BatchTests {
         "a batch larger than the connection allows, on fresh connections: one stream until the first 200, then the peer's limit; every slot given back; the spare connection opens beside it"
     )
     func largerThanTheLimit() async throws {
-        try await Fixture.run(simulator: { $0.authenticatedMaxStreams = 8 }, client: { $0.connectionsPerPool = 2 }) { f in
+        try await Fixture.run(simulator: { $0.authenticatedMaxStreams = 8 }, client: { $0.connectionsPerPool = 2 }) {
+            f in
             let tokens = (0..<60).map { _ in Fixture.token() }
             for token in tokens { f.simulator.script(token, .latency(.milliseconds(20))) }
             let results = try await Self.sendBatch(f, tokens)
@@ -122,7 +127,12 @@ struct BatchTests {
             await f.client.sendBatch(
                 requests,
                 credential: "default",
-                mayWrite: { asked.withLock { $0 += 1; return $0 == 1 } }
+                mayWrite: {
+                    asked.withLock {
+                        $0 += 1
+                        return $0 == 1
+                    }
+                }
             ) { index, result in
                 results.withLock { $0[index] = result }
             }

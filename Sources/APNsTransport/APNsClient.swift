@@ -308,12 +308,8 @@ public final class APNsClient: Sendable {
                     reconnected = true
                     await pool.discard(connection)
                     continue
-                case (200...299, _):
-                    connection.limiter.markAuthenticated()
-                case (403, _):
-                    connection.limiter.markUnauthenticated()
                 default:
-                    break
+                    connection.limiter.noteAnswer(status: response.status)
                 }
                 return response
             case .failure(let error) where error.fault == .notProcessed:
@@ -363,25 +359,12 @@ public final class APNsClient: Sendable {
             [(connection: APNsConnection, token: ProviderToken?)?](repeating: nil, count: requests.count)
         )
         let batch = RequestBatch { batch, index, result in
-            let special: Bool
-            switch result {
-            case .success(let response):
-                pool.succeeded()
-                switch (response.status, response.reason) {
-                case (403, "ExpiredProviderToken"), (429, "TooManyProviderTokenUpdates"),
-                    (403, "UnrelatedKeyIdInToken"):
-                    special = true
-                default:
-                    special = false
-                }
-            case .failure(let error):
-                special = error.fault == .notProcessed
-            }
+            if case .success = result { pool.succeeded() }
             let sent = attempts.withLock { attempts in
                 defer { attempts[index] = nil }
                 return attempts[index]
             }
-            if special, let sent {
+            if Self.takesInCallRules(result), let sent {
                 // The in-call rules take it from here, at once, in a task of its own (these answers are rare).
                 let request = requests[index]
                 let attempt = FirstAttempt(connection: sent.connection, token: sent.token, result: result)
@@ -401,12 +384,8 @@ public final class APNsClient: Sendable {
                 }
                 return
             }
-            if case .success(let response) = result, let connection = sent?.connection {
-                if (200...299).contains(response.status) {
-                    connection.limiter.markAuthenticated()
-                } else if response.status == 403 {
-                    connection.limiter.markUnauthenticated()
-                }
+            if case .success(let response) = result {
+                sent?.connection.limiter.noteAnswer(status: response.status)
             }
             onResult(index, result.mapError { $0 })
         }
@@ -425,6 +404,23 @@ public final class APNsClient: Sendable {
             await batch.waitForAll()
         } onCancel: {
             batch.cancel()
+        }
+    }
+
+    /// Whether ``perform`` acts on this first answer (a token to re-mint or adopt, a key id to reconnect for,
+    /// a request APNs did not process) rather than hand it back: its special cases, before their once-only
+    /// guards.
+    static func takesInCallRules(_ result: Result<APNsResponse, TransportError>) -> Bool {
+        switch result {
+        case .success(let response):
+            switch (response.status, response.reason) {
+            case (403, "ExpiredProviderToken"), (429, "TooManyProviderTokenUpdates"), (403, "UnrelatedKeyIdInToken"):
+                true
+            default:
+                false
+            }
+        case .failure(let error):
+            error.fault == .notProcessed
         }
     }
 
@@ -450,11 +446,7 @@ public final class APNsClient: Sendable {
                 if granted == 0 {
                     // The connection closed (or this task was cancelled) before a slot came free.
                     if Task.isCancelled {
-                        stop = TransportError(
-                            code: .shutdown,
-                            mayHaveBeenProcessed: false,
-                            message: "withdrawn before it was sent"
-                        )
+                        stop = TransportError.withdrawn
                     } else {
                         // Each waiting request was refused a stream, as each would have been on its own.
                         self.notProcessed.withLock { $0 += waiting.count }
@@ -471,11 +463,7 @@ public final class APNsClient: Sendable {
                 } else if Task.isCancelled || batch.isCancelled || !mayWrite() {
                     connection.limiter.release(granted)
                     connection.closeIfRetiredAndIdle()
-                    stop = TransportError(
-                        code: .shutdown,
-                        mayHaveBeenProcessed: false,
-                        message: "withdrawn before it was sent"
-                    )
+                    stop = TransportError.withdrawn
                 } else if connection.observer.isDraining {
                     // Told to go away meanwhile: not sent on it; the pool gives another.
                     connection.limiter.release(granted)
@@ -485,11 +473,7 @@ public final class APNsClient: Sendable {
                     failedRounds += 1
                     stop =
                         failedRounds > Self.maximumResends
-                        ? TransportError(
-                            code: .goAway,
-                            mayHaveBeenProcessed: false,
-                            message: "the connection is going away; not sent on it"
-                        ) : nil
+                        ? TransportError.notSentGoingAway : nil
                 } else {
                     let chunk = waiting.prefix(granted)
                     waiting = waiting.dropFirst(granted)

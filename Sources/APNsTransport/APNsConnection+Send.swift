@@ -23,11 +23,7 @@ extension APNsConnection {
     ) async throws -> APNsResponse {
         guard await self.limiter.acquire() else {
             if Task.isCancelled {
-                throw TransportError(
-                    code: .shutdown,
-                    mayHaveBeenProcessed: false,
-                    message: "withdrawn before it was sent"
-                )
+                throw TransportError.withdrawn
             }
             throw TransportError(
                 code: .connectionReset,
@@ -40,16 +36,12 @@ extension APNsConnection {
         if Task.isCancelled || !(mayWrite?() ?? true) {
             self.limiter.release()
             self.closeIfRetiredAndIdle()
-            throw TransportError(code: .shutdown, mayHaveBeenProcessed: false, message: "withdrawn before it was sent")
+            throw TransportError.withdrawn
         }
         if self.observer.isDraining {
             self.limiter.release()
             self.closeIfRetiredAndIdle()
-            throw TransportError(
-                code: .goAway,
-                mayHaveBeenProcessed: false,
-                message: "the connection is going away; not sent on it"
-            )
+            throw TransportError.notSentGoingAway
         }
         let started = ContinuousClock.now
         self.touch(started)

@@ -89,11 +89,7 @@ final class FrameExchange: ChannelInboundHandler {
             if self.exchanges.isEmpty && self.nextStreamID > Int32.max - 2 { context.close(promise: nil) }
             self.fail(
                 waiter,
-                TransportError(
-                    code: .goAway,
-                    mayHaveBeenProcessed: false,
-                    message: "the connection is going away; not sent on it"
-                )
+                TransportError.notSentGoingAway
             )
             return
         }
@@ -111,11 +107,7 @@ final class FrameExchange: ChannelInboundHandler {
                 if let last = self.goAwayLast, streamID > last {
                     Self.goneAway(last)
                 } else if error is NIOHTTP2Errors.CreatedStreamAfterGoaway {
-                    TransportError(
-                        code: .goAway,
-                        mayHaveBeenProcessed: false,
-                        message: "the connection is going away; not sent on it"
-                    )
+                    TransportError.notSentGoingAway
                 } else {
                     TransportError(
                         code: .connectionReset,
@@ -124,7 +116,7 @@ final class FrameExchange: ChannelInboundHandler {
                     )
                 }
             self.finish(streamID, with: .failure(error))
-            if !self.reading { self.flushReleasedSlots() }
+            self.flushUnlessReading()
         }
         if body.isEmpty {
             context.write(
@@ -166,8 +158,13 @@ final class FrameExchange: ChannelInboundHandler {
         case .batch(let batch, let index):
             self.releasedSlots += 1
             batch.deliver(index, .failure(error))
-            if !self.reading { self.flushReleasedSlots() }
+            self.flushUnlessReading()
         }
+    }
+
+    /// Outside a read cycle, gives slots back now; within one, channelReadComplete does.
+    private func flushUnlessReading() {
+        if !self.reading { self.flushReleasedSlots() }
     }
 
     /// Gives the slots of ended batch requests back, all at once.
@@ -254,7 +251,7 @@ final class FrameExchange: ChannelInboundHandler {
                 promise: nil
             )
         }
-        if !self.reading { self.flushReleasedSlots() }
+        self.flushUnlessReading()
         context.fireUserInboundEventTriggered(event)
     }
 
@@ -343,7 +340,7 @@ final class FrameExchange: ChannelInboundHandler {
             )
         }
         if !streamIDs.isEmpty { self.context?.flush() }
-        if !self.reading { self.flushReleasedSlots() }
+        self.flushUnlessReading()
     }
 
     private func finish(_ streamID: HTTP2StreamID, with result: Result<APNsResponse, TransportError>) {
@@ -418,7 +415,7 @@ final class FrameExchange: ChannelInboundHandler {
             reset = true
         }
         if reset { context.flush() }
-        if !self.reading { self.flushReleasedSlots() }
+        self.flushUnlessReading()
         self.scheduleTimer(context: context)
     }
 }
@@ -460,11 +457,7 @@ extension FrameExchange {
                         // Cancelled before it reached the loop: withdrawn, never written.
                         if submission.cancelled.load(ordering: .acquiring) {
                             submission.promise.fail(
-                                TransportError(
-                                    code: .shutdown,
-                                    mayHaveBeenProcessed: false,
-                                    message: "withdrawn before it was sent"
-                                )
+                                TransportError.withdrawn
                             )
                             continue
                         }
@@ -533,7 +526,7 @@ extension FrameExchange {
     func withdraw(_ waiter: Waiter) {
         self.fail(
             waiter,
-            TransportError(code: .shutdown, mayHaveBeenProcessed: false, message: "withdrawn before it was sent")
+            TransportError.withdrawn
         )
     }
 

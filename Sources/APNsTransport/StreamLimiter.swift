@@ -17,6 +17,15 @@ final class StreamLimiter: Sendable {
         /// The number of streams allowed right now.
         var limit: Int { self.authenticated ? max(self.peerMaxStreams, 1) : 1 }
 
+        /// Up to `want` slots at once when free and nobody queues before; 0 when closed; `nil` to wait.
+        mutating func grantNow(_ want: Int) -> Int? {
+            if self.closed { return 0 }
+            guard self.inFlight < self.limit && self.waiters.isEmpty else { return nil }
+            let granted = min(self.limit - self.inFlight, want)
+            self.inFlight += granted
+            return granted
+        }
+
         /// Hands free slots to queued waiters, in order; returns the ones to resume with their grants.
         mutating func admitWaiters() -> [(CheckedContinuation<Int, Never>, Int)] {
             var admitted: [(CheckedContinuation<Int, Never>, Int)] = []
@@ -51,15 +60,7 @@ final class StreamLimiter: Sendable {
     /// while none is. Returns 0 if the connection closed (or the task was cancelled) first.
     func acquire(upTo count: Int) async -> Int {
         let want = max(count, 1)
-        let immediate: Int? = self.state.withLock { state in
-            if state.closed { return 0 }
-            if state.inFlight < state.limit && state.waiters.isEmpty {
-                let granted = min(state.limit - state.inFlight, want)
-                state.inFlight += granted
-                return granted
-            }
-            return nil
-        }
+        let immediate = self.state.withLock { $0.grantNow(want) }
         if let immediate { return immediate }
         let id = self.state.withLock { state -> UInt64 in
             state.nextWaiterID += 1
@@ -68,12 +69,8 @@ final class StreamLimiter: Sendable {
         return await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 let resume: Int? = self.state.withLock { state in
-                    if state.closed || Task.isCancelled { return 0 }
-                    if state.inFlight < state.limit && state.waiters.isEmpty {
-                        let granted = min(state.limit - state.inFlight, want)
-                        state.inFlight += granted
-                        return granted
-                    }
+                    if Task.isCancelled { return 0 }
+                    if let granted = state.grantNow(want) { return granted }
                     state.waiters.append((id, want, continuation))
                     return nil
                 }
@@ -106,6 +103,16 @@ final class StreamLimiter: Sendable {
             return state.admitWaiters()
         }
         for (waiter, granted) in admitted { waiter.resume(returning: granted) }
+    }
+
+    /// An answer on this connection: a 2xx proves the token (``markAuthenticated()``), a 403 may drop the
+    /// limit back (``markUnauthenticated()``); other statuses change nothing.
+    func noteAnswer(status: Int) {
+        if (200...299).contains(status) {
+            self.markAuthenticated()
+        } else if status == 403 {
+            self.markUnauthenticated()
+        }
     }
 
     /// A credential rejection: APNs may drop the limit back to 1 until the next success.

@@ -77,3 +77,20 @@ public struct TransportError: Error, Sendable, Hashable, CustomStringConvertible
 
     public var description: String { "\(self.code): \(self.message)" }
 }
+
+extension TransportError {
+    /// The caller withdrew the request before it was written (its lease lapsed, its credential was paused,
+    /// the worker is stopping): nothing was sent.
+    static var withdrawn: TransportError {
+        TransportError(code: .shutdown, mayHaveBeenProcessed: false, message: "withdrawn before it was sent")
+    }
+
+    /// The connection had been told to go away before the request was written: not sent on it.
+    static var notSentGoingAway: TransportError {
+        TransportError(
+            code: .goAway,
+            mayHaveBeenProcessed: false,
+            message: "the connection is going away; not sent on it"
+        )
+    }
+}

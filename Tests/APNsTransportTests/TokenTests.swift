@@ -106,7 +106,11 @@ struct TokenTests {
         #expect(try await other.adoptShared(rejecting: token) == nil)
         // A load that failed (so nothing looked foreign) and a save that kept the young foreign token: it is
         // replaced all the same, and the token sent is the one stored.
-        let blind = ProviderTokenCache(key: Self.key, store: LoadFailsTokenStore(inner: store), now: { clock.now })
+        let blind = ProviderTokenCache(
+            key: Self.key,
+            store: FailingTokenStore(inner: store, loadsFail: true),
+            now: { clock.now }
+        )
         let sent = try await blind.token()
         #expect(sent.isSigned(by: Self.key))
         #expect(try await store.load(teamID: Self.key.teamID, keyID: Self.key.keyID) == sent)
@@ -137,7 +141,8 @@ struct TokenTests {
         let shared = MemoryTokenStore()
         try await Fixture.run(
             // This worker's store takes no saves (a failed write): it keeps the token it mints.
-            tokenCache: { key in ProviderTokenCache(key: key, store: ReadOnlyTokenStore(inner: shared)) }
+            tokenCache: { key in ProviderTokenCache(key: key, store: FailingTokenStore(inner: shared, writesFail: true))
+            }
         ) { f in
             let cache = try #require(f.client.tokenCache(for: "default"))
             let own = try await cache.token()
@@ -491,19 +496,35 @@ final class Gate: Sendable {
     }
 }
 
-/// A store whose loads fail (Postgres unreachable at that moment); saves and replaces reach `inner`.
-final class LoadFailsTokenStore: ProviderTokenStore {
+/// A store in front of `inner` whose loads, or whose writes (save and replace), fail: Postgres unreachable
+/// at that moment.
+final class FailingTokenStore: ProviderTokenStore {
     struct Refused: Error {}
     let inner: MemoryTokenStore
-    init(inner: MemoryTokenStore) { self.inner = inner }
-    func load(teamID: String, keyID: String) async throws -> ProviderToken? { throw Refused() }
+    let loadsFail: Bool
+    let writesFail: Bool
+    init(inner: MemoryTokenStore, loadsFail: Bool = false, writesFail: Bool = false) {
+        self.inner = inner
+        self.loadsFail = loadsFail
+        self.writesFail = writesFail
+    }
+    func load(teamID: String, keyID: String) async throws -> ProviderToken? {
+        if self.loadsFail { throw Refused() }
+        return try await self.inner.load(teamID: teamID, keyID: keyID)
+    }
     func save(
         _ token: ProviderToken,
         teamID: String,
         keyID: String,
         minimumRefreshInterval: TimeInterval
     ) async throws -> ProviderToken {
-        try await self.inner.save(token, teamID: teamID, keyID: keyID, minimumRefreshInterval: minimumRefreshInterval)
+        if self.writesFail { throw Refused() }
+        return try await self.inner.save(
+            token,
+            teamID: teamID,
+            keyID: keyID,
+            minimumRefreshInterval: minimumRefreshInterval
+        )
     }
     func replace(
         _ stale: ProviderToken,
@@ -511,28 +532,7 @@ final class LoadFailsTokenStore: ProviderTokenStore {
         teamID: String,
         keyID: String
     ) async throws -> ProviderToken? {
-        try await self.inner.replace(stale, with: token, teamID: teamID, keyID: keyID)
+        if self.writesFail { throw Refused() }
+        return try await self.inner.replace(stale, with: token, teamID: teamID, keyID: keyID)
     }
-}
-
-/// A store whose saves fail (Postgres unreachable at that moment): loads come from `inner`.
-final class ReadOnlyTokenStore: ProviderTokenStore {
-    struct Refused: Error {}
-    let inner: MemoryTokenStore
-    init(inner: MemoryTokenStore) { self.inner = inner }
-    func load(teamID: String, keyID: String) async throws -> ProviderToken? {
-        try await self.inner.load(teamID: teamID, keyID: keyID)
-    }
-    func save(
-        _ token: ProviderToken,
-        teamID: String,
-        keyID: String,
-        minimumRefreshInterval: TimeInterval
-    ) async throws -> ProviderToken { throw Refused() }
-    func replace(
-        _ stale: ProviderToken,
-        with token: ProviderToken,
-        teamID: String,
-        keyID: String
-    ) async throws -> ProviderToken? { throw Refused() }
 }

@@ -143,6 +143,7 @@ let package = Package(
             dependencies: [
                 "PushQueue",
                 "PushEmbeddedPostgres",
+                "PushProcess",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -2,6 +2,7 @@ public import Foundation
 public import Logging
 public import PostgresNIO
 public import PushEmbeddedPostgres
+import PushProcess
 public import PushQueue
 import Synchronization
 
@@ -18,6 +19,9 @@ public enum TestPostgres {
             if let state { return try state.get() }
             let result = Result { try Self.startServer() }
             state = result
+            if case .success(let url) = result {
+                _ = TestWatchdog.addReport { Self.activityReport(url) }
+            }
             return try result.get()
         }
     }
@@ -44,6 +48,31 @@ public enum TestPostgres {
         return url
     }
 
+    /// What the server's sessions are doing, for the watchdog: every session that is not idle, what it
+    /// waits for and who blocks it, and any prepared transaction (which holds its locks until resolved).
+    public static func activityReport(_ server: DatabaseURL) -> String {
+        let psql =
+            ((try? EmbeddedPostgres.findBinDirectory()).map { $0 + "/psql" }).flatMap {
+                FileManager.default.isExecutableFile(atPath: $0) ? $0 : nil
+            } ?? "psql"
+        let sql = """
+            SELECT pid, datname, backend_type, state, wait_event_type || ':' || wait_event AS waits_for,
+                   pg_blocking_pids(pid) AS blocked_by, round(extract(epoch FROM now() - query_start)) AS seconds,
+                   left(regexp_replace(query, '\\s+', ' ', 'g'), 160) AS query
+              FROM pg_stat_activity
+             WHERE state IS DISTINCT FROM 'idle' AND pid <> pg_backend_pid() AND backend_type = 'client backend';
+            SELECT gid, database, prepared FROM pg_prepared_xacts;
+            SELECT datname, usename, state, count(*) AS sessions, current_setting('max_connections') AS max
+              FROM pg_stat_activity WHERE backend_type = 'client backend' GROUP BY 1, 2, 3 ORDER BY 4 DESC LIMIT 12;
+            """
+        let result = try? ChildProcess.run(
+            "/usr/bin/env",
+            ["PGCONNECT_TIMEOUT=5", psql, server.connectionString, "-X", "-c", sql],
+            limit: .seconds(30)
+        )
+        return "the test cluster's sessions that are not idle:\n" + (result?.output ?? "(psql could not be started)\n")
+    }
+
     /// Runs `body` against a fresh, migrated database, then drops it.
     public static func withDatabase<T: Sendable>(
         maxConnections: Int = 20,
@@ -59,6 +88,9 @@ public enum TestPostgres {
         logger.logLevel = .error
         var configuration = url.clientConfiguration
         configuration.options.maximumConnections = maxConnections
+        // A test's own statement that waits (on a lock a worker holds, say) fails after two minutes with
+        // Postgres' message and the test's line, instead of hanging the run until the watchdog stops it.
+        configuration.options.additionalStartupParameters.append(("statement_timeout", "120s"))
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         let result: Result<T, any Error> = await withTaskGroup(of: Void.self) { group in
             group.addTask { await client.run() }

@@ -23,11 +23,23 @@ struct DaemonFixture: Sendable {
     let children = Children()
 
     final class Children: Sendable {
-        private let pids = Mutex<[pid_t]>([])
-        func add(_ pid: pid_t) { self.pids.withLock { $0.append(pid) } }
+        private let started = Mutex<[ChildProcess.Running]>([])
+        private let step = Mutex("starting")
+        func add(_ child: ChildProcess.Running) { self.started.withLock { $0.append(child) } }
+        /// What the test is doing now (``DaemonFixture/phase(_:)``).
+        func phase(_ text: String) { self.step.withLock { $0 = text } }
+        /// For the test watchdog: the test's step, each child's last lines, so a hang in CI shows where
+        /// the test waits and what the workers said.
+        func report() -> String {
+            "the test's step: \(self.step.withLock { $0 })\n"
+                + self.started.withLock { $0 }.map { child in
+                    let tail = child.output.split(separator: "\n", omittingEmptySubsequences: false).suffix(15)
+                    return "worker pid \(child.pid), its last lines:\n" + tail.joined(separator: "\n") + "\n"
+                }.joined()
+        }
         /// Kills and reaps those not yet reaped; one already reaped (by its test) is left alone.
         func killRunning() {
-            for pid in self.pids.withLock({ $0 }) {
+            for pid in self.started.withLock({ $0.map(\.pid) }) {
                 var status: Int32 = 0
                 guard waitpid(pid, &status, WNOHANG) == 0 else { continue }
                 kill(pid, SIGKILL)
@@ -70,7 +82,12 @@ struct DaemonFixture: Sendable {
                     keyPath: credentials.keyPath,
                     credentials: credentials
                 )
-                defer { fixture.children.killRunning() }
+                let report = TestWatchdog.addReport { [children = fixture.children] in children.report() }
+                defer {
+                    TestWatchdog.removeReport(report)
+                    fixture.children.killRunning()
+                }
+                fixture.phase("running the test's body")
                 return try await body(fixture)
             }
         }
@@ -95,7 +112,7 @@ struct DaemonFixture: Sendable {
             environment: self.environment.merging(more) { $1 },
             outputPath: self.directory + "/\(name).log"
         )
-        self.children.add(worker.pid)
+        self.children.add(worker)
         return worker
     }
 
@@ -146,12 +163,16 @@ struct DaemonFixture: Sendable {
         ]
     }
 
+    /// Names what the test does now, for the watchdog's report if the run hangs there.
+    func phase(_ text: String) { self.children.phase(text) }
+
     /// Polls `condition` until it holds or `timeout` passes.
     func waitUntil(
         _ timeout: Duration = .seconds(60),
         _ what: String,
         _ condition: @Sendable () async throws -> Bool
     ) async throws {
+        self.phase("waiting for: \(what)")
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             if try await condition() { return }

@@ -279,7 +279,7 @@ struct DaemonTests {
                 environment: ["DATABASE_URL": f.db.url.connectionString],
                 outputPath: f.directory + "/cfg.log"
             )
-            f.children.add(worker.pid)
+            f.children.add(worker)
             try await f.waitUntil(.seconds(30), "two delivered") {
                 try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == 2
             }

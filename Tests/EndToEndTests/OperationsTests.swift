@@ -174,7 +174,7 @@ struct OperationsTests {
                 ],
                 outputPath: f.directory + "/compose-worker.log"
             )
-            f.children.add(worker.pid)
+            f.children.add(worker)
             try await f.db.execute(
                 "INSERT INTO push.jobs (topic, device_token, payload) VALUES ('com.example.app', repeat('ab', 32), '{\"aps\":{\"alert\":\"hi\"}}')"
             )

@@ -4,6 +4,7 @@ import Logging
 import PushEmbeddedPostgres
 import PushProcess
 import PushQueue
+import PushQueueTesting
 import Testing
 
 /// The real binary against a Postgres cluster of its own (the test stops, restarts or freezes it, which
@@ -56,7 +57,13 @@ struct OwnClusterFixture: Sendable {
                 caFile: caFile,
                 environment: environment
             )
-            defer { fixture.children.killRunning() }
+            let report = TestWatchdog.addReport { [children = fixture.children] in
+                TestPostgres.activityReport(url) + children.report()
+            }
+            defer {
+                TestWatchdog.removeReport(report)
+                fixture.children.killRunning()
+            }
             try await body(fixture)
         }
     }
@@ -73,7 +80,7 @@ struct OwnClusterFixture: Sendable {
             environment: self.environment,
             outputPath: self.directory + "/\(name).log"
         )
-        self.children.add(worker.pid)
+        self.children.add(worker)
         return worker
     }
 

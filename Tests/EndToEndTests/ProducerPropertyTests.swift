@@ -195,7 +195,8 @@ struct ProducerPropertyTests {
             var inserted: [Int64] = []
             var careful: [Int64] = []
             var skipped = 0
-            for row in rows {
+            for (index, row) in rows.enumerated() {
+                f.phase("inserting row \(index + 1) of \(rows.count): \(row.sql.prefix(300))")
                 do {
                     let ids = try await f.db.int64s(PostgresQuery(unsafeSQL: row.sql))
                     if ids.isEmpty { skipped += 1 }
@@ -228,9 +229,11 @@ struct ProducerPropertyTests {
                 try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state <> 'delivered'") == 0
             }
             #expect(kill(worker.pid, 0) == 0, "the worker never stopped: \(worker.output.suffix(2000))")
+            f.phase("stopping the worker")
             worker.signal(SIGTERM)
             #expect(worker.wait() == 0, "\(worker.output.suffix(2000))")
 
+            f.phase("checking the outcomes and the invariants")
             let ids = "{\(inserted.map(String.init).joined(separator: ","))}"
             let delivered = try await f.db.int64(
                 "SELECT count(*) FROM push.jobs WHERE state = 'delivered' AND id = ANY ('\(unescaped: ids)'::bigint[])"

@@ -71,7 +71,7 @@ struct ResilienceTests {
                 environment: f.environment,
                 outputPath: f.directory + "/outage.log"
             )
-            f.children.add(worker.pid)
+            f.children.add(worker)
             try await f.db.execute(
                 "INSERT INTO push.jobs (topic, device_token, payload) VALUES ('com.example.app', '\(DaemonFixture.token(9))', '{\"aps\":{}}')"
             )

@@ -29,7 +29,10 @@ public enum TestWatchdog {
                         "\nThe test run is still going after \(minutes) minutes: what it is doing now.\n"
                     )
                     TestWatchdog.write(TestWatchdog.threadStacks())
-                    for report in TestWatchdog.reports.withLock({ Array($0.values) }) { TestWatchdog.write(report()) }
+                    let reports = TestWatchdog.reports.withLock { Array($0.values) }
+                    for report in reports { TestWatchdog.write(report.text()) }
+                    // The fixtures' workers would outlive this process (their database gone, retrying).
+                    for report in reports { report.onExit?() }
                     TestWatchdog.write(
                         """
 
@@ -47,7 +50,11 @@ public enum TestWatchdog {
         return true
     }()
 
-    private static let reports = Mutex<[UInt64: @Sendable () -> String]>([:])
+    private struct Report: Sendable {
+        var text: @Sendable () -> String
+        var onExit: (@Sendable () -> Void)?
+    }
+    private static let reports = Mutex<[UInt64: Report]>([:])
     private static let nextReport = Atomic<UInt64>(0)
 
     /// Starts the watchdog once per test process (the first test database starts it; suites without a
@@ -56,10 +63,14 @@ public enum TestWatchdog {
 
     /// Adds a report printed if the run limit is reached (it runs on the watchdog's thread, so it must not
     /// wait on the test's event loops or tasks: run a command with a limit instead). Remove it with
-    /// ``removeReport(_:)`` when what it describes is gone.
-    public static func addReport(_ report: @escaping @Sendable () -> String) -> UInt64 {
+    /// ``removeReport(_:)`` when what it describes is gone. `onExit` runs after every report is printed,
+    /// before the process exits: it stops what would outlive it (a fixture's workers).
+    public static func addReport(
+        _ report: @escaping @Sendable () -> String,
+        onExit: (@Sendable () -> Void)? = nil
+    ) -> UInt64 {
         let id = self.nextReport.add(1, ordering: .relaxed).newValue
-        self.reports.withLock { $0[id] = report }
+        self.reports.withLock { $0[id] = Report(text: report, onExit: onExit) }
         return id
     }
 

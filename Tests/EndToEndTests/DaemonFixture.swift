@@ -82,7 +82,10 @@ struct DaemonFixture: Sendable {
                     keyPath: credentials.keyPath,
                     credentials: credentials
                 )
-                let report = TestWatchdog.addReport { [children = fixture.children] in children.report() }
+                let report = TestWatchdog.addReport(
+                    { [children = fixture.children] in children.report() },
+                    onExit: { [children = fixture.children] in children.killRunning() }
+                )
                 defer {
                     TestWatchdog.removeReport(report)
                     fixture.children.killRunning()

@@ -57,9 +57,10 @@ struct OwnClusterFixture: Sendable {
                 caFile: caFile,
                 environment: environment
             )
-            let report = TestWatchdog.addReport { [children = fixture.children] in
-                TestPostgres.activityReport(url) + children.report()
-            }
+            let report = TestWatchdog.addReport(
+                { [children = fixture.children] in TestPostgres.activityReport(url) + children.report() },
+                onExit: { [children = fixture.children] in children.killRunning() }
+            )
             defer {
                 TestWatchdog.removeReport(report)
                 fixture.children.killRunning()

@@ -31,7 +31,7 @@ struct RunCommand: AsyncParsableCommand {
     @Flag(
         name: .customLong("no-session-settings"),
         help:
-            "Do not send enable_seqscan=off and jit=off when connecting (PgBouncer refuses unknown startup parameters), and use no named prepared statements (transaction pooling loses them); set the two on the worker's role instead: ALTER ROLE push_worker SET enable_seqscan = off; ALTER ROLE push_worker SET jit = off."
+            "Do not send enable_seqscan=off, jit=off and plan_cache_mode=force_generic_plan when connecting (PgBouncer refuses unknown startup parameters), and use no named prepared statements (transaction pooling loses them); set the first two on the worker's role instead: ALTER ROLE push_worker SET enable_seqscan = off; ALTER ROLE push_worker SET jit = off."
     ) var noSessionSettings = false
 
     @Flag(

@@ -124,9 +124,11 @@ extension JobQueue {
                 )
             }
         }
-        if self.preparedStatements {
-            for try await row in try await self.client.execute(ClaimStatement(binds: binds), logger: self.logger) {
-                try read(row)
+        if self.usesPreparedStatements {
+            try await self.preparedOrNoted("claim") {
+                for try await row in try await self.client.execute(ClaimStatement(binds: binds), logger: self.logger) {
+                    try read(row)
+                }
             }
         } else {
             let query = PostgresQuery(unsafeSQL: Self.claimSQL, binds: binds)

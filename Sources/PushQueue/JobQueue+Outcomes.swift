@@ -12,10 +12,14 @@ extension JobQueue {
         guard !outcomes.isEmpty else { return OutcomeWriteResult(recorded: [], fenced: []) }
         let binds = Self.bindings(outcomes, workerID: workerID)
         var recorded: [Int64] = []
-        if self.preparedStatements {
-            for try await id in try await self.client.execute(WriteOutcomesStatement(binds: binds), logger: self.logger)
-            {
-                recorded.append(id)
+        if self.usesPreparedStatements {
+            try await self.preparedOrNoted("outcome write") {
+                for try await id in try await self.client.execute(
+                    WriteOutcomesStatement(binds: binds),
+                    logger: self.logger
+                ) {
+                    recorded.append(id)
+                }
             }
         } else {
             let rows = try await self.client.query(

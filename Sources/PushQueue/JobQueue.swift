@@ -1,5 +1,6 @@
 public import Logging
 public import PostgresNIO
+import Synchronization
 
 /// The queue's operations on `push.jobs`, `push.dead_jobs` and `push.invalid_tokens`.
 ///
@@ -11,15 +12,18 @@ public struct JobQueue: Sendable {
     /// The client every operation runs on; the caller runs it.
     public let client: PostgresClient
     let logger: Logger
-    /// Whether the claim and the outcome write run as named prepared statements (planned once per connection).
+    /// Whether the claim and the outcome write may run as named prepared statements (planned once per
+    /// connection); see ``usesPreparedStatements``.
     let preparedStatements: Bool
+    /// Set once a prepared statement failed on the server; shared by every copy of this queue.
+    let preparedStatementFailed = PreparedStatementFailure()
 
     /// - Parameters:
     ///   - client: a client whose `run()` the caller drives.
     ///   - logger: where the queue logs; job ids and apns ids only, never tokens or payloads.
     ///   - preparedStatements: run the claim and the outcome write as named prepared statements: planning
-    ///     them took 1–1.6 ms per batch. Off behind PgBouncer's transaction pooling, which loses named statements (the
-    ///     worker turns it off with `--no-session-settings`).
+    ///     them took 1–1.6 ms per batch. Off behind PgBouncer's transaction pooling, which loses named
+    ///     statements (the worker turns it off with `--no-session-settings`).
     public init(client: PostgresClient, logger: Logger, preparedStatements: Bool = false) {
         self.client = client
         self.logger = logger
@@ -42,4 +46,48 @@ extension JobQueue {
     public static let workerSessionSettings: [(String, String)] = [
         ("enable_seqscan", "off"), ("jit", "off"), ("plan_cache_mode", "force_generic_plan"),
     ]
+}
+
+/// A prepared statement that failed on the server stays failed on its connection: PostgresNIO keeps the
+/// error of a failed preparation and returns it for that statement name until the connection closes. One
+/// Parse refused once (a lock timeout while a migration holds `push.jobs`, a cancelled statement) would
+/// then fail every claim or outcome write that lands on that pooled connection. So after the first server
+/// error that may come from a preparation, the queue runs its statements unnamed, as behind PgBouncer: a
+/// little more planning per batch, never a connection that keeps failing.
+final class PreparedStatementFailure: Sendable {
+    private let failed = Atomic<Bool>(false)
+
+    var hasFailed: Bool { self.failed.load(ordering: .relaxed) }
+
+    /// Records `error` if the server may have refused the preparation itself; true the first time only
+    /// (to log it once). Errors only the execution raises leave prepared statements on: a value or a
+    /// constraint a row breaks (22, 23, 54, P0: the outcome writer's poison rows), a deadlock or a
+    /// serialization failure (40). A connection error closes the connection, and its prepared state with it.
+    func record(_ error: any Error) -> Bool {
+        guard let error = error as? PSQLError, error.code == .server else { return false }
+        let state = error.serverInfo?[.sqlState] ?? ""
+        if ["22", "23", "54", "P0", "40"].contains(where: { state.hasPrefix($0) }) { return false }
+        return !self.failed.exchange(true, ordering: .relaxed)
+    }
+}
+
+extension JobQueue {
+    /// Whether the next claim or outcome write runs as a named prepared statement.
+    var usesPreparedStatements: Bool { self.preparedStatements && !self.preparedStatementFailed.hasFailed }
+
+    /// Runs `prepared` (a named prepared statement) and, after a server error that may come from its
+    /// preparation, runs statements unnamed from then on, and rethrows: the caller's retry runs unnamed.
+    func preparedOrNoted<T>(_ what: String, _ prepared: () async throws -> T) async throws -> T {
+        do {
+            return try await prepared()
+        } catch {
+            if self.preparedStatementFailed.record(error) {
+                self.logger.warning(
+                    "the prepared \(what) failed on the server; this worker runs its statements unprepared from now on (restart it to prepare them again)",
+                    metadata: ["error": "\(QueueError.summary(of: error))"]
+                )
+            }
+            throw error
+        }
+    }
 }

@@ -97,4 +97,41 @@ struct ClaimTests {
             }
         }
     }
+
+    @Test(
+        "a prepared claim whose preparation the server refused (a lock timeout during a migration) does not fail every later claim on its connection: the queue goes on unprepared"
+    )
+    func refusedPreparation() async throws {
+        try await TestPostgres.withDatabase { db in
+            let ids = try await enqueue(db, count: 3)
+            // The worker's sessions, one connection (every claim lands on it), and a role-style lock_timeout.
+            var configuration = db.url.clientConfiguration
+            configuration.options.maximumConnections = 1
+            configuration.options.additionalStartupParameters =
+                JobQueue.workerSessionSettings + [("lock_timeout", "200ms")]
+            let client = PostgresClient(configuration: configuration, backgroundLogger: db.logger)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { await client.run() }
+                defer { group.cancelAll() }
+                let queue = JobQueue(client: client, logger: db.logger, preparedStatements: true)
+                // A migration holds push.jobs: the claim's first Parse waits for the lock and times out.
+                try await db.client.withConnection { migration in
+                    try await migration.query("BEGIN", logger: db.logger)
+                    try await migration.query("LOCK TABLE push.jobs IN ACCESS EXCLUSIVE MODE", logger: db.logger)
+                    await #expect(throws: PSQLError.self) {
+                        _ = try await queue.claim(limit: 1, workerID: "w", lease: .seconds(30))
+                    }
+                    try await migration.query("COMMIT", logger: db.logger)
+                }
+                // The lock is gone. PostgresNIO keeps a failed preparation on its connection; the queue
+                // must not use it again.
+                let claimed = try await queue.claim(limit: 10, workerID: "w", lease: .seconds(30))
+                #expect(claimed.map(\.id).sorted() == ids.sorted())
+                let outcomes = claimed.map {
+                    JobOutcome(jobID: $0.id, attempt: $0.attempts, disposition: .delivered, status: 200)
+                }
+                #expect(try await queue.writeOutcomes(outcomes, workerID: "w").recorded.count == 3)
+            }
+        }
+    }
 }

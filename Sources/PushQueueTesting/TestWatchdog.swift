@@ -28,9 +28,11 @@ public enum TestWatchdog {
                     TestWatchdog.write(
                         "\nThe test run is still going after \(minutes) minutes: what it is doing now.\n"
                     )
+                    // The reports first (gdb stops the whole process, and may be slow), printed after the stacks.
+                    let reports = TestWatchdog.reports.withLock { $0.sorted { $0.key < $1.key }.map(\.value) }
+                    let texts = reports.map { $0.text() }
                     TestWatchdog.write(TestWatchdog.threadStacks())
-                    let reports = TestWatchdog.reports.withLock { Array($0.values) }
-                    for report in reports { TestWatchdog.write(report.text()) }
+                    for text in texts { TestWatchdog.write(text) }
                     // The fixtures' workers would outlive this process (their database gone, retrying).
                     for report in reports { report.onExit?() }
                     TestWatchdog.write(
@@ -90,11 +92,14 @@ public enum TestWatchdog {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/gdb") else {
             return "(thread stacks: gdb is not installed)\n"
         }
+        // While gdb is attached every thread here is stopped, this one too: its own time limit (timeout)
+        // must bound it, and a SIGCONT afterwards makes sure nothing stays stopped.
         let script = """
-            gdb -p \(getpid()) -batch -ex 'set print frame-arguments none' -ex 'thread apply all bt 12' 2>/dev/null \
-              | { swift demangle --simplified 2>/dev/null || cat; }
+            timeout -k 5 60 gdb -p \(getpid()) -batch -ex 'set print frame-arguments none' \\
+              -ex 'thread apply all bt 12' 2>/dev/null | { swift demangle --simplified 2>/dev/null || cat; }
+            kill -CONT \(getpid())
             """
-        guard let result = try? ChildProcess.run("/bin/sh", ["-c", script], limit: .seconds(60)),
+        guard let result = try? ChildProcess.run("/bin/sh", ["-c", script], limit: .seconds(90)),
             result.output.contains("Thread ")
         else {
             return "(thread stacks: gdb could not attach to the test process)\n"

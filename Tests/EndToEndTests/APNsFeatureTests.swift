@@ -181,6 +181,7 @@ struct APNsFeatureTests {
                 environment: ["DATABASE_URL": f.db.url.connectionString],
                 outputPath: f.directory + "/keys.log"
             )
+            f.children.add(worker)
             defer {
                 worker.signal(SIGTERM)
                 worker.reap()

@@ -85,6 +85,7 @@ struct CertificateProxyTests {
                 environment: ["DATABASE_URL": f.db.url.connectionString],
                 outputPath: dir + "/certs.log"
             )
+            f.children.add(worker)
             defer {
                 worker.signal(SIGTERM)
                 worker.reap()
@@ -233,6 +234,7 @@ struct CertificateProxyTests {
     func proxy() async throws {
         try await DaemonFixture.run { f in
             let (proxy, port) = try await Self.startTinyproxy(in: f.directory)
+            f.children.add(proxy)
             defer {
                 proxy.signal(SIGTERM)
                 proxy.reap()

@@ -31,6 +31,7 @@ struct OperationsTests {
                 environment: [:],
                 outputPath: f.directory + "/listener.log"
             )
+            f.children.add(listener)
             defer {
                 listener.signal(SIGKILL)
                 listener.reap()
@@ -121,6 +122,7 @@ struct OperationsTests {
                 environment: [:],
                 outputPath: f.directory + "/simulator.log"
             )
+            f.children.add(simulator)
             defer {
                 simulator.signal(SIGTERM)
                 simulator.reap()

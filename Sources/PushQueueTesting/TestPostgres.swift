@@ -1,7 +1,7 @@
-public import Foundation
+import Foundation
 public import Logging
 public import PostgresNIO
-public import PushEmbeddedPostgres
+import PushEmbeddedPostgres
 import PushProcess
 public import PushQueue
 import Synchronization

@@ -62,11 +62,14 @@ final class PreparedStatementFailure: Sendable {
     /// Records `error` if the server may have refused the preparation itself; true the first time only
     /// (to log it once). Errors only the execution raises leave prepared statements on: a value or a
     /// constraint a row breaks (22, 23, 54, P0: the outcome writer's poison rows), a deadlock or a
-    /// serialization failure (40). A connection error closes the connection, and its prepared state with it.
+    /// serialization failure (40), a read-only server during a failover (25). So do errors that end the
+    /// connection, and its prepared state with it: a server shutting down, restarting or starting up
+    /// (57P01–57P04), a connection failure (08). A Postgres restart must not leave the fleet unprepared.
     func record(_ error: any Error) -> Bool {
         guard let error = error as? PSQLError, error.code == .server else { return false }
         let state = error.serverInfo?[.sqlState] ?? ""
-        if ["22", "23", "54", "P0", "40"].contains(where: { state.hasPrefix($0) }) { return false }
+        let executionOrConnection = ["22", "23", "54", "P0", "40", "25", "57P0", "08"]
+        if executionOrConnection.contains(where: { state.hasPrefix($0) }) { return false }
         return !self.failed.exchange(true, ordering: .relaxed)
     }
 }

@@ -12,21 +12,8 @@ extension JobQueue {
         guard !outcomes.isEmpty else { return OutcomeWriteResult(recorded: [], fenced: []) }
         let binds = Self.bindings(outcomes, workerID: workerID)
         var recorded: [Int64] = []
-        if self.usesPreparedStatements {
-            try await self.preparedOrNoted("outcome write") {
-                for try await id in try await self.client.execute(
-                    WriteOutcomesStatement(binds: binds),
-                    logger: self.logger
-                ) {
-                    recorded.append(id)
-                }
-            }
-        } else {
-            let rows = try await self.client.query(
-                PostgresQuery(unsafeSQL: Self.writeOutcomesSQL, binds: binds),
-                logger: self.logger
-            )
-            for try await id in rows.decode(Int64.self) { recorded.append(id) }
+        try await self.forEachRow(of: WriteOutcomesStatement.self, binds: binds) {
+            recorded.append(try $0.decode(Int64.self))
         }
         let written = Set(recorded)
         return OutcomeWriteResult(recorded: recorded, fenced: outcomes.map(\.jobID).filter { !written.contains($0) })
@@ -254,13 +241,8 @@ extension JobQueue {
         """
 }
 
-/// ``JobQueue/writeOutcomesSQL`` as a named prepared statement: parsed and planned once per connection.
-struct WriteOutcomesStatement: PostgresPreparedStatement {
-    typealias Row = Int64
+/// ``JobQueue/writeOutcomesSQL``, prepared once per connection.
+enum WriteOutcomesStatement: BatchStatement {
     static let name = "push_write_outcomes_v7"
     static let sql = JobQueue.writeOutcomesSQL
-    let binds: PostgresBindings
-
-    func makeBindings() throws -> PostgresBindings { self.binds }
-    func decodeRow(_ row: PostgresRow) throws -> Int64 { try row.decode(Int64.self) }
 }

@@ -74,19 +74,49 @@ final class PreparedStatementFailure: Sendable {
     }
 }
 
+/// A statement the worker runs for every batch (the claim, the outcome write): named and prepared once
+/// per connection when the queue may (``JobQueue/forEachRow(of:binds:_:)``), unnamed otherwise.
+protocol BatchStatement {
+    /// The prepared statement's name; a new name for every change of `sql`.
+    static var name: String { get }
+    static var sql: String { get }
+}
+
+/// A ``BatchStatement`` as PostgresNIO's prepared statement, its rows handed over as they come.
+struct PreparedBatchStatement<Statement: BatchStatement>: PostgresPreparedStatement {
+    typealias Row = PostgresRow
+    static var name: String { Statement.name }
+    static var sql: String { Statement.sql }
+    let binds: PostgresBindings
+
+    func makeBindings() throws -> PostgresBindings { self.binds }
+    func decodeRow(_ row: PostgresRow) throws -> PostgresRow { row }
+}
+
 extension JobQueue {
     /// Whether the next claim or outcome write runs as a named prepared statement.
     var usesPreparedStatements: Bool { self.preparedStatements && !self.preparedStatementFailed.hasFailed }
 
-    /// Runs `prepared` (a named prepared statement) and, after a server error that may come from its
-    /// preparation, runs statements unnamed from then on, and rethrows: the caller's retry runs unnamed.
-    func preparedOrNoted<T>(_ what: String, _ prepared: () async throws -> T) async throws -> T {
+    /// Runs `statement` with `binds`, prepared if the queue may, and hands each row to `body`. After a
+    /// server error that may come from a preparation, statements run unnamed from then on; the error is
+    /// rethrown, and the caller's retry runs unnamed.
+    func forEachRow<Statement: BatchStatement>(
+        of statement: Statement.Type,
+        binds: PostgresBindings,
+        _ body: (PostgresRow) throws -> Void
+    ) async throws {
+        guard self.usesPreparedStatements else {
+            let query = PostgresQuery(unsafeSQL: Statement.sql, binds: binds)
+            for try await row in try await self.client.query(query, logger: self.logger) { try body(row) }
+            return
+        }
         do {
-            return try await prepared()
+            let prepared = PreparedBatchStatement<Statement>(binds: binds)
+            for try await row in try await self.client.execute(prepared, logger: self.logger) { try body(row) }
         } catch {
             if self.preparedStatementFailed.record(error) {
                 self.logger.warning(
-                    "the prepared \(what) failed on the server; this worker runs its statements unprepared from now on (restart it to prepare them again)",
+                    "the prepared statement \(Statement.name) failed on the server; this worker runs its statements unprepared from now on (restart it to prepare them again)",
                     metadata: ["error": "\(QueueError.summary(of: error))"]
                 )
             }

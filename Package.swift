@@ -62,6 +62,7 @@ let package = Package(
                 .embedInCode("Migrations/0005_deliver_once.sql"),
                 .embedInCode("Migrations/0006_flow_control.sql"),
                 .embedInCode("Migrations/0007_cheaper_checks.sql"),
+                .embedInCode("Migrations/0008_fleet.sql"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -135,7 +135,19 @@ extension APNsSimulator {
                 func respond(_ answer: SimulatorAnswer) async throws {
                     var responseHeaders = HPACKHeaders([(":status", String(answer.status))])
                     for (name, value) in answer.headers { responseHeaders.add(name: name, value: value) }
-                    try await outbound.write(.headers(.init(headers: responseHeaders, endStream: answer.body.isEmpty)))
+                    let okThenReset =
+                        answer.status == 200 && answer.body.isEmpty && self.configuration.faults.okThenResetShare > 0
+                        && self.state.withLock { state in
+                            let reset =
+                                Double.random(in: 0..<1, using: &state.faultRandom)
+                                < self.configuration.faults.okThenResetShare
+                            if reset { state.faults.okThenResets += 1 }
+                            return reset
+                        }
+                    try await outbound.write(
+                        .headers(.init(headers: responseHeaders, endStream: answer.body.isEmpty && !okThenReset))
+                    )
+                    if okThenReset { try await outbound.write(.rstStream(.noError)) }
                     if !answer.body.isEmpty {
                         try await outbound.write(
                             .data(.init(data: .byteBuffer(ByteBuffer(bytes: answer.body)), endStream: true))

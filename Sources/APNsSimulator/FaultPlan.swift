@@ -12,6 +12,9 @@ public struct FaultPlan: Sendable, Hashable {
     public var dropEvery: Int?
     /// The share of first attempts (by apns-id) answered with RST_STREAM INTERNAL_ERROR.
     public var resetFirstAttempts: Double = 0
+    /// The share of 200 answers written as HEADERS without END_STREAM followed by RST_STREAM (NO_ERROR):
+    /// the push was delivered, and a client that waits for END_STREAM must still count it delivered.
+    public var okThenResetShare: Double = 0
     /// The share of requests answered 429 TooManyRequests (Retry-After: 1).
     public var throttleShare: Double = 0
     /// The share of requests answered 500 or 503.
@@ -29,7 +32,7 @@ public struct FaultPlan: Sendable, Hashable {
     /// Whether any fault is configured.
     public var isActive: Bool {
         self.goAwayEvery != nil || self.dropEvery != nil || self.resetFirstAttempts > 0 || self.throttleShare > 0
-            || self.serverErrorShare > 0 || self.slowShare > 0
+            || self.serverErrorShare > 0 || self.slowShare > 0 || self.okThenResetShare > 0
     }
 }
 
@@ -43,6 +46,8 @@ public struct FaultCounters: Sendable, Hashable {
     public var resets = 0
     /// 429/5xx answers.
     public var errors = 0
+    /// 200s written without END_STREAM and then reset (``FaultPlan/okThenResetShare``).
+    public var okThenResets = 0
     /// Streams above a GOAWAY's last-stream-id left unanswered.
     public var unansweredAfterGoAway = 0
     /// Answers written on a stream above its connection's GOAWAY last-stream-id: a simulator that says

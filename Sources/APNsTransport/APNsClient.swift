@@ -101,6 +101,8 @@ public final class APNsClient: Sendable {
         group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger
     ) throws {
+        // Watching from now on: a stall is only seen by a detector that was running through it.
+        _ = StallDetector.shared
         if let both = Set(credentials.keys).intersection(certificates.keys).sorted().first {
             throw TransportError(
                 code: .invalidKey,

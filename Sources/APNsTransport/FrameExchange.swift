@@ -41,7 +41,8 @@ final class FrameExchange: ChannelInboundHandler {
     /// Streams in the order they were opened, with their deadlines: requests on one connection share a
     /// timeout (APNsClient passes its one `requestTimeout`), so this is also deadline order; one timer
     /// serves the queue's head. A shorter timeout behind a longer one would fire late.
-    private var deadlines = CircularBuffer<(streamID: HTTP2StreamID, at: NIODeadline)>()
+    /// `extended`: the deadline was moved once already because this process was stalled when it fell due.
+    private var deadlines = CircularBuffer<(streamID: HTTP2StreamID, at: NIODeadline, extended: Bool)>()
     private var timer: Scheduled<Void>?
     private var goAwayLast: HTTP2StreamID?
     private var closed = false
@@ -96,7 +97,7 @@ final class FrameExchange: ChannelInboundHandler {
         let streamID = HTTP2StreamID(self.nextStreamID)
         self.nextStreamID += 2
         self.exchanges[streamID] = Exchange(waiter: waiter, started: started, timeout: timeout)
-        self.deadlines.append((streamID, .now() + .nanoseconds(timeout.nanoseconds)))
+        self.deadlines.append((streamID, .now() + .nanoseconds(timeout.nanoseconds), false))
         if self.timer == nil { self.scheduleTimer(context: context) }
         let written = context.eventLoop.makePromise(of: Void.self)
         // A failed write is "not processed" only where that is certain: a stream NIO refused to open after
@@ -201,6 +202,8 @@ final class FrameExchange: ChannelInboundHandler {
             self.exchanges[frame.streamID] = exchange
             if data.endStream { self.complete(frame.streamID) }
         case .rstStream(let code):
+            // A 200 already read is the answer: APNs processed the push (a 200 carries no body to wait for).
+            if self.completeIfAnsweredOK(frame.streamID) { return }
             self.finish(
                 frame.streamID,
                 with: .failure(
@@ -223,7 +226,9 @@ final class FrameExchange: ChannelInboundHandler {
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if let closed = event as? StreamClosedEvent, self.exchanges[closed.streamID] != nil {
+        if let closed = event as? StreamClosedEvent, self.exchanges[closed.streamID] != nil,
+            !self.completeIfAnsweredOK(closed.streamID)
+        {
             let error: TransportError
             if let last = self.goAwayLast, closed.streamID > last {
                 error = Self.goneAway(last)
@@ -294,6 +299,14 @@ final class FrameExchange: ChannelInboundHandler {
         )
     }
 
+    /// Completes a stream whose `:status 200` was read, though its END_STREAM never came (a reset, a close):
+    /// the push was delivered, and reporting an unknown outcome would send it again.
+    private func completeIfAnsweredOK(_ streamID: HTTP2StreamID) -> Bool {
+        guard self.exchanges[streamID]?.status == 200 else { return false }
+        self.complete(streamID)
+        return true
+    }
+
     private func complete(_ streamID: HTTP2StreamID) {
         guard let exchange = self.exchanges[streamID] else { return }
         guard let status = exchange.status else {
@@ -362,6 +375,7 @@ final class FrameExchange: ChannelInboundHandler {
     /// have been.
     private func failAll() {
         for streamID in self.exchanges.keys {
+            if self.completeIfAnsweredOK(streamID) { continue }
             if let last = self.goAwayLast, streamID > last {
                 self.finish(streamID, with: .failure(Self.goneAway(last)))
             } else {
@@ -391,8 +405,31 @@ final class FrameExchange: ChannelInboundHandler {
         }
     }
 
+    /// How late a deadline timer may fire before this process counts as having been stalled.
+    static let stallThreshold = TimeAmount.seconds(1)
+    /// How long overdue streams may still be answered after a stall.
+    static let stallGrace = TimeAmount.seconds(2)
+
     private func expire(context: ChannelHandlerContext) {
         let now = NIODeadline.now()
+        // The timer fired late: this process was stalled (SIGSTOP, a VM pause, a throttled container), and
+        // the answers APNs sent meanwhile may be waiting unread in the socket. A deadline that passed while
+        // nothing here could run is no evidence against the request: each overdue stream gets one grace
+        // period in which its answer can be read. Timing them out now would send delivered pushes again.
+        // A deadline falling due just after such a stall (the process-wide ``StallDetector`` saw it) gets the
+        // same grace: after a long freeze the event loop has a backlog to read before it reaches this socket.
+        let stall = StallDetector.shared.lastStall
+        let stalledRecently = stall.map { now - $0 < Self.stallGrace } ?? false
+        if let head = self.deadlines.first, !head.extended, now - head.at > Self.stallThreshold || stalledRecently {
+            let graceFrom = max(now, stall ?? now)
+            for index in self.deadlines.indices where self.deadlines[index].at <= now && !self.deadlines[index].extended
+            {
+                self.deadlines[index].at = graceFrom + Self.stallGrace
+                self.deadlines[index].extended = true
+            }
+            self.scheduleTimer(context: context)
+            return
+        }
         var reset = false
         while let head = self.deadlines.first, head.at <= now || self.exchanges[head.streamID] == nil {
             self.deadlines.removeFirst()

@@ -53,6 +53,9 @@ extension JobQueue {
         public var superseded: Int
         /// When a rate limit's schedule is full: how long until it has room again (claim again then).
         public var rateLimitedFor: Duration?
+        /// A range of the claim gave its whole share: more due work is likely waiting, claim again at once
+        /// (a busy credential's share grows once the others have nothing due).
+        public var mayHaveMore: Bool = false
     }
 
     /// ``claim(limit:workerID:lease:excludingCredentials:onlyCredentials:excludingEnvironments:excludingPairs:excludingIDs:)``
@@ -81,7 +84,7 @@ extension JobQueue {
         excludingIDs: [Int64] = [],
         includingRateLimited: Bool = true
     ) async throws -> ClaimBatch {
-        guard limit > 0 else { return ClaimBatch(jobs: [], superseded: 0, rateLimitedFor: nil) }
+        guard limit > 0 else { return ClaimBatch(jobs: [], superseded: 0, rateLimitedFor: nil, mayHaveMore: false) }
         let leaseSeconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
         // The order of claimSQL's $1…$11.
         var binds = PostgresBindings(capacity: 11)
@@ -98,6 +101,9 @@ extension JobQueue {
         binds.append(leaseSeconds)
         var superseded = 0
         var limitedMs: Int64?
+        var more = false
+        // Claimed, but a newer job of the same key was claimed meanwhile by another worker: never sent.
+        var stale: [(id: Int64, attempt: Int, by: Int64)] = []
         var jobs: [PushJob] = []
         jobs.reserveCapacity(limit)
         var undecodable: [(id: Int64, attempt: Int, error: String)] = []
@@ -105,6 +111,8 @@ extension JobQueue {
             var cursor = RowCursor(row)
             superseded = Int(try cursor.next(Int64.self))
             limitedMs = try cursor.next(Int64?.self)
+            more = try cursor.next(Bool.self)
+            let supersededBy = try cursor.next(Int64?.self)
             let tokenInvalidatedAt = try cursor.next(Date?.self)
             let sendAt = try cursor.next(Date?.self)
             // The one row of a claim that took nothing carries only the counts.
@@ -113,7 +121,11 @@ extension JobQueue {
                 var job = try Self.decodeJob(&cursor)
                 job.tokenInvalidatedAt = tokenInvalidatedAt
                 job.sendAt = sendAt
-                jobs.append(job)
+                if let supersededBy {
+                    stale.append((job.id, job.attempts, supersededBy))
+                } else {
+                    jobs.append(job)
+                }
             } catch {
                 let c = row.makeRandomAccess()
                 // A row the schema let through but Swift cannot read: it must not fail its batch (the claim
@@ -124,6 +136,9 @@ extension JobQueue {
             }
         }
         try await self.forEachRow(of: ClaimStatement.self, binds: binds, read)
+        if !stale.isEmpty {
+            superseded += try await self.supersedeClaimed(stale, workerID: workerID)
+        }
         for row in undecodable {
             let outcome = JobOutcome(
                 jobID: row.id,
@@ -142,7 +157,8 @@ extension JobQueue {
         return ClaimBatch(
             jobs: jobs,
             superseded: superseded,
-            rateLimitedFor: limitedMs.map { .milliseconds(max($0, 1)) }
+            rateLimitedFor: limitedMs.map { .milliseconds(max($0, 1)) },
+            mayHaveMore: more
         )
     }
 
@@ -156,7 +172,7 @@ extension JobQueue {
         WITH RECURSIVE \(pendingCredentials), paused AS MATERIALIZED (
             SELECT credential, topic FROM push.pauses
         ), credentials AS (
-            SELECT c, count(*) OVER () AS n FROM (
+            SELECT c FROM (
                 SELECT unnest($1::text[]) AS c WHERE NOT $2
                 UNION
                 SELECT credential FROM pending_credentials WHERE $2 AND credential IS NOT NULL
@@ -165,43 +181,64 @@ extension JobQueue {
                -- A pause of a whole credential (or of everything) leaves it out: its backlog is never read.
                AND NOT EXISTS (SELECT 1 FROM paused AS p
                                 WHERE p.topic IS NULL AND (p.credential IS NULL OR p.credential = x.c))
+        ), held_limits AS MATERIALIZED (
+            -- The fleet's send schedules this claim may use, locked, read after the lock. SKIP LOCKED: a
+            -- schedule another claimer holds right now counts as full for this claim (its jobs wait for the
+            -- next claim), so claimers never queue on the limits and no worker over-claims. Only the
+            -- limits of the credentials this claim reads are locked.
+            SELECT id, next_send_at FROM push.rate_limits
+             WHERE credential IS NULL OR credential IN (SELECT c FROM credentials)
+             ORDER BY id FOR UPDATE SKIP LOCKED
         ), budgets AS MATERIALIZED (
-            -- The fleet's send schedules, locked: claimers take turns on them, so no worker over-claims,
-            -- and a claim that rolls back schedules nothing. A limit takes jobs while their send times
-            -- (one interval apart, from its tail or now) fall within burst intervals of now, and never
-            -- further ahead than half the lease.
-            SELECT id, credential, topic, per_second, start,
-                   floor((least(burst / per_second, $4)
-                          - extract(epoch FROM start - now())) * per_second) AS available
+            -- A limit takes jobs while their send times (one interval apart, from its tail or now) fall within
+            -- the look-ahead of now: burst intervals, at most half the lease but never less than one
+            -- interval, so any rate sends, however slow. Times are clock_timestamp(), taken after the lock.
+            SELECT l.id, l.credential, l.topic, l.per_second, t.start, h.id IS NOT NULL AS held,
+                   CASE WHEN h.id IS NULL THEN 0
+                        ELSE floor((least(l.burst / l.per_second, greatest($4, 1 / l.per_second))
+                                    - extract(epoch FROM t.start - t.at)) * l.per_second) END AS available
               FROM (SELECT id, credential, topic, per_second::float8 AS per_second, burst::float8 AS burst,
-                           greatest(next_send_at, now()) AS start
-                      FROM push.rate_limits ORDER BY id FOR UPDATE) AS l
+                           next_send_at FROM push.rate_limits) AS l
+              LEFT JOIN held_limits AS h ON h.id = l.id
+             CROSS JOIN LATERAL (SELECT greatest(coalesce(h.next_send_at, l.next_send_at), c.at) AS start, c.at
+                                   FROM (SELECT clock_timestamp() AS at) AS c) AS t
         ), pairs AS MATERIALIZED (
-            -- The (credential, environment) pairs still claimable: paused credentials, unreachable
+            -- The (credential, environment) pairs with due work: paused credentials, unreachable
             -- environments and backing-off pools are left out here, so their backlog is never read; and
-            -- a pair with nothing pending (one index probe each) is never scanned: the planner may walk
-            -- an empty pair's ranges through the priority index, reading every due row of the others.
-            SELECT c.c, c.n, e.environment
+            -- a pair with nothing due (three index probes) is never scanned nor counted in the fair share.
+            SELECT c.c, e.environment
               FROM credentials AS c
              CROSS JOIN (VALUES ('production'), ('development')) AS e(environment)
              WHERE NOT (e.environment = ANY ($5::text[]))
                AND NOT (e.environment || '/' || c.c = ANY ($6::text[]))
-               -- A scalar probe, not EXISTS: the planner turns EXISTS into a semi-join over the whole index.
-               AND (SELECT true FROM push.jobs AS x
-                     WHERE x.state = 'pending' AND x.credential = c.c AND x.environment = e.environment LIMIT 1)
-        ), ranges AS (
-            -- Every (credential, environment, priority) to read.
-            SELECT pr.c AS credential, pr.environment, p.priority, p.weight, pr.n
+               -- Scalar probes, not EXISTS: the planner turns EXISTS into a semi-join over the whole index.
+               AND ((SELECT true FROM push.jobs AS x
+                      WHERE x.state = 'pending' AND x.credential = c.c AND x.environment = e.environment
+                        AND x.send_priority = 10 AND x.run_at <= now() LIMIT 1)
+                    OR (SELECT true FROM push.jobs AS x
+                         WHERE x.state = 'pending' AND x.credential = c.c AND x.environment = e.environment
+                           AND x.send_priority = 5 AND x.run_at <= now() LIMIT 1)
+                    OR (SELECT true FROM push.jobs AS x
+                         WHERE x.state = 'pending' AND x.credential = c.c AND x.environment = e.environment
+                           AND x.send_priority = 1 AND x.run_at <= now() LIMIT 1))
+        ), ranges AS MATERIALIZED (
+            -- Every (credential, environment, priority) to read; each credential with due work takes an
+            -- equal share of the batch (a configured credential with nothing due takes none).
+            SELECT pr.c AS credential, pr.environment, p.priority, p.weight,
+                   ceil($9::float8 / (SELECT count(DISTINCT c) FROM pairs))::bigint AS share
               FROM pairs AS pr
              CROSS JOIN (VALUES (10::smallint, 8.0::float8), (5::smallint, 2.0::float8), (1::smallint, 1.0::float8))
                    AS p(priority, weight)
         ), candidates AS MATERIALIZED (
             -- One index range scan per range: only due, claimable rows are read. Each range locks at most
             -- its credential's share of the batch, so concurrent claimers are not starved of rows.
-            SELECT x.id, x.credential, x.environment, x.send_priority, x.run_at, r.weight, x.scope
+            SELECT x.id, x.credential, x.environment, x.send_priority, x.run_at, r.weight, x.scope, x.mark,
+                   r.share
               FROM ranges AS r
              CROSS JOIN LATERAL (
-                SELECT j.id, j.credential, j.environment, j.send_priority, j.run_at, s.scope
+                SELECT j.id, j.credential, j.environment, j.send_priority, j.run_at, s.scope,
+                       -- Latest wins: a job below its key's high-water mark is superseded here, never sent.
+                       CASE WHEN m.high_id > j.id THEN m.high_id END AS mark
                   FROM push.jobs AS j
                   LEFT JOIN LATERAL (
                     -- The most specific limit that matches the job.
@@ -210,23 +247,27 @@ extension JobQueue {
                        AND (b.topic IS NULL OR b.topic = j.topic)
                      ORDER BY b.credential IS NULL, b.topic IS NULL LIMIT 1
                   ) AS s ON true
+                  LEFT JOIN push.coalesce_marks AS m
+                    ON j.coalesce_key IS NOT NULL AND m.topic = j.topic AND m.environment = j.environment
+                   AND m.coalesce_key = j.coalesce_key
                  WHERE j.state = 'pending' AND j.credential = r.credential AND j.environment = r.environment
                    AND j.send_priority = r.priority AND j.run_at <= now()
                    AND (cardinality($7::bigint[]) = 0 OR NOT (j.id = ANY ($7::bigint[])))
                    AND NOT EXISTS (SELECT 1 FROM paused AS p
                                     WHERE p.topic = j.topic AND (p.credential IS NULL OR p.credential = j.credential))
-                   AND (s.available IS NULL OR ($8 AND s.available >= 1))
-                   -- Latest wins: a job with a newer due pending job of the same key is not claimable (a
-                   -- newer one another claimer holds right now counts too: it is still pending here).
-                   AND (j.coalesce_key IS NULL OR NOT EXISTS (
+                   AND (s.available IS NULL OR ($8 AND s.available >= 1) OR m.high_id > j.id)
+                   -- Latest wins: a job with a newer due pending job of the same key (same topic and
+                   -- environment) is not claimable (a newer one another claimer holds right now counts too:
+                   -- it is still pending here).
+                   AND (j.coalesce_key IS NULL OR m.high_id > j.id OR NOT EXISTS (
                         SELECT 1 FROM push.jobs AS n
                          WHERE n.coalesce_key = j.coalesce_key AND n.state = 'pending' AND n.id > j.id
-                           AND n.run_at <= now()))
+                           AND n.topic = j.topic AND n.environment = j.environment AND n.run_at <= now()))
                  -- The range's own columns lead the order (they are constant in it), so the planner walks
                  -- jobs_claim_by_credential_idx: an empty range costs nothing, where the priority index
                  -- read every due row of the other credentials and environments.
                  ORDER BY j.credential, j.environment, j.send_priority, j.run_at, j.id
-                 LIMIT ceil($9::float8 / r.n)::bigint
+                 LIMIT r.share
                  FOR NO KEY UPDATE OF j SKIP LOCKED
              ) AS x
         ), ordered AS (
@@ -236,7 +277,7 @@ extension JobQueue {
             SELECT id, scope, run_at,
                    (row_number() OVER (PARTITION BY credential, environment, send_priority ORDER BY run_at, id)
                     - 1) / weight AS turn
-              FROM candidates
+              FROM candidates WHERE mark IS NULL
         ), capped AS (
             SELECT o.*, row_number() OVER (PARTITION BY o.scope ORDER BY o.turn, o.run_at, o.id) AS k
               FROM ordered AS o
@@ -252,7 +293,7 @@ extension JobQueue {
               FROM budgets AS b
               JOIN (SELECT scope, count(*) AS n FROM picked WHERE scope IS NOT NULL GROUP BY scope) AS u
                 ON u.scope = b.id
-             WHERE l.id = b.id
+             WHERE l.id = b.id AND b.held
             RETURNING l.id, b.available - u.n AS left_over, b.per_second
         ), claimed AS (
             UPDATE push.jobs AS j
@@ -262,31 +303,64 @@ extension JobQueue {
                    locked_until = now() + make_interval(secs => $11)
              WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
             RETURNING j.*
+        ), marks AS (
+            -- Each claimed key's high-water mark. ON CONFLICT reads the newest committed mark, so a claimed
+            -- job below a mark another claimer set meanwhile is known here: it is returned with that mark and
+            -- the worker supersedes it instead of sending it.
+            INSERT INTO push.coalesce_marks AS m (topic, environment, coalesce_key, high_id)
+            SELECT topic, environment, coalesce_key, max(id) FROM claimed WHERE coalesce_key IS NOT NULL
+             GROUP BY topic, environment, coalesce_key ORDER BY topic, environment, coalesce_key
+            ON CONFLICT (topic, environment, coalesce_key)
+               DO UPDATE SET high_id = greatest(m.high_id, excluded.high_id), updated_at = now()
+            RETURNING m.topic, m.environment, m.coalesce_key, m.high_id
         ), superseded AS (
-            -- Latest wins: the older due jobs of a claimed job's key end here, never sent.
+            -- Latest wins: the older jobs of a claimed job's key end here, never sent, whatever they were
+            -- doing (waiting, scheduled for a retry, returned by the reaper); a running one completes. Rows
+            -- another statement holds are skipped: they meet the mark when they are next claimable.
             UPDATE push.jobs AS o
                -- No history entry: superseded_by says it all, and a large backlog is cheaper to retire.
-               SET state = 'superseded', superseded_by = c.id, reason = 'Superseded'
-              FROM claimed AS c
-             WHERE c.coalesce_key IS NOT NULL AND o.coalesce_key = c.coalesce_key AND o.state = 'pending'
-               AND o.id < c.id AND o.run_at <= now()
+               SET state = 'superseded', superseded_by = x.by, reason = 'Superseded', locked_by = NULL,
+                   locked_until = NULL
+              FROM (SELECT o.id, c.id AS by FROM push.jobs AS o
+                      -- At most one claimed job per key: an older one with a newer due job is not claimable.
+                      JOIN claimed AS c ON c.coalesce_key = o.coalesce_key AND c.topic = o.topic
+                       AND c.environment = o.environment AND o.id < c.id
+                     WHERE c.coalesce_key IS NOT NULL AND o.coalesce_key IS NOT NULL AND o.state = 'pending'
+                       AND NOT (o.id = ANY (ARRAY(SELECT id FROM candidates WHERE mark IS NOT NULL)))
+                       FOR NO KEY UPDATE OF o SKIP LOCKED) AS x
+             WHERE o.id = x.id AND o.state = 'pending'
+            RETURNING o.id
+        ), below AS (
+            -- Jobs of this claim's ranges already below their key's mark.
+            UPDATE push.jobs AS o
+               SET state = 'superseded', superseded_by = c.mark, reason = 'Superseded', locked_by = NULL,
+                   locked_until = NULL
+              FROM candidates AS c
+             WHERE c.mark IS NOT NULL AND o.id = c.id AND o.state = 'pending'
             RETURNING o.id
         )
         -- Read by position (RowCursor): the claim's own columns, then the job's.
-        SELECT m.superseded_count, m.limited_ms,
+        SELECT m.superseded_count, m.limited_ms, m.more,
+               (SELECT mk.high_id FROM marks AS mk
+                 WHERE mk.topic = j.topic AND mk.environment = j.environment AND mk.coalesce_key = j.coalesce_key
+                   AND mk.high_id > j.id) AS superseded_by,
                (SELECT t.invalidated_at FROM push.invalid_tokens AS t
                  WHERE t.device_token = j.device_token AND t.topic = j.topic AND t.environment = j.environment
                    AND t.invalidated_at > j.created_at) AS token_invalidated_at,
                (SELECT b.start + make_interval(secs => (p.k - 1) / b.per_second)
                   FROM picked AS p JOIN budgets AS b ON b.id = p.scope WHERE p.id = j.id) AS send_at,
                \(jobColumns)
-          FROM (SELECT (SELECT count(*) FROM superseded) AS superseded_count,
+          FROM (SELECT (SELECT count(*) FROM superseded) + (SELECT count(*) FROM below) AS superseded_count,
                        -- A schedule now full (or one that had no room): when its next slot opens.
                        (SELECT ceil(min(w) * 1000)::bigint FROM (
                             SELECT (1 - left_over) / per_second AS w FROM spent WHERE left_over < 1
                             UNION ALL
                             SELECT (1 - available) / per_second FROM budgets
-                             WHERE available < 1 AND id NOT IN (SELECT id FROM spent)) AS x) AS limited_ms) AS m
+                             WHERE held AND available < 1 AND id NOT IN (SELECT id FROM spent)) AS x) AS limited_ms,
+                       -- A range gave all its share: more due work is likely waiting (claim again at once).
+                       EXISTS (SELECT 1 FROM candidates AS c
+                                GROUP BY c.credential, c.environment, c.send_priority, c.share
+                               HAVING count(*) >= c.share) AS more) AS m
           LEFT JOIN claimed AS j ON true
          ORDER BY j.send_priority DESC, j.run_at, j.id
         """
@@ -334,6 +408,30 @@ extension JobQueue {
 }
 
 extension JobQueue {
+    /// Ends claimed jobs `superseded` without a request: a newer job of the same key was claimed by another
+    /// worker while this claim ran. Fenced on (id, attempt, worker); the attempt is not counted.
+    ///
+    /// - Returns: how many were superseded.
+    func supersedeClaimed(_ jobs: [(id: Int64, attempt: Int, by: Int64)], workerID: String) async throws -> Int {
+        let sorted = jobs.sorted { $0.id < $1.id }
+        var count = 0
+        for try await _ in try await self.client.query(
+            """
+            UPDATE push.jobs AS j
+               SET state = 'superseded', superseded_by = i.by, reason = 'Superseded', attempts = j.attempts - 1,
+                   locked_by = NULL, locked_until = NULL
+              FROM unnest(\(sorted.map(\.id))::bigint[], \(sorted.map { Int16(clamping: $0.attempt) })::smallint[],
+                          \(sorted.map(\.by))::bigint[]) AS i(id, attempt, by)
+             WHERE j.id = i.id AND j.attempts = i.attempt AND j.locked_by = \(workerID) AND j.state = 'running'
+            RETURNING j.id
+            """,
+            logger: self.logger
+        ) {
+            count += 1
+        }
+        return count
+    }
+
     /// How long until the next pending job falls due, on the database's clock (zero if one is due now),
     /// or `nil` when none is pending.
     public func untilNextDue() async throws -> Duration? {
@@ -381,6 +479,6 @@ extension JobQueue {
 /// job at the drain's 95 jobs per claim); the worker's sessions run with `plan_cache_mode =
 /// force_generic_plan` (``JobQueue/workerSessionSettings``), so it is planned once per connection.
 enum ClaimStatement: BatchStatement {
-    static let name = "push_claim_v1"
+    static let name = "push_claim_v2"
     static let sql = JobQueue.claimSQL
 }

@@ -70,11 +70,9 @@ extension JobQueue {
                     DELETE FROM push.dead_jobs AS d USING ranked AS c
                      WHERE d.id = c.id AND NOT c.conflicted AND c.broken IS NULL
                     RETURNING d.*
-                ), retired AS (
-                    -- With a new apns_id, the old one stays spent: an outbox retry of it is not sent.
-                    INSERT INTO push.retired_apns_ids (apns_id)
-                    SELECT apns_id FROM moved WHERE \(newAPNsID) ON CONFLICT DO NOTHING
                 ), inserted AS (
+                    -- With a new apns_id, the old one stays spent in push.apns_ids: an outbox retry of it is
+                    -- not sent; the new one joins the ledger through the insert trigger.
                     INSERT INTO push.jobs (
                         id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
                         collapse_id, expires_at, run_at, apns_id, max_attempts, created_at, history, deliver_once,
@@ -159,15 +157,11 @@ extension JobQueue {
         try await self.deleteInBatches(
             of: batchSize,
             """
-            WITH gone AS (
-                DELETE FROM push.dead_jobs WHERE id IN (
-                    SELECT id FROM push.dead_jobs WHERE \(unescaped: condition)
-                     LIMIT \(Int64(batchSize)) FOR UPDATE SKIP LOCKED)
-                RETURNING id, apns_id
-            ), retired AS (
-                INSERT INTO push.retired_apns_ids (apns_id) SELECT apns_id FROM gone ON CONFLICT DO NOTHING
-            )
-            SELECT id FROM gone
+            -- The apns_id stays spent in push.apns_ids for the apns-id memory.
+            DELETE FROM push.dead_jobs WHERE id IN (
+                SELECT id FROM push.dead_jobs WHERE \(unescaped: condition)
+                 LIMIT \(Int64(batchSize)) FOR UPDATE SKIP LOCKED)
+            RETURNING id
             """
         )
     }

@@ -27,6 +27,8 @@ extension JobQueue {
     }
 
     /// Extends the lease of jobs this worker still holds (for sends that wait on a paused connection).
+    /// A row another statement holds right now is skipped (its lease is extended on the next beat), so a
+    /// heartbeat never waits behind an operator's or a producer's lock.
     ///
     /// - Returns: how many leases were extended.
     @discardableResult
@@ -38,7 +40,7 @@ extension JobQueue {
             """
             UPDATE push.jobs SET locked_until = now() + make_interval(secs => \(seconds))
              WHERE id IN (SELECT id FROM push.jobs WHERE id = ANY (\(ids.sorted())::bigint[]) AND locked_by = \(workerID)
-                           ORDER BY id FOR NO KEY UPDATE)
+                           ORDER BY id FOR NO KEY UPDATE SKIP LOCKED)
                AND locked_by = \(workerID)
             RETURNING id
             """,
@@ -70,27 +72,37 @@ extension JobQueue {
                  WHERE state = 'superseded' AND created_at < now() - make_interval(secs => \(seconds))
                  LIMIT \(Int64(batchSize))
                  FOR UPDATE SKIP LOCKED
-            ), gone AS (
-                DELETE FROM push.jobs
-                 WHERE id IN (SELECT id FROM delivered UNION ALL SELECT id FROM superseded)
-                RETURNING id, apns_id
-            ), retired AS (
-                -- The apns_id stays spent: an outbox retry of this job is skipped, not sent again.
-                INSERT INTO push.retired_apns_ids (apns_id) SELECT apns_id FROM gone ON CONFLICT DO NOTHING
             )
-            SELECT id FROM gone
+            -- The apns_id stays spent in push.apns_ids: an outbox retry of this job is skipped, not sent again.
+            DELETE FROM push.jobs
+             WHERE id IN (SELECT id FROM delivered UNION ALL SELECT id FROM superseded)
+            RETURNING id
             """
         )
     }
 
-    /// Forgets the apns_ids of jobs pruned or purged more than `age` ago: an INSERT reusing one is then a
-    /// new job. Keep `age` longer than any producer retries an enqueue.
+    /// Forgets the apns_ids enqueued more than `age` ago that no job and no dead letter holds any longer
+    /// (`push.apns_ids`, and `push.retired_apns_ids` of schema 4 to 7): an INSERT reusing one is then a new
+    /// job. Keep `age` longer than any producer retries an enqueue. Also forgets the latest-wins marks of
+    /// keys not claimed for `age`.
     ///
-    /// - Returns: how many were forgotten.
+    /// - Returns: how many apns_ids were forgotten.
     @discardableResult
     public func forgetRetiredAPNsIDs(olderThan age: Duration, batchSize: Int = 5_000) async throws -> Int {
         let seconds = Double(age.components.seconds)
-        return try await self.deleteInBatches(
+        let forgotten = try await self.deleteInBatches(
+            of: batchSize,
+            """
+            DELETE FROM push.apns_ids WHERE apns_id IN (
+                SELECT a.apns_id FROM push.apns_ids AS a
+                 WHERE a.created_at < now() - make_interval(secs => \(seconds))
+                   AND NOT EXISTS (SELECT 1 FROM push.jobs AS j WHERE j.apns_id = a.apns_id)
+                   AND NOT EXISTS (SELECT 1 FROM push.dead_jobs AS d WHERE d.apns_id = a.apns_id)
+                 LIMIT \(Int64(batchSize)) FOR UPDATE SKIP LOCKED)
+            RETURNING 1
+            """
+        )
+        _ = try await self.deleteInBatches(
             of: batchSize,
             """
             DELETE FROM push.retired_apns_ids WHERE apns_id IN (
@@ -100,6 +112,17 @@ extension JobQueue {
             RETURNING 1
             """
         )
+        _ = try await self.deleteInBatches(
+            of: batchSize,
+            """
+            DELETE FROM push.coalesce_marks WHERE (topic, environment, coalesce_key) IN (
+                SELECT topic, environment, coalesce_key FROM push.coalesce_marks
+                 WHERE updated_at < now() - make_interval(secs => \(seconds))
+                 LIMIT \(Int64(batchSize)) FOR UPDATE SKIP LOCKED)
+            RETURNING 1
+            """
+        )
+        return forgotten
     }
 
     /// Runs `statement` (a DELETE of at most `batchSize` rows, `SKIP LOCKED`, returning one row per row

@@ -171,8 +171,9 @@ extension JobQueue {
     /// history, upsert invalid tokens. Every write is fenced on (id, attempt, worker $15). `locked_by`
     /// is set by a claim and cleared by every outcome; the reaper leaves it, so the late outcome of a
     /// job that was taken back but not yet re-claimed is still accepted (and the job not sent twice).
-    /// A re-claim bumps `attempts` and sets `locked_by`, which fences the old holder out. No `state`
-    /// test: joined by id, each outcome costs one primary-key lookup. Every time is Postgres's `now()`
+    /// A re-claim bumps `attempts` and sets `locked_by`, which fences the old holder out. The state must
+    /// still be `running` or `pending` (returned by the reaper): a job superseded or delivered meanwhile is
+    /// never brought back by a late outcome (superseding clears `locked_by` too). Every time is Postgres's `now()`
     /// (less the outcome's age, plus its delay).
     static let writeOutcomesSQL = """
         WITH updated AS (
@@ -198,13 +199,13 @@ extension JobQueue {
                                   ELSE push.append_history(j.history, i.entry) END
               FROM \(inputRows) AS i
              WHERE j.id = i.id AND j.attempts = i.attempt AND j.locked_by = $15
-               AND i.kind <> 'dead'
+               AND j.state IN ('running', 'pending') AND i.kind <> 'dead'
             RETURNING j.id
         ), moved AS (
             DELETE FROM push.jobs AS j
              USING \(inputRows) AS i
              WHERE j.id = i.id AND j.attempts = i.attempt AND j.locked_by = $15
-               AND i.kind = 'dead'
+               AND j.state IN ('running', 'pending') AND i.kind = 'dead'
             RETURNING j.*, i.st, i.rs, i.trap_arr, i.unique_id, i.lat, i.at, i.sent, i.error, i.entry,
                       i.invalidate, i.ts_ms
         ), dead AS (
@@ -243,6 +244,6 @@ extension JobQueue {
 
 /// ``JobQueue/writeOutcomesSQL``, prepared once per connection.
 enum WriteOutcomesStatement: BatchStatement {
-    static let name = "push_write_outcomes_v7"
+    static let name = "push_write_outcomes_v8"
     static let sql = JobQueue.writeOutcomesSQL
 }

@@ -3,14 +3,24 @@ import PostgresNIO
 /// Worker heartbeats (`push.workers`): a lease only lapses for a worker that is gone.
 extension JobQueue {
     /// Registers or refreshes this worker's row: its heartbeat, and the credentials it can sign for.
-    public func heartbeat(workerID: String, host: String, pid: Int, credentials: [String]) async throws {
+    ///
+    /// - Parameter sessionTracked: every Postgres session of this worker carries `workerID` as its
+    ///   `application_name` (not behind a transaction pooler), so the reaper can tell from
+    ///   `pg_stat_activity` whether the worker is gone or only frozen.
+    public func heartbeat(
+        workerID: String,
+        host: String,
+        pid: Int,
+        credentials: [String],
+        sessionTracked: Bool = false
+    ) async throws {
         try await self.client.query(
             """
-            INSERT INTO push.workers (worker_id, host, pid, credentials)
-            VALUES (\(workerID), \(host), \(Int32(clamping: pid)), \(credentials)::text[])
+            INSERT INTO push.workers (worker_id, host, pid, credentials, session_tracked)
+            VALUES (\(workerID), \(host), \(Int32(clamping: pid)), \(credentials)::text[], \(sessionTracked))
             ON CONFLICT (worker_id) DO UPDATE
                SET heartbeat_at = now(), host = excluded.host, pid = excluded.pid, credentials = excluded.credentials,
-                   stopped_at = NULL
+                   stopped_at = NULL, session_tracked = excluded.session_tracked
             """,
             logger: self.logger
         )
@@ -58,11 +68,17 @@ extension JobQueue {
     }
 
     /// Returns to `pending`, due at once and with the same `apns_id`, the running jobs whose worker is
-    /// gone: its heartbeat is older than `staleAfter`, or it has none and the job's lease lapsed. A
-    /// worker whose heartbeat is fresh keeps its jobs whatever their leases say (it may only have lost
-    /// Postgres for a while; its outcomes are on their way), except the ones it no longer holds itself
-    /// (`workerID`'s own jobs with a lapsed lease). The attempt stays counted; `locked_by` is kept, so
-    /// a late outcome from the old holder is still accepted unless another worker re-claimed the job.
+    /// gone. A worker whose heartbeat is fresh keeps its jobs whatever their leases say (it may only have
+    /// lost Postgres for a while; its outcomes are on their way), except the ones it no longer holds itself
+    /// (`workerID`'s own jobs with a lapsed lease). A worker whose heartbeat is older than `staleAfter` is
+    /// taken for gone when Postgres holds no session of it any more (`pg_stat_activity.application_name`:
+    /// it died, and the kernel closed its sockets); one whose sessions are still open is frozen (SIGSTOP, a
+    /// VM pause, a throttled container) or cut off, and may still read the answers to requests it wrote:
+    /// its jobs are sent again only after `frozenAfter` of silence. A worker that does not name its
+    /// sessions (behind a transaction pooler) is taken for gone after `staleAfter`, and one with no row
+    /// when the lease lapsed. The attempt stays counted; `locked_by` is kept, so a late outcome from the
+    /// old holder is still accepted unless another worker re-claimed the job. Rows another statement
+    /// holds are skipped, never waited for.
     ///
     /// A worker last seen before Postgres itself restarted is not taken for gone until `restartGrace`
     /// after the restart: every worker was cut off alike, and its pool may take a while to reconnect.
@@ -72,29 +88,41 @@ extension JobQueue {
     public func reapJobsOfGoneWorkers(
         staleAfter: Duration,
         workerID: String,
-        restartGrace: Duration = .seconds(75)
+        restartGrace: Duration = .seconds(75),
+        frozenAfter: Duration = .seconds(120)
     ) async throws -> [Int64] {
         let stale = Double(staleAfter.components.seconds) + Double(staleAfter.components.attoseconds) / 1e18
+        let frozen = max(
+            Double(frozenAfter.components.seconds) + Double(frozenAfter.components.attoseconds) / 1e18,
+            stale
+        )
         let grace = Double(restartGrace.components.seconds)
         var ids: [Int64] = []
         for try await id in try await self.client.query(
             """
-            WITH holders AS (
+            WITH holders AS MATERIALIZED (
                 SELECT w.worker_id,
                        w.heartbeat_at > now() - make_interval(secs => \(stale))
                        -- Last seen before Postgres restarted, and the restart is recent: cut off, not gone.
                        OR (w.heartbeat_at < pg_postmaster_start_time()
-                           AND pg_postmaster_start_time() > now() - make_interval(secs => \(grace))) AS live
+                           AND pg_postmaster_start_time() > now() - make_interval(secs => \(grace)))
+                       -- Frozen or cut off: its sessions are still open. Not gone until the longer bound.
+                       OR (w.session_tracked AND w.heartbeat_at > now() - make_interval(secs => \(frozen))
+                           AND EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity AS a
+                                        WHERE a.application_name = left(w.worker_id, 63)
+                                          AND a.datname = current_database())) AS live
                   FROM push.workers AS w
+            ), reaped AS MATERIALIZED (
+                SELECT r.id FROM push.jobs AS r LEFT JOIN holders AS h ON h.worker_id = r.locked_by
+                 WHERE r.state = 'running'
+                   AND ((r.locked_by = \(workerID) AND r.locked_until < now())
+                        OR (r.locked_by <> \(workerID) AND h.live IS FALSE)
+                        OR (r.locked_by <> \(workerID) AND h.live IS NULL AND r.locked_until < now()))
+                 FOR NO KEY UPDATE OF r SKIP LOCKED
             )
             UPDATE push.jobs AS j
                SET \(unescaped: Self.backToPending("its worker is gone"))
-              FROM (SELECT r.id, h.live FROM push.jobs AS r LEFT JOIN holders AS h ON h.worker_id = r.locked_by
-                     WHERE r.state = 'running') AS x
-             WHERE j.id = x.id AND j.state = 'running'
-               AND ((j.locked_by = \(workerID) AND j.locked_until < now())
-                    OR (j.locked_by <> \(workerID) AND x.live IS FALSE)
-                    OR (j.locked_by <> \(workerID) AND x.live IS NULL AND j.locked_until < now()))
+             WHERE j.id IN (SELECT id FROM reaped) AND j.state = 'running'
             RETURNING j.id
             """,
             logger: self.logger

@@ -43,9 +43,24 @@ extension JobQueue {
     /// every call (1.6 ms, 16 µs per job during a drain): its estimate for the generic plan is twenty times
     /// the custom one's, while both run the same index scans in the same time. The worker's other
     /// statements are keyed by ids and run on indexes whatever their parameters.
+    ///
+    /// `lock_timeout = 5s`: no worker statement waits long behind another session's lock (a producer's or an
+    /// operator's open transaction, a migration); it fails, and its loop tries again. Heartbeats and lease
+    /// extension skip locked rows and never get there.
     public static let workerSessionSettings: [(String, String)] = [
-        ("enable_seqscan", "off"), ("jit", "off"), ("plan_cache_mode", "force_generic_plan"),
+        ("enable_seqscan", "off"), ("jit", "off"), ("plan_cache_mode", "force_generic_plan"), ("lock_timeout", "5s"),
     ]
+
+    /// The `application_name` of a worker's sessions: its id, cut to what Postgres keeps (63 bytes); the
+    /// reaper compares the same prefix.
+    public static func applicationName(of workerID: String) -> String {
+        var name = ""
+        for character in workerID {
+            guard name.utf8.count + String(character).utf8.count <= 63, character.isASCII else { break }
+            name.append(character)
+        }
+        return name
+    }
 }
 
 /// A prepared statement that failed on the server stays failed on its connection: PostgresNIO keeps the

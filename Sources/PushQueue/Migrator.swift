@@ -24,49 +24,168 @@ public struct Migrator: Sendable {
         self.logger = logger
     }
 
+    /// How long one statement of a migration waits for a table lock before it gives up and the file is
+    /// tried again (producers queue behind a waiting ALTER TABLE: a short wait keeps them moving).
+    public var lockTimeout: Duration = .seconds(2)
+    /// How many times a file whose lock wait timed out is tried again before `migrate` fails.
+    public var lockRetries = 60
+
+    /// The line that ends a file's transactional part: the statements after it run one by one outside a
+    /// transaction (`CREATE INDEX CONCURRENTLY`, `VALIDATE CONSTRAINT`), each with the lock timeout, and the
+    /// version is recorded once they all ran. Each must be idempotent: a migrator that died half way runs
+    /// the whole file again.
+    public static let outsideTransactionMarker = "-- push:outside-transaction"
+
     /// Applies every migration not yet recorded and returns the ones it applied (empty when up to date).
+    ///
+    /// One transaction per file, each statement with ``lockTimeout``: a file that cannot get its lock in
+    /// time (a long transaction holds the table) is rolled back and tried again after a pause, so producers
+    /// never queue behind a migration for longer than the timeout. A session-level advisory lock keeps
+    /// concurrent migrators in line across files.
     @discardableResult
     public func migrate() async throws -> [Migration] {
         let migrations = self.migrations
         let logger = self.logger
         do {
-            return try await self.client.withTransaction(logger: logger) { connection in
-                try await connection.query("SELECT pg_advisory_xact_lock(\(Self.advisoryLockKey))", logger: logger)
-                try await connection.query("CREATE SCHEMA IF NOT EXISTS push", logger: logger)
-                try await connection.query(
-                    """
-                    CREATE TABLE IF NOT EXISTS push.schema_migrations (
-                        version integer PRIMARY KEY,
-                        name text NOT NULL,
-                        applied_at timestamptz NOT NULL DEFAULT now()
-                    )
-                    """,
-                    logger: logger
-                )
-                var applied: Set<Int> = []
-                for try await version in try await connection.query(
-                    "SELECT version FROM push.schema_migrations",
-                    logger: logger
-                ).decode(Int32.self) {
-                    applied.insert(Int(version))
-                }
-                var newlyApplied: [Migration] = []
-                for migration in migrations where !applied.contains(migration.version) {
-                    for statement in SQLScript.statements(in: migration.sql) {
-                        try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
-                    }
-                    try await connection.query(
-                        "INSERT INTO push.schema_migrations (version, name) VALUES (\(Int32(migration.version)), \(migration.name)) ON CONFLICT (version) DO NOTHING",
+            return try await self.client.withConnection { connection in
+                // Polled, not waited for: a session waiting in pg_advisory_lock holds a snapshot, and the
+                // holder's CREATE INDEX CONCURRENTLY waits for every older snapshot to end.
+                while true {
+                    let rows = try await connection.query(
+                        "SELECT pg_try_advisory_lock(\(Self.advisoryLockKey))",
                         logger: logger
                     )
-                    logger.info("applied migration", metadata: ["push.migration": "\(migration.name)"])
-                    newlyApplied.append(migration)
+                    var locked = false
+                    for try await got in rows.decode(Bool.self) { locked = got }
+                    if locked { break }
+                    try await Task.sleep(for: .milliseconds(100))
                 }
-                return newlyApplied
+                do {
+                    let applied = try await self.apply(migrations, on: connection)
+                    try await connection.query("SELECT pg_advisory_unlock(\(Self.advisoryLockKey))", logger: logger)
+                    return applied
+                } catch {
+                    _ = try? await connection.query("ROLLBACK", logger: logger)
+                    _ = try? await connection.query(
+                        "SELECT pg_advisory_unlock(\(Self.advisoryLockKey))",
+                        logger: logger
+                    )
+                    throw error
+                }
             }
-        } catch let error as PostgresTransactionError {
-            throw QueueError.migrationFailed(
-                underlying: error.closureError ?? error.commitError ?? error.beginError ?? error
+        } catch let error as QueueError {
+            throw error
+        } catch {
+            throw QueueError.migrationFailed(underlying: error)
+        }
+    }
+
+    private func apply(_ migrations: [Migration], on connection: PostgresConnection) async throws -> [Migration] {
+        let logger = self.logger
+        try await connection.query("CREATE SCHEMA IF NOT EXISTS push", logger: logger)
+        try await connection.query(
+            """
+            CREATE TABLE IF NOT EXISTS push.schema_migrations (
+                version integer PRIMARY KEY,
+                name text NOT NULL,
+                applied_at timestamptz NOT NULL DEFAULT now()
+            )
+            """,
+            logger: logger
+        )
+        var applied: Set<Int> = []
+        for try await version in try await connection.query(
+            "SELECT version FROM push.schema_migrations",
+            logger: logger
+        ).decode(Int32.self) {
+            applied.insert(Int(version))
+        }
+        let timeoutMs = max(self.lockTimeout.milliseconds, 1)
+        var newlyApplied: [Migration] = []
+        for migration in migrations where !applied.contains(migration.version) {
+            let parts = migration.sql.components(separatedBy: Self.outsideTransactionMarker)
+            let inside = SQLScript.statements(in: parts[0])
+            let outside = parts.count > 1 ? SQLScript.statements(in: parts[1...].joined(separator: "\n")) : []
+            try await self.retryingLockTimeouts(migration.name, on: connection) {
+                try await connection.query("BEGIN", logger: logger)
+                try await connection.query(
+                    PostgresQuery(unsafeSQL: "SET LOCAL lock_timeout = '\(timeoutMs)ms'"),
+                    logger: logger
+                )
+                for statement in inside {
+                    try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                }
+                if outside.isEmpty { try await self.record(migration, on: connection) }
+                try await connection.query("COMMIT", logger: logger)
+            }
+            if !outside.isEmpty {
+                try await connection.query(
+                    PostgresQuery(unsafeSQL: "SET lock_timeout = '\(timeoutMs)ms'"),
+                    logger: logger
+                )
+                for statement in outside {
+                    try await self.retryingLockTimeouts(migration.name, on: connection) {
+                        try await self.dropInvalidIndex(before: statement, on: connection)
+                        try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                    }
+                }
+                try await connection.query("RESET lock_timeout", logger: logger)
+                try await self.record(migration, on: connection)
+            }
+            logger.info("applied migration", metadata: ["push.migration": "\(migration.name)"])
+            newlyApplied.append(migration)
+        }
+        return newlyApplied
+    }
+
+    private func record(_ migration: Migration, on connection: PostgresConnection) async throws {
+        try await connection.query(
+            "INSERT INTO push.schema_migrations (version, name) VALUES (\(Int32(migration.version)), \(migration.name)) ON CONFLICT (version) DO NOTHING",
+            logger: self.logger
+        )
+    }
+
+    /// Runs `body`; when a statement's lock wait timed out (SQLSTATE 55P03), rolls back, waits, and runs it
+    /// again, up to ``lockRetries`` times.
+    private func retryingLockTimeouts(
+        _ name: String,
+        on connection: PostgresConnection,
+        _ body: () async throws -> Void
+    ) async throws {
+        var tries = 0
+        while true {
+            do {
+                return try await body()
+            } catch let error as PSQLError where error.serverInfo?[.sqlState] == "55P03" && tries < self.lockRetries {
+                tries += 1
+                // Outside a transaction ROLLBACK only warns.
+                _ = try? await connection.query("ROLLBACK", logger: self.logger)
+                self.logger.warning(
+                    "a migration waited too long for a table lock (a long transaction holds it); trying again",
+                    metadata: ["push.migration": "\(name)", "push.try": "\(tries)"]
+                )
+                try await Task.sleep(for: .milliseconds(min(250 * tries, 5_000)))
+            }
+        }
+    }
+
+    /// A `CREATE INDEX CONCURRENTLY IF NOT EXISTS` that failed half way leaves an invalid index behind, which
+    /// `IF NOT EXISTS` would then keep: drop it first.
+    private func dropInvalidIndex(before statement: String, on connection: PostgresConnection) async throws {
+        let words = statement.split(whereSeparator: \.isWhitespace).map { $0.lowercased() }
+        guard words.count > 6, words[0] == "create", words[1] == "index", words[2] == "concurrently",
+            words[3] == "if", words[4] == "not", words[5] == "exists"
+        else { return }
+        let name = words[6]
+        let qualified = name.contains(".") ? name : "push.\(name)"
+        let rows = try await connection.query(
+            "SELECT NOT i.indisvalid FROM pg_index AS i WHERE i.indexrelid = to_regclass(\(qualified))",
+            logger: self.logger
+        )
+        for try await invalid in rows.decode(Bool.self) where invalid {
+            try await connection.query(
+                PostgresQuery(unsafeSQL: "DROP INDEX CONCURRENTLY IF EXISTS \(qualified)"),
+                logger: self.logger
             )
         }
     }

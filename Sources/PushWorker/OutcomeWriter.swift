@@ -126,9 +126,12 @@ final class OutcomeWriter: Sendable {
         self.metrics.outcomeBacklog.record(self.pending)
         if !report.fenced.isEmpty {
             self.metrics.fencedOutcomes.increment(by: report.fenced.count)
+            // A fenced 200: APNs delivered this push and another worker sent (or will send) it again.
+            let deliveries = report.fenced.filter { $0.disposition == .delivered }.count
+            if deliveries > 0 { self.metrics.fencedDeliveries.increment(by: deliveries) }
             self.logger.warning(
-                "outcomes refused by the fence: another worker re-claimed those jobs",
-                metadata: ["push.jobs": "\(report.fenced.count)"]
+                "outcomes refused by the fence: another worker re-claimed those jobs, or they were superseded",
+                metadata: ["push.jobs": "\(report.fenced.count)", "push.delivered": "\(deliveries)"]
             )
         }
         self.onWritten(report)

@@ -11,7 +11,8 @@ extension PushWorkerService {
             workerID: self.configuration.workerID,
             host: ProcessInfo.processInfo.hostName,
             pid: Int(getpid()),
-            credentials: credentials
+            credentials: credentials,
+            sessionTracked: self.configuration.sessionTracked
         )
         let now = ContinuousClock.now
         let (stale, grace) = (self.configuration.staleAfter, self.configuration.reconnectGrace)
@@ -48,7 +49,8 @@ extension PushWorkerService {
                     let reaped = try await self.queue.reapJobsOfGoneWorkers(
                         staleAfter: self.configuration.staleAfter,
                         workerID: self.configuration.workerID,
-                        restartGrace: self.configuration.reconnectGrace
+                        restartGrace: self.configuration.reconnectGrace,
+                        frozenAfter: self.configuration.frozenAfter
                     )
                     if !reaped.isEmpty {
                         self.metrics.leasesReclaimed.increment(by: reaped.count)

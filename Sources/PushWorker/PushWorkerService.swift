@@ -295,7 +295,9 @@ public final class PushWorkerService: Service, Sendable {
                     let batch = due
                     sends.addTask { await self.send(batch, claimedAt: claimedAt) }
                 }
-                if jobs.count == limit { continue }
+                // A full batch, or a range that gave its whole share (another credential had little due work):
+                // claim again at once.
+                if jobs.count == limit || (batch.mayHaveMore && !jobs.isEmpty) { continue }
                 // Not a full batch: sleep until a NOTIFY, the earliest scheduled job, or the poll timer.
                 var timeout = configuration.pollInterval
                 if let untilNext = try? await self.queue.untilNextDue(), untilNext > .zero {

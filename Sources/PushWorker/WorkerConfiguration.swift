@@ -18,8 +18,9 @@ public struct WorkerConfiguration: Sendable {
     public var retention: Duration
     /// How often the retention pruner runs.
     public var pruneInterval: Duration
-    /// How long the apns_id of a pruned job or purged dead letter stays spent (an INSERT reusing it is
-    /// skipped); longer than any producer's retry horizon.
+    /// How long an apns_id stays spent after its job was enqueued, once no job or dead letter holds it (an
+    /// INSERT reusing it is skipped); longer than any producer's retry horizon. Latest-wins marks of keys
+    /// not claimed for this long are forgotten too.
     public var apnsIDMemory: Duration = .seconds(30 * 86_400)
     /// Outcomes are written at least this often, or when a batch fills.
     public var recordInterval: Duration
@@ -39,6 +40,11 @@ public struct WorkerConfiguration: Sendable {
     /// After this worker (or Postgres) was cut off, how long it waits before it takes other workers for
     /// gone: they were cut off too, and Postgres' client pool backs off up to a minute between connects.
     public var reconnectGrace: Duration = .seconds(75)
+    /// How long a worker whose heartbeat is stale but whose Postgres sessions are still open (frozen or cut
+    /// off: it may still read answers to requests it wrote) keeps its jobs before another worker sends them.
+    public var frozenAfter: Duration = .seconds(120)
+    /// Whether this worker's sessions carry its id as `application_name` (not behind a pooler).
+    public var sessionTracked = false
     /// Unknown outcomes (connection lost mid-request, stream reset, deadline) a job may have before it
     /// is dead-lettered; separate from the retry policy's attempts.
     public var transportBudget: Int = 10

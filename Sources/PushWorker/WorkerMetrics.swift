@@ -23,6 +23,9 @@ struct WorkerMetrics: Sendable {
     let outcomeBacklog = Gauge(label: "push_outcome_backlog")
     /// Outcomes the fence refused (another worker re-claimed the job): `push_fenced_outcomes_total`.
     let fencedOutcomes = Counter(label: "push_fenced_outcomes_total")
+    /// Fenced outcomes that were 200s: pushes delivered while another worker held the job, so likely sent
+    /// twice: `push_fenced_deliveries_total`. Non-zero only when a worker was taken for gone too early.
+    let fencedDeliveries = Counter(label: "push_fenced_deliveries_total")
     /// Jobs returned to pending because their worker was gone: `push_leases_reclaimed_total`.
     let leasesReclaimed = Counter(label: "push_leases_reclaimed_total")
     /// Requests APNs certainly did not process (resent, or given back uncounted): `push_requests_not_processed_total`.

@@ -45,7 +45,7 @@ struct RunCommand: AsyncParsableCommand {
     @Option(name: .customLong("batch-size"), help: "Jobs per claim at most.") var batchSize: Int = 250
     @Option(
         help: ArgumentHelp(
-            "Claim lease (e.g. 60s), extended every 2 s heartbeat while the worker holds the job. A job comes back when its worker's heartbeat is 6 s stale, whatever the lease.",
+            "Claim lease (e.g. 60s), extended every 2 s heartbeat while the worker holds the job. A job comes back when its worker's heartbeat is 6 s stale and Postgres holds no session of it (it died), whatever the lease; see --frozen-worker-wait.",
             valueName: "duration"
         )
     ) var lease: HumanDuration = HumanDuration(argument: "60s")!
@@ -56,7 +56,7 @@ struct RunCommand: AsyncParsableCommand {
     @Option(
         name: .customLong("apns-id-memory"),
         help: ArgumentHelp(
-            "How long the apns_id of a pruned job or purged dead letter stays spent: an INSERT reusing it is skipped, as ON CONFLICT would. Longer than any producer retries an enqueue.",
+            "How long an apns_id stays spent after its job was enqueued, once no job or dead letter holds it (push.apns_ids): an INSERT reusing it is skipped, as ON CONFLICT would. Longer than any producer retries an enqueue.",
             valueName: "duration"
         )
     ) var apnsIDMemory: HumanDuration = HumanDuration(argument: "30d")!
@@ -93,6 +93,13 @@ struct RunCommand: AsyncParsableCommand {
         help: ArgumentHelp("How long in-flight sends may finish after SIGTERM.", valueName: "duration")
     ) var shutdownGrace: HumanDuration = HumanDuration(argument: "20s")!
 
+    @Option(
+        name: .customLong("frozen-worker-wait"),
+        help: ArgumentHelp(
+            "How long a worker whose heartbeat stopped but whose Postgres sessions are still open (frozen: SIGSTOP, a VM pause, a throttled container; or cut off) keeps its jobs before another worker sends them again. It may still read APNs' answers to what it sent: sending earlier would deliver twice. A worker that died closes its sessions and is recovered within seconds. Behind PgBouncer (--no-session-settings) sessions cannot be told apart and a stale heartbeat alone counts.",
+            valueName: "duration"
+        )
+    ) var frozenWorkerWait: HumanDuration = HumanDuration(argument: "2m")!
     @Option(
         name: .customLong("credential-wait"),
         help: ArgumentHelp(
@@ -199,8 +206,11 @@ struct RunCommand: AsyncParsableCommand {
     {
         var postgres = url.clientConfiguration
         postgres.options.maximumConnections = 8
+        let workerID = self.workerID ?? "\(ProcessInfo.processInfo.hostName)-\(getpid())"
         if !self.noSessionSettings {
-            postgres.options.additionalStartupParameters = JobQueue.workerSessionSettings
+            // application_name: the reaper tells a frozen worker (sessions open) from a dead one (none).
+            postgres.options.additionalStartupParameters =
+                JobQueue.workerSessionSettings + [("application_name", JobQueue.applicationName(of: workerID))]
         }
         // The pool warns once if a query is queued before its run() is scheduled (harmless); query
         // failures are logged by the worker with the database's own message, so keep the pool's
@@ -208,7 +218,6 @@ struct RunCommand: AsyncParsableCommand {
         var poolLogger = logger
         if poolLogger.logLevel > .debug { poolLogger.logLevel = max(poolLogger.logLevel, .error) }
         let client = PostgresClient(configuration: postgres, backgroundLogger: poolLogger)
-        let workerID = self.workerID ?? "\(ProcessInfo.processInfo.hostName)-\(getpid())"
         var configuration = WorkerConfiguration(
             workerID: workerID,
             concurrency: self.concurrency,
@@ -225,10 +234,18 @@ struct RunCommand: AsyncParsableCommand {
             shutdownGrace: self.shutdownGrace.duration
         )
         configuration.credentialWait = self.credentialWait.duration
+        configuration.frozenAfter = self.frozenWorkerWait.duration
+        configuration.sessionTracked = !self.noSessionSettings && workerID.allSatisfy(\.isASCII)
         configuration.apnsIDMemory = self.apnsIDMemory.duration
         configuration.credentialPause = self.credentialPause.duration
         configuration.transportBudget = self.transportBudget
-        let listener = JobNotificationListener(configuration: try url.connectionConfiguration(), logger: logger)
+        var listenerConfiguration = try url.connectionConfiguration()
+        if !self.noSessionSettings {
+            listenerConfiguration.options.additionalStartupParameters = [
+                ("application_name", JobQueue.applicationName(of: workerID))
+            ]
+        }
+        let listener = JobNotificationListener(configuration: listenerConfiguration, logger: logger)
         let notifier = ServiceManagerNotifier()
         // Bootstrap metrics before anything creates a metric handler (handlers made earlier stay no-ops).
         let registry: PrometheusCollectorRegistry? = self.noMetrics ? nil : PrometheusCollectorRegistry()

@@ -191,3 +191,17 @@ struct HostilePeerTests {
         }
     }
 }
+
+@Suite("Answers that end early")
+struct EarlyEndTests {
+    @Test("a :status 200 followed by RST_STREAM before END_STREAM is a delivery, not an unknown outcome to send again")
+    func okThenReset() async throws {
+        try await Fixture.run(simulator: { $0.faults.okThenResetShare = 1 }) { f in
+            for _ in 0..<20 {
+                let response = try await f.send(try Fixture.alert(Fixture.token()))
+                #expect(response.status == 200)
+            }
+            #expect(f.simulator.faultCounters.okThenResets == 20, "the simulator reset every 200")
+        }
+    }
+}

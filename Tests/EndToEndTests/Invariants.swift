@@ -60,6 +60,14 @@ enum Invariants {
             )
             explained =
                 histories.filter { history in diedWorkers.contains { history.contains("\"worker\": \"\($0)\"") } }.count
+            if explained != twice.count {
+                let unexplained = histories.filter { history in
+                    !diedWorkers.contains { history.contains("\"worker\": \"\($0)\"") }
+                }
+                print(
+                    "jobs answered 200 twice with no worker death to explain it \(context), histories of the first: \(unexplained.prefix(3))"
+                )
+            }
         }
         #expect(
             twice.count == explained,

@@ -85,7 +85,16 @@ ON CONFLICT (id) DO UPDATE SET
             'previous_apns_id', dead_jobs.apns_id, 'previous_reason', dead_jobs.reason)) || excluded.history;
 
 -- NOT VALID: delivered rows from before are not rescanned; every new or updated row is checked.
+-- Dropped first: a migrator that died before recording this file runs it again.
 ALTER TABLE push.jobs
+    DROP CONSTRAINT IF EXISTS payload_must_be_at_most_16384_bytes,
+    DROP CONSTRAINT IF EXISTS device_token_must_be_hex_of_16_to_200_bytes,
+    DROP CONSTRAINT IF EXISTS topic_must_be_a_bundle_id_up_to_255_bytes,
+    DROP CONSTRAINT IF EXISTS channel_id_must_be_base64_up_to_128_characters,
+    DROP CONSTRAINT IF EXISTS collapse_id_must_not_contain_control_characters,
+    DROP CONSTRAINT IF EXISTS credential_must_be_up_to_64_bytes_without_control_characters,
+    DROP CONSTRAINT IF EXISTS run_at_must_be_finite,
+    DROP CONSTRAINT IF EXISTS expires_at_must_be_finite,
     ADD CONSTRAINT payload_must_be_at_most_16384_bytes
         CHECK (octet_length(payload::text) <= 16384) NOT VALID,
     ADD CONSTRAINT device_token_must_be_hex_of_16_to_200_bytes
@@ -171,11 +180,12 @@ CREATE TRIGGER jobs_before_insert
     BEFORE INSERT ON push.jobs
     FOR EACH ROW EXECUTE FUNCTION push.jobs_before_insert();
 
+-- Built without blocking producers; `push-worker migrate` runs it outside the transaction above.
+-- push:outside-transaction
 -- The claim: one range per (credential, environment, send priority), due jobs first; an environment or a
 -- credential that is paused or unreachable is left out of the ranges, not filtered row by row.
-CREATE INDEX IF NOT EXISTS jobs_claim_by_credential_idx
+CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_claim_by_credential_idx
     ON push.jobs (credential, environment, send_priority, run_at, id) WHERE state = 'pending';
-
 
 -- Recorded, so that `push-worker migrate` after applying this file by hand knows it ran.
 CREATE TABLE IF NOT EXISTS push.schema_migrations (

@@ -14,16 +14,10 @@ ALTER TABLE push.dead_jobs ADD COLUMN IF NOT EXISTS coalesce_key text;
 ALTER TABLE push.jobs DROP CONSTRAINT IF EXISTS state_must_be_pending_running_or_delivered;
 ALTER TABLE push.jobs DROP CONSTRAINT IF EXISTS state_must_be_pending_running_delivered_or_superseded;
 ALTER TABLE push.jobs ADD CONSTRAINT state_must_be_pending_running_delivered_or_superseded
-    CHECK (state IN ('pending', 'running', 'delivered', 'superseded'));
+    CHECK (state IN ('pending', 'running', 'delivered', 'superseded')) NOT VALID;
 ALTER TABLE push.jobs DROP CONSTRAINT IF EXISTS coalesce_key_must_be_1_to_255_bytes;
 ALTER TABLE push.jobs ADD CONSTRAINT coalesce_key_must_be_1_to_255_bytes
-    CHECK (coalesce_key IS NULL OR octet_length(coalesce_key) BETWEEN 1 AND 255);
-
--- "Is there a newer due job with my key?": one probe per candidate that has a key.
-CREATE INDEX IF NOT EXISTS jobs_coalesce_idx
-    ON push.jobs (coalesce_key, id) WHERE state = 'pending' AND coalesce_key IS NOT NULL;
--- Retention of superseded jobs (terminal, like delivered ones).
-CREATE INDEX IF NOT EXISTS jobs_superseded_idx ON push.jobs (created_at) WHERE state = 'superseded';
+    CHECK (coalesce_key IS NULL OR octet_length(coalesce_key) BETWEEN 1 AND 255) NOT VALID;
 
 CREATE TABLE IF NOT EXISTS push.pauses (
     id          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -84,6 +78,19 @@ BEGIN
     RETURN NEW;
 END
 $$;
+
+-- The constraints above were added NOT VALID (a brief lock, no scan); each is validated in a transaction of
+-- its own, which lets producers insert meanwhile. The indexes are built without blocking writes.
+-- `push-worker migrate` runs what follows outside a transaction, one statement at a time (psql: without -1).
+-- push:outside-transaction
+ALTER TABLE push.jobs VALIDATE CONSTRAINT state_must_be_pending_running_delivered_or_superseded;
+ALTER TABLE push.jobs VALIDATE CONSTRAINT coalesce_key_must_be_1_to_255_bytes;
+
+-- "Is there a newer due job with my key?": one probe per candidate that has a key.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_coalesce_idx
+    ON push.jobs (coalesce_key, id) WHERE state = 'pending' AND coalesce_key IS NOT NULL;
+-- Retention of superseded jobs (terminal, like delivered ones).
+CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_superseded_idx ON push.jobs (created_at) WHERE state = 'superseded';
 
 -- Recorded, so that `push-worker migrate` after applying this file by hand knows it ran.
 CREATE TABLE IF NOT EXISTS push.schema_migrations (

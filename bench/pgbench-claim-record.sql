@@ -1,15 +1,15 @@
 -- pgbench script: the claim and record SQL of JobQueue.claimBatch and JobQueue.record (delivered), one
 -- worker per pgbench client (locked_by names the client). Run with -D batch=N; jobs/s = tps × N.
--- The claim is the one range a queue of one credential, one environment and one priority has: the same
--- index range scan of jobs_claim_by_credential_idx, lock and update as the worker's claim, without the
+-- The claim is the one range a queue of one credential, one environment, one topic and one priority has:
+-- the same index range scan of jobs_claim_by_topic_idx, lock and update as the worker's claim, without the
 -- statement's other ranges and controls (they cost nothing on this data).
 -- The record statement selects the batch by (locked_by, state) instead of unnest()ing the ids the claim
 -- returned (pgbench cannot carry a result set between statements); it writes the same columns, and, like
 -- the worker, keeps a delivered attempt in the row's columns, not in history.
 WITH picked AS MATERIALIZED (
     SELECT id FROM push.jobs
-     WHERE state = 'pending' AND credential = 'default' AND environment = 'production' AND send_priority = 10
-       AND run_at <= now()
+     WHERE state = 'pending' AND credential = 'default' AND environment = 'production'
+       AND topic = 'com.example.app' AND send_priority = 10 AND run_at <= now()
      ORDER BY run_at, id
      LIMIT :batch
      FOR NO KEY UPDATE SKIP LOCKED

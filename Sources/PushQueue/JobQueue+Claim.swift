@@ -203,59 +203,88 @@ extension JobQueue {
              CROSS JOIN LATERAL (SELECT greatest(coalesce(h.next_send_at, l.next_send_at), c.at) AS start, c.at
                                    FROM (SELECT clock_timestamp() AS at) AS c) AS t
         ), pairs AS MATERIALIZED (
-            -- The (credential, environment) pairs with due work: paused credentials, unreachable
-            -- environments and backing-off pools are left out here, so their backlog is never read; and
-            -- a pair with nothing due (three index probes) is never scanned nor counted in the fair share.
+            -- The (credential, environment) pairs still claimable: paused credentials, unreachable
+            -- environments and backing-off pools are left out here, so their backlog is never read.
             SELECT c.c, e.environment
               FROM credentials AS c
              CROSS JOIN (VALUES ('production'), ('development')) AS e(environment)
              WHERE NOT (e.environment = ANY ($5::text[]))
                AND NOT (e.environment || '/' || c.c = ANY ($6::text[]))
-               -- Scalar probes, not EXISTS: the planner turns EXISTS into a semi-join over the whole index.
+        ), pair_topics AS (
+            -- The topics with pending jobs of each pair: a skip scan of jobs_claim_by_topic_idx, one probe per
+            -- topic (a last row of NULL ends each pair).
+            SELECT p.c, p.environment,
+                   (SELECT j.topic FROM push.jobs AS j
+                     WHERE j.state = 'pending' AND j.credential = p.c AND j.environment = p.environment
+                     ORDER BY j.topic LIMIT 1) AS topic
+              FROM pairs AS p
+            UNION ALL
+            SELECT t.c, t.environment,
+                   (SELECT j.topic FROM push.jobs AS j
+                     WHERE j.state = 'pending' AND j.credential = t.c AND j.environment = t.environment
+                       AND j.topic > t.topic
+                     ORDER BY j.topic LIMIT 1)
+              FROM pair_topics AS t WHERE t.topic IS NOT NULL
+        ), topic_ranges AS MATERIALIZED (
+            -- Each (credential, environment, topic) with its limit, the most specific that matches. A paused
+            -- topic and a limit with no room are left out here, as whole ranges: their backlog is never read.
+            SELECT t.c AS credential, t.environment, t.topic, s.scope, s.available
+              FROM pair_topics AS t
+              LEFT JOIN LATERAL (
+                SELECT b.id AS scope, b.available FROM budgets AS b
+                 WHERE (b.credential IS NULL OR b.credential = t.c) AND (b.topic IS NULL OR b.topic = t.topic)
+                 ORDER BY b.credential IS NULL, b.topic IS NULL LIMIT 1
+              ) AS s ON true
+             WHERE t.topic IS NOT NULL
+               AND NOT EXISTS (SELECT 1 FROM paused AS p
+                                WHERE p.topic = t.topic AND (p.credential IS NULL OR p.credential = t.c))
+               AND (s.scope IS NULL OR ($8 AND s.available >= 1))
+               -- Due work (three index probes): a topic with nothing due is not read, and a credential with
+               -- nothing due takes no share of the batch. Scalar probes, not EXISTS: the planner turns EXISTS
+               -- into a semi-join over the whole index.
                AND ((SELECT true FROM push.jobs AS x
-                      WHERE x.state = 'pending' AND x.credential = c.c AND x.environment = e.environment
-                        AND x.send_priority = 10 AND x.run_at <= now() LIMIT 1)
+                      WHERE x.state = 'pending' AND x.credential = t.c AND x.environment = t.environment
+                        AND x.topic = t.topic AND x.send_priority = 10 AND x.run_at <= now() LIMIT 1)
                     OR (SELECT true FROM push.jobs AS x
-                         WHERE x.state = 'pending' AND x.credential = c.c AND x.environment = e.environment
-                           AND x.send_priority = 5 AND x.run_at <= now() LIMIT 1)
+                         WHERE x.state = 'pending' AND x.credential = t.c AND x.environment = t.environment
+                           AND x.topic = t.topic AND x.send_priority = 5 AND x.run_at <= now() LIMIT 1)
                     OR (SELECT true FROM push.jobs AS x
-                         WHERE x.state = 'pending' AND x.credential = c.c AND x.environment = e.environment
-                           AND x.send_priority = 1 AND x.run_at <= now() LIMIT 1))
+                         WHERE x.state = 'pending' AND x.credential = t.c AND x.environment = t.environment
+                           AND x.topic = t.topic AND x.send_priority = 1 AND x.run_at <= now() LIMIT 1))
         ), ranges AS MATERIALIZED (
-            -- Every (credential, environment, priority) to read; each credential with due work takes an
-            -- equal share of the batch (a configured credential with nothing due takes none).
-            SELECT pr.c AS credential, pr.environment, p.priority, p.weight,
-                   ceil($9::float8 / (SELECT count(DISTINCT c) FROM pairs))::bigint AS share
-              FROM pairs AS pr
+            -- Every (credential, environment, topic, priority) to read. Each credential with due work takes
+            -- an equal share of the batch, split among its topics with due work (a configured credential with
+            -- nothing due takes none); a limited topic reads no more than its limit's room.
+            SELECT r.credential, r.environment, r.topic, r.scope, p.priority, p.weight,
+                   least(ceil($9::float8 / (SELECT count(DISTINCT credential) FROM topic_ranges)
+                              / count(*) OVER (PARTITION BY r.credential, p.priority)),
+                         coalesce(floor(r.available), $9::float8))::bigint AS share
+              FROM topic_ranges AS r
              CROSS JOIN (VALUES (10::smallint, 8.0::float8), (5::smallint, 2.0::float8), (1::smallint, 1.0::float8))
                    AS p(priority, weight)
         ), candidates AS MATERIALIZED (
             -- One index range scan per range: only due, claimable rows are read. Each range locks at most
-            -- its credential's share of the batch, so concurrent claimers are not starved of rows.
-            SELECT x.id, x.credential, x.environment, x.send_priority, x.run_at, r.weight, x.scope, x.mark,
-                   r.share
+            -- its share of the batch, so concurrent claimers are not starved of rows.
+            SELECT x.id, r.credential, r.environment, r.topic, x.send_priority, x.run_at, r.weight, r.scope,
+                   x.mark, r.share
               FROM ranges AS r
              CROSS JOIN LATERAL (
-                SELECT j.id, j.credential, j.environment, j.send_priority, j.run_at, s.scope,
+                SELECT j.id, j.send_priority, j.run_at,
                        -- Latest wins: a job below its key's high-water mark is superseded here, never sent.
                        CASE WHEN m.high_id > j.id THEN m.high_id END AS mark
                   FROM push.jobs AS j
+                  -- A lateral probe (LIMIT 1 keeps the planner from turning it into a join): a nested loop
+                  -- keeps the index's order, so the LIMIT stops the range scan early; a hash join would read
+                  -- the whole range and sort it.
                   LEFT JOIN LATERAL (
-                    -- The most specific limit that matches the job.
-                    SELECT b.id AS scope, b.available FROM budgets AS b
-                     WHERE (b.credential IS NULL OR b.credential = j.credential)
-                       AND (b.topic IS NULL OR b.topic = j.topic)
-                     ORDER BY b.credential IS NULL, b.topic IS NULL LIMIT 1
-                  ) AS s ON true
-                  LEFT JOIN push.coalesce_marks AS m
-                    ON j.coalesce_key IS NOT NULL AND m.topic = j.topic AND m.environment = j.environment
-                   AND m.coalesce_key = j.coalesce_key
+                    SELECT k.high_id FROM push.coalesce_marks AS k
+                     WHERE j.coalesce_key IS NOT NULL AND k.topic = j.topic AND k.environment = j.environment
+                       AND k.coalesce_key = j.coalesce_key
+                     LIMIT 1
+                  ) AS m ON true
                  WHERE j.state = 'pending' AND j.credential = r.credential AND j.environment = r.environment
-                   AND j.send_priority = r.priority AND j.run_at <= now()
+                   AND j.topic = r.topic AND j.send_priority = r.priority AND j.run_at <= now()
                    AND (cardinality($7::bigint[]) = 0 OR NOT (j.id = ANY ($7::bigint[])))
-                   AND NOT EXISTS (SELECT 1 FROM paused AS p
-                                    WHERE p.topic = j.topic AND (p.credential IS NULL OR p.credential = j.credential))
-                   AND (s.available IS NULL OR ($8 AND s.available >= 1) OR m.high_id > j.id)
                    -- Latest wins: a job with a newer due pending job of the same key (same topic and
                    -- environment) is not claimable (a newer one another claimer holds right now counts too:
                    -- it is still pending here).
@@ -264,9 +293,8 @@ extension JobQueue {
                          WHERE n.coalesce_key = j.coalesce_key AND n.state = 'pending' AND n.id > j.id
                            AND n.topic = j.topic AND n.environment = j.environment AND n.run_at <= now()))
                  -- The range's own columns lead the order (they are constant in it), so the planner walks
-                 -- jobs_claim_by_credential_idx: an empty range costs nothing, where the priority index
-                 -- read every due row of the other credentials and environments.
-                 ORDER BY j.credential, j.environment, j.send_priority, j.run_at, j.id
+                 -- jobs_claim_by_topic_idx: an empty range costs one probe.
+                 ORDER BY j.credential, j.environment, j.topic, j.send_priority, j.run_at, j.id
                  LIMIT r.share
                  FOR NO KEY UPDATE OF j SKIP LOCKED
              ) AS x
@@ -275,7 +303,7 @@ extension JobQueue {
             -- takes 8 places to priority 5's 2 and priority 1's 1; the first job of every range goes
             -- first, so lower priorities progress even when the batch is small.
             SELECT id, scope, run_at,
-                   (row_number() OVER (PARTITION BY credential, environment, send_priority ORDER BY run_at, id)
+                   (row_number() OVER (PARTITION BY credential, environment, topic, send_priority ORDER BY run_at, id)
                     - 1) / weight AS turn
               FROM candidates WHERE mark IS NULL
         ), capped AS (
@@ -359,7 +387,7 @@ extension JobQueue {
                              WHERE held AND available < 1 AND id NOT IN (SELECT id FROM spent)) AS x) AS limited_ms,
                        -- A range gave all its share: more due work is likely waiting (claim again at once).
                        EXISTS (SELECT 1 FROM candidates AS c
-                                GROUP BY c.credential, c.environment, c.send_priority, c.share
+                                GROUP BY c.credential, c.environment, c.topic, c.send_priority, c.share
                                HAVING count(*) >= c.share) AS more) AS m
           LEFT JOIN claimed AS j ON true
          ORDER BY j.send_priority DESC, j.run_at, j.id
@@ -446,8 +474,8 @@ extension JobQueue {
     }
 
     /// The CTE `pending_credentials`: the distinct credentials with pending jobs, by a skip scan of
-    /// `jobs_claim_by_credential_idx` (one probe per credential, not a scan of the backlog); a last row of
-    /// NULL ends it. Evaluated only where it is read.
+    /// `jobs_claim_by_topic_idx` (one probe per credential, not a scan of the backlog); a last row of NULL
+    /// ends it. Evaluated only where it is read.
     static let pendingCredentials = """
         pending_credentials AS (
             (SELECT credential FROM push.jobs WHERE state = 'pending' ORDER BY credential LIMIT 1)
@@ -458,20 +486,27 @@ extension JobQueue {
         )
         """
 
-    /// The earliest `run_at` of any pending job, as a scalar subquery: one probe per (credential, environment,
-    /// send priority) range of `jobs_claim_by_credential_idx`, the credentials found by a skip scan. Never
-    /// a scan of the backlog.
+    /// The earliest `run_at` of any pending job, as a scalar subquery: the (credential, environment, topic)
+    /// ranges of `jobs_claim_by_topic_idx` found by a skip scan (one probe each), then one probe per send
+    /// priority in each. Never a scan of the backlog.
     static let earliestPendingRunAt = """
-        (WITH RECURSIVE \(pendingCredentials)
-        SELECT min(f.run_at) FROM pending_credentials AS c
-         CROSS JOIN (VALUES ('production'), ('development')) AS e(environment)
+        (WITH RECURSIVE pending_ranges AS (
+            (SELECT credential, environment, topic FROM push.jobs WHERE state = 'pending'
+              ORDER BY credential, environment, topic LIMIT 1)
+            UNION ALL
+            SELECT n.credential, n.environment, n.topic FROM pending_ranges AS p
+             CROSS JOIN LATERAL (
+                SELECT j.credential, j.environment, j.topic FROM push.jobs AS j
+                 WHERE j.state = 'pending' AND (j.credential, j.environment, j.topic) > (p.credential, p.environment, p.topic)
+                 ORDER BY j.credential, j.environment, j.topic LIMIT 1) AS n
+        )
+        SELECT min(f.run_at) FROM pending_ranges AS r
          CROSS JOIN (VALUES (10::smallint), (5::smallint), (1::smallint)) AS p(priority)
          CROSS JOIN LATERAL (
             SELECT j.run_at FROM push.jobs AS j
-             WHERE j.state = 'pending' AND j.credential = c.credential AND j.environment = e.environment
-               AND j.send_priority = p.priority
-             ORDER BY j.run_at LIMIT 1) AS f
-         WHERE c.credential IS NOT NULL)
+             WHERE j.state = 'pending' AND j.credential = r.credential AND j.environment = r.environment
+               AND j.topic = r.topic AND j.send_priority = p.priority
+             ORDER BY j.run_at LIMIT 1) AS f)
         """
 }
 
@@ -479,6 +514,6 @@ extension JobQueue {
 /// job at the drain's 95 jobs per claim); the worker's sessions run with `plan_cache_mode =
 /// force_generic_plan` (``JobQueue/workerSessionSettings``), so it is planned once per connection.
 enum ClaimStatement: BatchStatement {
-    static let name = "push_claim_v2"
+    static let name = "push_claim_v3"
     static let sql = JobQueue.claimSQL
 }

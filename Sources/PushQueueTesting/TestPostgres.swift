@@ -91,6 +91,9 @@ public enum TestPostgres {
         // A test's own statement that waits (on a lock a worker holds, say) fails after two minutes with
         // Postgres' message and the test's line, instead of hanging the run until the watchdog stops it.
         configuration.options.additionalStartupParameters.append(("statement_timeout", "120s"))
+        // As the worker's sessions (JobQueue.workerSessionSettings): the claim's estimate crosses JIT's
+        // threshold on a fresh table, and compiling it takes a second or two per claim; nothing here benefits.
+        configuration.options.additionalStartupParameters.append(("jit", "off"))
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         let result: Result<T, any Error> = await withTaskGroup(of: Void.self) { group in
             group.addTask { await client.run() }

@@ -13,7 +13,7 @@
 -- * push.workers.session_tracked: the worker's Postgres sessions carry its id as application_name, so the
 --   reaper can tell a worker that is gone (no session left) from one that is frozen or cut off.
 --
--- Nothing here rewrites or locks push.jobs beyond reading it: producers never wait on this file.
+-- Nothing here rewrites push.jobs or locks it beyond reading: producers never wait on this file.
 
 CREATE TABLE IF NOT EXISTS push.apns_ids (
     apns_id    uuid        PRIMARY KEY,
@@ -92,6 +92,21 @@ CREATE TABLE IF NOT EXISTS push.coalesce_marks (
 );
 
 ALTER TABLE push.workers ADD COLUMN IF NOT EXISTS session_tracked boolean NOT NULL DEFAULT false;
+
+-- The claim reads one range per (credential, environment, topic, send priority): a paused topic or a
+-- limit with no room is left out as a whole range instead of being filtered row by row (300,000 due rows of
+-- a paused topic cost every claim 240-400 ms). Built without blocking producers.
+-- push:outside-transaction
+CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_claim_by_topic_idx
+    ON push.jobs (credential, environment, topic, send_priority, run_at, id) WHERE state = 'pending';
+-- The claim indexes this one replaces: the priority index of schema 1 (read by no worker since schema 7,
+-- which announced this drop) and the credential index of schema 4. Each gives a topic's range the same
+-- order, so the claim's generic plan could pick either (the narrower looks cheaper) and then walk every
+-- due row of the other topics ahead of it: 110-140 ms a claim behind 300,000 paused or limited jobs, 9 ms
+-- on this index. One claim index instead of two also costs every job one index write less. Workers of
+-- schema 7 still claim correctly without them, but read a credential's whole backlog per claim: roll them.
+DROP INDEX CONCURRENTLY IF EXISTS push.jobs_claim_idx;
+DROP INDEX CONCURRENTLY IF EXISTS push.jobs_claim_by_credential_idx;
 
 -- Recorded, so that `push-worker migrate` after applying this file by hand knows it ran.
 INSERT INTO push.schema_migrations (version, name) VALUES (8, '0008_fleet.sql') ON CONFLICT (version) DO NOTHING;

@@ -79,7 +79,7 @@ public enum APNsReason: Sendable, Hashable, CustomStringConvertible {
             r(
                 .topicDisallowed,
                 "TopicDisallowed",
-                .credentialFatal,
+                .topicFatal,
                 .topicSuffix,
                 "the credential may not send to this topic (TopicDisallowed): check the bundle id, that the key belongs to the app's team, or that the certificate is the app's."
             ),

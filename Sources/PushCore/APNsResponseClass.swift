@@ -10,6 +10,9 @@ public enum APNsResponseClass: String, Sendable, Hashable, CaseIterable {
     case credentialRetry
     /// The credential is wrong: no job of it can succeed until an operator fixes the configuration.
     case credentialFatal
+    /// The credential may not send to this topic (TopicDisallowed): hold the credential's jobs of this
+    /// topic; its other topics keep sending.
+    case topicFatal
     /// This job can never succeed: dead-letter now.
     case permanent
     /// A reason this build does not know: retry with the normal budget, log the raw reason.

@@ -49,6 +49,8 @@ public struct DecidedOutcome: Sendable, Hashable {
     public var invalidatesToken: Bool = false
     /// The job's credential must be paused (credential-fatal answer, missing key).
     public var pausesCredential: Bool = false
+    /// The job's credential must be paused for the job's topic only (TopicDisallowed).
+    public var pausesTopic: Bool = false
     /// The endpoint could not be reached: stop claiming its jobs for a while.
     public var endpointUnreachable: Bool = false
     /// A reason this build does not know (logged raw).
@@ -134,6 +136,9 @@ extension Decision {
                 )
             case .credentialFatal:
                 decided.pausesCredential = true
+                decided.decision = .requeue(after: Self.requeueDelay)
+            case .topicFatal:
+                decided.pausesTopic = true
                 decided.decision = .requeue(after: Self.requeueDelay)
             case .retryable, .credentialRetry, .unknown:
                 decided.unknownReason = verdict.responseClass == .unknown

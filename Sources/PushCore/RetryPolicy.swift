@@ -151,7 +151,7 @@ public struct RetryPolicy: Sendable, Hashable {
     ) -> RetryDecision {
         switch responseClass {
         case .delivered: return .stop
-        case .tokenInvalid, .permanent, .credentialFatal: return .stop
+        case .tokenInvalid, .permanent, .credentialFatal, .topicFatal: return .stop
         case .retryable, .credentialRetry, .unknown: break
         }
         guard attempt < self.maxAttempts else { return .exhausted }

@@ -52,8 +52,8 @@ public enum TrapRunbook {
             markdown: #"""
                 The `topic` column must be the bare bundle id (`com.example.app`). PushWorker adds the suffix the
                 push type needs (`.voip`, `.push-type.liveactivity`, …). A topic that already carries a suffix is
-                refused before sending. `400 TopicDisallowed` from APNs pauses the credential: the key may not send
-                to that bundle id.
+                refused before sending. `400 TopicDisallowed` from APNs pauses the credential for that topic only:
+                the key may not send to that bundle id; its other topics keep sending.
                 """#
         ),
         Entry(

@@ -81,13 +81,14 @@ extension JobQueue {
         onlyCredentials: [String]? = nil,
         excludingEnvironments: [String] = [],
         excludingPairs: [String] = [],
+        excludingTopics: [String] = [],
         excludingIDs: [Int64] = [],
         includingRateLimited: Bool = true
     ) async throws -> ClaimBatch {
         guard limit > 0 else { return ClaimBatch(jobs: [], superseded: 0, rateLimitedFor: nil, mayHaveMore: false) }
         let leaseSeconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
-        // The order of claimSQL's $1…$11.
-        var binds = PostgresBindings(capacity: 11)
+        // The order of claimSQL's $1…$12.
+        var binds = PostgresBindings(capacity: 12)
         binds.append(onlyCredentials ?? [])
         binds.append(onlyCredentials == nil)
         binds.append(excludingCredentials)
@@ -99,6 +100,7 @@ extension JobQueue {
         binds.append(Int64(limit))
         binds.append(workerID)
         binds.append(leaseSeconds)
+        binds.append(excludingTopics)
         var superseded = 0
         var limitedMs: Int64?
         var more = false
@@ -162,11 +164,11 @@ extension JobQueue {
         )
     }
 
-    /// The claim (``claimBatch(limit:workerID:lease:excludingCredentials:onlyCredentials:excludingEnvironments:excludingPairs:excludingIDs:includingRateLimited:)``):
+    /// The claim (``claimBatch(limit:workerID:lease:excludingCredentials:onlyCredentials:excludingEnvironments:excludingPairs:excludingTopics:excludingIDs:includingRateLimited:)``):
     /// $1 the worker's credentials, $2 whether it claims any credential, $3 paused credentials, $4 half
     /// the lease in seconds, $5 unreachable environments, $6 backing-off `environment/credential` pairs,
     /// $7 jobs still held, $8 whether rate-limited jobs are taken, $9 the limit, $10 the worker, $11 the
-    /// lease in seconds.
+    /// lease in seconds, $12 `credential/topic` pairs APNs refused (TopicDisallowed).
     static let claimSQL = """
         -- Claim any credential (tests, tools): the distinct credentials with pending jobs (read only then).
         WITH RECURSIVE \(pendingCredentials), paused AS MATERIALIZED (
@@ -236,6 +238,7 @@ extension JobQueue {
                  ORDER BY b.credential IS NULL, b.topic IS NULL LIMIT 1
               ) AS s ON true
              WHERE t.topic IS NOT NULL
+               AND NOT (t.c || '/' || t.topic = ANY ($12::text[]))
                AND NOT EXISTS (SELECT 1 FROM paused AS p
                                 WHERE p.topic = t.topic AND (p.credential IS NULL OR p.credential = t.c))
                AND (s.scope IS NULL OR ($8 AND s.available >= 1))

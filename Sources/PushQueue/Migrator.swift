@@ -29,6 +29,8 @@ public struct Migrator: Sendable {
     public var lockTimeout: Duration = .seconds(2)
     /// How many times a file whose lock wait timed out is tried again before `migrate` fails.
     public var lockRetries = 60
+    /// How long `migrate` waits for another migrator to finish before it fails.
+    public var lockWait: Duration = .seconds(600)
 
     /// The line that ends a file's transactional part: the statements after it run one by one outside a
     /// transaction (`CREATE INDEX CONCURRENTLY`, `VALIDATE CONSTRAINT`), each with the lock timeout, and the
@@ -50,18 +52,27 @@ public struct Migrator: Sendable {
             return try await self.client.withConnection { connection in
                 // Polled, not waited for: a session waiting in pg_advisory_lock holds a snapshot, and the
                 // holder's CREATE INDEX CONCURRENTLY waits for every older snapshot to end.
+                let deadline = ContinuousClock.now + self.lockWait
+                var backend: Int32 = 0
                 while true {
                     let rows = try await connection.query(
-                        "SELECT pg_try_advisory_lock(\(Self.advisoryLockKey))",
+                        "SELECT pg_try_advisory_lock(\(Self.advisoryLockKey)), pg_backend_pid()",
                         logger: logger
                     )
                     var locked = false
-                    for try await got in rows.decode(Bool.self) { locked = got }
+                    for try await (got, pid) in rows.decode((Bool, Int32).self) { (locked, backend) = (got, pid) }
                     if locked { break }
+                    guard ContinuousClock.now < deadline else {
+                        throw QueueError(
+                            code: .migrationFailed,
+                            message:
+                                "another migrator has held the migration lock for \(self.lockWait) (pg_locks: advisory lock \(Self.advisoryLockKey)); if none runs, a session that died behind a transaction pooler may still hold it: end that server connection, then run push-worker migrate again"
+                        )
+                    }
                     try await Task.sleep(for: .milliseconds(100))
                 }
                 do {
-                    let applied = try await self.apply(migrations, on: connection)
+                    let applied = try await self.apply(migrations, on: connection, session: backend)
                     try await connection.query("SELECT pg_advisory_unlock(\(Self.advisoryLockKey))", logger: logger)
                     return applied
                 } catch {
@@ -80,7 +91,11 @@ public struct Migrator: Sendable {
         }
     }
 
-    private func apply(_ migrations: [Migration], on connection: PostgresConnection) async throws -> [Migration] {
+    private func apply(
+        _ migrations: [Migration],
+        on connection: PostgresConnection,
+        session: Int32
+    ) async throws -> [Migration] {
         let logger = self.logger
         try await connection.query("CREATE SCHEMA IF NOT EXISTS push", logger: logger)
         try await connection.query(
@@ -103,6 +118,7 @@ public struct Migrator: Sendable {
         let timeoutMs = max(self.lockTimeout.milliseconds, 1)
         var newlyApplied: [Migration] = []
         for migration in migrations where !applied.contains(migration.version) {
+            try await self.requireOneSession(connection, session)
             let parts = migration.sql.components(separatedBy: Self.outsideTransactionMarker)
             let inside = SQLScript.statements(in: parts[0])
             let outside = parts.count > 1 ? SQLScript.statements(in: parts[1...].joined(separator: "\n")) : []
@@ -136,6 +152,21 @@ public struct Migrator: Sendable {
             newlyApplied.append(migration)
         }
         return newlyApplied
+    }
+
+    /// The migration lock and the statements after it need one database session. Behind a transaction
+    /// pooler (PgBouncer in transaction mode) each statement may run on another server connection: say so
+    /// instead of applying files without the lock.
+    private func requireOneSession(_ connection: PostgresConnection, _ session: Int32) async throws {
+        for try await pid in try await connection.query("SELECT pg_backend_pid()", logger: self.logger)
+            .decode(Int32.self) where pid != session
+        {
+            throw QueueError(
+                code: .migrationFailed,
+                message:
+                    "push-worker migrate needs one database session, but its statements ran on different server connections (a transaction pooler such as PgBouncer in transaction mode): run it against Postgres directly or through a session-mode pool, and start workers behind the pooler with --migrations check"
+            )
+        }
     }
 
     private func record(_ migration: Migration, on connection: PostgresConnection) async throws {

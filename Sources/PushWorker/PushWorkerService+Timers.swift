@@ -88,7 +88,7 @@ extension PushWorkerService {
             do {
                 self.metrics.connections.record(self.client.openConnections)
                 self.metrics.jwtMints.record(self.client.mintCount)
-                self.metrics.pausedCredentials.record(self.pauses.active().count)
+                self.metrics.pausedCredentials.record(self.pauses.active().count + self.topicPauses.active().count)
                 // Like reaping: not while this worker may have just come back from being cut off.
                 let mayJudge = self.state.withLock { $0.reapAllowedAfter.map { ContinuousClock.now >= $0 } ?? false }
                 let unsignable =

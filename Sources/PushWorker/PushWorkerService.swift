@@ -19,6 +19,8 @@ public final class PushWorkerService: Service, Sendable {
     let pauses: CredentialPauses
     /// `environment/credential` pools whose APNs endpoint could not be reached: their jobs are not claimed for a while.
     let unreachable: CredentialPauses
+    /// `credential/topic` pairs APNs refused (TopicDisallowed): those jobs are not claimed for a while.
+    let topicPauses: CredentialPauses
     let wake = WakeSignal()
     let capacity = WakeSignal()
     let metrics = WorkerMetrics()
@@ -81,6 +83,10 @@ public final class PushWorkerService: Service, Sendable {
             maximum: configuration.maximumCredentialPause
         )
         self.unreachable = CredentialPauses(initial: .seconds(1), maximum: .seconds(30))
+        self.topicPauses = CredentialPauses(
+            initial: configuration.credentialPause,
+            maximum: configuration.maximumCredentialPause
+        )
         let state = Locked(
             State(capacity: ClaimCapacity(concurrency: configuration.concurrency, batchSize: configuration.batchSize))
         )
@@ -245,6 +251,7 @@ public final class PushWorkerService: Service, Sendable {
                         excludingCredentials: self.pauses.active(),
                         onlyCredentials: configuration.credentials,
                         excludingPairs: self.unreachable.active(),
+                        excludingTopics: self.topicPauses.active(),
                         excludingIDs: self.state.withLock { Array($0.capacity.held) },
                         includingRateLimited: includingRateLimited
                     )
@@ -285,7 +292,7 @@ public final class PushWorkerService: Service, Sendable {
                         let (outcome, decided) = await self.processor.process(
                             job,
                             databaseNow: Self.databaseNow(of: job, claimedAt: claimedAt),
-                            mayWrite: self.mayWrite(credential: job.credential)
+                            mayWrite: self.mayWrite(credential: job.credential, topic: job.topic)
                         )
                         self.finished(job, outcome, decided)
                     }
@@ -332,11 +339,14 @@ public final class PushWorkerService: Service, Sendable {
     }
 
     /// Asked just before a request of `credential` is written: not while this worker's heartbeat is stale,
-    /// and not once APNs has refused the credential (the jobs already claimed for it go back unsent,
-    /// uncounted).
-    func mayWrite(credential: String) -> @Sendable () -> Bool {
-        { [weak self] in
-            self.map { !Task.isCancelled && $0.heartbeatFresh && !$0.pauses.isPaused(credential) } ?? false
+    /// and not once APNs has refused the credential, or the credential for `topic` (the jobs already claimed
+    /// for it go back unsent, uncounted).
+    func mayWrite(credential: String, topic: String? = nil) -> @Sendable () -> Bool {
+        let pair = topic.map { "\(credential)/\($0)" }
+        return { [weak self] in
+            guard let self else { return false }
+            let topicPaused = pair.map { self.topicPauses.isPaused($0) } ?? false
+            return !Task.isCancelled && self.heartbeatFresh && !self.pauses.isPaused(credential) && !topicPaused
         }
     }
 
@@ -351,7 +361,8 @@ public final class PushWorkerService: Service, Sendable {
                 self.complete(prepared, with: nil)
                 continue
             }
-            let key = "\(request.environment)/\(job.credential)"
+            // One batch per (environment, credential, topic): a topic APNs refuses stops only its own batch.
+            let key = "\(request.environment)/\(job.credential)/\(job.topic)"
             if let index = groupOf[key] {
                 groups[index].append(prepared)
             } else {
@@ -366,7 +377,7 @@ public final class PushWorkerService: Service, Sendable {
                     await self.client.sendBatch(
                         group.map { $0.request! },
                         credential: credential,
-                        mayWrite: self.mayWrite(credential: credential)
+                        mayWrite: self.mayWrite(credential: credential, topic: group[0].job.topic)
                     ) { index, result in
                         self.complete(group[index], with: result)
                     }
@@ -404,6 +415,19 @@ public final class PushWorkerService: Service, Sendable {
                 self.logger.error(
                     "APNs refused credential '\(job.credential)' (\(reason)): its jobs stay pending until \(until); fix the credential (its key or certificate)",
                     metadata: ["push.credential": "\(job.credential)", "push.reason": "\(reason)"]
+                )
+            }
+        }
+        if decided.pausesTopic {
+            let (until, isNew) = self.topicPauses.pause("\(job.credential)/\(job.topic)")
+            if isNew {
+                let reason = decided.reason ?? "-"
+                self.logger.error(
+                    "APNs refused credential '\(job.credential)' for topic '\(job.topic)' (\(reason)): its jobs of this topic stay pending until \(until); its other topics keep sending. Check the bundle id and that the key belongs to the app's team",
+                    metadata: [
+                        "push.credential": "\(job.credential)", "push.topic": "\(job.topic)",
+                        "push.reason": "\(reason)",
+                    ]
                 )
             }
         }

@@ -78,6 +78,45 @@ struct FleetHarnessTests {
         }
     }
 
+    @Test(
+        "TopicDisallowed holds only that topic of the credential: its jobs stay pending with no attempt counted while the credential's other topic is delivered"
+    )
+    func topicDisallowedHoldsOneTopic() async throws {
+        try await DaemonFixture.run(simulator: { $0.allowedTopics = ["com.example.app"] }) { f in
+            try await f.db.execute(
+                """
+                INSERT INTO push.jobs (topic, device_token, payload)
+                SELECT CASE WHEN g % 2 = 0 THEN 'com.example.app' ELSE 'com.other.app' END,
+                       lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"hi"}}'
+                  FROM generate_series(1, 400) AS g
+                """
+            )
+            let worker = try f.startWorker("w1", ["--log-level", "error"])
+            try await f.waitUntil(.seconds(60), "the allowed topic delivered") {
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.jobs WHERE topic = 'com.example.app' AND state = 'delivered'"
+                ) == 200
+            }
+            // A few more seconds: the refused topic stays held, the credential is not paused for the other.
+            try await Task.sleep(for: .seconds(3))
+            let refusedRequests = f.simulator.requests.filter { $0.headers["apns-topic"] == "com.other.app" }.count
+            #expect(
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.jobs WHERE topic = 'com.other.app' AND state = 'pending' AND attempts = 0"
+                ) == 200
+            )
+            #expect(try await f.db.int64("SELECT count(*) FROM push.dead_jobs") == 0)
+            // The first refused batch reaches APNs; the rest of the topic is held, not sent.
+            #expect(refusedRequests < 200, "the refused topic kept being sent: \(refusedRequests) requests")
+            worker.signal(SIGTERM)
+            #expect(worker.wait() == 0)
+            #expect(worker.output.contains("for topic 'com.other.app' (TopicDisallowed)"))
+            print(
+                "TopicDisallowed: 200 of the allowed topic delivered; \(refusedRequests) requests of the refused topic, its 200 jobs held"
+            )
+        }
+    }
+
     /// What one seed does, drawn before the run so the printed seed replays it.
     struct Plan: CustomStringConvertible {
         var producerHoldAt: Duration

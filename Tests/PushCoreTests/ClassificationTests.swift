@@ -19,7 +19,7 @@ struct ClassificationTests {
         (403, "Forbidden", .credentialFatal, "MS030"), (403, "BadEnvironmentKeyIdInToken", .credentialFatal, nil),
         (403, "BadCertificate", .credentialFatal, nil), (403, "BadCertificateEnvironment", .credentialFatal, nil),
         (429, "TooManyProviderTokenUpdates", .credentialFatal, "MS030"),
-        (400, "TopicDisallowed", .credentialFatal, "MS018"),
+        (400, "TopicDisallowed", .topicFatal, "MS018"),
         (400, "BadExpirationDate", .permanent, "MS032"), (400, "MissingTopic", .permanent, "MS035"),
         (413, "PayloadTooLarge", .permanent, "MS011"), (400, "MissingChannelId", .permanent, "MS031"),
         (400, "BadChannelId", .permanent, "MS031"), (400, "ChannelNotRegistered", .permanent, "MS031"),
@@ -86,7 +86,7 @@ struct RetryPolicyTests {
     )
     func decide() {
         let policy = RetryPolicy(.init(maxRetries: 10), priority: 5, environment: [:])
-        for terminal in [APNsResponseClass.tokenInvalid, .permanent, .credentialFatal, .delivered] {
+        for terminal in [APNsResponseClass.tokenInvalid, .permanent, .credentialFatal, .topicFatal, .delivered] {
             #expect(policy.decide(after: 1, responseClass: terminal) == .stop)
         }
         let p10 = RetryPolicy(defaults, priority: 10, environment: [:])

@@ -64,6 +64,12 @@ struct DecisionTests {
                     decided.decision == .requeue(after: Decision.requeueDelay) && decided.pausesCredential,
                     "\(label): the credential pauses, the job is not charged"
                 )
+            case .topicFatal:
+                #expect(
+                    decided.decision == .requeue(after: Decision.requeueDelay) && decided.pausesTopic
+                        && !decided.pausesCredential,
+                    "\(label): only the credential's topic pauses, the job is not charged"
+                )
             case .retryable, .credentialRetry, .unknown:
                 if lastAttempt {
                     guard case .dead(let sentence) = decided.decision else {

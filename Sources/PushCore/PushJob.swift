@@ -1,5 +1,16 @@
 public import Foundation
 
+/// A rate limit's id and its interval in seconds (``PushJob/sendSpacing``).
+public struct SendSpacing: Sendable, Hashable {
+    public var scope: Int64
+    public var interval: Double
+
+    public init(scope: Int64, interval: Double) {
+        self.scope = scope
+        self.interval = interval
+    }
+}
+
 /// One push job as a producer enqueued it, plus the worker-maintained fields a send needs.
 ///
 /// This is the value that travels from the queue to the transport. It carries no secrets: the device
@@ -56,6 +67,9 @@ public struct PushJob: Sendable, Hashable {
     /// For a rate-limited job, the send time the claim gave it from the limit's fleet-wide schedule (on the
     /// database's clock): the worker sends it no earlier.
     public var sendAt: Date?
+    /// The rate limit that gave ``sendAt`` (its `push.rate_limits` id) and its interval in seconds: a worker
+    /// whose sends of one limit wake late (a busy machine) spaces them again instead of sending them at once.
+    public var sendSpacing: SendSpacing?
 
     /// Creates a job value; every field is as stored in `push.jobs`.
     public init(

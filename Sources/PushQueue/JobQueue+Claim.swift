@@ -116,13 +116,19 @@ extension JobQueue {
             more = try cursor.next(Bool.self)
             let supersededBy = try cursor.next(Int64?.self)
             let tokenInvalidatedAt = try cursor.next(Date?.self)
-            let sendAt = try cursor.next(Date?.self)
+            let sendIn = try cursor.next(Double?.self)
+            let sendScope = try cursor.next(Int64?.self)
+            let sendInterval = try cursor.next(Double?.self)
             // The one row of a claim that took nothing carries only the counts.
             if cursor.nextIsNull() { return }
             do {
                 var job = try Self.decodeJob(&cursor)
                 job.tokenInvalidatedAt = tokenInvalidatedAt
-                job.sendAt = sendAt
+                // Relative to the row's database clock (db_now): the claim loop turns it into its own clock.
+                job.sendAt = sendIn.map { (job.claimedAt ?? Date()).addingTimeInterval($0) }
+                if let sendScope, let sendInterval {
+                    job.sendSpacing = SendSpacing(scope: sendScope, interval: sendInterval)
+                }
                 if let supersededBy {
                     stale.append((job.id, job.attempts, supersededBy))
                 } else {
@@ -188,17 +194,17 @@ extension JobQueue {
             -- schedule another claimer holds right now counts as full for this claim (its jobs wait for the
             -- next claim), so claimers never queue on the limits and no worker over-claims. Only the
             -- limits of the credentials this claim reads are locked.
+            -- A claim that leaves limited jobs for later ($8 false) locks none.
             SELECT id, next_send_at FROM push.rate_limits
-             WHERE credential IS NULL OR credential IN (SELECT c FROM credentials)
+             WHERE $8 AND (credential IS NULL OR credential IN (SELECT c FROM credentials))
              ORDER BY id FOR UPDATE SKIP LOCKED
         ), budgets AS MATERIALIZED (
             -- A limit takes jobs while their send times (one interval apart, from its tail or now) fall within
             -- the look-ahead of now: burst intervals, at most half the lease but never less than one
             -- interval, so any rate sends, however slow. Times are clock_timestamp(), taken after the lock.
-            SELECT l.id, l.credential, l.topic, l.per_second, t.start, h.id IS NOT NULL AS held,
+            SELECT l.id, l.credential, l.topic, l.per_second, t.start, t.at, h.id IS NOT NULL AS held,
                    CASE WHEN h.id IS NULL THEN 0
-                        ELSE floor((least(l.burst / l.per_second, greatest($4, 1 / l.per_second))
-                                    - extract(epoch FROM t.start - t.at)) * l.per_second) END AS available
+                        ELSE \(available(perSecond: "l.per_second", burst: "l.burst", delay: "extract(epoch FROM t.start - t.at)", halfLease: "$4")) END AS available
               FROM (SELECT id, credential, topic, per_second::float8 AS per_second, burst::float8 AS burst,
                            next_send_at FROM push.rate_limits) AS l
               LEFT JOIN held_limits AS h ON h.id = l.id
@@ -378,8 +384,13 @@ extension JobQueue {
                (SELECT t.invalidated_at FROM push.invalid_tokens AS t
                  WHERE t.device_token = j.device_token AND t.topic = j.topic AND t.environment = j.environment
                    AND t.invalidated_at > j.created_at) AS token_invalidated_at,
-               (SELECT b.start + make_interval(secs => (p.k - 1) / b.per_second)
-                  FROM picked AS p JOIN budgets AS b ON b.id = p.scope WHERE p.id = j.id) AS send_at,
+               -- A limited job's send time, as seconds from the moment its schedule was read: the worker counts
+               -- them from when it reads the row, so a slow statement delays the send, never advances it.
+               (SELECT extract(epoch FROM b.start - b.at)::float8 + (p.k - 1) / b.per_second
+                  FROM picked AS p JOIN budgets AS b ON b.id = p.scope WHERE p.id = j.id) AS send_in,
+               (SELECT p.scope FROM picked AS p WHERE p.id = j.id) AS send_scope,
+               (SELECT 1 / b.per_second FROM picked AS p JOIN budgets AS b ON b.id = p.scope WHERE p.id = j.id)
+                   AS send_interval,
                \(jobColumns)
           FROM (SELECT (SELECT count(*) FROM superseded) + (SELECT count(*) FROM below) AS superseded_count,
                        -- A schedule now full (or one that had no room): when its next slot opens.
@@ -396,11 +407,20 @@ extension JobQueue {
          ORDER BY j.send_priority DESC, j.run_at, j.id
         """
 
+    /// How many jobs a limit lets a claim take now, as SQL: the slots whose send times (one interval apart,
+    /// the first `delay` seconds from now) fall within the look-ahead: `burst` intervals, at most half the
+    /// lease but never less than one interval, so any rate sends. In float8 `(1 / r) * r` can come out just
+    /// under 1 (for 82 of the integer rates 1-1000): a tolerance keeps such a limit from never sending. The
+    /// claim and `push-worker limits` both use this.
+    static func available(perSecond r: String, burst b: String, delay d: String, halfLease h: String) -> String {
+        "floor((least(\(b) / \(r), greatest(\(h), 1 / \(r))) - \(d)) * \(r) + 1e-9)"
+    }
+
     /// The columns `decodeJob` reads, by position: the order here is the order there.
     static let jobColumns = """
         j.id, j.apns_id, j.topic, j.device_token, j.channel_id, j.payload::text AS payload, j.push_type, j.priority,
         j.environment, j.credential, j.collapse_id, j.deliver_once, j.expires_at, j.run_at, j.max_attempts, j.attempts,
-        j.trap_ids, j.created_at, j.first_attempt_at, j.transport_retries, now() AS db_now, j.coalesce_key
+        j.trap_ids, j.created_at, j.first_attempt_at, j.transport_retries, clock_timestamp() AS db_now, j.coalesce_key
         """
 
     /// A job from a row whose first columns are ``jobColumns``, read by position.

@@ -158,11 +158,16 @@ extension JobQueue {
         return found
     }
 
-    /// How many jobs a claim could take now under a `push.rate_limits` row (the claim's own sum, read only).
-    static let availableNow = """
-        greatest(floor((burst::float8 / per_second::float8
-                        - greatest(extract(epoch FROM next_send_at - now()), 0)) * per_second::float8), 0)::bigint
-        """
+    /// How many jobs a claim could take now under a `push.rate_limits` row: the claim's own expression
+    /// (``available(perSecond:burst:delay:halfLease:)``) with the default lease's look-ahead (30 s), read only.
+    static let availableNow =
+        "greatest("
+        + available(
+            perSecond: "per_second::float8",
+            burst: "burst::float8",
+            delay: "greatest(extract(epoch FROM next_send_at - clock_timestamp()), 0)",
+            halfLease: "30"
+        ) + ", 0)::bigint"
 
     /// Every rate limit with what a claim could take under it now (read only: nothing is scheduled).
     public func rateLimits() async throws -> [RateLimit] {

@@ -4,9 +4,11 @@ public import PostgresNIO
 /// Creates or upgrades the `push` schema: applies the embedded migrations in order, records each in
 /// `push.schema_migrations`, and is safe when several workers start at once.
 ///
-/// Every run takes a transaction-scoped advisory lock first, so concurrent migrators queue behind one
-/// another; the second finds everything recorded and applies nothing. A migration and its record commit
-/// together, so a failure leaves the schema at the last whole version.
+/// Every run takes a session-level advisory lock first (polled), so concurrent migrators queue behind one
+/// another; the second finds everything recorded and applies nothing. Each file runs in one transaction with
+/// a lock timeout (retried), its record included; a file's statements after
+/// ``outsideTransactionMarker`` run after that, one at a time, and the record waits for them. Every statement
+/// there is idempotent, so a migrator that died half way runs the file again.
 public struct Migrator: Sendable {
     /// The advisory lock key every migrator takes (`pg_advisory_xact_lock`): "pushwkr" as an integer.
     public static let advisoryLockKey: Int64 = 0x7075_7368_776B_72
@@ -135,17 +137,15 @@ public struct Migrator: Sendable {
                 try await connection.query("COMMIT", logger: logger)
             }
             if !outside.isEmpty {
-                try await connection.query(
-                    PostgresQuery(unsafeSQL: "SET lock_timeout = '\(timeoutMs)ms'"),
-                    logger: logger
-                )
+                // No lock timeout here: these statements take no lock a producer waits on, and a concurrent
+                // index build waits for every older transaction in the database (a report, pg_dump): timing it
+                // out would throw away a finished build.
                 for statement in outside {
                     try await self.retryingLockTimeouts(migration.name, on: connection) {
                         try await self.dropInvalidIndex(before: statement, on: connection)
                         try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
                     }
                 }
-                try await connection.query("RESET lock_timeout", logger: logger)
                 try await self.record(migration, on: connection)
             }
             logger.info("applied migration", metadata: ["push.migration": "\(migration.name)"])
@@ -176,8 +176,9 @@ public struct Migrator: Sendable {
         )
     }
 
-    /// Runs `body`; when a statement's lock wait timed out (SQLSTATE 55P03), rolls back, waits, and runs it
-    /// again, up to ``lockRetries`` times.
+    /// Runs `body`; when a statement's lock wait timed out (SQLSTATE 55P03) or it was chosen as a deadlock's
+    /// victim (40P01: an older worker starting now waits in its transaction-scoped migration lock while an
+    /// index build waits for its snapshot), rolls back, waits, and runs it again, up to ``lockRetries`` times.
     private func retryingLockTimeouts(
         _ name: String,
         on connection: PostgresConnection,
@@ -187,7 +188,9 @@ public struct Migrator: Sendable {
         while true {
             do {
                 return try await body()
-            } catch let error as PSQLError where error.serverInfo?[.sqlState] == "55P03" && tries < self.lockRetries {
+            } catch let error as PSQLError
+                where ["55P03", "40P01"].contains(error.serverInfo?[.sqlState] ?? "") && tries < self.lockRetries
+            {
                 tries += 1
                 // Outside a transaction ROLLBACK only warns.
                 _ = try? await connection.query("ROLLBACK", logger: self.logger)

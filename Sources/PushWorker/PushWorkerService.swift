@@ -22,6 +22,7 @@ public final class PushWorkerService: Service, Sendable {
     /// `credential/topic` pairs APNs refused (TopicDisallowed): those jobs are not claimed for a while.
     let topicPauses: CredentialPauses
     let wake = WakeSignal()
+    let spacer = SendSpacer()
     let capacity = WakeSignal()
     let metrics = WorkerMetrics()
     let recorder: OutcomeWriter
@@ -283,16 +284,25 @@ public final class PushWorkerService: Service, Sendable {
                                 Int64(sendAt.timeIntervalSince(job.claimedAt ?? sendAt) * 1000)
                             )
                     }
-                    guard let slot, slot > .now else {
+                    // Limited jobs always take their own task: their sends are spaced here too.
+                    guard let slot, slot > .now || job.sendSpacing != nil else {
                         due.append(job)
                         continue
                     }
                     sends.addTask {
                         try? await Task.sleep(until: slot)
+                        if let spacing = job.sendSpacing {
+                            let spaced = self.spacer.slot(for: spacing, notBefore: .now)
+                            if spaced > .now { try? await Task.sleep(until: spaced) }
+                        }
                         let (outcome, decided) = await self.processor.process(
                             job,
                             databaseNow: Self.databaseNow(of: job, claimedAt: claimedAt),
-                            mayWrite: self.mayWrite(credential: job.credential, topic: job.topic)
+                            mayWrite: self.mayWrite(
+                                credential: job.credential,
+                                topic: job.topic,
+                                spacing: job.sendSpacing
+                            )
                         )
                         self.finished(job, outcome, decided)
                     }
@@ -341,12 +351,17 @@ public final class PushWorkerService: Service, Sendable {
     /// Asked just before a request of `credential` is written: not while this worker's heartbeat is stale,
     /// and not once APNs has refused the credential, or the credential for `topic` (the jobs already claimed
     /// for it go back unsent, uncounted).
-    func mayWrite(credential: String, topic: String? = nil) -> @Sendable () -> Bool {
+    /// A rate-limited request (`spacing`) is also withdrawn when this worker wrote one of its limit less than an
+    /// interval ago (``SendSpacer/admit(_:now:)``): it was held up behind other requests, and sending it now
+    /// would bunch it with the next.
+    func mayWrite(credential: String, topic: String? = nil, spacing: SendSpacing? = nil) -> @Sendable () -> Bool {
         let pair = topic.map { "\(credential)/\($0)" }
         return { [weak self] in
             guard let self else { return false }
             let topicPaused = pair.map { self.topicPauses.isPaused($0) } ?? false
-            return !Task.isCancelled && self.heartbeatFresh && !self.pauses.isPaused(credential) && !topicPaused
+            guard !Task.isCancelled && self.heartbeatFresh && !self.pauses.isPaused(credential) && !topicPaused
+            else { return false }
+            return spacing.map { self.spacer.admit($0) } ?? true
         }
     }
 

@@ -152,8 +152,10 @@ struct LimitsCommand: AsyncParsableCommand {
         @Option(help: "The most claimed at once (≥ 1; default: one second's worth, at least 1).") var burst: Int?
 
         func validate() throws {
-            guard self.perSecond > 0, self.perSecond.isFinite else {
-                throw ValidationError("--per-second must be a number above 0 (0.5 is one job every 2 s)")
+            guard self.perSecond >= 0.000001, self.perSecond.isFinite else {
+                throw ValidationError(
+                    "--per-second must be a number of at least 0.000001 (one job every 11.6 days); 0.5 is one job every 2 s, 0.0000116 one a day"
+                )
             }
             if let burst = self.burst, burst < 1 {
                 throw ValidationError("--burst must be at least 1")

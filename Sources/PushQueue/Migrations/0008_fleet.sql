@@ -75,12 +75,6 @@ BEGIN
 END
 $$;
 
--- Every apns_id already held: live jobs, dead letters, and the retired ids of schema 4 to 7.
-INSERT INTO push.apns_ids (apns_id, created_at) SELECT apns_id, created_at FROM push.jobs ON CONFLICT DO NOTHING;
-INSERT INTO push.apns_ids (apns_id, created_at) SELECT apns_id, created_at FROM push.dead_jobs ON CONFLICT DO NOTHING;
-INSERT INTO push.apns_ids (apns_id, created_at)
-SELECT apns_id, retired_at FROM push.retired_apns_ids ON CONFLICT DO NOTHING;
-
 CREATE TABLE IF NOT EXISTS push.coalesce_marks (
     topic        text        NOT NULL,
     environment  text        NOT NULL,
@@ -93,10 +87,37 @@ CREATE TABLE IF NOT EXISTS push.coalesce_marks (
 
 ALTER TABLE push.workers ADD COLUMN IF NOT EXISTS session_tracked boolean NOT NULL DEFAULT false;
 
+-- Any rate sends, however slow, down to one job every 11.6 days (`limits set` refuses less); slower rates
+-- made send times overflow. NOT VALID: rows from before are left as they are.
+ALTER TABLE push.rate_limits DROP CONSTRAINT IF EXISTS per_second_must_be_at_least_0_000001;
+ALTER TABLE push.rate_limits ADD CONSTRAINT per_second_must_be_at_least_0_000001 CHECK (per_second >= 0.000001) NOT VALID;
+
+-- The ledger's backfill runs once the trigger above has committed, so every job enqueued from then on
+-- writes its own row. First wait (up to 10 minutes) for the transactions that began before it, which may
+-- still insert with the old trigger; then copy every apns_id already held: live jobs, dead letters, and the
+-- retired ids of schema 4 to 7. Each statement is idempotent and commits alone; none blocks a producer.
+-- push:outside-transaction
+DO $$
+DECLARE
+    horizon xid8 := pg_snapshot_xmax(pg_current_snapshot());
+    deadline timestamptz := clock_timestamp() + interval '10 minutes';
+BEGIN
+    WHILE pg_snapshot_xmin(pg_current_snapshot()) < horizon AND clock_timestamp() < deadline LOOP
+        PERFORM pg_sleep(0.2);
+    END LOOP;
+    IF pg_snapshot_xmin(pg_current_snapshot()) < horizon THEN
+        RAISE WARNING 'a transaction older than this migration is still open after 10 minutes; jobs it inserts are not in push.apns_ids until they are re-enqueued';
+    END IF;
+END
+$$;
+INSERT INTO push.apns_ids (apns_id, created_at) SELECT apns_id, created_at FROM push.jobs ON CONFLICT DO NOTHING;
+INSERT INTO push.apns_ids (apns_id, created_at) SELECT apns_id, created_at FROM push.dead_jobs ON CONFLICT DO NOTHING;
+INSERT INTO push.apns_ids (apns_id, created_at)
+SELECT apns_id, retired_at FROM push.retired_apns_ids ON CONFLICT DO NOTHING;
+
 -- The claim reads one range per (credential, environment, topic, send priority): a paused topic or a
 -- limit with no room is left out as a whole range instead of being filtered row by row (300,000 due rows of
 -- a paused topic cost every claim 240-400 ms). Built without blocking producers.
--- push:outside-transaction
 CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_claim_by_topic_idx
     ON push.jobs (credential, environment, topic, send_priority, run_at, id) WHERE state = 'pending';
 -- The claim indexes this one replaces: the priority index of schema 1 (read by no worker since schema 7,

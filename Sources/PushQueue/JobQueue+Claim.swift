@@ -386,11 +386,7 @@ extension JobQueue {
                    AND t.invalidated_at > j.created_at) AS token_invalidated_at,
                -- A limited job's send time, as seconds from the moment its schedule was read: the worker counts
                -- them from when it reads the row, so a slow statement delays the send, never advances it.
-               (SELECT extract(epoch FROM b.start - b.at)::float8 + (p.k - 1) / b.per_second
-                  FROM picked AS p JOIN budgets AS b ON b.id = p.scope WHERE p.id = j.id) AS send_in,
-               (SELECT p.scope FROM picked AS p WHERE p.id = j.id) AS send_scope,
-               (SELECT 1 / b.per_second FROM picked AS p JOIN budgets AS b ON b.id = p.scope WHERE p.id = j.id)
-                   AS send_interval,
+               s.send_in, s.scope AS send_scope, s.send_interval,
                \(jobColumns)
           FROM (SELECT (SELECT count(*) FROM superseded) + (SELECT count(*) FROM below) AS superseded_count,
                        -- A schedule now full (or one that had no room): when its next slot opens.
@@ -404,6 +400,10 @@ extension JobQueue {
                                 GROUP BY c.credential, c.environment, c.topic, c.send_priority, c.share
                                HAVING count(*) >= c.share) AS more) AS m
           LEFT JOIN claimed AS j ON true
+          -- Joined once (a hash join), not a subquery per row: picked has a row per claimed job.
+          LEFT JOIN (SELECT p.id, p.scope, extract(epoch FROM b.start - b.at)::float8 + (p.k - 1) / b.per_second AS send_in,
+                            1 / b.per_second AS send_interval
+                       FROM picked AS p JOIN budgets AS b ON b.id = p.scope) AS s ON s.id = j.id
          ORDER BY j.send_priority DESC, j.run_at, j.id
         """
 

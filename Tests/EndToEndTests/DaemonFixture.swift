@@ -48,10 +48,12 @@ struct DaemonFixture: Sendable {
         }
     }
 
-    /// The push-worker executable next to the test bundle.
+    /// The push-worker executable next to the test bundle, or `PUSH_WORKER_BINARY` (to run a test against
+    /// another build, e.g. the one before a change).
     static var binary: String {
-        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("push-worker")
-            .path
+        if let other = ProcessInfo.processInfo.environment["PUSH_WORKER_BINARY"], !other.isEmpty { return other }
+        return URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+            .appendingPathComponent("push-worker").path
     }
 
     static func run<T: Sendable>(

@@ -187,6 +187,25 @@ struct DaemonFixture: Sendable {
         throw CancellationError()
     }
 
+    /// A session of its own on the test database (a producer holding a transaction open, say); close it.
+    func session(id: Int) async throws -> PostgresConnection {
+        try await PostgresConnection.connect(
+            configuration: try self.db.url.connectionConfiguration(),
+            id: id,
+            logger: Logger(label: "push.test.session")
+        )
+    }
+
+    /// Inserts `count` plain alerts for com.example.app, tokens 1…count.
+    func insertAlerts(_ count: Int) async throws {
+        try await self.db.execute(
+            """
+            INSERT INTO push.jobs (topic, device_token, payload)
+            SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"hi"}}' FROM generate_series(1, \(count)) AS g
+            """
+        )
+    }
+
     /// Jobs not yet terminal (pending or running).
     func unfinished() async throws -> Int64 {
         try await self.db.int64("SELECT count(*) FROM push.jobs WHERE state <> 'delivered'")

@@ -48,12 +48,7 @@ struct FleetHarnessTests {
             configuration.faults.okThenResetShare = 0.05
         }) { f in
             let count = 1_000
-            try await f.db.execute(
-                """
-                INSERT INTO push.jobs (topic, device_token, payload)
-                SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"hi"}}' FROM generate_series(1, \(count)) AS g
-                """
-            )
+            try await f.insertAlerts(count)
             let options = ["--log-level", "error", "--concurrency", "500", "--request-timeout-ms", "5000"]
             let frozen = try f.startWorker("frozen", options)
             try await f.waitUntil(.seconds(60), "the first worker's requests in flight") {
@@ -217,11 +212,7 @@ struct FleetHarnessTests {
                 events.addTask {
                     // A producer's outbox re-enqueues what is in flight and leaves its transaction open.
                     try await Task.sleep(until: started + plan.producerHoldAt)
-                    let producer = try await PostgresConnection.connect(
-                        configuration: try f.db.url.connectionConfiguration(),
-                        id: 1,
-                        logger: logger
-                    )
+                    let producer = try await f.session(id: 1)
                     try await producer.query("BEGIN", logger: logger)
                     try await producer.query(
                         """
@@ -278,11 +269,7 @@ struct FleetHarnessTests {
                 events.addTask {
                     // Keyed jobs whose older one commits after the newer one was claimed.
                     try await Task.sleep(until: started + plan.lateCommitAt)
-                    let producer = try await PostgresConnection.connect(
-                        configuration: try f.db.url.connectionConfiguration(),
-                        id: 2,
-                        logger: logger
-                    )
+                    let producer = try await f.session(id: 2)
                     try await producer.query("BEGIN", logger: logger)
                     var olders: [Int64] = []
                     for try await id in try await producer.query(

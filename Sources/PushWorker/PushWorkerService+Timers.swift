@@ -4,8 +4,12 @@ import PushQueue
 /// The worker's timers: its heartbeat (with lease extension and the reaping of workers that are gone)
 /// and maintenance (pruning, unsignable jobs, gauges).
 extension PushWorkerService {
-    /// One heartbeat: the worker's row, then the leases of every job it holds.
+    /// One heartbeat: the fleet's pauses, the worker's row, then the leases of every job it holds. The
+    /// pauses come first: sends resume on a fresh heartbeat (after a freeze, say), and they must not resume
+    /// with a pause list older than the heartbeat.
     func beat() async throws {
+        let paused = try await self.queue.pauses().map { (credential: $0.credential, topic: $0.topic) }
+        self.state.withLock { $0.fleetPauses = paused }
         let credentials = self.configuration.credentials ?? []
         try await self.queue.heartbeat(
             workerID: self.configuration.workerID,

@@ -42,6 +42,10 @@ public final class PushWorkerService: Service, Sendable {
         var reapAllowedAfter: ContinuousClock.Instant?
         /// Whether a heartbeat failed since the last success.
         var cutOff = false
+        /// The fleet's pauses (`push.pauses`) as of the last heartbeat: a claimed job they match is not sent
+        /// (it goes back uncounted), so a worker that held jobs across a pause (it was frozen, or busy) does
+        /// not send them once it is paused.
+        var fleetPauses: [(credential: String?, topic: String?)] = []
         /// The client's not-processed count at the last scrape (the metric counts the difference).
         var notProcessedReported = 0
     }
@@ -271,7 +275,17 @@ public final class PushWorkerService: Service, Sendable {
                 let jobs = batch.jobs
                 self.metrics.claimed(superseded: batch.superseded, rateLimited: batch.rateLimitedFor != nil)
                 if !jobs.isEmpty {
-                    self.state.withLock { $0.capacity.claimed(jobs.map(\.id)) }
+                    self.state.withLock { state in
+                        state.capacity.claimed(jobs.map(\.id))
+                        // The claim leaves paused jobs out: a cached pause that matches a claimed job was
+                        // lifted since the last heartbeat (a resume reaches the sends at once, not 2 s later).
+                        state.fleetPauses.removeAll { pause in
+                            jobs.contains {
+                                (pause.credential ?? $0.credential) == $0.credential
+                                    && (pause.topic ?? $0.topic) == $0.topic
+                            }
+                        }
+                    }
                     self.stats.withLock { $0.claimed += jobs.count }
                 }
                 let claimedAt = Date()
@@ -351,6 +365,13 @@ public final class PushWorkerService: Service, Sendable {
     /// Asked just before a request of `credential` is written: not while this worker's heartbeat is stale,
     /// and not once APNs has refused the credential, or the credential for `topic` (the jobs already claimed
     /// for it go back unsent, uncounted).
+    /// Whether a row of `push.pauses` (as of the last heartbeat) matches the job.
+    func isPausedByFleet(credential: String, topic: String) -> Bool {
+        self.state.withLock { state in
+            state.fleetPauses.contains { ($0.credential ?? credential) == credential && ($0.topic ?? topic) == topic }
+        }
+    }
+
     /// A rate-limited request (`spacing`) is also withdrawn when this worker wrote one of its limit less than an
     /// interval ago (``SendSpacer/admit(_:now:)``): it was held up behind other requests, and sending it now
     /// would bunch it with the next.
@@ -361,6 +382,7 @@ public final class PushWorkerService: Service, Sendable {
             let topicPaused = pair.map { self.topicPauses.isPaused($0) } ?? false
             guard !Task.isCancelled && self.heartbeatFresh && !self.pauses.isPaused(credential) && !topicPaused
             else { return false }
+            if let topic, self.isPausedByFleet(credential: credential, topic: topic) { return false }
             return spacing.map { self.spacer.admit($0) } ?? true
         }
     }

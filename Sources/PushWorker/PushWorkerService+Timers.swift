@@ -8,8 +8,12 @@ extension PushWorkerService {
     /// pauses come first: sends resume on a fresh heartbeat (after a freeze, say), and they must not resume
     /// with a pause list older than the heartbeat.
     func beat() async throws {
+        let readAt = ContinuousClock.now
         let paused = try await self.queue.pauses().map { (credential: $0.credential, topic: $0.topic) }
-        self.state.withLock { $0.fleetPauses = paused }
+        self.state.withLock { state in
+            state.fleetPauses = paused
+            state.fleetPausesReadAt = readAt
+        }
         let credentials = self.configuration.credentials ?? []
         try await self.queue.heartbeat(
             workerID: self.configuration.workerID,

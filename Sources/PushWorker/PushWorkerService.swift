@@ -46,6 +46,8 @@ public final class PushWorkerService: Service, Sendable {
         /// (it goes back uncounted), so a worker that held jobs across a pause (it was frozen, or busy) does
         /// not send them once it is paused.
         var fleetPauses: [(credential: String?, topic: String?)] = []
+        /// When the read of ``fleetPauses`` began.
+        var fleetPausesReadAt: ContinuousClock.Instant = .now
         /// The client's not-processed count at the last scrape (the metric counts the difference).
         var notProcessedReported = 0
     }
@@ -244,6 +246,7 @@ public final class PushWorkerService: Service, Sendable {
                     continue
                 }
                 let batch: JobQueue.ClaimBatch
+                let claimStarted = ContinuousClock.now
                 // Rate-limited jobs only while few sends wait: claimed behind a backlog, they would go out
                 // bunched when it clears, whatever spacing the bucket gave their claims.
                 let sendBacklog = self.state.withLock { $0.capacity.inFlight }
@@ -277,8 +280,10 @@ public final class PushWorkerService: Service, Sendable {
                 if !jobs.isEmpty {
                     self.state.withLock { state in
                         state.capacity.claimed(jobs.map(\.id))
-                        // The claim leaves paused jobs out: a cached pause that matches a claimed job was
-                        // lifted since the last heartbeat (a resume reaches the sends at once, not 2 s later).
+                        // The claim leaves paused jobs out: a cached pause that matches a job claimed by a claim
+                        // that began after the pauses were read was lifted since (a resume reaches the sends at
+                        // once, not at the next heartbeat). An older claim may predate the pause itself.
+                        guard claimStarted > state.fleetPausesReadAt else { return }
                         state.fleetPauses.removeAll { pause in
                             jobs.contains {
                                 (pause.credential ?? $0.credential) == $0.credential

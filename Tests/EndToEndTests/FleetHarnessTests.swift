@@ -15,8 +15,8 @@ import Testing
 /// no 200 answered twice unless a worker died; no older keyed job sent after a newer one's 200; each
 /// limit held where the requests arrive; nothing of a paused topic sent while it was paused.
 ///
-/// Quick by default (2 seeds, 3,000 jobs); `PUSH_LONG_TESTS=1`: 20 seeds of 100,000 jobs; `PUSH_FLEET_SEEDS=a,b`
-/// replays seeds.
+/// Quick by default (2 fixed seeds, 3,000 jobs); `PUSH_LONG_TESTS=1`: 20 drawn seeds of 100,000 jobs;
+/// `PUSH_FLEET_SEEDS=a,b` replays seeds.
 @Suite("The fleet under neighbour events from a printed seed", .serialized)
 struct FleetHarnessTests {
     static let long = FaultTests.long
@@ -27,8 +27,8 @@ struct FleetHarnessTests {
         if let given = ProcessInfo.processInfo.environment["PUSH_FLEET_SEEDS"] {
             seeds = given.split(separator: ",").compactMap { UInt64($0) }
         } else {
-            seeds =
-                Self.long ? (1...20).map { _ in UInt64.random(in: 1...999_999) } : [UInt64.random(in: 1...999_999), 11]
+            // Quick form: two fixed seeds (one kills a worker), so a red run replays; the long form draws.
+            seeds = Self.long ? (1...20).map { _ in UInt64.random(in: 1...999_999) } : [11, 64_141]
         }
         print("fleet harness seeds: \(seeds.map(String.init).joined(separator: ","))")
         for seed in seeds {
@@ -393,17 +393,22 @@ struct FleetHarnessTests {
                     "limited topic at \(plan.perSecond)/s burst \(plan.burst): " + parts.joined(separator: ", ")
             }
             if let (from, to) = pauseWindow {
-                // Jobs claimed before the pause are in flight and finish (a loaded debug build takes a while).
-                let late = requests.filter {
-                    $0.headers["apns-topic"] == Self.pausedTopic && $0.receivedAt > from.addingTimeInterval(2.5)
-                        && $0.receivedAt < to
-                }
-                let during = late.count
-                let offsets = late.map { String(format: "%.2f", $0.receivedAt.timeIntervalSince(from)) }
-                #expect(
-                    during == 0,
-                    "seed \(seed): \(during) requests of a paused topic while paused, at \(offsets.prefix(20)) s after the pause"
+                // Sends as the workers recorded them (each delivered job's last_attempt_at is when its request
+                // left the worker): none of the paused topic after 2.5 s into the pause (jobs claimed before it
+                // are in flight and finish; a loaded debug build takes a while). The simulator's arrival times
+                // are no measure here: when a worker is killed, it reads the requests left in the dead
+                // connection's socket at once, though they were written before the pause.
+                let late = try await f.db.int64(
+                    PostgresQuery(
+                        unsafeSQL: """
+                            SELECT count(*) FROM push.jobs
+                             WHERE topic = '\(Self.pausedTopic)'
+                               AND last_attempt_at > to_timestamp(\(from.timeIntervalSince1970 + 2.5))
+                               AND last_attempt_at < to_timestamp(\(to.timeIntervalSince1970))
+                            """
+                    )
                 )
+                #expect(late == 0, "seed \(seed): \(late) jobs of a paused topic sent while it was paused")
             }
             print("seed \(seed): drained in \(elapsed); \(summary); \(limitSummary); stale keyed sends \(stale)")
         }

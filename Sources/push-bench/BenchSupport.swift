@@ -147,3 +147,39 @@ func scalar(_ client: PostgresClient, _ sql: String, _ logger: Logger) async thr
     }
     return 0
 }
+
+/// Milliseconds of each of `rounds` claims of `batch` due priority-5 jobs of com.example.app, inserted just before
+/// each claim and deleted after it; `excluding`: credentials the claim leaves out.
+func claimSamples(
+    _ client: PostgresClient,
+    _ queue: JobQueue,
+    rounds: Int,
+    batch: Int,
+    excluding: [String] = [],
+    logger: Logger
+) async throws -> [Double] {
+    var samples: [Double] = []
+    for _ in 0..<rounds {
+        try await client.query(
+            """
+            INSERT INTO push.jobs (topic, device_token, payload, priority)
+            SELECT 'com.example.app', lpad(to_hex(g), 64, 'c'), '{"aps":{}}', 5
+              FROM generate_series(1, \(Int64(batch))) AS g
+            """,
+            logger: logger
+        )
+        let clock = ContinuousClock()
+        let start = clock.now
+        let claimed = try await queue.claim(
+            limit: batch,
+            workerID: "bench",
+            lease: .seconds(60),
+            excludingCredentials: excluding
+        )
+        let elapsed = clock.now - start
+        precondition(claimed.count == batch, "claimed \(claimed.count)")
+        samples.append(Double(elapsed.components.attoseconds) / 1e15 + Double(elapsed.components.seconds) * 1000)
+        try await client.query("DELETE FROM push.jobs WHERE state = 'running'", logger: logger)
+    }
+    return samples
+}

@@ -30,31 +30,14 @@ struct ClaimBenchmark: AsyncParsableCommand {
 
                 /// Median milliseconds of `rounds` claims, each of `batch` due priority-5 jobs inserted just before.
                 func measure(excluding: [String]) async throws -> Double {
-                    var samples: [Double] = []
-                    for _ in 0..<self.rounds {
-                        try await client.query(
-                            """
-                            INSERT INTO push.jobs (topic, device_token, payload, priority)
-                            SELECT 'com.example.app', lpad(to_hex(g), 64, 'c'), '{"aps":{}}', 5
-                              FROM generate_series(1, \(Int64(self.batch))) AS g
-                            """,
-                            logger: logger
-                        )
-                        let clock = ContinuousClock()
-                        let start = clock.now
-                        let claimed = try await queue.claim(
-                            limit: self.batch,
-                            workerID: "bench",
-                            lease: .seconds(60),
-                            excludingCredentials: excluding
-                        )
-                        let elapsed = clock.now - start
-                        precondition(claimed.count == self.batch, "claimed \(claimed.count)")
-                        samples.append(
-                            Double(elapsed.components.attoseconds) / 1e15 + Double(elapsed.components.seconds) * 1000
-                        )
-                        try await client.query("DELETE FROM push.jobs WHERE state = 'running'", logger: logger)
-                    }
+                    let samples = try await claimSamples(
+                        client,
+                        queue,
+                        rounds: self.rounds,
+                        batch: self.batch,
+                        excluding: excluding,
+                        logger: logger
+                    )
                     return samples.sorted()[samples.count / 2]
                 }
 

@@ -54,23 +54,13 @@ struct FleetBenchmark: AsyncParsableCommand {
                 try await Migrator(client: client, logger: logger).migrate()
                 let queue = JobQueue(client: client, logger: logger, preparedStatements: true)
                 func measure() async throws -> (p50: Double, p99: Double) {
-                    var samples: [Double] = []
-                    for _ in 0..<self.rounds {
-                        try await client.query(
-                            """
-                            INSERT INTO push.jobs (topic, device_token, payload, priority)
-                            SELECT 'com.example.app', lpad(to_hex(g), 64, 'c'), '{"aps":{}}', 5
-                              FROM generate_series(1, \(Int64(self.batch))) AS g
-                            """,
-                            logger: logger
-                        )
-                        let clock = ContinuousClock()
-                        let start = clock.now
-                        let claimed = try await queue.claim(limit: self.batch, workerID: "bench", lease: .seconds(60))
-                        samples.append(Self.milliseconds(clock.now - start))
-                        precondition(claimed.count == self.batch, "claimed \(claimed.count)")
-                        try await client.query("DELETE FROM push.jobs WHERE state = 'running'", logger: logger)
-                    }
+                    let samples = try await claimSamples(
+                        client,
+                        queue,
+                        rounds: self.rounds,
+                        batch: self.batch,
+                        logger: logger
+                    )
                     return (Self.percentile(samples, 0.5), Self.percentile(samples, 0.99))
                 }
                 func backlog(_ topic: String) async throws {

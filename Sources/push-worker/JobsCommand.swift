@@ -7,7 +7,7 @@ struct JobsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "jobs",
         abstract: "Inspect jobs in push.jobs.",
-        subcommands: [Show.self]
+        subcommands: [Show.self, Revive.self]
     )
 
     struct Show: AsyncParsableCommand {
@@ -64,6 +64,92 @@ struct JobsCommand: AsyncParsableCommand {
     }
 }
 
+extension JobsCommand {
+    struct Revive: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Send superseded jobs after all, when the newer job of their key died unsent.",
+            discussion: """
+                Latest wins: once a newer job of a coalesce_key is claimed, older ones end superseded, never \
+                sent. If that newer job then died (a dead letter: never delivered), the device holds neither \
+                state. Revive queues the superseded job again, under a new id above its key's high-water mark, \
+                with the same apns_id. It refuses a job when a newer job of its key is pending, running or \
+                delivered (that would send an older state after a newer one), and when the job that superseded \
+                it is no longer kept. Fixing and replaying the dead letter itself (`push-worker dead replay`) is \
+                the other way: it sends the newer state.
+                """
+        )
+
+        @OptionGroup var database: DatabaseOptions
+        @Argument(help: "Ids of superseded jobs.") var ids: [Int64] = []
+        @Flag(name: .customLong("dry-run"), help: "Say what would be revived; change nothing.") var dryRun = false
+        @Flag(help: "Print the result as JSON.") var json = false
+
+        func validate() throws {
+            if self.ids.isEmpty { throw ValidationError("name the superseded jobs to revive by id") }
+        }
+
+        func run() async throws {
+            let (ids, dryRun, json) = (self.ids, self.dryRun, self.json)
+            let result = try await self.database.withQueue { queue, _, _ in
+                try await queue.reviveSuperseded(ids: ids, dryRun: dryRun)
+            }
+            if json {
+                printJSON(ReviveJSON(result))
+            } else {
+                let verb = dryRun ? "would revive" : "revived"
+                print("\(verb) \(result.revived.count) superseded job\(result.revived.count == 1 ? "" : "s")")
+                if !result.revived.isEmpty {
+                    printTable(
+                        ["ID", "NEW ID", "APNS-ID", "DEAD SUPERSEDER"],
+                        result.revived.map {
+                            [
+                                String($0.id), $0.newID.map(String.init) ?? "-", $0.apnsID.uuidString.lowercased(),
+                                String($0.deadSuperseder),
+                            ]
+                        }
+                    )
+                }
+                let expired = result.revived.filter(\.expired)
+                if !expired.isEmpty {
+                    print(
+                        "warning: \(expired.count) of them have an expires_at that has passed: they die Expired at once"
+                    )
+                }
+                for refused in result.refused { print("refused: \(refused.why)") }
+            }
+            if result.revived.isEmpty && !result.refused.isEmpty { throw ExitCode(1) }
+        }
+    }
+}
+
+struct ReviveJSON: Encodable {
+    struct Revived: Encodable {
+        var id: Int64
+        var newId: Int64?
+        var apnsId: String
+        var deadSuperseder: Int64
+        var expired: Bool
+    }
+
+    var dryRun: Bool
+    var revived: [Revived]
+    var refused: [[String: String]]
+
+    init(_ result: ReviveResult) {
+        self.dryRun = result.dryRun
+        self.revived = result.revived.map {
+            Revived(
+                id: $0.id,
+                newId: $0.newID,
+                apnsId: $0.apnsID.uuidString.lowercased(),
+                deadSuperseder: $0.deadSuperseder,
+                expired: $0.expired
+            )
+        }
+        self.refused = result.refused.map { ["id": String($0.id), "why": $0.why] }
+    }
+}
+
 /// The producer's side of a job, the same for live jobs and dead letters.
 func printJobHeader(_ job: PushJob, title: String) {
     print(title)
@@ -100,6 +186,7 @@ func printHistory(_ json: String) {
         if let latency = entry["latency_ms"] as? Int { parts.append("\(latency) ms") }
         if let sent = entry["sent"] as? Bool, !sent { parts.append("(not sent)") }
         if let dead = entry["dead_reason"] as? String { parts.append("after \(dead)") }
+        if let previous = entry["previous_id"] as? Int { parts.append("was job \(previous)") }
         print("  " + parts.joined(separator: "  "))
     }
 }

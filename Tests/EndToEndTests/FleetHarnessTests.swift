@@ -21,7 +21,9 @@ import Testing
 struct FleetHarnessTests {
     static let long = FaultTests.long
 
-    @Test("fleet harness: open producer transaction, frozen worker, limits, pauses, late keyed commits, kill -9")
+    @Test(
+        "fleet harness: open producer transaction, frozen worker, limits, pauses, late keyed commits, revived superseded jobs, kill -9"
+    )
     func fleet() async throws {
         let seeds: [UInt64]
         if let given = ProcessInfo.processInfo.environment["PUSH_FLEET_SEEDS"] {
@@ -128,6 +130,7 @@ struct FleetHarnessTests {
         var pauseFor: Duration
         var lateCommitAt: Duration
         var killAt: Duration?
+        var reviveAt: Duration
 
         init(seed: UInt64) {
             var r = SeededGenerator(seed: seed)
@@ -144,10 +147,11 @@ struct FleetHarnessTests {
             self.pauseFor = ms(5_000...9_000)
             self.lateCommitAt = ms(300...2_000)
             self.killAt = Bool.random(using: &r) ? ms(1_000...4_000) : nil
+            self.reviveAt = ms(500...3_000)
         }
 
         var description: String {
-            "producer holds its transaction at \(self.producerHoldAt) for \(self.producerHoldFor); worker b frozen at \(self.freezeAt) for \(self.freezeFor); limit \(self.perSecond)/s burst \(self.burst) at \(self.limitAt) for \(self.limitFor); pause at \(self.pauseAt) for \(self.pauseFor); late keyed commit at \(self.lateCommitAt); "
+            "producer holds its transaction at \(self.producerHoldAt) for \(self.producerHoldFor); worker b frozen at \(self.freezeAt) for \(self.freezeFor); limit \(self.perSecond)/s burst \(self.burst) at \(self.limitAt) for \(self.limitFor); pause at \(self.pauseAt) for \(self.pauseFor); late keyed commit at \(self.lateCommitAt); superseders die and the superseded are revived at \(self.reviveAt); "
                 + (self.killAt.map { "worker c killed at \($0)" } ?? "no worker killed")
         }
     }
@@ -157,6 +161,7 @@ struct FleetHarnessTests {
         case limit(Date, Date, Int)
         case pause(Date, Date)
         case late([Int64], [Int64])
+        case revived(Int)
         case none
     }
 
@@ -298,6 +303,34 @@ struct FleetHarnessTests {
                     try await producer.close()
                     return .late(olders.sorted(), newers.sorted())
                 }
+                events.addTask {
+                    // Ten keys whose newer job supersedes the older at its claim and then dies (APNs refuses its
+                    // token); the operator revives the older ones, which are then sent.
+                    try await Task.sleep(until: started + plan.reviveAt)
+                    for g in 1...10 {
+                        f.simulator.script(
+                            DaemonFixture.token(0x500000 + g),
+                            .respond(status: 400, reason: "BadDeviceToken")
+                        )
+                    }
+                    let ids = try await f.db.int64s(
+                        """
+                        INSERT INTO push.jobs (topic, device_token, payload, coalesce_key)
+                        SELECT 'com.example.app', lpad(to_hex(CASE WHEN n = 1 THEN 4194304 ELSE 5242880 END + g), 64, '0'),
+                               '{"aps":{"alert":"revive"}}', 'revive-' || g
+                          FROM generate_series(1, 10) AS g, generate_series(1, 2) AS n ORDER BY n, g RETURNING id
+                        """
+                    ).sorted()
+                    let (olders, newers) = (Array(ids.prefix(10)), Array(ids.suffix(10)))
+                    try await f.waitUntil(.seconds(120), "the newer keyed jobs dead") {
+                        try await f.db.int64(
+                            "SELECT count(*) FROM push.dead_jobs WHERE id = ANY ('{\(unescaped: newers.map(String.init).joined(separator: ","))}')"
+                        ) == 10
+                    }
+                    let revive = try f.cli(["jobs", "revive"] + olders.map(String.init))
+                    #expect(revive.status == 0 && revive.output.contains("revived 10"), "\(revive.output)")
+                    return .revived(20)
+                }
                 if let killAt {
                     events.addTask {
                         try await Task.sleep(until: started + killAt)
@@ -312,6 +345,7 @@ struct FleetHarnessTests {
                         inserted += jobs
                     case .pause(let from, let to): pauseWindow = (from, to)
                     case .late(let olders, let newers): lateKeys = Array(zip(olders, newers))
+                    case .revived(let jobs): inserted += jobs
                     case .none: break
                     }
                 }
@@ -328,8 +362,17 @@ struct FleetHarnessTests {
             if plan.killAt != nil { c.reap() }
             let summary = try await FaultTests.assertInvariants(f, jobs: inserted, diedWorkers: died, seed: seed)
             #expect(
-                try await f.db.int64("SELECT count(*) FROM push.dead_jobs") == 0,
+                try await f.db.int64("SELECT count(*) FROM push.dead_jobs WHERE reason <> 'BadDeviceToken'") == 0,
                 "seed \(seed): no healthy job dead-lettered"
+            )
+            #expect(
+                try await f.db.int64(
+                    """
+                    SELECT count(*) FROM push.jobs
+                     WHERE state = 'delivered' AND coalesce_key LIKE 'revive-%' AND history @> '[{"outcome": "revived"}]'
+                    """
+                ) == 10,
+                "seed \(seed): the revived jobs were delivered"
             )
             let requests = f.simulator.requests
             // No older keyed job sent after a newer one was answered 200.
@@ -339,23 +382,7 @@ struct FleetHarnessTests {
                  WHERE j.coalesce_key IS NOT NULL ORDER BY j.id
                 """
             ).decode((String, Int64, String).self).collect()
-            var byToken: [String: [RecordedRequest]] = [:]
-            for request in requests {
-                if let token = request.deviceToken { byToken[token, default: []].append(request) }
-            }
-            var stale = 0
-            // In id order per key: every request of an older job must arrive before the newest 200 seen so far.
-            let keys = Dictionary(grouping: keyed, by: \.0)
-            for (_, jobs) in keys {
-                var newestOK: Date?
-                for job in jobs.sorted(by: { $0.1 > $1.1 }) {
-                    let sent = byToken[job.2] ?? []
-                    if let newestOK, sent.contains(where: { $0.receivedAt > newestOK }) { stale += 1 }
-                    if let ok = sent.filter({ $0.status == 200 }).map(\.receivedAt).min() {
-                        newestOK = min(newestOK ?? ok, ok)
-                    }
-                }
-            }
+            let stale = Invariants.olderSentAfterNewer(requests: requests, keyed: keyed)
             #expect(stale == 0, "seed \(seed): \(stale) older keyed jobs sent after a newer one was delivered")
             for pair in lateKeys {
                 #expect(

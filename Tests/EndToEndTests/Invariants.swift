@@ -1,4 +1,5 @@
 import APNsSimulator
+import Foundation
 import Testing
 
 /// The invariants every fault test ends with: every job in a named terminal state and none lost; no
@@ -76,5 +77,28 @@ enum Invariants {
         let transport = try await count("SELECT coalesce(sum(transport_retries), 0)::bigint FROM push.jobs")
         return
             "\(delivered) delivered, \(dead) dead, \(simulator.requests.count) requests, \(transport) transport retries, \(twice.count) jobs answered 200 twice across a worker's death, \(afterCut) after the simulator cut the connection under a written 200"
+    }
+
+    /// Latest wins where the requests arrive: how many keyed jobs had a request arrive after a newer job of
+    /// their key (higher id) was answered 200. `keyed` holds each job's key (scoped as the test likes), id
+    /// and device token; each job has a token of its own.
+    static func olderSentAfterNewer(requests: [RecordedRequest], keyed: [(String, Int64, String)]) -> Int {
+        var byToken: [String: [RecordedRequest]] = [:]
+        for request in requests {
+            if let token = request.deviceToken { byToken[token, default: []].append(request) }
+        }
+        var stale = 0
+        for (_, jobs) in Dictionary(grouping: keyed, by: \.0) {
+            // Newest first: every request of an older job must arrive before the earliest 200 of a newer one.
+            var newestOK: Date?
+            for job in jobs.sorted(by: { $0.1 > $1.1 }) {
+                let sent = byToken[job.2] ?? []
+                if let newestOK, sent.contains(where: { $0.receivedAt > newestOK }) { stale += 1 }
+                if let ok = sent.filter({ $0.status == 200 }).map(\.receivedAt).min() {
+                    newestOK = min(newestOK ?? ok, ok)
+                }
+            }
+        }
+        return stale
     }
 }

@@ -48,6 +48,71 @@ struct FlowControlTests {
         }
     }
 
+    @Test(
+        "a superseded job whose superseder died unsent is revived above the mark; one with a newer job pending or delivered is refused"
+    )
+    func reviveSuperseded() async throws {
+        try await TestPostgres.withDatabase { db in
+            let row = { (n: Int, key: String) in
+                "('com.example.app', lpad(to_hex(\(n)), 64, '0'), '{\"aps\":{}}', '\(key)', 'default')"
+            }
+            // Key a: the older job is superseded by the newer one's claim; the newer one dies unsent.
+            let a = try await Self.insert(db, [row(1, "a"), row(2, "a")].joined(separator: ","))
+            // Key b: the same, and then a third job of the key is delivered.
+            let b = try await Self.insert(db, [row(3, "b"), row(4, "b")].joined(separator: ","))
+            let first = try await db.queue.claimBatch(limit: 10, workerID: "w", lease: .seconds(60))
+            #expect(Set(first.jobs.map(\.id)) == [a[1], b[1]] && first.superseded == 2)
+            _ = try await db.queue.writeOutcomes(
+                first.jobs.map {
+                    JobOutcome(
+                        jobID: $0.id,
+                        attempt: 1,
+                        disposition: .dead(sentence: "too big"),
+                        status: nil,
+                        reason: "PayloadTooLarge"
+                    )
+                },
+                workerID: "w"
+            )
+            let b3 = try await Self.insert(db, row(5, "b"))
+            let third = try await db.queue.claimBatch(limit: 10, workerID: "w", lease: .seconds(60))
+            #expect(third.jobs.map(\.id) == b3)
+            // While b's newest is running, and after it is delivered: refused.
+            let whileRunning = try await db.queue.reviveSuperseded(ids: [b[0]], dryRun: false)
+            #expect(whileRunning.revived.isEmpty && whileRunning.refused.map(\.id) == [b[0]])
+            #expect(whileRunning.refused.first?.why.contains("is running") == true)
+            _ = try await db.queue.writeOutcomes(
+                [JobOutcome(jobID: b3[0], attempt: 1, disposition: .delivered, status: 200, reason: nil)],
+                workerID: "w"
+            )
+            // A dry run changes nothing; then a is revived under a new id above the mark, b is refused, a job that
+            // is not superseded and one that does not exist are named.
+            let dry = try await db.queue.reviveSuperseded(ids: [a[0]], dryRun: true)
+            #expect(dry.revived.map(\.id) == [a[0]] && dry.revived.first?.newID == nil)
+            #expect(
+                try await db.int64("SELECT count(*) FROM push.jobs WHERE id = \(a[0]) AND state = 'superseded'") == 1
+            )
+            let result = try await db.queue.reviveSuperseded(ids: [a[0], b[0], b3[0], 999_999], dryRun: false)
+            let revived = try #require(result.revived.first)
+            #expect(result.revived.count == 1 && revived.id == a[0] && revived.deadSuperseder == a[1])
+            let newID = try #require(revived.newID)
+            #expect(newID > b3[0])
+            #expect(result.refused.map(\.id) == [b[0], b3[0], 999_999])
+            #expect(result.refused[0].why.contains("is delivered"))
+            #expect(result.refused[1].why.contains("not superseded"))
+            // The revived job keeps its apns_id and history, is claimed and sent; nothing else of the keys is.
+            let next = try await db.queue.claimBatch(limit: 10, workerID: "w", lease: .seconds(60))
+            #expect(next.jobs.map(\.id) == [newID])
+            #expect(next.jobs.first?.apnsID == revived.apnsID)
+            #expect(
+                try await db.int64(
+                    "SELECT count(*) FROM push.jobs WHERE id = \(unescaped: String(newID)) AND history @> '[{\"outcome\": \"revived\", \"previous_id\": \(unescaped: String(a[0]))}]'"
+                ) == 1
+            )
+            #expect(try await db.int64("SELECT count(*) FROM push.jobs WHERE id = \(a[0])") == 0)
+        }
+    }
+
     @Test("two claimers racing over 50 keys × 20 jobs claim exactly one job per key")
     func coalescingRace() async throws {
         try await TestPostgres.withDatabase(maxConnections: 6) { db in

@@ -2,15 +2,28 @@ import Crypto
 import Foundation
 import Synchronization
 
-/// Who may change things in the console, and the proof each change form carries.
+/// Who may read and who may change things in the console, and the proof each request carries.
 ///
-/// Read-only unless the console was given a token. With one, an operator signs in by typing it with a name;
-/// the console then sets a session cookie (HttpOnly, SameSite=Strict, signed with a key made at start, so a
-/// restart signs everyone out) and every change form carries a CSRF token derived from that session. A
-/// change needs both: the cookie alone (a forged cross-site form) is refused, and so is a form without it.
+/// Without a signed-in session the console shows counts and charts only. A viewer token (`--viewer-token-file`)
+/// lets a person read jobs, dead letters and payloads; the operator token (`--token-file`) also lets them
+/// replay, purge, pause and resume. A person signs in by typing a token with their name; the console then
+/// sets a session cookie (HttpOnly, SameSite=Strict, Secure where the console is reached over https, signed
+/// with a key made at start, so a restart signs everyone out) and every change form carries a CSRF token
+/// derived from that session. A change needs both: the cookie alone (a forged cross-site form) is refused,
+/// and so is a form without it. Failed sign-ins are throttled.
 struct ConsoleAuth: Sendable {
-    /// The token from `--token-file`; `nil`: read-only.
+    /// What a session may do.
+    enum Role: String, Sendable {
+        /// Reads jobs, dead letters and payloads.
+        case viewer
+        /// Reads, and replays, purges, pauses and resumes.
+        case `operator`
+    }
+
+    /// The token from `--token-file`; `nil`: nothing can be changed from the console.
     let token: String?
+    /// The token from `--viewer-token-file`; `nil`: no read-only sign-in.
+    let viewerToken: String?
     /// Signs session cookies and derives CSRF tokens; random per process.
     private let key: SymmetricKey
     /// How long a sign-in lasts.
@@ -19,10 +32,14 @@ struct ConsoleAuth: Sendable {
 
     /// Sessions signed out before their cookie expired (by nonce); a copied cookie stops working at sign-out.
     private let revoked = Revocations()
+    /// Failed sign-ins, to refuse guessing.
+    let throttle: SignInThrottle
 
-    init(token: String?) {
+    init(token: String?, viewerToken: String? = nil, throttle: SignInThrottle = SignInThrottle()) {
         self.token = token
+        self.viewerToken = viewerToken
         self.key = SymmetricKey(size: .bits256)
+        self.throttle = throttle
     }
 
     /// Ends `session` for good, whoever still holds its cookie.
@@ -30,45 +47,62 @@ struct ConsoleAuth: Sendable {
         self.revoked.add(session.nonce, until: Double(session.issuedAt) + Self.sessionLifetime)
     }
 
+    /// Whether changes can be made from the console at all (an operator token was given).
     var isWritable: Bool { self.token != nil }
+    /// Whether anyone can sign in (a token of either kind was given).
+    var canSignIn: Bool { self.token != nil || self.viewerToken != nil }
 
-    /// A signed-in operator.
+    /// A signed-in person.
     struct Session: Sendable, Equatable {
         var operatorName: String
         var nonce: String
         var issuedAt: Int
+        var role: Role
+
+        var canChange: Bool { self.role == .operator }
     }
 
-    /// Whether `candidate` is the token, in time independent of where they differ.
-    func tokenMatches(_ candidate: String) -> Bool {
-        guard let token else { return false }
-        // Compare MACs of both: equal length whatever the input, and constant-time.
-        let a = HMAC<SHA256>.authenticationCode(for: Data(token.utf8), using: self.key)
-        let b = HMAC<SHA256>.authenticationCode(for: Data(candidate.utf8), using: self.key)
-        return a == b
+    /// The role `candidate` signs in as, or `nil`; in time independent of where it differs from either token.
+    func role(forToken candidate: String) -> Role? {
+        let operatorMatch = self.token.map { self.equal($0, candidate) } ?? false
+        let viewerMatch = self.viewerToken.map { self.equal($0, candidate) } ?? false
+        return operatorMatch ? .operator : viewerMatch ? .viewer : nil
     }
 
-    /// A new session's cookie value for `operatorName`.
-    func newSession(operatorName: String, now: Date = Date()) -> (Session, String) {
+    /// Whether `a` equals `b`, comparing MACs of both: equal length whatever the input, and constant-time.
+    private func equal(_ a: String, _ b: String) -> Bool {
+        HMAC<SHA256>.authenticationCode(for: Data(a.utf8), using: self.key)
+            == HMAC<SHA256>.authenticationCode(for: Data(b.utf8), using: self.key)
+    }
+
+    /// A new session's cookie value for `operatorName` in `role`.
+    func newSession(operatorName: String, role: Role, now: Date = Date()) -> (Session, String) {
         let nonce = SymmetricKey(size: .bits128).withUnsafeBytes { Data($0) }.hex
-        let session = Session(operatorName: operatorName, nonce: nonce, issuedAt: Int(now.timeIntervalSince1970))
+        let session = Session(
+            operatorName: operatorName,
+            nonce: nonce,
+            issuedAt: Int(now.timeIntervalSince1970),
+            role: role
+        )
         let name = Data(operatorName.utf8).base64URL
-        let body = "\(nonce).\(session.issuedAt).\(name)"
+        let body = "\(nonce).\(session.issuedAt).\(role.rawValue).\(name)"
         return (session, body + "." + self.mac("session:" + body))
     }
 
-    /// The session a cookie value proves, or `nil` (absent, forged, expired, or the console is read-only).
+    /// The session a cookie value proves, or `nil` (absent, forged, expired, or no token was given).
     func session(fromCookie value: String?, now: Date = Date()) -> Session? {
-        guard self.isWritable, let value else { return nil }
+        guard self.canSignIn, let value else { return nil }
         let parts = value.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
-        guard parts.count == 4, let issued = Int(parts[1]),
-            let nameData = Data(base64URL: parts[2]), let name = String(data: nameData, encoding: .utf8)
+        guard parts.count == 5, let issued = Int(parts[1]), let role = Role(rawValue: parts[2]),
+            let nameData = Data(base64URL: parts[3]), let name = String(data: nameData, encoding: .utf8)
         else { return nil }
-        let body = "\(parts[0]).\(parts[1]).\(parts[2])"
-        guard constantTimeEqual(self.mac("session:" + body), parts[3]) else { return nil }
+        let body = parts[0..<4].joined(separator: ".")
+        guard constantTimeEqual(self.mac("session:" + body), parts[4]) else { return nil }
         let age = now.timeIntervalSince1970 - Double(issued)
         guard age >= -60, age < Self.sessionLifetime, !self.revoked.contains(parts[0]) else { return nil }
-        return Session(operatorName: name, nonce: parts[0], issuedAt: issued)
+        // A role whose token is no longer configured (impossible within one process, kept for clarity).
+        guard role == .viewer ? self.viewerToken != nil : self.token != nil else { return nil }
+        return Session(operatorName: name, nonce: parts[0], issuedAt: issued, role: role)
     }
 
     /// The CSRF token every change form of `session` carries.
@@ -132,5 +166,32 @@ final class Revocations: Sendable {
 
     func contains(_ nonce: String) -> Bool {
         self.nonces.withLock { $0[nonce] != nil }
+    }
+}
+
+/// Failed sign-ins across the console: after `limit` failures within `window`, every sign-in is refused until
+/// the oldest failure leaves the window. A guesser gets `limit` tries a minute, not thousands a second; one
+/// counter for all clients, because behind a reverse proxy every client has the proxy's address.
+final class SignInThrottle: Sendable {
+    let limit: Int
+    let window: TimeInterval
+    private let failures = Mutex<[Date]>([])
+
+    init(limit: Int = 10, window: TimeInterval = 60) {
+        self.limit = limit
+        self.window = window
+    }
+
+    /// How long until a sign-in may be tried, or `nil` when it may be tried now.
+    func retryAfter(now: Date = Date()) -> TimeInterval? {
+        self.failures.withLock { failures in
+            failures.removeAll { now.timeIntervalSince($0) >= self.window }
+            guard failures.count >= self.limit, let oldest = failures.first else { return nil }
+            return max(1, self.window - now.timeIntervalSince(oldest))
+        }
+    }
+
+    func recordFailure(now: Date = Date()) {
+        self.failures.withLock { $0.append(now) }
     }
 }

@@ -89,6 +89,7 @@ extension ConsolePages {
 
     func replayPreview(_ request: Request) async throws -> Response {
         try await self.page(request) { frame in
+            try self.requireReader(frame)
             let selection = try self.replaySelection(Self.queryFields(request))
             let result = try await self.queue.replay(
                 matching: selection.filter,
@@ -156,6 +157,7 @@ extension ConsolePages {
 
     func purgePreview(_ request: Request) async throws -> Response {
         try await self.page(request) { frame in
+            try self.requireReader(frame)
             let (text, seconds) = try self.purgeAge(Self.queryFields(request))
             // The cut-off is fixed here and travels in the confirm form: a preview left open for a day still
             // deletes only what it counted.

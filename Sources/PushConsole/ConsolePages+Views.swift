@@ -8,14 +8,18 @@ extension ConsolePages {
 
     func overview(_ request: Request) async throws -> Response {
         try await self.page(request) { frame in
+            // Without a session: counts and the chart only (no topic, reason, host or sentence).
+            let reader = frame.session != nil
             async let overview = self.queue.consoleOverview()
             async let minutes = self.queue.outcomesByMinute(minutes: 60)
-            async let pauses = self.queue.pauses()
-            async let limits = self.queue.rateLimits()
-            async let workers = self.queue.workers()
-            async let deadMix = self.queue.deadLetterGroups(
-                matching: DeadLetterFilter(since: Date().addingTimeInterval(-3600), limit: 0)
-            )
+            async let pauses = reader ? self.queue.pauses() : []
+            async let limits = reader ? self.queue.rateLimits() : []
+            async let workers = reader ? self.queue.workers() : []
+            async let deadMix =
+                reader
+                ? self.queue.deadLetterGroups(
+                    matching: DeadLetterFilter(since: Date().addingTimeInterval(-3600), limit: 0)
+                ) : []
             let (o, m, p, l, w, d) = try await (overview, minutes, pauses, limits, workers, deadMix)
             let now = Date()
             let cards: [[String: Any]] = [
@@ -131,6 +135,7 @@ extension ConsolePages {
 
     func deadLetters(_ request: Request) async throws -> Response {
         try await self.page(request) { frame in
+            try self.requireReader(frame)
             let fields = Self.queryFields(request)
             let filter = try self.deadFilter(fields)
             var cursor: DeadLetterCursor?
@@ -210,6 +215,7 @@ extension ConsolePages {
 
     func deadLetter(_ request: Request, id: Int64?) async throws -> Response {
         try await self.page(request) { frame in
+            let session = try self.requireReader(frame)
             guard let id else { throw ConsoleRefusal(status: .badRequest, message: "A dead letter's id is a number.") }
             guard var letter = try await self.queue.deadLetter(id: id) else {
                 if try await self.queue.job(id: id) != nil { return self.redirect("/jobs/\(id)") }
@@ -228,11 +234,13 @@ extension ConsolePages {
             if let unique = letter.apnsUniqueID { facts.append(("apns-unique-id", unique)) }
             // The request a replay would send: a replay starts the default expiry afresh.
             letter.job.firstAttemptAt = nil
+            let showPayload = Self.queryFields(request)["payload"] == "1"
+            if showPayload { self.logPayloadRead(session, "dead letter \(id)") }
             var values = self.detailValues(
                 job: letter.job,
                 facts: facts,
                 historyJSON: letter.historyJSON,
-                showPayload: Self.queryFields(request)["payload"] == "1"
+                showPayload: showPayload
             )
             values["error"] = letter.error
             values["id"] = id
@@ -242,6 +250,7 @@ extension ConsolePages {
 
     func job(_ request: Request, id: Int64?) async throws -> Response {
         try await self.page(request) { frame in
+            let session = try self.requireReader(frame)
             guard let id else { throw ConsoleRefusal(status: .badRequest, message: "A job id is a number.") }
             guard let details = try await self.queue.job(id: id) else {
                 if try await self.queue.deadLetter(id: id) != nil { return self.redirect("/dead/\(id)") }
@@ -265,18 +274,21 @@ extension ConsolePages {
             }
             facts += Self.jobFacts(details.job)
             if let unique = details.apnsUniqueID { facts.append(("apns-unique-id", unique)) }
+            let showPayload = Self.queryFields(request)["payload"] == "1"
+            if showPayload { self.logPayloadRead(session, "job \(id)") }
             let values = self.detailValues(
                 job: details.job,
                 facts: facts,
                 historyJSON: details.historyJSON,
-                showPayload: Self.queryFields(request)["payload"] == "1"
+                showPayload: showPayload
             )
             return self.render("job", title: "Job \(id)", values: values, frame: frame)
         }
     }
 
     func findJob(_ request: Request) async throws -> Response {
-        try await self.page(request) { _ in
+        try await self.page(request) { frame in
+            try self.requireReader(frame)
             let text = Self.queryFields(request)["id"]?.trimmingCharacters(in: .whitespaces) ?? ""
             guard let id = Int64(text) else {
                 throw ConsoleRefusal(status: .badRequest, message: "A job id is a number, not “\(text)”.")
@@ -301,7 +313,14 @@ extension ConsolePages {
         ]
         if let collapse = job.collapseID { facts.append(("Collapse id", collapse)) }
         if let expires = job.expiresAt { facts.append(("Expires", timestamp(expires))) }
-        if job.deliverOnce { facts.append(("Deliver once", "yes: never sent twice, even after a crash")) }
+        if job.deliverOnce {
+            facts.append(
+                (
+                    "Deliver once",
+                    "yes: sent with apns-expiration: 0, so APNs stores nothing for an offline device (a resend after a lost answer or a crash can still reach the device twice)"
+                )
+            )
+        }
         return facts
     }
 

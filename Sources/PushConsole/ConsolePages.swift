@@ -17,6 +17,8 @@ struct ConsoleRefusal: Error {
 struct ConsolePages: Sendable {
     let queue: JobQueue
     let auth: ConsoleAuth
+    /// Public host names served over https (the session cookie is `Secure` for them).
+    let httpsHosts: Set<String>
     /// The path prefix, `""` or `/push`.
     let base: String
     let library: MustacheLibrary
@@ -28,7 +30,10 @@ struct ConsolePages: Sendable {
         var csrf: String
 
         var values: [String: Any] {
-            ["signedIn": self.session != nil, "operator": self.session?.operatorName ?? "", "csrf": self.csrf]
+            [
+                "signedIn": self.session != nil, "operator": self.session?.operatorName ?? "", "csrf": self.csrf,
+                "canChange": self.session?.canChange ?? false, "viewer": self.session?.role == .viewer,
+            ]
         }
     }
 
@@ -49,6 +54,7 @@ struct ConsolePages: Sendable {
         var context = frame.values
         context["base"] = self.base
         context["writable"] = self.auth.isWritable
+        context["canSignIn"] = self.auth.canSignIn
         context["title"] = title
         for (key, value) in values { context[key] = value }
         let body = self.library.render(context, withTemplate: template) ?? ""
@@ -94,11 +100,40 @@ struct ConsolePages: Sendable {
         }
     }
 
+    // MARK: reads: a session
+
+    /// The session of a page that shows more than counts: jobs, dead letters, topics, sentences, payloads.
+    @discardableResult
+    func requireReader(_ frame: Frame) throws -> ConsoleAuth.Session {
+        if let session = frame.session { return session }
+        throw ConsoleRefusal(
+            status: .forbidden,
+            message: self.auth.canSignIn
+                ? "Sign in to read jobs and dead letters: without a session the console shows counts and charts only."
+                : "This console was started without a token, so it shows counts and charts only. Start it with --viewer-token-file FILE (read-only) or --token-file FILE (changes too) and sign in to read jobs and dead letters."
+        )
+    }
+
+    /// Logs that `session` read a payload: payloads are users' data.
+    func logPayloadRead(_ session: ConsoleAuth.Session, _ what: String) {
+        self.logger.notice(
+            "console payload read",
+            metadata: [
+                "operator": "\(session.operatorName)", "session": "\(session.nonce.prefix(8))", "of": "\(what)",
+                "role": "\(session.role.rawValue)",
+            ]
+        )
+    }
+
     // MARK: changes: token, session, CSRF, same origin
 
     /// The form of a change request, once it has passed every check; throws the refusal otherwise.
-    func authorizeChange(_ request: Request, frame: Frame) async throws -> (ConsoleAuth.Session, [String: String]) {
-        guard self.auth.isWritable else {
+    func authorizeChange(
+        _ request: Request,
+        frame: Frame,
+        signOut: Bool = false
+    ) async throws -> (ConsoleAuth.Session, [String: String]) {
+        guard self.auth.isWritable || signOut else {
             throw ConsoleRefusal(
                 status: .forbidden,
                 message:
@@ -110,6 +145,13 @@ struct ConsolePages: Sendable {
             throw ConsoleRefusal(
                 status: .forbidden,
                 message: "Changes need the console token: sign in first (the token is in the console's --token-file)."
+            )
+        }
+        guard session.canChange || signOut else {
+            throw ConsoleRefusal(
+                status: .forbidden,
+                message:
+                    "You are signed in with the viewer token, which reads only. Sign out and sign in with the operator token (the console's --token-file) to make changes."
             )
         }
         let form = try await Self.form(request)
@@ -174,14 +216,21 @@ struct ConsolePages: Sendable {
 
     func login(_ request: Request) async throws -> Response {
         try await self.page(request) { frame in
-            guard self.auth.isWritable else {
+            guard self.auth.canSignIn else {
                 throw ConsoleRefusal(
                     status: .forbidden,
                     message:
-                        "This console is read-only: it was started without --token-file, so there is nothing to sign in to."
+                        "This console was started without a token, so there is nothing to sign in to: start it with --viewer-token-file or --token-file."
                 )
             }
             try self.checkSameOrigin(request)
+            if let wait = self.auth.throttle.retryAfter() {
+                throw ConsoleRefusal(
+                    status: .tooManyRequests,
+                    message:
+                        "Too many failed sign-ins in the last minute: try again in \(Int(wait.rounded(.up))) s. The console's log names the attempts."
+                )
+            }
             let form = try await Self.form(request)
             let name = (form["operator"] ?? "").trimmingCharacters(in: .whitespaces)
             guard ConsoleAuth.isValidOperatorName(name) else {
@@ -191,17 +240,21 @@ struct ConsolePages: Sendable {
                         "Give your name (1–40 letters, digits, spaces or ._@-): it goes into the log with every change you make."
                 )
             }
-            guard self.auth.tokenMatches(form["token"] ?? "") else {
+            guard let role = self.auth.role(forToken: form["token"] ?? "") else {
+                self.auth.throttle.recordFailure()
                 self.logger.warning("console sign-in refused: wrong token", metadata: ["operator": "\(name)"])
                 throw ConsoleRefusal(
                     status: .forbidden,
-                    message: "Wrong token. It is the contents of the file the console was started with (--token-file)."
+                    message:
+                        "Wrong token. It is the contents of a file the console was started with (--token-file, or --viewer-token-file to read only)."
                 )
             }
-            let (session, cookie) = self.auth.newSession(operatorName: name)
+            let (session, cookie) = self.auth.newSession(operatorName: name, role: role)
             self.logger.notice(
                 "console sign-in",
-                metadata: ["operator": "\(name)", "session": "\(session.nonce.prefix(8))"]
+                metadata: [
+                    "operator": "\(name)", "session": "\(session.nonce.prefix(8))", "role": "\(role.rawValue)",
+                ]
             )
             var response = self.redirect("/")
             response.setCookie(
@@ -210,6 +263,7 @@ struct ConsolePages: Sendable {
                     value: cookie,
                     maxAge: Int(ConsoleAuth.sessionLifetime),
                     path: self.base.isEmpty ? "/" : self.base,
+                    secure: self.isHTTPS(request),
                     httpOnly: true,
                     sameSite: .strict
                 )
@@ -218,9 +272,16 @@ struct ConsolePages: Sendable {
         }
     }
 
+    /// Whether the browser reached the console over https: through a public host declared `https://`, or a
+    /// proxy that says so (`X-Forwarded-Proto: https`). The console itself serves plain HTTP on loopback.
+    func isHTTPS(_ request: Request) -> Bool {
+        if request.headers[HTTPField.Name("X-Forwarded-Proto")!]?.lowercased() == "https" { return true }
+        return self.httpsHosts.contains(ConsoleMiddleware<BasicRequestContext>.hostName(request.head.authority ?? ""))
+    }
+
     func logout(_ request: Request) async throws -> Response {
         try await self.page(request) { frame in
-            let (session, _) = try await self.authorizeChange(request, frame: frame)
+            let (session, _) = try await self.authorizeChange(request, frame: frame, signOut: true)
             self.auth.revoke(session)
             self.logger.notice(
                 "console sign-out",
@@ -233,6 +294,7 @@ struct ConsolePages: Sendable {
                     value: "",
                     maxAge: 0,
                     path: self.base.isEmpty ? "/" : self.base,
+                    secure: self.isHTTPS(request),
                     httpOnly: true,
                     sameSite: .strict
                 )

@@ -18,11 +18,16 @@ public struct ConsoleServer: Sendable {
         public var port: Int
         /// The path prefix a reverse proxy serves the console under (`/push`), or empty.
         public var basePath: String
-        /// The token a change needs (`--token-file`); `nil`: read-only.
+        /// The operator token: reads and changes (`--token-file`); `nil`: nothing can be changed here.
         public var token: String?
+        /// The viewer token: reads only (`--viewer-token-file`). With neither token the console shows counts
+        /// and charts only.
+        public var viewerToken: String?
         /// Host names the console answers to besides loopback (a reverse proxy's public name). A request
         /// naming any other host is refused: a web page that rebinds its own name to 127.0.0.1 cannot read
-        /// the console from a browser on this machine.
+        /// the console from a browser on this machine. A name given as `https://name` marks the proxy as
+        /// serving https: the session cookie is then `Secure` (as it is for any request the proxy marks
+        /// `X-Forwarded-Proto: https`).
         public var publicHosts: [String]
 
         public init(
@@ -30,19 +35,33 @@ public struct ConsoleServer: Sendable {
             port: Int = 8080,
             basePath: String = "",
             token: String? = nil,
+            viewerToken: String? = nil,
             publicHosts: [String] = []
         ) {
             self.host = host
             self.port = port
             self.basePath = basePath
             self.token = token
+            self.viewerToken = viewerToken
             self.publicHosts = publicHosts
+        }
+
+        /// `https://ops.example.com` → `ops.example.com`; a bare name stays.
+        static func hostName(_ publicHost: String) -> String {
+            var name = publicHost.lowercased()
+            for scheme in ["https://", "http://"] where name.hasPrefix(scheme) { name.removeFirst(scheme.count) }
+            return String(name.split(separator: "/").first ?? Substring(name))
+        }
+
+        /// The public hosts declared as served over https.
+        var httpsHosts: Set<String> {
+            Set(self.publicHosts.filter { $0.lowercased().hasPrefix("https://") }.map(Self.hostName))
         }
 
         /// The Host header values (without port) accepted.
         var allowedHosts: Set<String> {
             var hosts: Set<String> = ["127.0.0.1", "localhost", "::1", "[::1]"]
-            for host in self.publicHosts { hosts.insert(host.lowercased()) }
+            for host in self.publicHosts { hosts.insert(Self.hostName(host)) }
             if !["0.0.0.0", "::", "[::]"].contains(self.host) { hosts.insert(self.host.lowercased()) }
             return hosts
         }
@@ -59,7 +78,8 @@ public struct ConsoleServer: Sendable {
         self.logger = logger
         self.pages = ConsolePages(
             queue: queue,
-            auth: ConsoleAuth(token: configuration.token),
+            auth: ConsoleAuth(token: configuration.token, viewerToken: configuration.viewerToken),
+            httpsHosts: configuration.httpsHosts,
             base: Self.normalized(basePath: configuration.basePath),
             library: try ConsoleTemplates.library(),
             logger: logger

@@ -31,8 +31,8 @@ enum ConsoleTemplates {
           <nav><a href="{{base}}/">Overview</a><a href="{{base}}/dead">Dead letters</a></nav>
           <form method="get" action="{{base}}/jobs" class="find"><label>Job <input name="id" inputmode="numeric" size="10" placeholder="id"></label><button>Show</button></form>
           <div class="who">
-          {{#signedIn}}{{operator}} · <form method="post" action="{{base}}/logout" class="inline"><input type="hidden" name="csrf" value="{{csrf}}"><button class="link">sign out</button></form>{{/signedIn}}
-          {{^signedIn}}{{#writable}}<a href="{{base}}/login">Sign in to make changes</a>{{/writable}}{{^writable}}<span class="badge">read-only</span>{{/writable}}{{/signedIn}}
+          {{#signedIn}}{{operator}}{{#viewer}} (viewer){{/viewer}} · <form method="post" action="{{base}}/logout" class="inline"><input type="hidden" name="csrf" value="{{csrf}}"><button class="link">sign out</button></form>{{/signedIn}}
+          {{^signedIn}}{{#canSignIn}}<a href="{{base}}/login">Sign in</a>{{/canSignIn}}{{^canSignIn}}<span class="badge">counts only</span>{{/canSignIn}}{{/signedIn}}
           </div>
         </header>
         <main>
@@ -51,25 +51,26 @@ enum ConsoleTemplates {
         <h2>Last hour</h2>
         <p class="muted">{{deliveredHour}} delivered, {{deadHour}} dead-lettered. Per minute, delivered above the line, dead letters below.</p>
         {{{chart}}}
+        {{^signedIn}}<p class="muted">{{#canSignIn}}<a href="{{base}}/login">Sign in</a> to see dead letters, pauses, rate limits, workers and jobs.{{/canSignIn}}{{^canSignIn}}Counts and charts only: start the console with <code>--viewer-token-file</code> or <code>--token-file</code> and sign in to see dead letters, pauses, rate limits, workers and jobs.{{/canSignIn}}</p>{{/signedIn}}
         {{#hasDeadMix}}<h3>Dead letters of the last hour</h3>
         <table><thead><tr><th>Reason</th><th>Trap id</th><th class="n">Count</th></tr></thead><tbody>
         {{#deadMix}}<tr><td><a href="{{base}}/dead?reason={{reasonQuery}}&amp;died_with={{diedWith}}&amp;since=1h">{{reason}}</a></td><td>{{trap}}</td><td class="n">{{count}}</td></tr>{{/deadMix}}
         </tbody></table>{{/hasDeadMix}}
         </section>
-        <section>
+        {{#signedIn}}<section>
         <h2>Pauses</h2>
         {{^pauses}}<p class="muted">Nothing is paused.</p>{{/pauses}}
         {{#hasPauses}}<table><thead><tr><th>Credential</th><th>Topic</th><th>Reason</th><th>Since</th><th>By</th><th></th></tr></thead><tbody>
         {{#pauses}}<tr><td>{{credential}}</td><td>{{topic}}</td><td>{{reason}}</td><td>{{age}}</td><td>{{createdBy}}</td>
-        <td>{{#signedIn}}<form method="post" action="{{base}}/resume" class="inline"><input type="hidden" name="csrf" value="{{csrf}}"><input type="hidden" name="credential" value="{{credentialValue}}"><input type="hidden" name="topic" value="{{topicValue}}"><button>Resume</button></form>{{/signedIn}}</td></tr>{{/pauses}}
+        <td>{{#canChange}}<form method="post" action="{{base}}/resume" class="inline"><input type="hidden" name="csrf" value="{{csrf}}"><input type="hidden" name="credential" value="{{credentialValue}}"><input type="hidden" name="topic" value="{{topicValue}}"><button>Resume</button></form>{{/canChange}}</td></tr>{{/pauses}}
         </tbody></table>{{/hasPauses}}
-        {{#signedIn}}<form method="post" action="{{base}}/pause" class="row">
+        {{#canChange}}<form method="post" action="{{base}}/pause" class="row">
         <input type="hidden" name="csrf" value="{{csrf}}">
         <label>Credential <input name="credential" placeholder="any" size="12"></label>
         <label>Topic <input name="topic" placeholder="any" size="20"></label>
         <label>Reason <input name="reason" required size="30"></label>
         <label><input type="checkbox" name="everything" value="1"> both blank: pause every job</label>
-        <button>Pause</button></form>{{/signedIn}}
+        <button>Pause</button></form>{{/canChange}}
         </section>
         <section>
         <h2>Rate limits</h2>
@@ -84,7 +85,7 @@ enum ConsoleTemplates {
         {{#hasWorkers}}<table><thead><tr><th>Worker</th><th>Host</th><th class="n">PID</th><th>Credentials</th><th>Last heartbeat</th><th>State</th></tr></thead><tbody>
         {{#workers}}<tr><td>{{id}}</td><td>{{host}}</td><td class="n">{{pid}}</td><td>{{credentials}}</td><td>{{heartbeat}}</td><td><span class="badge {{stateClass}}">{{state}}</span></td></tr>{{/workers}}
         </tbody></table>{{/hasWorkers}}
-        </section>
+        </section>{{/signedIn}}
         """
 
     static let dead = """
@@ -171,14 +172,14 @@ enum ConsoleTemplates {
         <label><input type="checkbox" name="new_apns_id" value="1"{{#newAPNsID}} checked{{/newAPNsID}}> new apns-id</label>
         <label>New expiry in <input name="expires_in" value="{{expiresIn}}" size="5" placeholder="1h"></label>
         <button>Preview again</button></form>
-        {{#canConfirm}}{{#signedIn}}<form method="post" action="{{base}}/dead/replay" class="confirm">
+        {{#canConfirm}}{{#canChange}}<form method="post" action="{{base}}/dead/replay" class="confirm">
         <input type="hidden" name="csrf" value="{{csrf}}">
         {{#hidden}}<input type="hidden" name="{{name}}" value="{{value}}">{{/hidden}}
         {{#newAPNsID}}<input type="hidden" name="new_apns_id" value="1">{{/newAPNsID}}
         <input type="hidden" name="expires_in" value="{{expiresIn}}">
         <input type="hidden" name="confirm_ids" value="{{confirmIDs}}">
-        <button class="danger">Replay these {{movedCount}} now</button></form>{{/signedIn}}
-        {{^signedIn}}<p class="muted">{{#writable}}<a href="{{base}}/login">Sign in</a> to replay.{{/writable}}{{^writable}}This console is read-only: start it with <code>--token-file</code> to replay from here, or run <code>push-worker dead replay</code>.{{/writable}}</p>{{/signedIn}}{{/canConfirm}}
+        <button class="danger">Replay these {{movedCount}} now</button></form>{{/canChange}}
+        {{^canChange}}<p class="muted">{{#writable}}Sign in with the operator token to replay.{{/writable}}{{^writable}}This console makes no changes: start it with <code>--token-file</code> to replay from here, or run <code>push-worker dead replay</code>.{{/writable}}</p>{{/canChange}}{{/canConfirm}}
         {{/preview}}
         """
 
@@ -187,19 +188,19 @@ enum ConsoleTemplates {
         {{#hasGroups}}<table><thead><tr><th class="n">Count</th><th>Reason</th><th>Trap id</th></tr></thead><tbody>
         {{#groups}}<tr><td class="n">{{count}}</td><td>{{reason}}</td><td>{{trap}}</td></tr>{{/groups}}
         </tbody></table>{{/hasGroups}}
-        {{#preview}}{{#any}}{{#signedIn}}<form method="post" action="{{base}}/dead/purge" class="confirm">
+        {{#preview}}{{#any}}{{#canChange}}<form method="post" action="{{base}}/dead/purge" class="confirm">
         <input type="hidden" name="csrf" value="{{csrf}}"><input type="hidden" name="older_than" value="{{olderThan}}">
         <input type="hidden" name="cutoff" value="{{cutoff}}">
-        <button class="danger">Delete these dead letters</button></form>{{/signedIn}}
-        {{^signedIn}}<p class="muted">{{#writable}}<a href="{{base}}/login">Sign in</a> to purge.{{/writable}}{{^writable}}This console is read-only: start it with <code>--token-file</code> to purge from here, or run <code>push-worker dead purge</code>.{{/writable}}</p>{{/signedIn}}{{/any}}{{/preview}}
+        <button class="danger">Delete these dead letters</button></form>{{/canChange}}
+        {{^canChange}}<p class="muted">{{#writable}}Sign in with the operator token to purge.{{/writable}}{{^writable}}This console makes no changes: start it with <code>--token-file</code> to purge from here, or run <code>push-worker dead purge</code>.{{/writable}}</p>{{/canChange}}{{/any}}{{/preview}}
         """
 
     static let login = """
-        {{#writable}}<form method="post" action="{{base}}/login" class="stack">
-        <label>Your name (goes into the log with every change) <input name="operator" required maxlength="40" autocomplete="username"></label>
-        <label>Console token (the contents of the console's --token-file) <input name="token" type="password" required autocomplete="current-password"></label>
-        <button>Sign in</button></form>{{/writable}}
-        {{^writable}}<p>This console is read-only: it was started without <code>--token-file</code>, so nothing can be changed from it.</p>{{/writable}}
+        {{#canSignIn}}<form method="post" action="{{base}}/login" class="stack">
+        <label>Your name (goes into the log with every change and every payload you read) <input name="operator" required maxlength="40" autocomplete="username"></label>
+        <label>Console token (the contents of the console's --token-file, or --viewer-token-file to read only) <input name="token" type="password" required autocomplete="current-password"></label>
+        <button>Sign in</button></form>{{/canSignIn}}
+        {{^canSignIn}}<p>This console was started without a token, so it shows counts and charts only and nobody can sign in. Start it with <code>--viewer-token-file FILE</code> (read-only) or <code>--token-file FILE</code> (changes too).</p>{{/canSignIn}}
         """
 
     static let message = """

@@ -15,15 +15,18 @@ struct ConsoleCommand: AsyncParsableCommand {
             advice, a job's or dead letter's history and the exact request a send would issue, replay and \
             purge with a dry-run preview first, and fleet-wide pause and resume.
 
-            Read-only unless started with --token-file: then an operator signs in with that token and a name, \
-            and every change (replay, purge, pause, resume) is logged with the name. Device tokens are shown \
-            only as fingerprints, payloads only when asked for. Listens on 127.0.0.1:8080 by default; behind a \
-            reverse proxy under a path, pass --base-path.
+            Without a signed-in session it shows counts and charts only. Give it --viewer-token-file (reads: \
+            jobs, dead letters, payloads) and/or --token-file (reads and changes: replay, purge, pause, resume); \
+            a person signs in with a token and their name, and every change and every payload read is logged \
+            with the name. After ten failed sign-ins within a minute, sign-in is refused until the minute has passed. Device \
+            tokens are shown only as fingerprints, payloads only when asked for. Listens on 127.0.0.1:8080 by \
+            default; behind a reverse proxy under a path, pass --base-path, and --public-host https://NAME so \
+            the session cookie is marked Secure.
 
             Examples:
               push-worker console
               openssl rand -hex 32 > console.token && chmod 600 console.token
-              push-worker console --token-file console.token --base-path /push --public-host ops.example.com
+              push-worker console --token-file console.token --base-path /push --public-host https://ops.example.com
             """
     )
 
@@ -39,9 +42,14 @@ struct ConsoleCommand: AsyncParsableCommand {
             "A file holding the token that allows changes (at least 16 characters; mode 0600). Without it the console is read-only."
     ) var tokenFile: String?
     @Option(
+        name: .customLong("viewer-token-file"),
+        help:
+            "A file holding a read-only token (at least 16 characters; mode 0600): signed in with it, a person reads jobs, dead letters and payloads but changes nothing."
+    ) var viewerTokenFile: String?
+    @Option(
         name: .customLong("public-host"),
         help:
-            "A host name the console answers to besides 127.0.0.1 and localhost: a reverse proxy's public name (repeat for several). Requests for any other host are refused."
+            "A host name the console answers to besides 127.0.0.1 and localhost: a reverse proxy's public name (repeat for several). Requests for any other host are refused. Write https://NAME when the proxy serves https: the session cookie is then Secure."
     ) var publicHosts: [String] = []
     @Option(
         name: .customLong("base-path"),
@@ -63,6 +71,12 @@ struct ConsoleCommand: AsyncParsableCommand {
 
     func run() async throws {
         let token = try self.tokenFile.map(Self.readToken)
+        let viewerToken = try self.viewerTokenFile.map(Self.readToken)
+        if let token, token == viewerToken {
+            throw CLIError(
+                "--viewer-token-file and --token-file hold the same token: a viewer could then make changes. Make a separate one with `openssl rand -hex 32`."
+            )
+        }
         let logger = try self.database.makeLoggerDefaultingTo(.notice)
         if !["127.0.0.1", "::1", "localhost"].contains(self.host) {
             printError(
@@ -74,6 +88,7 @@ struct ConsoleCommand: AsyncParsableCommand {
             port: self.port,
             basePath: self.basePath,
             token: token,
+            viewerToken: viewerToken,
             publicHosts: self.publicHosts
         )
         let base = configuration.basePath
@@ -81,9 +96,21 @@ struct ConsoleCommand: AsyncParsableCommand {
             let server = try ConsoleServer(configuration: configuration, queue: queue, logger: logger)
             try await server.run { port in
                 printError(
-                    "console on http://\(configuration.host):\(port)\(base)/ (\(token == nil ? "read-only: start with --token-file to allow changes" : "changes need the token from --token-file"))"
+                    "console on http://\(configuration.host):\(port)\(base)/ (\(Self.access(operator: token != nil, viewer: viewerToken != nil)))"
                 )
             }
+        }
+    }
+
+    /// What the startup line says about who can do what.
+    static func access(operator: Bool, viewer: Bool) -> String {
+        switch (`operator`, viewer) {
+        case (false, false):
+            return
+                "counts and charts only: start with --viewer-token-file or --token-file to sign in and read jobs and dead letters"
+        case (false, true): return "sign in with the viewer token to read; nothing can be changed from it"
+        case (true, false): return "sign in with the token from --token-file to read and make changes"
+        case (true, true): return "sign in with the viewer token to read, the operator token to make changes too"
         }
     }
 

@@ -54,7 +54,21 @@ import Testing
             let deadID = try await db.int64("SELECT min(id) FROM push.dead_jobs WHERE reason = 'Unregistered'")
             let jobID = try await db.int64("SELECT min(id) FROM push.jobs WHERE state = 'delivered'")
             try await withConsole(db, token: consoleToken) { port in
-                let pages: [(name: String, path: String, mustShow: String)] = [
+                // Pages past the overview need a session: Chromium reaches the console through Debian's tinyproxy,
+                // which adds the signed-in operator's cookie to every request (a headless run keeps no cookie
+                // of its own). Without tinyproxy, only the anonymous overview is rendered.
+                let (cookie, _) = try await signIn(port: port, name: "browser")
+                let proxy = try await Self.startCookieProxy(cookie: cookie)
+                defer {
+                    proxy?.0.signal(SIGTERM)
+                    _ = proxy?.0.wait(limit: .seconds(10))
+                }
+                let proxyFlags =
+                    proxy.map { ["--proxy-server=http://127.0.0.1:\($0.1)", "--proxy-bypass-list=<-loopback>"] } ?? []
+                var pages: [(name: String, path: String, mustShow: String, flags: [String])] = [
+                    ("overview-anonymous", "/", "Sign in</a> to see dead letters", [])
+                ]
+                let signedIn: [(String, String, String)] = [
                     ("overview", "/", "Last hour"),
                     ("dead-letters", "/dead", "By reason and trap id"),
                     ("dead-letter", "/dead/\(deadID)", "Dead letter \(deadID)"),
@@ -63,15 +77,20 @@ import Testing
                     ("purge-preview", "/dead/purge?older_than=1h", "Dry run: nothing is deleted"),
                     ("sign-in", "/login", "Console token"),
                 ]
+                if proxy == nil { print("no tinyproxy: only the anonymous overview is rendered in Chromium") }
+                if proxy != nil { pages += signedIn.map { ($0.0, $0.1, $0.2, proxyFlags) } }
                 for page in pages {
                     let url = "http://127.0.0.1:\(port)\(page.path)"
                     let png = "\(output)/\(page.name).png"
                     try? FileManager.default.removeItem(atPath: png)
-                    let shot = try await Self.run(browser, ["--window-size=1280,1400", "--screenshot=\(png)", url])
+                    let shot = try await Self.run(
+                        browser,
+                        page.flags + ["--window-size=1280,1400", "--screenshot=\(png)", url]
+                    )
                     #expect(shot.status == 0, "\(page.name): \(shot.output.suffix(500))")
                     let bytes = try Data(contentsOf: URL(fileURLWithPath: png))
                     #expect(bytes.starts(with: [0x89, 0x50, 0x4E, 0x47]) && bytes.count > 10_000, "\(page.name)")
-                    let dom = try await Self.run(browser, ["--dump-dom", url])
+                    let dom = try await Self.run(browser, page.flags + ["--dump-dom", url])
                     #expect(dom.output.contains(page.mustShow), "\(page.name) did not render its content")
                     for run in [shot, dom] {
                         let messages = run.output.split(separator: "\n").filter { $0.contains(":CONSOLE") }
@@ -87,6 +106,45 @@ import Testing
                 }
             }
         }
+    }
+
+    /// Debian's tinyproxy on a free loopback port, adding `Cookie: cookie` to every request it forwards; `nil`
+    /// when tinyproxy is not installed.
+    static func startCookieProxy(cookie: String) async throws -> (ChildProcess.Running, Int)? {
+        guard
+            let binary = ["/usr/bin/tinyproxy", "/usr/sbin/tinyproxy"].first(where: {
+                FileManager.default.isExecutableFile(atPath: $0)
+            })
+        else { return nil }
+        let directory = NSTemporaryDirectory() + "/pw-cookie-proxy-\(getpid())"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let probe = try ChildProcess.run(
+            "/usr/bin/env",
+            ["python3", "-c", "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])"]
+        )
+        let port = try #require(Int(probe.output.trimmingCharacters(in: .whitespacesAndNewlines)))
+        let config = """
+            Port \(port)
+            Listen 127.0.0.1
+            Timeout 60
+            MaxClients 20
+            LogLevel Connect
+            Allow 127.0.0.1
+            DisableViaHeader Yes
+            AddHeader "Cookie" "\(cookie)"
+            """
+        try config.write(toFile: directory + "/tinyproxy.conf", atomically: true, encoding: .utf8)
+        let proxy = try ChildProcess.start(
+            binary,
+            ["-d", "-c", directory + "/tinyproxy.conf"],
+            environment: [:],
+            outputPath: directory + "/tinyproxy.log"
+        )
+        for _ in 0..<50 where !proxy.output.contains("Reloading config file finished") {
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        try await Task.sleep(for: .milliseconds(200))
+        return (proxy, port)
     }
 
     /// Chromium with ``flags`` and `arguments`, at most 60 s, off the concurrency pool.

@@ -12,13 +12,14 @@ import Testing
         try await TestPostgres.withDatabase { db in
             try await ConsoleFixture.load(on: db.client, logger: db.logger)
             try await withConsole(db, token: consoleToken, publicHosts: ["ops.example.com"]) { port in
+                let reader = try await viewer(port: port)
                 for path in [
                     "/dead?since=1e13s", "/dead?since=infd", "/dead?since=nand", "/dead?since=-5h",
                     "/dead/purge?older_than=200000000d", "/dead/purge?older_than=infh",
                     "/dead/replay?trap=MS020&expires_in=1e300s", "/dead?after=9223372036854775807-1",
                     "/dead?after=-5-1", "/dead?after=abc", "/dead?limit=100000", "/dead?ids=1,x",
                 ] {
-                    let result = try await http("GET", port: port, path)
+                    let result = try await http("GET", port: port, path, headers: reader)
                     #expect(result.status == 400, "\(path): \(result.status) \(result.body.prefix(200))")
                     #expect(result.header("Content-Security-Policy") != nil)
                 }
@@ -206,10 +207,16 @@ import Testing
                 """
             )
             try await withConsole(db) { port in
+                let reader = try await viewer(port: port)
                 var seen: [Int64] = []
                 var next: String? = "/dead?limit=4"
                 while let path = next {
-                    let page = try await http("GET", port: port, path.replacingOccurrences(of: "&amp;", with: "&"))
+                    let page = try await http(
+                        "GET",
+                        port: port,
+                        path.replacingOccurrences(of: "&amp;", with: "&"),
+                        headers: reader
+                    )
                     #expect(page.status == 200)
                     seen += page.body.matches(of: /<a href="\/dead\/(\d+)">/).compactMap { Int64($0.1) }
                     next = page.body.firstMatch(of: /<a class="button" href="(\/dead\?[^"]*)">Older/).map {
@@ -219,12 +226,156 @@ import Testing
                 }
                 #expect(seen == (try await db.int64s("SELECT id FROM push.dead_jobs ORDER BY id DESC")))
 
-                let dead = try await http("GET", port: port, "/dead")
+                let dead = try await http("GET", port: port, "/dead", headers: reader)
                 #expect(!dead.body.contains("<script>alert(1)"))
                 #expect(!dead.body.contains("<img src=x"))
                 #expect(!dead.body.contains("<b>Bad</b>"))
                 #expect(dead.body.contains("&lt;script&gt;alert(1)&lt;/script&gt; &quot;quoted&quot; &amp; &lt;img"))
                 #expect(dead.body.contains("&lt;b&gt;Bad&lt;/b&gt;"))
+            }
+        }
+    }
+
+    @Test func readsNeedASessionAndPayloadReadsAreLogged() async throws {
+        try await TestPostgres.withDatabase { db in
+            try await ConsoleFixture.load(on: db.client, logger: db.logger)
+            let deadID = try await db.int64("SELECT min(id) FROM push.dead_jobs")
+            let jobID = try await db.int64("SELECT min(id) FROM push.jobs WHERE state = 'delivered'")
+            let logs = LogCapture()
+            try await withConsole(db, token: consoleToken, logs: logs) { port in
+                // Anyone who reaches the port: counts and the chart, no topic, reason, worker or sentence.
+                let overview = try await http("GET", port: port, "/")
+                #expect(overview.status == 200 && overview.body.contains("due now"))
+                #expect(overview.body.contains("<svg class=\"chart\""))
+                for secret in ["com.example.paused", "fixture pause", "worker-a", "Unregistered"] {
+                    #expect(!overview.body.contains(secret), "the anonymous overview shows \(secret)")
+                }
+                for path in [
+                    "/dead", "/dead?topic=com.example.app", "/dead/\(deadID)", "/dead/\(deadID)?payload=1",
+                    "/jobs/\(jobID)", "/jobs/\(jobID)?payload=1", "/jobs?id=\(jobID)", "/dead/replay?trap=MS020",
+                    "/dead/purge?older_than=1h",
+                ] {
+                    let page = try await http("GET", port: port, path)
+                    #expect(page.status == 403 && page.body.contains("Sign in"), "\(path): \(page.status)")
+                    #expect(!page.body.contains("Order shipped") && !page.body.contains("com.example"), "\(path)")
+                }
+                // A viewer reads, and a payload read is logged with the name.
+                let reader = try await viewer(port: port)
+                let payload = try await http("GET", port: port, "/dead/\(deadID)?payload=1", headers: reader)
+                #expect(payload.status == 200 && payload.body.contains("Order shipped"))
+                let read = logs.entries.filter { $0.message == "console payload read" }
+                #expect(read.count == 1)
+                #expect(read.first?.metadata["operator"]?.description == "vera")
+                #expect(read.first?.metadata["of"]?.description == "dead letter \(deadID)")
+                #expect(!logs.text.contains("Order shipped"))
+            }
+            // No token at all: counts only, and the refusal says how to allow reads.
+            try await withConsole(db, viewerToken: nil) { port in
+                let page = try await http("GET", port: port, "/jobs/\(jobID)")
+                #expect(page.status == 403 && page.body.contains("--viewer-token-file"))
+                let overview = try await http("GET", port: port, "/")
+                #expect(overview.body.contains("counts only") && !overview.body.contains("worker-a"))
+            }
+        }
+    }
+
+    @Test func aViewerReadsButChangesNothing() async throws {
+        try await TestPostgres.withDatabase { db in
+            try await ConsoleFixture.load(on: db.client, logger: db.logger)
+            try await withConsole(db, token: consoleToken) { port in
+                let (cookie, csrf) = try await signIn(port: port, name: "vera", token: consoleViewerToken)
+                let overview = try await http("GET", port: port, "/", headers: ["Cookie": cookie])
+                #expect(overview.body.contains("worker-a") && overview.body.contains("vera (viewer)"))
+                #expect(!overview.body.contains("action=\"/pause\""))
+                for (path, form) in [
+                    ("/pause", ["topic": "x", "reason": "r"]), ("/resume", ["topic": "com.example.paused"]),
+                    ("/dead/replay", ["trap": "MS020", "confirm_ids": "1"]),
+                    ("/dead/purge", ["older_than": "1h", "cutoff": "0"]),
+                ] {
+                    var signed = form
+                    signed["csrf"] = csrf
+                    let refused = try await http("POST", port: port, path, headers: ["Cookie": cookie], form: signed)
+                    #expect(refused.status == 403 && refused.body.contains("viewer token"), "\(path)")
+                }
+                #expect(try await db.int64("SELECT count(*) FROM push.pauses WHERE topic = 'x'") == 0)
+                #expect(try await db.int64("SELECT count(*) FROM push.dead_jobs") == 30)
+                let out = try await http(
+                    "POST",
+                    port: port,
+                    "/logout",
+                    headers: ["Cookie": cookie],
+                    form: ["csrf": csrf]
+                )
+                #expect(out.status == 303)
+                #expect(try await http("GET", port: port, "/dead", headers: ["Cookie": cookie]).status == 403)
+            }
+        }
+    }
+
+    @Test func deliverOnceSaysWhatItDoes() async throws {
+        try await TestPostgres.withDatabase { db in
+            try await ConsoleFixture.load(on: db.client, logger: db.logger)
+            let jobID = try await db.int64("SELECT min(id) FROM push.jobs WHERE state = 'delivered'")
+            try await db.execute("UPDATE push.jobs SET deliver_once = true WHERE id = \(jobID)")
+            try await withConsole(db) { port in
+                let page = try await http("GET", port: port, "/jobs/\(jobID)", headers: try await viewer(port: port))
+                #expect(page.status == 200)
+                #expect(!page.body.contains("never sent twice"))
+                #expect(
+                    page.body.contains("apns-expiration: 0") && page.body.contains("can still reach the device twice")
+                )
+            }
+        }
+    }
+
+    @Test func theSessionCookieIsSecureOverHTTPS() async throws {
+        try await TestPostgres.withDatabase { db in
+            try await withConsole(db, token: consoleToken, publicHosts: ["https://ops.example.com", "plain.example"]) {
+                port in
+                func cookie(_ headers: [String: String]) async throws -> String {
+                    let login = try await http(
+                        "POST",
+                        port: port,
+                        "/login",
+                        headers: headers,
+                        form: ["operator": "alice", "token": consoleToken]
+                    )
+                    #expect(login.status == 303)
+                    return login.header("Set-Cookie") ?? ""
+                }
+                let loopback = try await cookie([:])
+                let plain = try await cookie(["Host": "plain.example"])
+                let declared = try await cookie(["Host": "ops.example.com"])
+                let forwarded = try await cookie(["Host": "plain.example", "X-Forwarded-Proto": "https"])
+                #expect(!loopback.contains("Secure") && !plain.contains("Secure"))
+                #expect(declared.contains("Secure") && forwarded.contains("Secure"))
+            }
+        }
+    }
+
+    @Test func failedSignInsAreThrottled() async throws {
+        try await TestPostgres.withDatabase { db in
+            let logs = LogCapture()
+            try await withConsole(db, token: consoleToken, logs: logs) { port in
+                for n in 1...10 {
+                    let wrong = try await http(
+                        "POST",
+                        port: port,
+                        "/login",
+                        form: ["operator": "mallory", "token": "guess-\(n)-0123456789abcdef"]
+                    )
+                    #expect(wrong.status == 403)
+                }
+                // The eleventh is refused before the token is compared, even the right one.
+                let right = try await http(
+                    "POST",
+                    port: port,
+                    "/login",
+                    form: ["operator": "alice", "token": consoleToken]
+                )
+                #expect(right.status == 429 && right.body.contains("Too many failed sign-ins"))
+                #expect(right.sessionCookie == nil)
+                #expect(logs.entries.filter { $0.message.contains("wrong token") }.count == 10)
             }
         }
     }

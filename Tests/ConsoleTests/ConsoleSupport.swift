@@ -133,13 +133,21 @@ struct ConsoleTestError: Error, CustomStringConvertible {
 func withConsole<T: Sendable>(
     _ db: TestDatabase,
     token: String? = nil,
+    viewerToken: String? = consoleViewerToken,
     basePath: String = "",
     publicHosts: [String] = [],
     logs: LogCapture = LogCapture(),
     _ body: @Sendable (Int) async throws -> T
 ) async throws -> T {
     let server = try ConsoleServer(
-        configuration: .init(host: "127.0.0.1", port: 0, basePath: basePath, token: token, publicHosts: publicHosts),
+        configuration: .init(
+            host: "127.0.0.1",
+            port: 0,
+            basePath: basePath,
+            token: token,
+            viewerToken: viewerToken,
+            publicHosts: publicHosts
+        ),
         queue: db.queue,
         logger: logs.logger
     )
@@ -157,16 +165,28 @@ func withConsole<T: Sendable>(
     }
 }
 
-/// A token for the writable console in tests.
+/// The operator token of the console in tests.
 let consoleToken = "test-token-0123456789abcdef"
+/// The viewer (read-only) token of the console in tests.
+let consoleViewerToken = "viewer-token-0123456789abcdef"
 
-/// Signs in as `name` and returns the cookie and the CSRF token of the overview.
-func signIn(port: Int, name: String = "alice") async throws -> (cookie: String, csrf: String) {
-    let login = try await http("POST", port: port, "/login", form: ["operator": name, "token": consoleToken])
+/// Signs in as `name` with `token` and returns the cookie and the CSRF token of the overview.
+func signIn(
+    port: Int,
+    name: String = "alice",
+    token: String = consoleToken,
+    base: String = ""
+) async throws -> (cookie: String, csrf: String) {
+    let login = try await http("POST", port: port, base + "/login", form: ["operator": name, "token": token])
     #expect(login.status == 303)
     let cookie = try #require(login.sessionCookie)
-    let page = try await http("GET", port: port, "/", headers: ["Cookie": cookie])
+    let page = try await http("GET", port: port, base + "/", headers: ["Cookie": cookie])
     return (cookie, try #require(page.csrf))
+}
+
+/// The headers of a viewer's session: what a read of jobs and dead letters needs.
+func viewer(port: Int, base: String = "") async throws -> [String: String] {
+    ["Cookie": try await signIn(port: port, name: "vera", token: consoleViewerToken, base: base).cookie]
 }
 
 /// The console's log lines, kept for assertions (and not printed).

@@ -14,7 +14,8 @@ import Testing
         try await TestPostgres.withDatabase { db in
             try await ConsoleFixture.load(on: db.client, logger: db.logger)
             try await withConsole(db) { port in
-                let page = try await http("GET", port: port, "/")
+                let reader = try await viewer(port: port)
+                let page = try await http("GET", port: port, "/", headers: reader)
                 #expect(page.status == 200)
                 #expect(
                     page.header("Content-Security-Policy")
@@ -37,11 +38,11 @@ import Testing
                 #expect(page.body.contains("<td class=\"n\">500</td><td class=\"n\">100</td>"))
                 #expect(page.body.contains("worker-a") && page.body.contains(">live<"))
                 #expect(page.body.contains("worker-b") && page.body.contains(">stopped<"))
-                // Read-only: no change form, and it says so.
-                #expect(page.body.contains("read-only"))
-                #expect(!page.body.contains("method=\"post\""))
+                // A viewer: no change form, and it says who is signed in.
+                #expect(page.body.contains("vera (viewer)"))
+                #expect(!page.body.contains("action=\"/pause\"") && !page.body.contains("action=\"/resume\""))
                 #expect(!page.body.contains(self.firstToken))
-                let css = try await http("GET", port: port, "/assets/console.css")
+                let css = try await http("GET", port: port, "/assets/console.css", headers: reader)
                 #expect(css.status == 200 && css.header("Content-Type")?.hasPrefix("text/css") == true)
             }
         }
@@ -51,7 +52,8 @@ import Testing
         try await TestPostgres.withDatabase { db in
             try await ConsoleFixture.load(on: db.client, logger: db.logger, dead: 30)
             try await withConsole(db) { port in
-                let page = try await http("GET", port: port, "/dead")
+                let reader = try await viewer(port: port)
+                let page = try await http("GET", port: port, "/dead", headers: reader)
                 #expect(page.status == 200)
                 // Six kinds in rotation: five of each, each group with its advice or its sentence.
                 for kind in ConsoleFixture.deadKinds {
@@ -65,7 +67,7 @@ import Testing
                 #expect(!page.body.contains(String(repeating: "0", count: 56) + "02faf081"))
 
                 // A filter as in `dead list`.
-                let filtered = try await http("GET", port: port, "/dead?trap=MS020")
+                let filtered = try await http("GET", port: port, "/dead?trap=MS020", headers: reader)
                 #expect(filtered.body.contains("Unregistered"))
                 #expect(!filtered.body.contains(">BadDeviceToken<"))
 
@@ -74,7 +76,12 @@ import Testing
                 var next: String? = "/dead?limit=7"
                 var pages = 0
                 while let path = next {
-                    let result = try await http("GET", port: port, path.replacingOccurrences(of: "&amp;", with: "&"))
+                    let result = try await http(
+                        "GET",
+                        port: port,
+                        path.replacingOccurrences(of: "&amp;", with: "&"),
+                        headers: reader
+                    )
                     #expect(result.status == 200)
                     let ids = result.body.matches(of: /<a href="\/dead\/(\d+)">/).compactMap { Int64($0.1) }
                     seen += ids
@@ -99,7 +106,8 @@ import Testing
             let deadToken = try await db.strings("SELECT device_token FROM push.dead_jobs WHERE id = \(deadID)")[0]
             let deliveredID = try await db.int64("SELECT min(id) FROM push.jobs WHERE state = 'delivered'")
             try await withConsole(db) { port in
-                let letter = try await http("GET", port: port, "/dead/\(deadID)")
+                let reader = try await viewer(port: port)
+                let letter = try await http("GET", port: port, "/dead/\(deadID)", headers: reader)
                 #expect(letter.status == 200)
                 #expect(letter.body.contains("Dead letter \(deadID)"))
                 #expect(letter.body.contains("MS020: tokens rotate"))
@@ -113,23 +121,23 @@ import Testing
                 #expect(!letter.body.contains(deadToken))
                 // The payload only on request.
                 #expect(!letter.body.contains("Order shipped"))
-                let withPayload = try await http("GET", port: port, "/dead/\(deadID)?payload=1")
+                let withPayload = try await http("GET", port: port, "/dead/\(deadID)?payload=1", headers: reader)
                 #expect(withPayload.body.contains("Order shipped"))
                 #expect(!withPayload.body.contains(deadToken))
 
-                let job = try await http("GET", port: port, "/jobs/\(deliveredID)")
+                let job = try await http("GET", port: port, "/jobs/\(deliveredID)", headers: reader)
                 #expect(job.status == 200)
                 #expect(job.body.contains("<dt>State</dt><dd>delivered</dd>"))
                 #expect(job.body.contains("<dt>Latency</dt><dd>40 ms</dd>"))
 
                 // Each id finds its page, and a missing one says so.
-                let moved = try await http("GET", port: port, "/jobs/\(deadID)")
+                let moved = try await http("GET", port: port, "/jobs/\(deadID)", headers: reader)
                 #expect(moved.status == 303 && moved.header("Location") == "/dead/\(deadID)")
-                let found = try await http("GET", port: port, "/jobs?id=\(deliveredID)")
+                let found = try await http("GET", port: port, "/jobs?id=\(deliveredID)", headers: reader)
                 #expect(found.status == 303 && found.header("Location") == "/jobs/\(deliveredID)")
-                let missing = try await http("GET", port: port, "/jobs/999999999999")
+                let missing = try await http("GET", port: port, "/jobs/999999999999", headers: reader)
                 #expect(missing.status == 404 && missing.body.contains("No job 999999999999"))
-                let bad = try await http("GET", port: port, "/jobs?id=abc")
+                let bad = try await http("GET", port: port, "/jobs?id=abc", headers: reader)
                 #expect(bad.status == 400)
             }
         }
@@ -343,7 +351,12 @@ import Testing
                     preview.body.firstMatch(of: /name="cutoff" value="([0-9]+)"/).map { String($0.1) }
                 )
                 #expect(try await db.int64("SELECT count(*) FROM push.dead_jobs") == 30)
-                let tooShort = try await http("GET", port: port, "/dead/purge?older_than=5m")
+                let tooShort = try await http(
+                    "GET",
+                    port: port,
+                    "/dead/purge?older_than=5m",
+                    headers: ["Cookie": cookie]
+                )
                 #expect(tooShort.status == 400)
                 let purged = try await http(
                     "POST",
@@ -376,7 +389,9 @@ import Testing
                 #expect(
                     page.body.contains("href=\"/push/dead\"") && page.body.contains("href=\"/push/assets/console.css\"")
                 )
-                #expect(try await http("GET", port: port, "/push/dead").status == 200)
+                #expect(try await http("GET", port: port, "/push/dead").status == 403)
+                let reader = try await viewer(port: port, base: "/push")
+                #expect(try await http("GET", port: port, "/push/dead", headers: reader).status == 200)
                 #expect(try await http("GET", port: port, "/push/assets/console.css").status == 200)
                 #expect(try await http("GET", port: port, "/dead").status == 404)
                 let login = try await http(

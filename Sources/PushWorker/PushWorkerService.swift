@@ -230,9 +230,6 @@ public final class PushWorkerService: Service, Sendable {
         self.logger.info("worker stopped", metadata: ["push.worker": "\(id)"])
     }
 
-    /// Sends in flight above which a claim leaves rate-limited jobs for later.
-    static let rateLimitedBacklog = 16
-
     func claimLoop() async {
         let configuration = self.configuration
         var failures = 0
@@ -247,10 +244,11 @@ public final class PushWorkerService: Service, Sendable {
                 }
                 let batch: JobQueue.ClaimBatch
                 let claimStarted = ContinuousClock.now
-                // Rate-limited jobs only while few sends wait: claimed behind a backlog, they would go out
-                // bunched when it clears, whatever spacing the bucket gave their claims.
-                let sendBacklog = self.state.withLock { $0.capacity.inFlight }
-                let includingRateLimited = sendBacklog < Self.rateLimitedBacklog
+                // Rate-limited jobs are claimed whatever this worker's send backlog: each takes a task of its
+                // own that waits for its slot, and the spacer admits it at the write, so a backlog cannot
+                // bunch them (it may make one late, then the next waits its interval). Leaving them for
+                // when few sends wait starved a limited topic for the whole drain of a large backlog: the
+                // fleet harness's 100k-job seeds sent 0-2 of its jobs in 5-7 s under a 22-59/s limit.
                 do {
                     batch = try await self.queue.claimBatch(
                         limit: limit,
@@ -261,7 +259,7 @@ public final class PushWorkerService: Service, Sendable {
                         excludingPairs: self.unreachable.active(),
                         excludingTopics: self.topicPauses.active(),
                         excludingIDs: self.state.withLock { Array($0.capacity.held) },
-                        includingRateLimited: includingRateLimited
+                        includingRateLimited: true
                     )
                     failures = 0
                     self.lastDatabaseSuccess.withLock { $0 = .now }
@@ -310,8 +308,9 @@ public final class PushWorkerService: Service, Sendable {
                     }
                     sends.addTask {
                         try? await Task.sleep(until: slot)
+                        var spaced = slot
                         if let spacing = job.sendSpacing {
-                            let spaced = self.spacer.slot(for: spacing, notBefore: .now)
+                            spaced = self.spacer.slot(for: spacing, notBefore: .now)
                             if spaced > .now { try? await Task.sleep(until: spaced) }
                         }
                         let (outcome, decided) = await self.processor.process(
@@ -320,7 +319,8 @@ public final class PushWorkerService: Service, Sendable {
                             mayWrite: self.mayWrite(
                                 credential: job.credential,
                                 topic: job.topic,
-                                spacing: job.sendSpacing
+                                spacing: job.sendSpacing,
+                                notAfter: job.sendSpacing.map { _ in max(slot, spaced) + Self.lateSendTolerance }
                             )
                         )
                         self.finished(job, outcome, decided)
@@ -339,10 +339,8 @@ public final class PushWorkerService: Service, Sendable {
                 if let untilNext = try? await self.queue.untilNextDue(), untilNext > .zero {
                     timeout = min(timeout, untilNext + .milliseconds(1))
                 }
-                // A rate limit's bucket ran dry: claim again when it holds a token. Rate-limited jobs left for
-                // a send backlog to clear: look again shortly.
+                // A rate limit's bucket ran dry: claim again when it holds a token.
                 if let refill = batch.rateLimitedFor { timeout = min(timeout, refill) }
-                if !includingRateLimited { timeout = min(timeout, .milliseconds(20)) }
                 _ = await self.wake.wait(timeout: timeout)
             }
             // Draining: let in-flight sends finish within the grace period, then cancel them: a send not
@@ -380,10 +378,26 @@ public final class PushWorkerService: Service, Sendable {
     /// A rate-limited request (`spacing`) is also withdrawn when this worker wrote one of its limit less than an
     /// interval ago (``SendSpacer/admit(_:now:)``): it was held up behind other requests, and sending it now
     /// would bunch it with the next.
-    func mayWrite(credential: String, topic: String? = nil, spacing: SendSpacing? = nil) -> @Sendable () -> Bool {
+    /// How late after its slot a rate-limited request may still be written. Later, it is withdrawn
+    /// (released uncounted, claimed again for a new slot): sent late, it would leave together with the
+    /// requests other workers send on time, and the fleet's rate would not hold where the requests leave.
+    static let lateSendTolerance = Duration.milliseconds(150)
+
+    /// Whether a request may be written now (asked just before the write): the worker is healthy, nothing
+    /// pauses it, and a rate-limited one is within its spacing and not later than `notAfter`.
+    func mayWrite(
+        credential: String,
+        topic: String? = nil,
+        spacing: SendSpacing? = nil,
+        notAfter: ContinuousClock.Instant? = nil
+    ) -> @Sendable () -> Bool {
         let pair = topic.map { "\(credential)/\($0)" }
         return { [weak self] in
             guard let self else { return false }
+            if let notAfter, ContinuousClock.now > notAfter {
+                self.metrics.lateLimitedSend()
+                return false
+            }
             let topicPaused = pair.map { self.topicPauses.isPaused($0) } ?? false
             guard !Task.isCancelled && self.heartbeatFresh && !self.pauses.isPaused(credential) && !topicPaused
             else { return false }

@@ -40,6 +40,11 @@ struct WorkerMetrics: Sendable {
     private let retries = Counter(label: "push_retries_total")
     /// Claims that found a rate limit's schedule full: `push_rate_limited_claims_total`.
     let rateLimitedClaims = Counter(label: "push_rate_limited_claims_total")
+    /// Rate-limited requests withdrawn because they would have left too long after their slot:
+    /// `push_late_limited_sends_total` (each is claimed again for a new slot).
+    let lateLimitedSends = Counter(label: "push_late_limited_sends_total")
+
+    func lateLimitedSend() { self.lateLimitedSends.increment() }
 
     /// What a claim did besides claiming: jobs superseded by a newer one with their `coalesce_key`
     /// (`push_outcomes_total{outcome="superseded"}`), and whether a rate limit held jobs back.

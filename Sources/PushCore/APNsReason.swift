@@ -9,6 +9,7 @@ public enum APNsReason: Sendable, Hashable, CustomStringConvertible {
     case badCollapseId, badExpirationDate, badMessageId, badPriority, badTopic, duplicateHeaders, invalidPushType
     case missingDeviceToken, missingTopic, payloadEmpty, badPath, methodNotAllowed, payloadTooLarge
     case missingChannelId, badChannelId, channelNotRegistered, featureNotEnabled
+    case missingPushType, badDate, cannotCreateChannelConfig
     /// A reason this build does not know, as APNs sent it.
     case unknown(String)
 
@@ -82,6 +83,29 @@ public enum APNsReason: Sendable, Hashable, CustomStringConvertible {
                 .topicFatal,
                 .topicSuffix,
                 "the credential may not send to this topic (TopicDisallowed): check the bundle id, that the key belongs to the app's team, or that the certificate is the app's."
+            ),
+            // The token's iat is refused: the host clock is off. Every job of the credential meets it, so it is
+            // held like a credential fault (APNS.md), never dead-lettered job by job.
+            r(
+                .badDate,
+                "BadDate",
+                .credentialFatal,
+                .providerToken,
+                "APNs refused the provider token's issue time (BadDate, MS030): the host clock is off; sync it (chrony or systemd-timesyncd) and resume."
+            ),
+            r(
+                .missingPushType,
+                "MissingPushType",
+                .permanent,
+                nil,
+                "APNs needs apns-push-type (MissingPushType): set the job's push_type (alert, background, liveactivity, …)."
+            ),
+            r(
+                .cannotCreateChannelConfig,
+                "CannotCreateChannelConfig",
+                .permanent,
+                .channel,
+                "APNs would not create the channel (CannotCreateChannelConfig, MS031): an app may have 10,000 channels per environment; delete unused ones (push-worker channels delete)."
             ),
             r(.badCollapseId, "BadCollapseId", .permanent),
             r(

@@ -17,7 +17,7 @@ public struct APNsRequest: Sendable, Hashable {
     public var limit: Int
     /// The job's `apns-id` (sent as `apns-request-id` on a broadcast).
     public var apnsID: UUID
-    /// Fields APNs accepts but a device would not honour as written (PW101–PW103); the request is still sent.
+    /// Fields APNs accepts but a device would not honour as written (PW101–PW107); the request is still sent.
     public var warnings: [PayloadWarning]
 
     /// The body's size in bytes.

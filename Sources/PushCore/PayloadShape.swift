@@ -12,6 +12,8 @@ enum PayloadShape {
         var apsIsObject = false
         /// The raw bytes of that object's keys (none of them contained an escape).
         var apsKeys: [ArraySlice<UInt8>] = []
+        /// Whether `aps.sound` is an object (a critical alert's sound dictionary).
+        var soundIsObject = false
     }
 
     static func scan(_ bytes: [UInt8]) -> Summary? {
@@ -31,6 +33,9 @@ enum PayloadShape {
                         summary.apsIsObject = true
                         return scanner.object(depth: 2) { key, scanner in
                             summary.apsKeys.append(key)
+                            if key.elementsEqual("sound".utf8), scanner.peek == UInt8(ascii: "{") {
+                                summary.soundIsObject = true
+                            }
                             return scanner.value(depth: 3)
                         }
                     }

@@ -1,5 +1,5 @@
 /// A payload APNs accepts but a device will not honour as written: the job is still sent, and the
-/// code is recorded in its `trap_ids` (PW101–PW103) so the producer can find and fix it.
+/// code is recorded in its `trap_ids` (PW101–PW107) so the producer can find and fix it.
 public struct PayloadWarning: Sendable, Hashable, CustomStringConvertible {
     /// The warning's code.
     public var trapID: TrapID

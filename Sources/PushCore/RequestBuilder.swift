@@ -5,6 +5,15 @@ public enum RequestBuilder {
     /// How long a job with no `expires_at` stays sendable after its first attempt.
     public static let defaultExpiry: TimeInterval = 3600
 
+    /// Whether `token` has the shape of an FCM registration token (`<instance id>:<base64url>`, well over 100
+    /// characters) rather than an APNs device token (hex).
+    public static func looksLikeFCMToken(_ token: String) -> Bool {
+        guard token.count >= 100, let colon = token.firstIndex(of: ":"), colon != token.startIndex else {
+            return false
+        }
+        return token.utf8.allSatisfy { $0.isBase64URLOrColon }
+    }
+
     /// The exact request a send of `job` issues at `now`, or the rejection that dead-letters it unsent.
     ///
     /// Checks, in order: push type, environment, target (hex device token or channel id), expiry,
@@ -28,6 +37,14 @@ public enum RequestBuilder {
         }
         let isBroadcast = job.channelID != nil
         if let token = job.deviceToken {
+            if Self.looksLikeFCMToken(token) {
+                throw PreSendRejection(
+                    reason: "BadDeviceToken",
+                    trapID: .tokenEnvironment,
+                    message:
+                        "device_token looks like an FCM registration token (Android), not an APNs device token: set platform = 'fcm' for Android jobs."
+                )
+            }
             guard !token.isEmpty, token.count % 2 == 0, token.utf8.allSatisfy(\.isHexDigit) else {
                 throw PreSendRejection(
                     reason: "BadDeviceToken",
@@ -112,7 +129,7 @@ public enum RequestBuilder {
                     "payload is \(body.count) bytes; \(isBroadcast ? "broadcast" : pushType.rawValue) pushes allow \(limit): shorten the text or move data to your server."
             )
         }
-        let warnings = try PayloadRules.check(body, pushType: pushType)
+        let warnings = try PayloadRules.check(body, pushType: pushType, isBroadcast: isBroadcast, now: now)
 
         var headers: [(name: String, value: String)] = [("apns-push-type", pushType.rawValue)]
         if !isBroadcast { headers.append(("apns-topic", job.topic + pushType.topicSuffix)) }
@@ -165,5 +182,13 @@ extension UUID {
                 return n
             }
         }
+    }
+}
+
+extension UInt8 {
+    fileprivate var isBase64URLOrColon: Bool {
+        (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(self) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(self)
+            || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(self) || self == UInt8(ascii: "-")
+            || self == UInt8(ascii: "_") || self == UInt8(ascii: ":")
     }
 }

@@ -41,8 +41,21 @@ public struct TrapID: RawRepresentable, Sendable, Hashable, Codable, CustomStrin
     /// `relevance-score` outside 0–1 on a notification other than a Live Activity: the device clamps it.
     public static let relevanceScore = TrapID(rawValue: "PW103")
 
+    /// A background push (`content-available`) that carries `alert`, `sound` or `badge`: iOS drops or
+    /// throttles it.
+    public static let backgroundWithAlert = TrapID(rawValue: "PW104")
+    /// A Live Activity `start` without `alert`: the activity starts but is not shown on the lock screen.
+    public static let liveActivityStartWithoutAlert = TrapID(rawValue: "PW105")
+    /// A Live Activity `timestamp` more than 8 hours ahead: iOS drops the update.
+    public static let liveActivityTimestampAhead = TrapID(rawValue: "PW106")
+    /// A critical alert's `sound` dictionary outside Apple's shape (`critical` 0 or 1, `volume` 0–1, `name`).
+    public static let criticalSound = TrapID(rawValue: "PW107")
+
     /// The warning codes, in order.
-    public static let warnings: [TrapID] = [.mutableContentWithoutAlert, .interruptionLevel, .relevanceScore]
+    public static let warnings: [TrapID] = [
+        .mutableContentWithoutAlert, .interruptionLevel, .relevanceScore, .backgroundWithAlert,
+        .liveActivityStartWithoutAlert, .liveActivityTimestampAhead, .criticalSound,
+    ]
 
     /// Every trap id in the catalog, in catalog order.
     public static let all: [TrapID] = [

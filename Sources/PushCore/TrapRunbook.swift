@@ -115,7 +115,7 @@ public enum TrapRunbook {
                 """#
         ),
         Entry(
-            codes: ["PW101", "PW102", "PW103"],
+            codes: ["PW101", "PW102", "PW103", "PW104", "PW105", "PW106", "PW107"],
             title: "payload warnings (sent anyway)",
             markdown: #"""
                 APNs accepts these payloads, so the job is sent, but a device will not do what the producer meant. The code
@@ -123,7 +123,12 @@ public enum TrapRunbook {
                 subtitle or body), so the notification service extension never runs; add an alert, or drop mutable-content
                 for a silent push. PW102: an `interruption-level` other than `passive`, `active`, `time-sensitive` or
                 `critical`; the device falls back to `active`. PW103: a `relevance-score` outside 0–1 on an alert (Live
-                Activities may use any number); the device clamps it.
+                Activities may use any number); the device clamps it. PW104: a background push that carries `alert`,
+                `sound` or `badge`; iOS drops or throttles it: send `content-available` alone, and what the user should
+                see as an alert push. PW105: a Live Activity `start` without `alert`; the activity starts but is not
+                shown on the lock screen. PW106: a Live Activity `timestamp` more than 8 hours ahead; iOS drops the
+                update. PW107: a `sound` dictionary outside Apple's shape (`name`, `critical` 0 or 1, `volume` 0–1);
+                the device plays a normal sound.
 
                 ```sql
                 SELECT trap, count(*) FROM push.jobs, unnest(trap_ids) AS trap

@@ -29,6 +29,8 @@ struct ClassificationTests {
         (400, "DuplicateHeaders", .permanent, nil), (400, "InvalidPushType", .permanent, nil),
         (400, "MissingDeviceToken", .permanent, nil), (400, "PayloadEmpty", .permanent, nil),
         (404, "BadPath", .permanent, nil), (405, "MethodNotAllowed", .permanent, nil),
+        (403, "BadDate", .credentialFatal, "MS030"), (400, "MissingPushType", .permanent, nil),
+        (400, "CannotCreateChannelConfig", .permanent, "MS031"),
         (400, "SomethingNew", .unknown, nil), (418, "Teapot", .unknown, nil),
     ]
 

@@ -126,6 +126,28 @@ struct RequestBuilderTests {
             "alert", #"{"aps":{"alert":"","mutable-content":1,"interruption-level":"loud","relevance-score":-1}}"#,
             ["PW101", "PW102", "PW103"]
         ),
+        // A background push is content-available only.
+        ("background", #"{"aps":{"content-available":1}}"#, []),
+        ("background", #"{"aps":{"content-available":1,"alert":"hi"}}"#, ["PW104"]),
+        ("background", #"{"aps":{"content-available":1,"badge":3,"sound":"default"}}"#, ["PW104"]),
+        // A push-to-start without an alert is not shown; a timestamp over 8 hours ahead is dropped.
+        (
+            "liveactivity",
+            #"{"aps":{"timestamp":1800000000,"event":"start","content-state":{},"attributes-type":"A","attributes":{},"alert":{"title":"t","body":"b"}}}"#,
+            []
+        ),
+        (
+            "liveactivity",
+            #"{"aps":{"timestamp":1800000000,"event":"start","content-state":{},"attributes-type":"A","attributes":{}}}"#,
+            ["PW105"]
+        ),
+        ("liveactivity", #"{"aps":{"timestamp":1800028000,"event":"update","content-state":{}}}"#, []),
+        ("liveactivity", #"{"aps":{"timestamp":1800030000,"event":"update","content-state":{}}}"#, ["PW106"]),
+        // A critical alert's sound dictionary.
+        ("alert", #"{"aps":{"alert":"hi","sound":{"critical":1,"name":"default","volume":0.8}}}"#, []),
+        ("alert", #"{"aps":{"alert":"hi","sound":{"critical":1,"name":"default","volume":2}}}"#, ["PW107"]),
+        ("alert", #"{"aps":{"alert":"hi","sound":{"critical":"yes","name":"default"}}}"#, ["PW107"]),
+        ("alert", #"{"aps":{"alert":"hi","sound":{"critical":1,"volume":0.5}}}"#, ["PW107"]),
     ]
 
     @Test("payload warnings: sent anyway, each with its PW code and a sentence", arguments: Self.warningCases)
@@ -164,6 +186,39 @@ struct RequestBuilderTests {
         ),
         ("background", "com.example.app", #"{"aps":{"content-available":1}}"#, "MS015", 10),
     ]
+
+    @Test("a broadcast carries update and end only: a start on a channel is refused before sending")
+    func broadcastStart() throws {
+        let start =
+            #"{"aps":{"timestamp":1800000000,"event":"start","content-state":{},"attributes-type":"A","attributes":{},"alert":"hi"}}"#
+        do {
+            _ = try RequestBuilder.describe(job("liveactivity", payload: start, channel: "dGVzdA=="), now: Self.now)
+            Issue.record("a broadcast start was not refused")
+        } catch {
+            #expect(error.reason == "BroadcastStart" && error.trapID == .channel)
+            #expect(error.message.contains("update and end"))
+        }
+        // The same start to a device token is a push-to-start: sent.
+        #expect(throws: Never.self) {
+            try RequestBuilder.describe(self.job("liveactivity", payload: start), now: Self.now)
+        }
+    }
+
+    @Test("an FCM registration token in device_token is named as one, with the fix")
+    func fcmTokenInDeviceToken() {
+        let fcm = "dQw4w9WgXcQ:APA91bHun4MxP5egoKMwt2KZFBaFUH-1RYqx" + String(repeating: "AbC_d-9", count: 20)
+        #expect(RequestBuilder.looksLikeFCMToken(fcm))
+        #expect(!RequestBuilder.looksLikeFCMToken(String(repeating: "ab", count: 32)))
+        var fcmJob = self.job()
+        fcmJob.deviceToken = fcm
+        do {
+            _ = try RequestBuilder.describe(fcmJob, now: Self.now)
+            Issue.record("an FCM token was not refused")
+        } catch {
+            #expect(error.message.contains("looks like an FCM registration token"))
+            #expect(error.message.contains("platform = 'fcm'"))
+        }
+    }
 
     @Test("pre-send rejections carry their trap id and a sentence that names the fix", arguments: rejections)
     func rejected(pushType: String, topic: String, payload: String, trap: String?, priority: Int?) {

@@ -18,6 +18,8 @@ public final class APNsClient: Sendable {
     public struct Configuration: Sendable {
         /// One endpoint for both environments (simulator, staging proxy); `nil` for Apple's hosts.
         public var endpointOverride: APNsEndpoint?
+        /// The port of Apple's send hosts: 443, or 2197 for networks that block 443 (`--apns-port`).
+        public var applePort: Int = 443
         /// Channel-management endpoint override; `nil` uses ``endpointOverride`` or Apple's hosts.
         public var channelEndpointOverride: APNsEndpoint?
         /// Extra trusted CA certificates (PEM file) on top of the system's roots.
@@ -179,7 +181,8 @@ public final class APNsClient: Sendable {
     ) async throws -> APNsResponse {
         try await self.perform(
             request,
-            endpoint: self.configuration.endpointOverride ?? .apple(request.environment),
+            endpoint: self.configuration.endpointOverride
+                ?? .apple(request.environment, port: self.configuration.applePort),
             credential: credential,
             mayWrite: mayWrite
         )
@@ -348,7 +351,7 @@ public final class APNsClient: Sendable {
         onResult: @escaping @Sendable (_ index: Int, _ result: Result<APNsResponse, any Error>) -> Void
     ) async {
         guard let environment = requests.first?.environment else { return }
-        let endpoint = self.configuration.endpointOverride ?? .apple(environment)
+        let endpoint = self.configuration.endpointOverride ?? .apple(environment, port: self.configuration.applePort)
         let cache = self.tokenCaches[credential]
         guard cache != nil || self.certificateContexts[credential] != nil else {
             let error = Self.missingCredential(credential)
@@ -541,7 +544,7 @@ public final class APNsClient: Sendable {
     /// warms up before its first claim, so jobs it claims are not held back by TCP and TLS set-up (and a
     /// rate limit's spacing survives into the requests).
     public func warmUp(credentials: [String], timeout: Duration) async {
-        let endpoint = self.configuration.endpointOverride ?? .apple(.production)
+        let endpoint = self.configuration.endpointOverride ?? .apple(.production, port: self.configuration.applePort)
         let pools = credentials.filter { self.tokenCaches[$0] != nil || self.certificateContexts[$0] != nil }.map {
             self.pool(for: PoolKey(endpoint: endpoint, credential: $0))
         }

@@ -43,8 +43,8 @@ public struct APNsEndpoint: Sendable, Hashable {
     }
 
     /// Apple's send endpoint for an environment.
-    public static func apple(_ environment: APNsEnvironment) -> APNsEndpoint {
-        APNsEndpoint(host: environment.sendHost, port: 443)
+    public static func apple(_ environment: APNsEnvironment, port: Int = 443) -> APNsEndpoint {
+        APNsEndpoint(host: environment.sendHost, port: port)
     }
 
     /// Apple's channel-management endpoint for an environment.

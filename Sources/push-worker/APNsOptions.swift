@@ -16,6 +16,14 @@ struct APNsOptions: ParsableArguments {
     )
     var endpoint: String?
     @Option(
+        name: .customLong("apns-port"),
+        help: ArgumentHelp(
+            "The port of Apple's send hosts: 443 (default) or 2197, for networks that block outbound 443.",
+            valueName: "port"
+        )
+    )
+    var applePort: Int?
+    @Option(
         name: .customLong("apns-ca-file"),
         help: ArgumentHelp(
             "Extra trusted CA certificate (PEM) for --apns-endpoint. TLS verification is never switched off.",
@@ -162,6 +170,14 @@ struct APNsOptions: ParsableArguments {
         let loaded = try self.credentials()
         var configuration = base
         configuration.caFile = self.caFile ?? loaded.file?.apnsCAFile
+        if let port = self.applePort {
+            guard port == 443 || port == 2197 else {
+                throw CLIError(
+                    "--apns-port \(port): Apple's send hosts listen on 443 and 2197 only; for another APNs use --apns-endpoint https://host:port"
+                )
+            }
+            configuration.applePort = port
+        }
         if let endpoint = self.endpoint ?? loaded.file?.apnsEndpoint {
             configuration.endpointOverride = try APNsEndpoint(url: endpoint)
         }

@@ -9,41 +9,82 @@ struct DescribeCommand: AsyncParsableCommand {
         commandName: "describe",
         abstract:
             "The exact HTTP/2 request a send of job ID would issue: method, path, headers, payload, bytes and limit.",
-        discussion:
-            "No JWT is minted and no socket is opened. A job that would be refused before sending shows the trap id and the fix instead. The device token is masked unless --show-token."
+        discussion: """
+            No JWT is minted and no socket is opened. A job that would be refused before sending shows the trap \
+            id and the fix instead; fields APNs accepts but a device ignores are listed as warnings (PW codes). \
+            The device token is masked unless --show-token.
+
+            --row describes a producer's row before it is inserted (no database needed): a JSON object with the \
+            producer's columns, for example
+              echo '{"topic":"com.example.app","device_token":"<hex>","payload":{"aps":{"alert":"hi"}}}' \\
+                | push-worker describe --row -
+            The INSERT still checks the schema's rules (the constraint's name is the rule).
+            """
     )
 
     @OptionGroup var database: DatabaseOptions
-    @Argument(help: "The job id (live or dead letter).") var id: Int64
+    @Argument(help: "The job id (live or dead letter); leave it out with --row.") var id: Int64?
+    @Option(
+        help: ArgumentHelp(
+            "Describe a producer row instead of a job: a JSON object of push.jobs' producer columns, from this file or - for standard input.",
+            valueName: "file"
+        )
+    )
+    var row: String?
+    @Option(
+        name: .customLong("apns-port"),
+        help: ArgumentHelp("The port of Apple's send hosts the request would go to: 443 or 2197.", valueName: "port")
+    )
+    var applePort: Int = 443
     @Flag(name: .customLong("show-token"), help: "Print the device token in the path instead of its fingerprint.")
     var showToken = false
     @Flag(help: "Print the result as JSON.") var json = false
 
-    func run() async throws {
-        let id = self.id
-        let (job, isDeadLetter) = try await self.database.withQueue { queue, _, _ -> (PushJob, Bool) in
-            if let details = try await queue.job(id: id) { return (details.job, false) }
-            if var letter = try await queue.deadLetter(id: id) {
-                // The request a replay would send: a replay starts the default expiry afresh.
-                letter.job.firstAttemptAt = nil
-                return (letter.job, true)
-            }
-            throw CLIError("no job \(id) in push.jobs or push.dead_jobs")
+    func validate() throws {
+        if (self.id == nil) == (self.row == nil) {
+            throw ValidationError("name a job id, or --row FILE (- for standard input) for a row not yet inserted")
         }
+        guard self.applePort == 443 || self.applePort == 2197 else {
+            throw ValidationError("--apns-port \(self.applePort): Apple's send hosts listen on 443 and 2197 only")
+        }
+    }
+
+    func run() async throws {
+        let job: PushJob
+        let isDeadLetter: Bool
+        if let row = self.row {
+            job = try ProducerRow.job(from: try ProducerRow.read(row))
+            isDeadLetter = false
+        } else {
+            let id = self.id ?? 0
+            (job, isDeadLetter) = try await self.database.withQueue { queue, _, _ -> (PushJob, Bool) in
+                if let details = try await queue.job(id: id) { return (details.job, false) }
+                if var letter = try await queue.deadLetter(id: id) {
+                    // The request a replay would send: a replay starts the default expiry afresh.
+                    letter.job.firstAttemptAt = nil
+                    return (letter.job, true)
+                }
+                throw CLIError("no job \(id) in push.jobs or push.dead_jobs")
+            }
+        }
+        let what = self.row == nil ? "job \(self.id ?? 0)" : "the row"
         let request: APNsRequest
         do {
             request = try RequestBuilder.describe(job)
         } catch {
             if self.json {
                 printJSON([
-                    "job_id": String(id), "rejected": error.reason, "trap_id": error.trapID?.rawValue ?? "",
+                    "job_id": self.id.map(String.init) ?? "", "rejected": error.reason,
+                    "trap_id": error.trapID?.rawValue ?? "",
                     "error": error.message,
                 ])
             } else {
-                print("job \(id) would not be sent: \(error.reason)\(error.trapID.map { " [\($0)]" } ?? "")")
+                print("\(what) would not be sent: \(error.reason)\(error.trapID.map { " [\($0)]" } ?? "")")
                 print("  \(error.message)")
                 if isDeadLetter && error.reason == "Expired" {
-                    print("  a replay would die Expired again: `push-worker dead replay \(id) --expires-in 1h`")
+                    print(
+                        "  a replay would die Expired again: `push-worker dead replay \(self.id ?? 0) --expires-in 1h`"
+                    )
                 }
             }
             throw ExitCode(2)
@@ -52,13 +93,14 @@ struct DescribeCommand: AsyncParsableCommand {
         if !self.showToken, let token = job.deviceToken {
             path = path.replacingOccurrences(of: token, with: "<token fp \(job.tokenFingerprint)>")
         }
-        let host = APNsEndpoint.apple(request.environment)
+        let endpoint = APNsEndpoint.apple(request.environment, port: self.applePort)
+        let host = endpoint.port == 443 ? endpoint.host : "\(endpoint.host):\(endpoint.port)"
         let payload = String(decoding: request.body, as: UTF8.self)
         if self.json {
             printJSON(
                 DescribeJSON(
                     method: request.method,
-                    url: "https://\(host.host)\(path)",
+                    url: "https://\(host)\(path)",
                     headers: Dictionary(request.headers.map { ($0.name, $0.value) }, uniquingKeysWith: { $1 }),
                     payload: payload,
                     bytes: request.byteCount,
@@ -68,7 +110,7 @@ struct DescribeCommand: AsyncParsableCommand {
             )
             return
         }
-        print("\(request.method) https://\(host.host)\(path)  HTTP/2")
+        print("\(request.method) https://\(host)\(path)  HTTP/2")
         print(
             "authorization: bearer <ES256 provider token for credential '\(job.credential)'; none if it is a certificate credential>"
         )
@@ -80,7 +122,9 @@ struct DescribeCommand: AsyncParsableCommand {
         for warning in request.warnings {
             print("warning \(warning.trapID.rawValue): \(warning.message) (APNs accepts it; the job is sent)")
         }
-        if isDeadLetter { print("(job \(id) is a dead letter: this is the request a replay would send)") }
+        if isDeadLetter {
+            print("(job \(self.id ?? 0) is a dead letter: this is the request a replay would send)")
+        }
     }
 }
 
@@ -92,4 +136,101 @@ struct DescribeJSON: Encodable {
     var bytes: Int
     var limit: Int
     var warnings: [[String: String]]
+}
+
+/// A producer's row as JSON (`describe --row`): the columns a producer sets, with push.jobs' defaults for
+/// those left out.
+enum ProducerRow {
+    static let columns: Set<String> = [
+        "topic", "device_token", "channel_id", "payload", "push_type", "priority", "environment", "credential",
+        "collapse_id", "expires_at", "run_at", "apns_id", "max_attempts", "deliver_once", "coalesce_key",
+    ]
+
+    /// The JSON object in `path` (`-`: standard input).
+    static func read(_ path: String) throws -> [String: Any] {
+        let data: Data
+        if path == "-" {
+            data = FileHandle.standardInput.readDataToEndOfFile()
+        } else {
+            guard let read = FileManager.default.contents(atPath: path) else {
+                throw CLIError("--row \(path): no such file (use - to read the row from standard input)")
+            }
+            data = read
+        }
+        guard let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else {
+            throw CLIError(
+                "--row \(path) is not a JSON object: give the row's columns as {\"topic\": …, \"device_token\": …, \"payload\": {…}}"
+            )
+        }
+        return object
+    }
+
+    /// The job the row would be, or an error naming the field and the fix.
+    static func job(from row: [String: Any]) throws -> PushJob {
+        if let unknown = row.keys.filter({ !Self.columns.contains($0) }).sorted().first {
+            throw CLIError(
+                "--row: \(unknown) is not a producer column; use \(Self.columns.sorted().joined(separator: ", "))"
+            )
+        }
+        func text(_ name: String) throws -> String? {
+            guard let value = row[name], !(value is NSNull) else { return nil }
+            guard let text = value as? String else { throw CLIError("--row: \(name) must be a string") }
+            return text
+        }
+        func integer(_ name: String) throws -> Int? {
+            guard let value = row[name], !(value is NSNull) else { return nil }
+            guard !(value is String), let number = value as? NSNumber,
+                number.doubleValue == number.doubleValue.rounded()
+            else { throw CLIError("--row: \(name) must be a whole number") }
+            return number.intValue
+        }
+        func time(_ name: String) throws -> Date? {
+            guard let value = try text(name) else { return nil }
+            let formatter = ISO8601DateFormatter()
+            formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+            let plain = ISO8601DateFormatter()
+            guard let date = formatter.date(from: value) ?? plain.date(from: value) else {
+                throw CLIError("--row: \(name) must be an ISO 8601 time such as 2026-11-25T18:00:00Z")
+            }
+            return date
+        }
+        guard let topic = try text("topic") else { throw CLIError("--row: topic is required (the app's bundle id)") }
+        let payload: String
+        switch row["payload"] {
+        case let text as String: payload = text
+        case .some(let value) where JSONSerialization.isValidJSONObject(value):
+            payload = String(decoding: try JSONSerialization.data(withJSONObject: value), as: UTF8.self)
+        default: throw CLIError("--row: payload is required: a JSON object such as {\"aps\": {\"alert\": \"hi\"}}")
+        }
+        let apnsID: UUID
+        if let text = try text("apns_id") {
+            guard let parsed = UUID(uuidString: text) else { throw CLIError("--row: apns_id must be a UUID") }
+            apnsID = parsed
+        } else {
+            apnsID = UUID()
+        }
+        var deliverOnce = false
+        if let value = row["deliver_once"], !(value is NSNull) {
+            guard let flag = value as? Bool else { throw CLIError("--row: deliver_once must be true or false") }
+            deliverOnce = flag
+        }
+        return PushJob(
+            id: 0,
+            apnsID: apnsID,
+            topic: topic,
+            deviceToken: try text("device_token"),
+            channelID: try text("channel_id"),
+            payload: payload,
+            pushType: try text("push_type") ?? "alert",
+            priority: try integer("priority"),
+            environment: try text("environment") ?? "production",
+            credential: try text("credential") ?? "default",
+            collapseID: try text("collapse_id"),
+            deliverOnce: deliverOnce,
+            expiresAt: try time("expires_at"),
+            runAt: try time("run_at") ?? Date(),
+            maxAttempts: try integer("max_attempts"),
+            coalesceKey: try text("coalesce_key")
+        )
+    }
 }

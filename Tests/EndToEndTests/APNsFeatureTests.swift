@@ -92,6 +92,70 @@ struct APNsFeatureTests {
         }
     }
 
+    @Test(
+        "describe --row: a producer row before INSERT, one warning of each kind, the refusals with their fix, --apns-port 2197"
+    )
+    func describeRow() async throws {
+        try await DaemonFixture.run { f in
+            let token = DaemonFixture.token(7)
+            let timestamp = Int(Date().timeIntervalSince1970)
+            let start = #""event":"start","content-state":{},"attributes-type":"A","attributes":{}"#
+            let cases: [(row: String, exit: Int32, expect: [String])] = [
+                (
+                    #"{"topic":"com.example.app","device_token":"\#(token)","payload":{"aps":{"alert":"hi"}}}"#, 0,
+                    ["POST https://api.push.apple.com:2197/3/device/<token fp"]
+                ),
+                (
+                    #"{"topic":"com.example.app","device_token":"\#(token)","push_type":"background","priority":5,"payload":{"aps":{"content-available":1,"badge":1}}}"#,
+                    0, ["warning PW104"]
+                ),
+                (
+                    #"{"topic":"com.example.app","device_token":"\#(token)","push_type":"liveactivity","payload":{"aps":{"timestamp":\#(timestamp),\#(start)}}}"#,
+                    0, ["warning PW105"]
+                ),
+                (
+                    #"{"topic":"com.example.app","device_token":"\#(token)","push_type":"liveactivity","payload":{"aps":{"timestamp":\#(timestamp + 40_000),"event":"update","content-state":{}}}}"#,
+                    0, ["warning PW106"]
+                ),
+                (
+                    #"{"topic":"com.example.app","device_token":"\#(token)","payload":{"aps":{"alert":"hi","sound":{"critical":1,"name":"default","volume":3}}}}"#,
+                    0, ["warning PW107"]
+                ),
+                (
+                    #"{"topic":"com.example.app","device_token":"\#(token)","payload":{"aps":{"alert":"","mutable-content":1,"interruption-level":"loud","relevance-score":7}}}"#,
+                    0, ["warning PW101", "warning PW102", "warning PW103"]
+                ),
+                (
+                    #"{"topic":"com.example.app","channel_id":"dGVzdA==","push_type":"liveactivity","payload":{"aps":{"timestamp":\#(timestamp),\#(start),"alert":"hi"}}}"#,
+                    2, ["would not be sent: BroadcastStart [MS031]", "update and end"]
+                ),
+                (
+                    #"{"topic":"com.example.app","device_token":"dQw4w9WgXcQ:APA91b\#(String(repeating: "x", count: 140))","payload":{"aps":{}}}"#,
+                    2, ["FCM registration token", "platform = 'fcm'"]
+                ),
+                (
+                    #"{"topic":"com.example.app","device_tokn":"ab","payload":{}}"#, 1,
+                    ["device_tokn is not a producer column"]
+                ),
+            ]
+            for (n, testCase) in cases.enumerated() {
+                let file = f.directory + "/row-\(n).json"
+                try testCase.row.write(toFile: file, atomically: true, encoding: .utf8)
+                let described = try f.cli(["describe", "--row", file, "--apns-port", "2197"])
+                #expect(described.status == testCase.exit, "row \(n): \(described.output)")
+                for fragment in testCase.expect {
+                    #expect(described.output.contains(fragment), "row \(n): \(described.output)")
+                }
+                #expect(!described.output.contains(token), "row \(n): the device token is masked")
+                print("describe --row \(n):\n\(described.output)")
+            }
+            let port = try f.cli(["describe", "--row", f.directory + "/row-0.json", "--apns-port", "8443"])
+            #expect(port.status != 0 && port.output.contains("443 and 2197"))
+            let run = try f.cli(["run", "--apns-port", "80", "--worker-id", "x"])
+            #expect(run.status != 0 && run.output.contains("443 and 2197"), "\(run.output)")
+        }
+    }
+
     @Test("describe of a dead letter shows the request a replay would send, or how to make the replay live")
     func describeDeadLetter() async throws {
         try await DaemonFixture.run { f in

@@ -63,6 +63,7 @@ let package = Package(
                 .embedInCode("Migrations/0006_flow_control.sql"),
                 .embedInCode("Migrations/0007_cheaper_checks.sql"),
                 .embedInCode("Migrations/0008_fleet.sql"),
+                .embedInCode("Migrations/0009_operator_truth.sql"),
             ],
             swiftSettings: swiftSettings
         ),

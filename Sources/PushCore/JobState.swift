@@ -8,4 +8,6 @@ public enum JobState: String, Sendable, Hashable, CaseIterable, Codable {
     case delivered
     /// Never sent: a newer due job with the same `coalesce_key` replaced it (`superseded_by` names it).
     case superseded
+    /// Never sent: an operator cancelled it (`push-worker jobs cancel`).
+    case cancelled
 }

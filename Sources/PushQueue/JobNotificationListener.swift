@@ -27,6 +27,12 @@ public struct JobNotificationListener: Sendable {
 
     /// Listens until the task is cancelled, calling `onNotification` for each NOTIFY.
     public func run(onNotification: @escaping @Sendable () -> Void) async {
+        await self.run(onPayload: { _ in onNotification() })
+    }
+
+    /// Listens until the task is cancelled, calling `onPayload` with each NOTIFY's payload (`""` for an
+    /// INSERT's, and once after each (re)connect; `cancel:1,2,3` names jobs an operator cancelled).
+    public func run(onPayload onNotification: @escaping @Sendable (String) -> Void) async {
         var backoff = Duration.milliseconds(250)
         var connectionID = 0
         while !Task.isCancelled {
@@ -41,10 +47,10 @@ public struct JobNotificationListener: Sendable {
                     try await connection.listen(on: Self.channel) { notifications in
                         // LISTEN is registered: catch up on anything inserted while we were not listening.
                         self.onListening()
-                        onNotification()
+                        onNotification("")
                         backoff = .milliseconds(250)
-                        for try await _ in notifications {
-                            onNotification()
+                        for try await notification in notifications {
+                            onNotification(notification.payload)
                         }
                     }
                 } catch {

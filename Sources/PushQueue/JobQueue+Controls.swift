@@ -195,3 +195,75 @@ extension JobQueue {
         return limits
     }
 }
+
+/// What ``JobQueue/cancel(ids:coalesceKey:topic:)`` did.
+public struct CancelResult: Sendable, Hashable, Codable {
+    /// Jobs now `cancelled` that were waiting (`pending`): never sent.
+    public var cancelled: [Int64]
+    /// Jobs now `cancelled` that a worker held: it withdraws each whose request is not yet written; one
+    /// already in flight completes and its outcome is recorded.
+    public var heldByWorkers: [Int64]
+    /// Asked-for jobs that had already ended (delivered, superseded, cancelled) or are dead letters, with
+    /// their state, left as they are.
+    public var ended: [String: String]
+    /// Asked-for ids found nowhere.
+    public var missing: [Int64]
+}
+
+extension JobQueue {
+    /// The NOTIFY payload prefix that tells workers which held jobs were cancelled.
+    public static let cancelNotificationPrefix = "cancel:"
+
+    /// Cancels queued or retrying jobs, by id or by `coalesce_key` (within `topic`, if given): they end
+    /// `cancelled` and are never sent. Jobs a worker holds are cancelled too, and every worker is told
+    /// (NOTIFY) so it withdraws those whose request is not yet written.
+    public func cancel(ids: [Int64], coalesceKey: String? = nil, topic: String? = nil) async throws -> CancelResult {
+        var binds = PostgresBindings()
+        binds.append(ids)
+        binds.append(coalesceKey)
+        binds.append(topic)
+        let sql = """
+            WITH targets AS (
+                SELECT j.id, j.state FROM push.jobs AS j
+                 WHERE (j.id = ANY ($1::bigint[])
+                        OR ($2::text IS NOT NULL AND j.coalesce_key = $2 AND ($3::text IS NULL OR j.topic = $3)))
+                   AND j.state IN ('pending', 'running')
+                 FOR NO KEY UPDATE
+            ), cancelled AS (
+                UPDATE push.jobs AS j
+                   SET state = 'cancelled', reason = 'Cancelled', locked_until = NULL,
+                       history = push.append_history(j.history, jsonb_build_object(
+                           'outcome', 'cancelled', 'at', now(), 'by', current_user, 'was', t.state))
+                  FROM targets AS t
+                 WHERE j.id = t.id
+                RETURNING j.id, t.state AS was
+            ), notified AS (
+                SELECT pg_notify('push_jobs', '\(Self.cancelNotificationPrefix)' || string_agg(id::text, ','))
+                  FROM cancelled WHERE was = 'running' HAVING count(*) > 0
+            )
+            SELECT c.id, c.was, (SELECT count(*) FROM notified) FROM cancelled AS c
+            UNION ALL
+            SELECT a.id, coalesce(j.state, CASE WHEN d.id IS NOT NULL THEN 'dead letter' END), 0
+              FROM unnest($1::bigint[]) AS a (id)
+              LEFT JOIN push.jobs AS j ON j.id = a.id
+              LEFT JOIN push.dead_jobs AS d ON d.id = a.id
+             WHERE a.id NOT IN (SELECT id FROM cancelled)
+            """
+        var result = CancelResult(cancelled: [], heldByWorkers: [], ended: [:], missing: [])
+        let rows = try await self.client.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: self.logger)
+        var seen = Set<Int64>()
+        for try await (id, state, _) in rows.decode((Int64, String?, Int64).self) {
+            guard seen.insert(id).inserted else { continue }
+            switch state {
+            case "pending": result.cancelled.append(id)
+            case "running": result.heldByWorkers.append(id)
+            case .some(let other): result.ended[String(id)] = other
+            case .none: result.missing.append(id)
+            }
+        }
+        result.cancelled.sort()
+        result.heldByWorkers.sort()
+        result.missing.sort()
+        return result
+    }
+}

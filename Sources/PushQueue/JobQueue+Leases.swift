@@ -72,10 +72,17 @@ extension JobQueue {
                  WHERE state = 'superseded' AND created_at < now() - make_interval(secs => \(seconds))
                  LIMIT \(Int64(batchSize))
                  FOR UPDATE SKIP LOCKED
+            ), cancelled AS (
+                -- Cancelled jobs too (a holder's late outcome is no longer awaited after the retention).
+                SELECT id FROM push.jobs
+                 WHERE state = 'cancelled' AND created_at < now() - make_interval(secs => \(seconds))
+                 LIMIT \(Int64(batchSize))
+                 FOR UPDATE SKIP LOCKED
             )
             -- The apns_id stays spent in push.apns_ids: an outbox retry of this job is skipped, not sent again.
             DELETE FROM push.jobs
-             WHERE id IN (SELECT id FROM delivered UNION ALL SELECT id FROM superseded)
+             WHERE id IN (SELECT id FROM delivered UNION ALL SELECT id FROM superseded
+                          UNION ALL SELECT id FROM cancelled)
             RETURNING id
             """
         )

@@ -178,7 +178,10 @@ extension JobQueue {
     static let writeOutcomesSQL = """
         WITH updated AS (
             UPDATE push.jobs AS j
-               SET state = CASE WHEN i.kind = 'delivered' THEN 'delivered' ELSE 'pending' END,
+               -- A job cancelled while its request was in flight: the request completes (a 200 is recorded as
+               -- delivered), but it is never retried.
+               SET state = CASE WHEN i.kind = 'delivered' THEN 'delivered'
+                                WHEN j.state = 'cancelled' THEN 'cancelled' ELSE 'pending' END,
                    run_at = CASE WHEN i.kind = 'delivered' THEN j.run_at ELSE now() + i.delay_ms * interval '1 millisecond' END,
                    attempts = CASE WHEN i.kind IN ('requeue', 'transport_retry') THEN j.attempts - 1 ELSE j.attempts END,
                    transport_retries = j.transport_retries + CASE WHEN i.kind = 'transport_retry' THEN 1 ELSE 0 END,
@@ -199,13 +202,13 @@ extension JobQueue {
                                   ELSE push.append_history(j.history, i.entry) END
               FROM \(inputRows) AS i
              WHERE j.id = i.id AND j.attempts = i.attempt AND j.locked_by = $15
-               AND j.state IN ('running', 'pending') AND i.kind <> 'dead'
+               AND (j.state IN ('running', 'pending') OR (j.state = 'cancelled' AND i.sent)) AND i.kind <> 'dead'
             RETURNING j.id
         ), moved AS (
             DELETE FROM push.jobs AS j
              USING \(inputRows) AS i
              WHERE j.id = i.id AND j.attempts = i.attempt AND j.locked_by = $15
-               AND j.state IN ('running', 'pending') AND i.kind = 'dead'
+               AND (j.state IN ('running', 'pending') OR (j.state = 'cancelled' AND i.sent)) AND i.kind = 'dead'
             RETURNING j.*, i.st, i.rs, i.trap_arr, i.unique_id, i.lat, i.at, i.sent, i.error, i.entry,
                       i.invalidate, i.ts_ms
         ), dead AS (
@@ -244,6 +247,6 @@ extension JobQueue {
 
 /// ``JobQueue/writeOutcomesSQL``, prepared once per connection.
 enum WriteOutcomesStatement: BatchStatement {
-    static let name = "push_write_outcomes_v8"
+    static let name = "push_write_outcomes_v9"
     static let sql = JobQueue.writeOutcomesSQL
 }

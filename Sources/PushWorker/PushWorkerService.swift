@@ -29,6 +29,8 @@ public final class PushWorkerService: Service, Sendable {
     let lastDatabaseSuccess = Mutex(ContinuousClock.now)
     let state: Locked<State>
     let stats = Locked(WorkerStats())
+    /// Ids of held jobs an operator cancelled (see ``noteCancelled(_:)``).
+    let cancelled = Locked(CancelledJobs())
 
     struct State {
         var shuttingDown = false
@@ -207,7 +209,14 @@ public final class PushWorkerService: Service, Sendable {
         await withTaskGroup(of: Void.self) { background in
             if let listener = self.listener {
                 let wake = self.wake
-                background.addTask { await listener.run { wake.signal() } }
+                background.addTask {
+                    await listener.run(onPayload: { payload in
+                        if payload.hasPrefix(JobQueue.cancelNotificationPrefix) {
+                            self.noteCancelled(payload.dropFirst(JobQueue.cancelNotificationPrefix.count))
+                        }
+                        wake.signal()
+                    })
+                }
             }
             background.addTask { await self.maintenanceLoop() }
             background.addTask { await self.heartbeatLoop() }
@@ -320,7 +329,8 @@ public final class PushWorkerService: Service, Sendable {
                                 credential: job.credential,
                                 topic: job.topic,
                                 spacing: job.sendSpacing,
-                                notAfter: job.sendSpacing.map { _ in max(slot, spaced) + Self.lateSendTolerance }
+                                notAfter: job.sendSpacing.map { _ in max(slot, spaced) + Self.lateSendTolerance },
+                                jobID: job.id
                             )
                         )
                         self.finished(job, outcome, decided)
@@ -378,6 +388,18 @@ public final class PushWorkerService: Service, Sendable {
     /// A rate-limited request (`spacing`) is also withdrawn when this worker wrote one of its limit less than an
     /// interval ago (``SendSpacer/admit(_:now:)``): it was held up behind other requests, and sending it now
     /// would bunch it with the next.
+    /// Jobs an operator cancelled while this worker may hold them (`jobs cancel` NOTIFYs their ids): a
+    /// request of one not yet written is withdrawn. Bounded: the oldest ids are forgotten first.
+    func noteCancelled(_ ids: Substring) {
+        let parsed = ids.split(separator: ",").compactMap { Int64($0) }
+        self.cancelled.withLock { cancelled in
+            for id in parsed where cancelled.set.insert(id).inserted { cancelled.order.append(id) }
+            while cancelled.order.count > 100_000 { cancelled.set.remove(cancelled.order.removeFirst()) }
+        }
+    }
+
+    func isCancelled(_ id: Int64) -> Bool { self.cancelled.withLock { $0.set.contains(id) } }
+
     /// How late after its slot a rate-limited request may still be written. Later, it is withdrawn
     /// (released uncounted, claimed again for a new slot): sent late, it would leave together with the
     /// requests other workers send on time, and the fleet's rate would not hold where the requests leave.
@@ -389,11 +411,13 @@ public final class PushWorkerService: Service, Sendable {
         credential: String,
         topic: String? = nil,
         spacing: SendSpacing? = nil,
-        notAfter: ContinuousClock.Instant? = nil
+        notAfter: ContinuousClock.Instant? = nil,
+        jobID: Int64? = nil
     ) -> @Sendable () -> Bool {
         let pair = topic.map { "\(credential)/\($0)" }
         return { [weak self] in
             guard let self else { return false }
+            if let jobID, self.isCancelled(jobID) { return false }
             if let notAfter, ContinuousClock.now > notAfter {
                 self.metrics.lateLimitedSend()
                 return false
@@ -497,4 +521,10 @@ public final class PushWorkerService: Service, Sendable {
             }
         }
     }
+}
+
+/// The ids of jobs cancelled while a worker may hold them, oldest first.
+struct CancelledJobs: Sendable {
+    var set: Set<Int64> = []
+    var order: [Int64] = []
 }

@@ -7,7 +7,7 @@ struct JobsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "jobs",
         abstract: "Inspect jobs in push.jobs.",
-        subcommands: [Show.self, Revive.self]
+        subcommands: [Show.self, Cancel.self, Revive.self]
     )
 
     struct Show: AsyncParsableCommand {
@@ -65,6 +65,66 @@ struct JobsCommand: AsyncParsableCommand {
 }
 
 extension JobsCommand {
+    struct Cancel: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Cancel queued or retrying jobs: they end cancelled and are never sent.",
+            discussion: """
+                By id, or every queued job of a coalesce_key (--topic narrows it to one app). A job a worker \
+                holds is cancelled too: the worker withdraws it if its request is not yet written (a \
+                rate-limited job waiting for its slot, for one); a request already in flight completes and \
+                its outcome is recorded. Jobs that already ended are named and left as they are.
+
+                Examples:
+                  push-worker jobs cancel 4711 4712
+                  push-worker jobs cancel --coalesce-key order-991 --topic com.example.app
+                """
+        )
+
+        @OptionGroup var database: DatabaseOptions
+        @Argument(help: "Job ids.") var ids: [Int64] = []
+        @Option(name: .customLong("coalesce-key"), help: "Cancel every queued job of this coalesce_key.")
+        var coalesceKey: String?
+        @Option(help: "With --coalesce-key: only this topic (bundle id).") var topic: String?
+        @Flag(help: "Print the result as JSON.") var json = false
+
+        func validate() throws {
+            if self.ids.isEmpty && self.coalesceKey == nil {
+                throw ValidationError("name the jobs to cancel: ids, or --coalesce-key K")
+            }
+            if self.topic != nil && self.coalesceKey == nil {
+                throw ValidationError("--topic narrows --coalesce-key: give the key too")
+            }
+        }
+
+        func run() async throws {
+            let (ids, key, topic, json) = (self.ids, self.coalesceKey, self.topic, self.json)
+            let result = try await self.database.withQueue { queue, _, _ in
+                try await queue.cancel(ids: ids, coalesceKey: key, topic: topic)
+            }
+            if json {
+                printJSON(result)
+                return
+            }
+            let total = result.cancelled.count + result.heldByWorkers.count
+            print("cancelled \(total) job\(total == 1 ? "" : "s")")
+            if !result.cancelled.isEmpty {
+                print("  waiting, never sent: \(result.cancelled.map(String.init).joined(separator: ", "))")
+            }
+            if !result.heldByWorkers.isEmpty {
+                print(
+                    "  held by a worker: \(result.heldByWorkers.map(String.init).joined(separator: ", ")) (withdrawn if not yet written; a request in flight completes: see `jobs show`)"
+                )
+            }
+            for (id, state) in result.ended.sorted(by: { $0.key < $1.key }) {
+                print("  \(id) is \(state): left as it is")
+            }
+            if !result.missing.isEmpty {
+                print("  no such job: \(result.missing.map(String.init).joined(separator: ", "))")
+            }
+            if total == 0 { throw ExitCode(1) }
+        }
+    }
+
     struct Revive: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Send superseded jobs after all, when the newer job of their key died unsent.",

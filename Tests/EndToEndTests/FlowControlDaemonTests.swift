@@ -239,6 +239,40 @@ struct FlowControlDaemonTests {
         }
     }
 
+    @Test(
+        "jobs cancel: a rate-limited job a worker holds for its slot is withdrawn and never sent; a waiting one is never claimed"
+    )
+    func cancelHeldAndWaiting() async throws {
+        try await DaemonFixture.run { f in
+            // One every 4 s, burst 2: the claim takes the first two (now and in 4 s); the third waits.
+            let limit = try f.cli([
+                "limits", "set", "--topic", "com.example.app", "--per-second", "0.25", "--burst", "2",
+            ])
+            #expect(limit.status == 0, "\(limit.output)")
+            try await f.insertAlerts(3)
+            let worker = try f.startWorker("w", ["--log-level", "error"])
+            try await f.waitUntil(.seconds(20), "the first request sent, the second held for its slot") {
+                let running = try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running'")
+                return f.simulator.requests.count == 1 && running >= 1
+            }
+            let held = try await f.db.int64s("SELECT id FROM push.jobs WHERE state = 'running' ORDER BY id")
+            let waiting = try await f.db.int64s("SELECT id FROM push.jobs WHERE state = 'pending' ORDER BY id")
+            let cancelled = try f.cli(["jobs", "cancel"] + (held + waiting).map(String.init))
+            #expect(cancelled.status == 0 && cancelled.output.contains("held by a worker"), "\(cancelled.output)")
+            // Past the held job's slot: nothing more was sent, and the jobs stay cancelled.
+            try await Task.sleep(for: .seconds(6))
+            #expect(f.simulator.requests.count == 1, "a cancelled job was sent")
+            #expect(
+                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'cancelled'")
+                    == Int64(held.count + waiting.count)
+            )
+            let shown = try f.cli(["jobs", "show", "\(held[0])"])
+            #expect(shown.output.contains("cancelled"), "\(shown.output)")
+            worker.signal(SIGTERM)
+            #expect(worker.wait() == 0)
+        }
+    }
+
     @Test("fair share: 20,000 jobs of credential A, then 20 of B: B's go out in the next claim, not behind A's backlog")
     func fairShare() async throws {
         let second = try SimulatorCredentials.generate(

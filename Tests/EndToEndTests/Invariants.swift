@@ -20,7 +20,9 @@ enum Invariants {
         texts: (String) async throws -> [String]
     ) async throws -> String {
         // Superseded (a newer job of its coalesce_key replaced it) is a terminal state too: never sent.
-        let delivered = try await count("SELECT count(*) FROM push.jobs WHERE state IN ('delivered', 'superseded')")
+        let delivered = try await count(
+            "SELECT count(*) FROM push.jobs WHERE state IN ('delivered', 'superseded', 'cancelled')"
+        )
         let dead = try await count("SELECT count(*) FROM push.dead_jobs")
         #expect(delivered + dead == Int64(total), "nothing lost \(context)")
         #expect(

@@ -113,6 +113,46 @@ struct FlowControlTests {
         }
     }
 
+    @Test(
+        "cancel: a waiting job ends cancelled and is never claimed; a held one keeps an in-flight outcome, loses an unsent one; by key"
+    )
+    func cancel() async throws {
+        try await TestPostgres.withDatabase { db in
+            let row = { (n: Int, key: String) in
+                "('com.example.app', lpad(to_hex(\(n)), 64, '0'), '{\"aps\":{}}', '\(key)', 'default')"
+            }
+            let ids = try await Self.insert(db, (1...4).map { row($0, "k\($0)") }.joined(separator: ","))
+            let held = try await db.queue.claimBatch(limit: 2, workerID: "w", lease: .seconds(60))
+            let heldIDs = held.jobs.map(\.id).sorted()
+            #expect(heldIDs == [ids[0], ids[1]])
+            let keyed = try await Self.insert(db, [row(5, "order-9"), row(6, "order-9")].joined(separator: ","))
+            let result = try await db.queue.cancel(ids: [ids[0], ids[1], ids[2], 999_999])
+            #expect(result.cancelled == [ids[2]] && result.heldByWorkers == heldIDs && result.missing == [999_999])
+            // The held jobs: one's request was in flight (its 200 is recorded), the other's was withdrawn unsent
+            // (fenced: it stays cancelled).
+            let written = try await db.queue.writeOutcomes(
+                [
+                    JobOutcome(jobID: ids[0], attempt: 1, disposition: .delivered, status: 200),
+                    JobOutcome(jobID: ids[1], attempt: 1, disposition: .requeue(after: .zero), sent: false),
+                ],
+                workerID: "w"
+            )
+            #expect(written.recorded == [ids[0]] && written.fenced == [ids[1]])
+            let states = try await db.client.query(
+                "SELECT id, state FROM push.jobs WHERE id = ANY ('{\(unescaped: ids.map(String.init).joined(separator: ","))}') ORDER BY id"
+            ).decode((Int64, String).self).collect()
+            #expect(states.map(\.1) == ["delivered", "cancelled", "cancelled", "pending"])
+            // By key: both queued jobs of the key; then nothing of it is claimable, the other job is.
+            let byKey = try await db.queue.cancel(ids: [], coalesceKey: "order-9", topic: "com.example.app")
+            #expect(byKey.cancelled == keyed.sorted())
+            let next = try await db.queue.claimBatch(limit: 10, workerID: "w", lease: .seconds(60))
+            #expect(next.jobs.map(\.id) == [ids[3]])
+            // Cancelling again names the ended ones.
+            let again = try await db.queue.cancel(ids: [ids[0], ids[2]])
+            #expect(again.ended == [String(ids[0]): "delivered", String(ids[2]): "cancelled"])
+        }
+    }
+
     @Test("two claimers racing over 50 keys × 20 jobs claim exactly one job per key")
     func coalescingRace() async throws {
         try await TestPostgres.withDatabase(maxConnections: 6) { db in

@@ -133,7 +133,9 @@ extension APNsSimulator {
                     return
                 }
                 func respond(_ answer: SimulatorAnswer) async throws {
-                    var responseHeaders = HPACKHeaders([(":status", String(answer.status))])
+                    var responseHeaders = HPACKHeaders([
+                        (":status", String(answer.status)), ("date", Self.httpDate(self.configuration.now())),
+                    ])
                     for (name, value) in answer.headers { responseHeaders.add(name: name, value: value) }
                     let okThenReset =
                         answer.status == 200 && answer.body.isEmpty && self.configuration.faults.okThenResetShare > 0
@@ -332,5 +334,21 @@ extension HPACKHeaders {
         if let id = self.first(name: "apns-id") { return ("apns-id", id) }
         if let id = self.first(name: "apns-request-id") { return ("apns-request-id", id) }
         return nil
+    }
+}
+
+extension APNsSimulator {
+    /// The `Date` header APNs sends (IMF-fixdate, whole seconds): the simulator's own clock, which a test may
+    /// move to play a server whose clock differs from the worker's host.
+    static func httpDate(_ date: Date) -> String {
+        var time = time_t(date.timeIntervalSince1970.rounded(.down))
+        var parts = tm()
+        gmtime_r(&time, &parts)
+        let days = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
+        let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+        func two(_ n: Int32) -> String { n < 10 ? "0\(n)" : "\(n)" }
+        return
+            "\(days[Int(parts.tm_wday)]), \(two(parts.tm_mday)) \(months[Int(parts.tm_mon)]) \(parts.tm_year + 1900) "
+            + "\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)) GMT"
     }
 }

@@ -23,6 +23,8 @@ public struct APNsResponse: Sendable, Hashable {
     public var body: [UInt8]
     /// How long the request took, from write to the end of the response.
     public var latency: Duration
+    /// APNs' `Date` header: the server's clock (HTTP date, whole seconds).
+    public var serverDate: String?
 
     /// Creates a response.
     public init(
@@ -35,7 +37,8 @@ public struct APNsResponse: Sendable, Hashable {
         retryAfter: String? = nil,
         channelID: String? = nil,
         body: [UInt8] = [],
-        latency: Duration = .zero
+        latency: Duration = .zero,
+        serverDate: String? = nil
     ) {
         self.status = status
         self.reason = reason
@@ -47,6 +50,7 @@ public struct APNsResponse: Sendable, Hashable {
         self.channelID = channelID
         self.body = body
         self.latency = latency
+        self.serverDate = serverDate
     }
 
     /// What the answer means for the job, with its trap id.

@@ -333,7 +333,8 @@ final class FrameExchange: ChannelInboundHandler {
                     retryAfter: headers.first(name: "retry-after"),
                     channelID: headers.first(name: "apns-channel-id"),
                     body: exchange.body,
-                    latency: ContinuousClock.now - exchange.started
+                    latency: ContinuousClock.now - exchange.started,
+                    serverDate: headers.first(name: "date")
                 )
             )
         )

@@ -29,6 +29,8 @@ public final class PushWorkerService: Service, Sendable {
     let lastDatabaseSuccess = Mutex(ContinuousClock.now)
     let state: Locked<State>
     let stats = Locked(WorkerStats())
+    /// The host clock against APNs' `Date` header.
+    let clock: ClockSkewMonitor
     /// Ids of held jobs an operator cancelled (see ``noteCancelled(_:)``).
     let cancelled = Locked(CancelledJobs())
 
@@ -80,6 +82,7 @@ public final class PushWorkerService: Service, Sendable {
         self.client = client
         self.listener = listener
         self.logger = logger
+        self.clock = ClockSkewMonitor(logger: logger)
         self.processor = JobProcessor(
             client: client,
             retry: configuration.retry,
@@ -468,6 +471,7 @@ public final class PushWorkerService: Service, Sendable {
 
     /// A prepared job's send ended (`nil`: refused before sending): decide, react, count, hand to the recorder.
     func complete(_ prepared: JobProcessor.Prepared, with result: Result<APNsResponse, any Error>?) {
+        if case .success(let response) = result { self.clock.observe(response) }
         let (outcome, decided) = self.processor.finish(prepared, with: result)
         self.finished(prepared.job, outcome, decided)
     }

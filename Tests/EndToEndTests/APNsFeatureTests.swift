@@ -156,6 +156,34 @@ struct APNsFeatureTests {
         }
     }
 
+    @Test("APNs' Date header 10 minutes ahead of the host: the worker warns with the skew and publishes it")
+    func clockSkew() async throws {
+        try await DaemonFixture.run(simulator: { $0.now = { Date().addingTimeInterval(600) } }) { f in
+            try await f.insertAlerts(3)
+            let worker = try f.startWorker("skewed", ["--log-level", "warning"])
+            try await f.waitUntil(.seconds(30), "delivered") { try await f.unfinished() == 0 }
+            try await f.waitUntil(.seconds(10), "the skew on /metrics") {
+                let body = try await f.get(worker, "/metrics").1
+                return body.split(separator: "\n").contains { line in
+                    line.hasPrefix("push_clock_skew_seconds ")
+                        && (Double(line.split(separator: " ").last ?? "") ?? 0) > 590
+                }
+            }
+            worker.signal(SIGTERM)
+            #expect(worker.wait() == 0)
+            #expect(worker.output.contains("s behind APNs': provider tokens will be refused"), "\(worker.output)")
+        }
+        // A host in step: no warning.
+        try await DaemonFixture.run { f in
+            try await f.insertAlerts(3)
+            let worker = try f.startWorker("in-step", ["--log-level", "warning"])
+            try await f.waitUntil(.seconds(30), "delivered") { try await f.unfinished() == 0 }
+            worker.signal(SIGTERM)
+            #expect(worker.wait() == 0)
+            #expect(!worker.output.contains("host clock"))
+        }
+    }
+
     @Test("describe of a dead letter shows the request a replay would send, or how to make the replay live")
     func describeDeadLetter() async throws {
         try await DaemonFixture.run { f in

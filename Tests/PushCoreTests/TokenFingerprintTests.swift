@@ -1,3 +1,4 @@
+import Foundation
 import PushCore
 import Testing
 
@@ -23,5 +24,25 @@ struct TokenFingerprintTests {
                 "MS011", "MS014", "MS015", "MS018", "MS020", "MS028", "MS030", "MS031", "MS032", "MS034", "MS035",
             ]
         )
+    }
+}
+
+@Suite("HTTP dates and clock skew")
+struct ClockSkewTests {
+    @Test("an IMF-fixdate round-trips; anything else is nil; the skew is measured at the exchange's midpoint")
+    func dates() {
+        let date = Date(timeIntervalSince1970: 1_795_631_727)
+        #expect(HTTPDate.format(date) == "Wed, 25 Nov 2026 18:35:27 GMT")
+        #expect(HTTPDate.parse("Wed, 25 Nov 2026 18:35:27 GMT") == date)
+        for bad in ["", "25 Nov 2026", "Wed, 25 Foo 2026 18:35:27 GMT", "Wed, 25 Nov 2026 25:00:00 GMT"] {
+            #expect(HTTPDate.parse(bad) == nil, "\(bad)")
+        }
+        let skew = ClockSkew.measure(
+            serverDate: "Wed, 25 Nov 2026 18:45:27 GMT",
+            receivedAt: date.addingTimeInterval(1),
+            latency: .seconds(2)
+        )
+        #expect(skew == 600.5)
+        #expect(ClockSkew.measure(serverDate: nil, receivedAt: date, latency: .zero) == nil)
     }
 }

@@ -1,5 +1,7 @@
 import APNsTransport
 import ArgumentParser
+import Foundation
+import PushCore
 
 struct CheckArgumentsCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -34,22 +36,41 @@ struct CheckArgumentsCommand: ParsableCommand {
     }
 }
 
-/// `push-worker check-keys`: load every configured signing key as `run` would, and connect to nothing.
-struct CheckKeysCommand: ParsableCommand {
+/// `push-worker check-keys`: load every configured signing key as `run` would; with `--online`, ask APNs.
+struct CheckKeysCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "check-keys",
         abstract:
-            "Load every configured APNs key and certificate as run would (permissions, key type, ids, expiry) and connect to nothing.",
+            "Load every configured APNs key and certificate as run would (permissions, key type, ids, expiry); with --online, one real request per credential.",
         discussion: """
             For deploy checks and pod debugging: `push-worker check-keys --config /etc/push-worker/config.json` \
             prints one line per credential, or the sentence that says what to fix (a world-readable key, a \
             symlink to the wrong file, an empty APNS_KEY_PATH). Never prints key material.
+
+            --online --topic BUNDLE_ID sends one silent background push per credential to a well-formed token \
+            no device has: APNs answering BadDeviceToken means the key works; InvalidProviderToken, Forbidden or \
+            TopicDisallowed name the fix, before the first real send. With DATABASE_URL it signs with the \
+            fleet's shared provider token (a key refreshed by several processes is refused). Exits 1 if any \
+            credential fails.
             """
     )
 
     @OptionGroup var apns: APNsOptions
+    @OptionGroup var database: DatabaseOptions
+    @Flag(help: "Also send one request per credential to APNs to prove the key works.") var online = false
+    @Option(help: "With --online: the bundle id to send to (the key must be allowed to push to it).")
+    var topic: String?
 
-    func run() throws {
+    /// The probe's device token: well-formed, and no device's (a fixed value, so a test can script it).
+    static let probeToken = "5f9d2c0e8a7b4c31" + String(repeating: "0", count: 32) + "70757368776f726b"
+
+    func validate() throws {
+        if self.online && (self.topic ?? "").isEmpty {
+            throw ValidationError("--online needs --topic BUNDLE_ID: the app the keys send for")
+        }
+    }
+
+    func run() async throws {
         let loaded = try self.apns.credentials()
         for (name, key) in loaded.keys.sorted(by: { $0.key < $1.key }) {
             print("ok: credential \(name): team \(key.teamID), key \(key.keyID)")
@@ -61,5 +82,64 @@ struct CheckKeysCommand: ParsableCommand {
             )
         }
         if let proxy = try self.apns.proxy() { print("ok: https proxy \(proxy)") }
+        guard self.online, let topic = self.topic else { return }
+        let environment = try self.apns.environment
+        let names = Array(Set(loaded.keys.keys).union(loaded.certificates.keys)).sorted()
+        let failures = try await ChannelsCommand.withAPNsClient(self.apns, self.database) { client in
+            var failures = 0
+            for name in names {
+                let line = await Self.probe(client, credential: name, topic: topic, environment: environment)
+                print(line.text)
+                if !line.ok { failures += 1 }
+            }
+            return failures
+        }
+        if failures > 0 { throw ExitCode(1) }
+    }
+
+    /// One request with `credential` to the probe token, and what its answer says of the key.
+    static func probe(
+        _ client: APNsClient,
+        credential: String,
+        topic: String,
+        environment: APNsEnvironment
+    ) async -> (ok: Bool, text: String) {
+        let job = PushJob(
+            id: 0,
+            apnsID: UUID(),
+            topic: topic,
+            deviceToken: Self.probeToken,
+            payload: #"{"aps":{"content-available":1}}"#,
+            pushType: "background",
+            priority: 5,
+            environment: environment.rawValue,
+            credential: credential
+        )
+        let prefix = "online: credential \(credential) (\(environment.rawValue), topic \(topic)): "
+        do {
+            let request = try RequestBuilder.describe(job)
+            let response = try await client.send(request, credential: credential)
+            let reason = response.reason ?? ""
+            switch (response.status, reason) {
+            case (400, "BadDeviceToken"), (410, _), (200, _):
+                return (
+                    true,
+                    prefix
+                        + "ok: APNs accepted the key (it answered \(response.status) \(reason.isEmpty ? "" : reason) for a token no device has)"
+                )
+            default:
+                let verdict = response.verdict
+                let sentence = APNsReason(reason).sentence(status: response.status)
+                return (
+                    false,
+                    prefix
+                        + "refused: \(response.status) \(reason)\(verdict.trapID.map { " [\($0.rawValue)]" } ?? ""): \(sentence)"
+                )
+            }
+        } catch let rejection as PreSendRejection {
+            return (false, prefix + "not sent: \(rejection.message)")
+        } catch {
+            return (false, prefix + "could not reach APNs: \(error)")
+        }
     }
 }

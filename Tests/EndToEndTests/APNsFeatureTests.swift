@@ -184,6 +184,43 @@ struct APNsFeatureTests {
         }
     }
 
+    @Test(
+        "check-keys --online: one request per credential to a token no device has; BadDeviceToken says the key works, a refused key is named with its fix"
+    )
+    func checkKeysOnline() async throws {
+        let untrusted = try SimulatorCredentials.generate(
+            in: FileManager.default.temporaryDirectory.appendingPathComponent("cred-u-\(UUID().uuidString)").path,
+            teamID: "TEAMUUUUUU",
+            keyID: "KEYUUUUUUU"
+        )
+        try await DaemonFixture.run { f in
+            let probe = "5f9d2c0e8a7b4c31" + String(repeating: "0", count: 32) + "70757368776f726b"
+            f.simulator.script(probe, .respond(status: 400, reason: "BadDeviceToken"))
+            let endpoint = ["--apns-endpoint", "https://localhost:\(f.simulator.port)", "--apns-ca-file", f.caFile]
+            let good = try f.cli(["check-keys", "--online", "--topic", "com.example.app"] + endpoint)
+            #expect(good.status == 0, "\(good.output)")
+            #expect(good.output.contains("online: credential default (production, topic com.example.app): ok"))
+            #expect(f.simulator.requests.count == 1 && f.simulator.requests[0].deviceToken == probe)
+
+            let config = f.directory + "/two.json"
+            try """
+            {"credentials": {
+              "default": {"team_id": "\(f.credentials.teamID)", "key_id": "\(f.credentials.keyID)", "key_path": "\(f.keyPath)"},
+              "stranger": {"team_id": "\(untrusted.teamID)", "key_id": "\(untrusted.keyID)", "key_path": "\(untrusted.keyPath)"}
+            }}
+            """.write(toFile: config, atomically: true, encoding: .utf8)
+            let mixed = try f.cli(
+                ["check-keys", "--online", "--topic", "com.example.app", "--config", config] + endpoint
+            )
+            #expect(mixed.status == 1, "\(mixed.output)")
+            #expect(mixed.output.contains("credential default (production, topic com.example.app): ok"))
+            #expect(mixed.output.contains("credential stranger (production, topic com.example.app): refused: 403"))
+            #expect(mixed.output.contains("[MS030]"), "\(mixed.output)")
+            let noTopic = try f.cli(["check-keys", "--online"] + endpoint)
+            #expect(noTopic.status != 0 && noTopic.output.contains("--topic"))
+        }
+    }
+
     @Test("describe of a dead letter shows the request a replay would send, or how to make the replay live")
     func describeDeadLetter() async throws {
         try await DaemonFixture.run { f in

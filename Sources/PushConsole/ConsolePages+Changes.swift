@@ -171,7 +171,7 @@ extension ConsolePages {
                 title: "Purge: preview",
                 values: [
                     "summary":
-                        "Dry run: nothing is deleted. \(groups.count >= 200 ? "At least " : "")\(grouped(total)) dead letter(s) died more than \(text) ago and would be deleted for good (no replay after that).",
+                        "Dry run: nothing is deleted. \(groups.count >= 200 || groups.first?.sampledNewest != nil ? "At least " : "")\(grouped(total)) dead letter(s) died more than \(text) ago and would be deleted for good (no replay after that)\(groups.first?.sampledNewest.map { "; the groups below count the newest \(grouped($0)) of them" } ?? "").",
                     "hasGroups": !groups.isEmpty,
                     "groups": groups.map {
                         ["count": grouped($0.count), "reason": $0.reason, "trap": $0.trapID ?? ""]

@@ -101,6 +101,7 @@ enum ConsoleTemplates {
         </form>
         {{^paged}}<h2>By reason and trap id</h2>
         {{^groups}}<p class="muted">No dead letters{{#filtered}} match the filter{{/filtered}}.</p>{{/groups}}{{/paged}}
+        {{#sampled}}<p class="muted">{{sampled}}</p>{{/sampled}}
         {{#hasGroups}}<table class="groups"><thead><tr><th class="n">Count</th><th>Reason</th><th>Trap id</th><th>Newest</th><th>What to do</th><th></th></tr></thead><tbody>
         {{#groups}}<tr><td class="n">{{count}}</td><td><a href="{{base}}/dead?{{query}}">{{reason}}</a></td><td>{{trap}}</td><td>{{newest}}</td>
         <td class="advice">{{#advice}}<strong>{{advice.title}}</strong>{{{advice.html}}}{{/advice}}{{^advice}}<p>{{example}}</p>{{/advice}}</td>

@@ -178,7 +178,9 @@ extension ConsolePages {
                 "filtered": !groupFilter.isUnrestricted,
                 "paged": cursor != nil,
                 "hasGroups": !g.isEmpty,
-                "sampled": g.first?.sampledNewest.map { "Counts are of the newest \(grouped($0)) matching dead letters." }
+                "sampled": g.first?.sampledNewest.map {
+                    "Counts are of the newest \(grouped($0)) matching dead letters."
+                }
                     ?? "",
                 "groups": g.map { group -> [String: Any] in
                     var row: [String: Any] = [

@@ -33,6 +33,7 @@ struct PushWorkerCommand: AsyncParsableCommand {
             HealthcheckCommand.self,
             CheckArgumentsCommand.self,
             CheckKeysCommand.self,
+            PsqlCommand.self,
         ]
     )
 }

@@ -218,12 +218,13 @@ extension JobQueue {
         let condition = Self.appendFilter(filter, to: &binds)
         // Bounded: the groups read at most the newest `cap` + 1 matching dead letters through the dead_at index
         // (an index per filter keeps a filtered read as short), so a page costs the same at 1,000,000 dead
-        // letters as at 50,000; past the cap the counts are of the newest `cap`, and say so.
+        // letters as at 10,000; past the cap the counts are of the newest `cap`, and say so.
         let sql = """
             WITH sample AS MATERIALIZED (
                 SELECT j.trap_ids[array_upper(j.trap_ids, 1)] AS trap, j.reason, j.dead_at
                   FROM push.dead_jobs AS j WHERE \(condition)
-                 ORDER BY j.dead_at DESC, j.id DESC LIMIT \(Int64(cap) + 1)
+                 -- dead_at alone: ties do not change the counts, and the plain dead_at index serves the order.
+                 ORDER BY j.dead_at DESC LIMIT \(Int64(cap) + 1)
             ), capped AS (
                 SELECT * FROM sample ORDER BY dead_at DESC LIMIT \(Int64(cap))
             )
@@ -257,7 +258,7 @@ extension JobQueue {
     }
 
     /// How many of the newest matching dead letters the groups read.
-    public static let deadLetterGroupSample = 50_000
+    public static let deadLetterGroupSample = 10_000
 
     /// A page of dead letters matching `filter`, newest first, starting after `cursor` (keyset pagination:
     /// each page costs the same however deep).

@@ -172,4 +172,31 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
             )
         }
     }
+
+    /// Opens one connection with the startup parameters the worker's sessions carry (its session settings
+    /// and `application_name`), so a server or pooler that refuses them is named at start, with the fix,
+    /// instead of a pool retrying in silence. A pooler in transaction mode (PgBouncer) refuses parameters it
+    /// does not know ("unsupported startup parameter"), and could not keep them per session anyway.
+    public func probeSessionSettings(_ parameters: [(String, String)], logger: Logger) async throws {
+        var configuration = try self.connectionConfiguration()
+        configuration.options.additionalStartupParameters = parameters
+        do {
+            let connection = try await PostgresConnection.connect(configuration: configuration, id: 0, logger: logger)
+            try? await connection.close()
+        } catch {
+            let summary = QueueError.summary(of: error)
+            if summary.contains("unsupported startup parameter") || summary.contains("startup parameter") {
+                throw QueueError(
+                    code: .databaseUnreachable,
+                    message:
+                        "\(self.host):\(self.port) refused the worker's session settings (\(summary)): a connection pooler in transaction mode (PgBouncer) is in the way. Start the worker with --no-session-settings (it then sets nothing per session), or point DATABASE_URL at Postgres itself"
+                )
+            }
+            throw QueueError(
+                code: .databaseUnreachable,
+                message:
+                    "cannot connect to Postgres at \(self.host):\(self.port) as \(self.username) (database \(self.database)): \(QueueError.summary(of: error)). Check that the server is running and accepts connections, and DATABASE_URL (or --database-url)"
+            )
+        }
+    }
 }

@@ -209,8 +209,10 @@ struct RunCommand: AsyncParsableCommand {
         let workerID = self.workerID ?? "\(ProcessInfo.processInfo.hostName)-\(getpid())"
         if !self.noSessionSettings {
             // application_name: the reaper tells a frozen worker (sessions open) from a dead one (none).
-            postgres.options.additionalStartupParameters =
+            let parameters =
                 JobQueue.workerSessionSettings + [("application_name", JobQueue.applicationName(of: workerID))]
+            try await url.probeSessionSettings(parameters, logger: logger)
+            postgres.options.additionalStartupParameters = parameters
         }
         // The pool warns once if a query is queued before its run() is scheduled (harmless); query
         // failures are logged by the worker with the database's own message, so keep the pool's
@@ -338,7 +340,15 @@ struct WorkerDaemon: Service {
     let prepare: @Sendable () async throws -> Void
 
     func run() async throws {
-        try await self.prepare()
+        // The first signal stops a worker that has not started too (waiting for another process's migration,
+        // say): the schema check is cancelled and the worker exits without claiming.
+        do {
+            try await cancelWhenGracefulShutdown { try await self.prepare() }
+        } catch  where Task.isShuttingDownGracefully {
+            self.logger.notice("stopped before starting: the signal came while the push schema was being checked")
+            await self.apnsClient.shutdown()
+            return
+        }
         writeLine(self.banner)
         // systemd (Type=notify): ready once the schema is checked and the service is built.
         self.notifier.notify("READY=1\nSTATUS=claiming and sending as \(self.workerID)\nMAINPID=\(getpid())")

@@ -66,9 +66,38 @@ extension APNsSimulator {
             return state.connectionCount
         }
         defer {
+            let now = self.configuration.now()
             self.state.withLock {
                 _ = $0.connections.removeValue(forKey: id)
                 _ = $0.clientCertificates.removeValue(forKey: id)
+                if $0.requestsPerConnection.removeValue(forKey: id) == nil, !self.configuration.fastMode {
+                    $0.idleCloses.append(now)
+                }
+            }
+        }
+        // Connect/disconnect churn: past the limit, a new connection is refused at once.
+        if let limit = self.configuration.idleConnectionLimit, !self.configuration.fastMode {
+            let now = self.configuration.now()
+            let refused = self.state.withLock { state -> Bool in
+                state.idleCloses.removeAll { now.timeIntervalSince($0) >= limit.window }
+                guard state.idleCloses.count >= limit.count else { return false }
+                state.faults.churnRefusals += 1
+                // A refused connection is no churn of its own: count it as having had its say.
+                state.requestsPerConnection[id] = 0
+                return true
+            }
+            if refused {
+                let frame = HTTP2Frame(
+                    streamID: .rootStream,
+                    payload: .goAway(
+                        lastStreamID: .rootStream,
+                        errorCode: .enhanceYourCalm,
+                        opaqueData: ByteBuffer(string: #"{"reason":"TooManyConnections"}"#)
+                    )
+                )
+                try? await connection.channel.writeAndFlush(frame)
+                try? await connection.channel.close()
+                return
             }
         }
         await withDiscardingTaskGroup { group in
@@ -83,6 +112,21 @@ extension APNsSimulator {
                 )
             }
         }
+    }
+
+    /// A rejected provider token: the connection is back to one stream until a request succeeds again.
+    func deauthenticate(connectionID: Int, channel: any Channel) {
+        let was = self.state.withLock { state -> Bool in
+            guard state.authenticatedConnections.remove(connectionID) != nil else { return false }
+            state.faults.streamLimitDrops += 1
+            return true
+        }
+        guard was, !self.configuration.fastMode else { return }
+        let frame = HTTP2Frame(
+            streamID: .rootStream,
+            payload: .settings(.settings([HTTP2Setting(parameter: .maxConcurrentStreams, value: 1)]))
+        )
+        channel.writeAndFlush(frame, promise: nil)
     }
 
     /// After the first success with a valid token on a connection, raise its stream limit (once).

@@ -29,6 +29,8 @@ struct SimulatorAnswer {
 extension APNsSimulator {
     func serveStream(_ stream: Stream, connectionID: Int, connection: any Channel) async {
         self.state.withLock { state in
+            // A stream opened is a request made: the connection is no connect/disconnect churn.
+            state.requestsPerConnection[connectionID, default: 0] += 1
             state.openStreams += 1
             state.maxOpenStreams = max(state.maxOpenStreams, state.openStreams)
         }

@@ -31,13 +31,14 @@ extension APNsSimulator {
             segments.count == 5 && segments[1] == "4" && segments[2] == "broadcasts" && segments[3] == "apps"
         guard isDevice || isBroadcast else { return .error(404, "BadPath") }
         guard method == "POST" else { return .error(405, "MethodNotAllowed") }
-        if let failure = self.authenticateRequest(headers, certificate: certificate) { return failure }
-
-        guard let pushTypeName = headers.first(name: "apns-push-type"),
-            let pushType = AppleRules.pushTypes[pushTypeName]
-        else {
-            return .error(400, "InvalidPushType")
+        if let failure = self.authenticateRequest(headers, certificate: certificate) {
+            // APNs drops a connection back to one stream after a rejected token.
+            if failure.status == 403 { self.deauthenticate(connectionID: connectionID, channel: connection) }
+            return failure
         }
+
+        guard let pushTypeName = headers.first(name: "apns-push-type") else { return .error(400, "MissingPushType") }
+        guard let pushType = AppleRules.pushTypes[pushTypeName] else { return .error(400, "InvalidPushType") }
         let bundle: String
         if isDevice {
             guard let topic = headers.first(name: "apns-topic"), !topic.isEmpty else {
@@ -98,6 +99,25 @@ extension APNsSimulator {
         let limit = isBroadcast ? AppleRules.broadcastPayloadLimit : pushType.payloadLimit
         guard body.count <= limit else { return .error(413, "PayloadTooLarge") }
 
+        // iOS's update budget: priority-10 Live Activity pushes to one token, past the budget, are throttled.
+        if pushTypeName == "liveactivity", isDevice, headers.first(name: "apns-priority") ?? "10" == "10",
+            let budget = self.configuration.liveActivityBudget
+        {
+            let now = self.configuration.now()
+            let over = self.state.withLock { state -> Bool in
+                var sends = state.liveActivitySends[target, default: []].filter {
+                    now.timeIntervalSince($0) < budget.window
+                }
+                guard sends.count < budget.count else {
+                    state.liveActivitySends[target] = sends
+                    return true
+                }
+                sends.append(now)
+                state.liveActivitySends[target] = sends
+                return false
+            }
+            if over { return .error(429, "TooManyRequests") }
+        }
         if let behaviour = self.state.withLock({ $0.behaviour(for: target) }) {
             let scripted = self.scripted(behaviour)
             if scripted.status == 200 && scripted.action == .respond {

@@ -61,6 +61,23 @@ public final class APNsSimulator: Sendable {
         public var environment: String?
         /// The wall clock that judges provider-token age (tests move it instead of sleeping).
         public var now: @Sendable () -> Date = Date.init
+        /// iOS's budget for priority-10 Live Activity pushes, per device token: past it, `429
+        /// TooManyRequests` (send routine updates at priority 5). `nil`: no budget.
+        public var liveActivityBudget: Budget? = Budget(count: 12, window: 3600)
+        /// Connections opened and closed without a single request: past this many in the window, a new
+        /// connection is refused (GOAWAY `ENHANCE_YOUR_CALM`), as APNs treats connect/disconnect churn as an
+        /// attack. `nil`: no limit.
+        public var idleConnectionLimit: Budget? = Budget(count: 20, window: 60)
+
+        /// So many within a sliding window of seconds.
+        public struct Budget: Sendable, Hashable {
+            public var count: Int
+            public var window: TimeInterval
+            public init(count: Int, window: TimeInterval) {
+                self.count = count
+                self.window = window
+            }
+        }
 
         /// Defaults: loopback, free port, faithful mode, 1,000 streams once authenticated, unique ids on.
         public init(

@@ -40,6 +40,10 @@ public struct FaultPlan: Sendable, Hashable {
 public struct FaultCounters: Sendable, Hashable {
     /// GOAWAY frames sent.
     public var goAways = 0
+    /// Connections refused because too many before them closed without a request (connect/disconnect churn).
+    public var churnRefusals = 0
+    /// Connections sent back to one stream (SETTINGS) after a rejected provider token.
+    public var streamLimitDrops = 0
     /// Connections dropped without GOAWAY.
     public var drops = 0
     /// Streams reset.

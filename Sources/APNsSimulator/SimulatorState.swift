@@ -8,6 +8,12 @@ struct SimulatorState {
     var requests: [RecordedRequest] = []
     var connections: [Int: any Channel] = [:]
     var authenticatedConnections: Set<Int> = []
+    /// Requests read per connection (a connection closed with none is connect/disconnect churn).
+    var requestsPerConnection: [Int: Int] = [:]
+    /// When connections closed without a request.
+    var idleCloses: [Date] = []
+    /// Priority-10 Live Activity sends per device token (the budget's window).
+    var liveActivitySends: [String: [Date]] = [:]
     var connectionCount = 0
     var openStreams = 0
     var maxOpenStreams = 0

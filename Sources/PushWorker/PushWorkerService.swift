@@ -306,13 +306,16 @@ public final class PushWorkerService: Service, Sendable {
                 let claimedAt = Date()
                 var due: [PushJob] = []
                 for job in jobs {
-                    // A rate-limited job waits for the send time its limit's fleet-wide schedule gave it.
-                    let slot = job.sendAt.map { sendAt in
-                        ContinuousClock.now
-                            + .milliseconds(
-                                Int64(sendAt.timeIntervalSince(job.claimedAt ?? sendAt) * 1000)
-                            )
+                    // A rate-limited job waits for the send time its limit's fleet-wide schedule gave it: an
+                    // offset from when the schedule was read, some time between this claim's start and now.
+                    // Counted from now, it is never early; it must leave by the tolerance after the earliest
+                    // that slot can be (counted from the claim's start), or it is withdrawn: a slow claim
+                    // or a busy worker would otherwise send it on top of other workers' later slots.
+                    let offset = job.sendAt.map { sendAt in
+                        Duration.milliseconds(Int64(sendAt.timeIntervalSince(job.claimedAt ?? sendAt) * 1000))
                     }
+                    let slot = offset.map { ContinuousClock.now + $0 }
+                    let latest = offset.map { claimStarted + $0 + Self.lateSendTolerance }
                     // Limited jobs always take their own task: their sends are spaced here too.
                     guard let slot, slot > .now || job.sendSpacing != nil else {
                         due.append(job)
@@ -320,9 +323,8 @@ public final class PushWorkerService: Service, Sendable {
                     }
                     sends.addTask {
                         try? await Task.sleep(until: slot)
-                        var spaced = slot
                         if let spacing = job.sendSpacing {
-                            spaced = self.spacer.slot(for: spacing, notBefore: .now)
+                            let spaced = self.spacer.slot(for: spacing, notBefore: .now)
                             if spaced > .now { try? await Task.sleep(until: spaced) }
                         }
                         let (outcome, decided) = await self.processor.process(
@@ -332,7 +334,7 @@ public final class PushWorkerService: Service, Sendable {
                                 credential: job.credential,
                                 topic: job.topic,
                                 spacing: job.sendSpacing,
-                                notAfter: job.sendSpacing.map { _ in max(slot, spaced) + Self.lateSendTolerance },
+                                notAfter: job.sendSpacing == nil ? nil : latest,
                                 jobID: job.id
                             )
                         )
@@ -403,7 +405,8 @@ public final class PushWorkerService: Service, Sendable {
 
     func isCancelled(_ id: Int64) -> Bool { self.cancelled.withLock { $0.set.contains(id) } }
 
-    /// How late after its slot a rate-limited request may still be written. Later, it is withdrawn
+    /// How late after the earliest its slot can be a rate-limited request may still be written (from the
+    /// claim's start: a claim that took longer withdraws its limited jobs due at once). Later, it is withdrawn
     /// (released uncounted, claimed again for a new slot): sent late, it would leave together with the
     /// requests other workers send on time, and the fleet's rate would not hold where the requests leave.
     static let lateSendTolerance = Duration.milliseconds(150)

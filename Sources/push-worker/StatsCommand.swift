@@ -23,7 +23,7 @@ struct StatsCommand: AsyncParsableCommand {
             }
             let states = stats.byState
             print(
-                "jobs          pending \(states["pending"] ?? 0) (due now \(stats.pendingDue))   running \(states["running"] ?? 0)   delivered \(states["delivered"] ?? 0)   superseded \(states["superseded"] ?? 0)"
+                "jobs          pending \(states["pending"] ?? 0) (due now \(stats.pendingDue))   running \(states["running"] ?? 0)   delivered \(states["delivered"] ?? 0)   superseded \(states["superseded"] ?? 0)   cancelled \(states["cancelled"] ?? 0)"
             )
             print("oldest due    \(stats.pendingDue == 0 ? "-" : formatSeconds(stats.oldestPendingAgeSeconds))")
             print("last minute   delivered \(stats.deliveredLastMinute)   dead-lettered \(stats.deadLastMinute)")

@@ -392,29 +392,56 @@ struct FleetHarnessTests {
                     "seed \(seed): a late-committed older keyed job was not superseded"
                 )
             }
-            // The limit held where the requests arrive.
+            // The limit held where the requests leave: the workers' send times (each job's last_attempt_at, when
+            // its request left the worker), over any window of W seconds at most rate × (W + 0.2 s) + burst (a
+            // request may leave up to 0.15 s after its slot). At the simulator, which runs in this test's
+            // process and on 2 loaded cores reads its sockets in bursts (a stall of a few hundred ms, then
+            // every request that arrived meanwhile at one instant), the 5 s window is held to rate × (W + 1 s)
+            // + burst, and the 1 s window is printed.
             var limitSummary = "limit window missing"
             if let (from, to) = limitWindow {
                 let times = requests.filter {
                     $0.headers["apns-topic"] == Self.limitedTopic && $0.receivedAt > from && $0.receivedAt < to
                 }.map(\.receivedAt).sorted()
-                // Over any window of W seconds: at most rate × W + burst, where a request may arrive up to 0.2 s
-                // after its slot (a loaded debug build wakes late; a late request then lands among the next
-                // slots' requests). The 5 s window shows the average rate holds however the sends bunch.
-                var parts: [String] = []
-                for window in [1.0, 5.0] {
+                let left = try await f.db.client.query(
+                    PostgresQuery(
+                        unsafeSQL: """
+                            SELECT extract(epoch FROM last_attempt_at)::float8 FROM push.jobs
+                             WHERE topic = '\(Self.limitedTopic)'
+                               AND last_attempt_at > to_timestamp(\(from.timeIntervalSince1970))
+                               AND last_attempt_at < to_timestamp(\(to.timeIntervalSince1970))
+                             ORDER BY 1
+                            """
+                    )
+                ).decode(Double.self).collect()
+                func worst(_ times: [Double], _ window: Double) -> Int {
                     var worst = 0
                     var start = 0
                     for (index, time) in times.enumerated() {
-                        while time.timeIntervalSince(times[start]) >= window { start += 1 }
+                        while time - times[start] >= window { start += 1 }
                         worst = max(worst, index - start + 1)
                     }
+                    return worst
+                }
+                var parts: [String] = []
+                for window in [1.0, 5.0] {
+                    let sent = worst(left, window)
                     let bound = Int((Double(plan.perSecond) * (window + 0.2)).rounded(.up)) + plan.burst
                     #expect(
-                        worst <= bound,
-                        "seed \(seed): \(worst) limited requests in \(window) s, bound \(bound)"
+                        sent <= bound,
+                        "seed \(seed): \(sent) limited requests left the workers in \(window) s, bound \(bound)"
                     )
-                    parts.append("at most \(worst) requests in any \(Int(window)) s (bound \(bound))")
+                    let arrived = worst(times.map(\.timeIntervalSince1970), window)
+                    if window == 5.0 {
+                        let loose = Int((Double(plan.perSecond) * (window + 1)).rounded(.up)) + plan.burst
+                        #expect(
+                            arrived <= loose,
+                            "seed \(seed): \(arrived) limited requests reached the simulator in 5 s, bound \(loose)"
+                        )
+                    }
+                    parts.append(
+                        "at most \(sent) left the workers in any \(Int(window)) s (bound \(bound)), \(arrived) reached the simulator"
+                    )
                 }
                 // And it sends: a limited topic is not starved by a large unlimited backlog. At least 20 % of
                 // the rate over the window less its first second: a frozen worker holds the slots it claimed,

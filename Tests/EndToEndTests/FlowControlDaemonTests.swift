@@ -252,8 +252,11 @@ struct FlowControlDaemonTests {
             try await f.insertAlerts(3)
             let worker = try f.startWorker("w", ["--log-level", "error"])
             try await f.waitUntil(.seconds(20), "the first request sent, the second held for its slot") {
+                // The first one's outcome recorded (a request in flight when cancelled would complete), the
+                // second held for its slot.
                 let running = try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running'")
-                return f.simulator.requests.count == 1 && running >= 1
+                let delivered = try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'")
+                return f.simulator.requests.count == 1 && delivered == 1 && running >= 1
             }
             let held = try await f.db.int64s("SELECT id FROM push.jobs WHERE state = 'running' ORDER BY id")
             let waiting = try await f.db.int64s("SELECT id FROM push.jobs WHERE state = 'pending' ORDER BY id")

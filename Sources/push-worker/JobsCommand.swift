@@ -67,7 +67,8 @@ struct JobsCommand: AsyncParsableCommand {
 extension JobsCommand {
     struct Cancel: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Cancel queued or retrying jobs: they end cancelled, unsent (a request already in flight completes).",
+            abstract:
+                "Cancel queued or retrying jobs: they end cancelled, unsent (a request already in flight completes).",
             discussion: """
                 By id, or every queued job of a coalesce_key (--topic narrows it to one app). A job a worker \
                 holds is cancelled too: the worker withdraws it if its request is not yet written (a \

@@ -343,11 +343,14 @@ public final class APNsClient: Sendable {
     ///   - mayWrite: asked once per group of requests, once their stream slots are granted and just before
     ///     they are written; `false` withdraws them and all the batch's remaining ones unsent
     ///     (``TransportError/Code/shutdown``).
+    ///   - withdraws: asked for each request just before it is written, once its slot is granted; `true`
+    ///     withdraws that request alone, unsent (a job cancelled meanwhile).
     ///   - onResult: called exactly once per request, with its index in `requests`.
     public func sendBatch(
         _ requests: [APNsRequest],
         credential: String,
         mayWrite: @escaping @Sendable () -> Bool,
+        withdraws: (@Sendable (_ index: Int) -> Bool)? = nil,
         onResult: @escaping @Sendable (_ index: Int, _ result: Result<APNsResponse, any Error>) -> Void
     ) async {
         guard let environment = requests.first?.environment else { return }
@@ -404,6 +407,7 @@ public final class APNsClient: Sendable {
                 cache: cache,
                 attempts: attempts,
                 mayWrite: mayWrite,
+                withdraws: withdraws,
                 onResult: onResult
             )
             await batch.waitForAll()
@@ -438,6 +442,7 @@ public final class APNsClient: Sendable {
         cache: ProviderTokenCache?,
         attempts: borrowing Mutex<[(connection: APNsConnection, token: ProviderToken?)?]>,
         mayWrite: @escaping @Sendable () -> Bool,
+        withdraws: (@Sendable (_ index: Int) -> Bool)?,
         onResult: @escaping @Sendable (_ index: Int, _ result: Result<APNsResponse, any Error>) -> Void
     ) async {
         var waiting = requests.indices[...]
@@ -480,9 +485,22 @@ public final class APNsClient: Sendable {
                         failedRounds > Self.maximumResends
                         ? TransportError.notSentGoingAway : nil
                 } else {
-                    let chunk = waiting.prefix(granted)
+                    var chunk = Array(waiting.prefix(granted))
                     waiting = waiting.dropFirst(granted)
                     failedRounds = 0
+                    if let withdraws {
+                        // Requests withdrawn one by one (their jobs cancelled meanwhile) give their slots back.
+                        let withdrawn = chunk.filter(withdraws)
+                        if !withdrawn.isEmpty {
+                            chunk.removeAll { withdrawn.contains($0) }
+                            connection.limiter.release(withdrawn.count)
+                            for index in withdrawn { onResult(index, .failure(TransportError.withdrawn)) }
+                            if chunk.isEmpty {
+                                connection.closeIfRetiredAndIdle()
+                                continue
+                            }
+                        }
+                    }
                     attempts.withLock { attempts in
                         for index in chunk { attempts[index] = (connection, token) }
                     }

@@ -169,29 +169,55 @@ final class Revocations: Sendable {
     }
 }
 
-/// Failed sign-ins across the console: after `limit` failures within `window`, every sign-in is refused until
-/// the oldest failure leaves the window. A guesser gets `limit` tries a minute, not thousands a second; one
-/// counter for all clients, because behind a reverse proxy every client has the proxy's address.
+/// Failed sign-ins per client address: after `limit` failures from one address within `window`, that address's
+/// sign-ins are refused until its oldest failure leaves the window. A guesser gets `limit` tries a minute from
+/// each address, and cannot lock anyone else out (a global counter let ten requests a minute keep every
+/// operator out). Checked after the form is read, so slow senders cannot race past it. At most `clients`
+/// addresses are remembered (the quietest go first).
 final class SignInThrottle: Sendable {
     let limit: Int
     let window: TimeInterval
-    private let failures = Mutex<[Date]>([])
+    let clients: Int
+    private let failures = Mutex<[String: [Date]]>([:])
 
-    init(limit: Int = 10, window: TimeInterval = 60) {
+    init(limit: Int = 10, window: TimeInterval = 60, clients: Int = 10_000) {
         self.limit = limit
         self.window = window
+        self.clients = clients
     }
 
-    /// How long until a sign-in may be tried, or `nil` when it may be tried now.
-    func retryAfter(now: Date = Date()) -> TimeInterval? {
-        self.failures.withLock { failures in
-            failures.removeAll { now.timeIntervalSince($0) >= self.window }
-            guard failures.count >= self.limit, let oldest = failures.first else { return nil }
+    /// Records an attempt by `client` as a failure (``succeeded(client:)`` takes it back) and returns `nil`,
+    /// or, when `client` has failed `limit` times within the window, how long until it may try again.
+    func attempt(client: String, now: Date = Date()) -> TimeInterval? {
+        let wait = self.failures.withLock { failures -> TimeInterval? in
+            var times = failures[client, default: []]
+            times.removeAll { now.timeIntervalSince($0) >= self.window }
+            failures[client] = times.isEmpty ? nil : times
+            guard times.count >= self.limit, let oldest = times.first else { return nil }
             return max(1, self.window - now.timeIntervalSince(oldest))
+        }
+        if wait == nil { self.recordFailure(client: client, now: now) }
+        return wait
+    }
+
+    /// The attempt succeeded: it is not a failure.
+    func succeeded(client: String) {
+        self.failures.withLock { failures in
+            guard var times = failures[client], !times.isEmpty else { return }
+            times.removeLast()
+            failures[client] = times.isEmpty ? nil : times
         }
     }
 
-    func recordFailure(now: Date = Date()) {
-        self.failures.withLock { $0.append(now) }
+    func recordFailure(client: String, now: Date = Date()) {
+        self.failures.withLock { failures in
+            failures[client, default: []].append(now)
+            if failures.count > self.clients {
+                // Forget the addresses whose last failure is oldest.
+                let quietest = failures.sorted { ($0.value.last ?? now) < ($1.value.last ?? now) }
+                    .prefix(failures.count - self.clients)
+                for (client, _) in quietest { failures[client] = nil }
+            }
+        }
     }
 }

@@ -214,7 +214,7 @@ struct ConsolePages: Sendable {
         return self.render("login", title: "Sign in", values: [:], frame: frame)
     }
 
-    func login(_ request: Request) async throws -> Response {
+    func login(_ request: Request, client: String = "unknown") async throws -> Response {
         try await self.page(request) { frame in
             guard self.auth.canSignIn else {
                 throw ConsoleRefusal(
@@ -224,14 +224,15 @@ struct ConsolePages: Sendable {
                 )
             }
             try self.checkSameOrigin(request)
-            if let wait = self.auth.throttle.retryAfter() {
+            let form = try await Self.form(request)
+            // Counted as a failure until it succeeds, in one step: parallel attempts cannot all slip past.
+            if let wait = self.auth.throttle.attempt(client: client) {
                 throw ConsoleRefusal(
                     status: .tooManyRequests,
                     message:
-                        "Too many failed sign-ins in the last minute: try again in \(Int(wait.rounded(.up))) s. The console's log names the attempts."
+                        "Too many failed sign-ins from this address in the last minute: try again in \(Int(wait.rounded(.up))) s. The console's log names the attempts."
                 )
             }
-            let form = try await Self.form(request)
             let name = (form["operator"] ?? "").trimmingCharacters(in: .whitespaces)
             guard ConsoleAuth.isValidOperatorName(name) else {
                 throw ConsoleRefusal(
@@ -241,14 +242,17 @@ struct ConsolePages: Sendable {
                 )
             }
             guard let role = self.auth.role(forToken: form["token"] ?? "") else {
-                self.auth.throttle.recordFailure()
-                self.logger.warning("console sign-in refused: wrong token", metadata: ["operator": "\(name)"])
+                self.logger.warning(
+                    "console sign-in refused: wrong token",
+                    metadata: ["operator": "\(name)", "client": "\(client)"]
+                )
                 throw ConsoleRefusal(
                     status: .forbidden,
                     message:
                         "Wrong token. It is the contents of a file the console was started with (--token-file, or --viewer-token-file to read only)."
                 )
             }
+            self.auth.throttle.succeeded(client: client)
             let (session, cookie) = self.auth.newSession(operatorName: name, role: role)
             self.logger.notice(
                 "console sign-in",
@@ -276,7 +280,7 @@ struct ConsolePages: Sendable {
     /// proxy that says so (`X-Forwarded-Proto: https`). The console itself serves plain HTTP on loopback.
     func isHTTPS(_ request: Request) -> Bool {
         if request.headers[HTTPField.Name("X-Forwarded-Proto")!]?.lowercased() == "https" { return true }
-        return self.httpsHosts.contains(ConsoleMiddleware<BasicRequestContext>.hostName(request.head.authority ?? ""))
+        return self.httpsHosts.contains(ConsoleMiddleware<ConsoleRequestContext>.hostName(request.head.authority ?? ""))
     }
 
     func logout(_ request: Request) async throws -> Response {

@@ -46,11 +46,13 @@ public struct ConsoleServer: Sendable {
             self.publicHosts = publicHosts
         }
 
-        /// `https://ops.example.com` → `ops.example.com`; a bare name stays.
+        /// `https://ops.example.com:8443/push` → `ops.example.com`; a bare name stays (the port goes: the
+        /// Host check compares names).
         static func hostName(_ publicHost: String) -> String {
             var name = publicHost.lowercased()
             for scheme in ["https://", "http://"] where name.hasPrefix(scheme) { name.removeFirst(scheme.count) }
-            return String(name.split(separator: "/").first ?? Substring(name))
+            let authority = String(name.split(separator: "/").first ?? Substring(name))
+            return ConsoleMiddleware<ConsoleRequestContext>.hostName(authority)
         }
 
         /// The public hosts declared as served over https.
@@ -98,7 +100,7 @@ public struct ConsoleServer: Sendable {
         handlingSignals: Bool = true,
         onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) async throws {
-        let router = Router(context: BasicRequestContext.self)
+        let router = Router(context: ConsoleRequestContext.self)
         router.add(middleware: ConsoleMiddleware(allowedHosts: self.configuration.allowedHosts, logger: self.logger))
         let group = router.group(RouterPath(self.pages.base.isEmpty ? "" : String(self.pages.base.dropFirst())))
         let pages = self.pages
@@ -132,7 +134,7 @@ public struct ConsoleServer: Sendable {
         group.post("pause") { request, _ in try await pages.pause(request) }
         group.post("resume") { request, _ in try await pages.resume(request) }
         group.get("login") { request, _ in try await pages.loginPage(request) }
-        group.post("login") { request, _ in try await pages.login(request) }
+        group.post("login") { request, context in try await pages.login(request, client: context.client(of: request)) }
         group.post("logout") { request, _ in try await pages.logout(request) }
 
         var logger = self.logger
@@ -207,5 +209,28 @@ struct ConsoleMiddleware<Context: RequestContext>: RouterMiddleware {
             headers: [.contentType: "text/plain; charset=utf-8"],
             body: .init(byteBuffer: ByteBuffer(string: message))
         )
+    }
+}
+
+/// The console's request context: the client's address, for the sign-in throttle.
+struct ConsoleRequestContext: RequestContext {
+    var coreContext: CoreRequestContextStorage
+    /// The peer's IP address (a reverse proxy's, behind one).
+    let peer: String?
+
+    init(source: ApplicationRequestContextSource) {
+        self.coreContext = .init(source: source)
+        self.peer = source.channel.remoteAddress?.ipAddress
+    }
+
+    /// Who is signing in, for the throttle: the peer; behind a proxy on this machine (a loopback peer that
+    /// sends `X-Forwarded-For`), the address the proxy saw (the list's last entry: the one it added).
+    func client(of request: Request) -> String {
+        let peer = self.peer ?? "unknown"
+        guard ["127.0.0.1", "::1"].contains(peer),
+            let forwarded = request.headers[HTTPField.Name("X-Forwarded-For")!],
+            let last = forwarded.split(separator: ",").last?.trimmingCharacters(in: .whitespaces), !last.isEmpty
+        else { return peer }
+        return last
     }
 }

@@ -214,6 +214,20 @@ extension JobQueue {
     /// The NOTIFY payload prefix that tells workers which held jobs were cancelled.
     public static let cancelNotificationPrefix = "cancel:"
 
+    /// Which of `ids` (jobs a worker holds) an operator cancelled: each heartbeat asks, so a cancel whose
+    /// NOTIFY was missed (the LISTEN connection reconnecting, a pooler) still reaches the worker.
+    public func cancelled(among ids: [Int64]) async throws -> [Int64] {
+        guard !ids.isEmpty else { return [] }
+        var found: [Int64] = []
+        for try await id in try await self.client.query(
+            "SELECT id FROM push.jobs WHERE id = ANY (\(ids)::bigint[]) AND state = 'cancelled'",
+            logger: self.logger
+        ).decode(Int64.self) {
+            found.append(id)
+        }
+        return found
+    }
+
     /// Cancels queued or retrying jobs, by id or by `coalesce_key` (within `topic`, if given): they end
     /// `cancelled` and are never sent. Jobs a worker holds are cancelled too, and every worker is told
     /// (NOTIFY) so it withdraws those whose request is not yet written.
@@ -238,8 +252,11 @@ extension JobQueue {
                  WHERE j.id = t.id
                 RETURNING j.id, t.state AS was
             ), notified AS (
+                -- NOTIFY payloads stop at 8,000 bytes: 300 ids (at most 20 characters each) a notification.
                 SELECT pg_notify('push_jobs', '\(Self.cancelNotificationPrefix)' || string_agg(id::text, ','))
-                  FROM cancelled WHERE was = 'running' HAVING count(*) > 0
+                  FROM (SELECT id, (row_number() OVER (ORDER BY id) - 1) / 300 AS part
+                          FROM cancelled WHERE was = 'running') AS c
+                 GROUP BY part
             )
             SELECT c.id, c.was, (SELECT count(*) FROM notified) FROM cancelled AS c
             UNION ALL

@@ -50,7 +50,11 @@ extension JobQueue {
         // sent.
         let assess = """
             SELECT a.id, j.state, j.apns_id, j.expires_at < now() AS expired, newest.id AS newest,
-                   EXISTS (SELECT 1 FROM push.dead_jobs AS d WHERE d.id = newest.id) AS newest_dead,
+                   EXISTS (SELECT 1 FROM push.dead_jobs AS d WHERE d.id = newest.id)
+                   -- and the job that superseded it is still kept (not delivered and pruned since)
+                   AND (EXISTS (SELECT 1 FROM push.dead_jobs AS d WHERE d.id = j.superseded_by)
+                        OR EXISTS (SELECT 1 FROM push.jobs AS s WHERE s.id = j.superseded_by
+                                    AND s.state IN ('superseded', 'cancelled'))) AS newest_dead,
                    (SELECT n.id FROM push.jobs AS n
                      WHERE n.coalesce_key = j.coalesce_key AND n.topic = j.topic AND n.environment = j.environment
                        AND n.id > j.id AND n.state IN ('pending', 'running', 'delivered')

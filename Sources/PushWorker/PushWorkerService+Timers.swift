@@ -42,6 +42,9 @@ extension PushWorkerService {
                 workerID: self.configuration.workerID,
                 lease: self.configuration.lease
             )
+            // Cancels whose NOTIFY this worker missed: withdrawn like the ones it heard of.
+            let cancelled = try await self.queue.cancelled(among: held)
+            if !cancelled.isEmpty { self.noteCancelled(cancelled.map(String.init).joined(separator: ",")[...]) }
         }
     }
 

@@ -307,15 +307,17 @@ public final class PushWorkerService: Service, Sendable {
                 var due: [PushJob] = []
                 for job in jobs {
                     // A rate-limited job waits for the send time its limit's fleet-wide schedule gave it: an
-                    // offset from when the schedule was read, some time between this claim's start and now.
-                    // Counted from now, it is never early; it must leave by the tolerance after the earliest
-                    // that slot can be (counted from the claim's start), or it is withdrawn: a slow claim
-                    // or a busy worker would otherwise send it on top of other workers' later slots.
-                    let offset = job.sendAt.map { sendAt in
-                        Duration.milliseconds(Int64(sendAt.timeIntervalSince(job.claimedAt ?? sendAt) * 1000))
+                    // offset from when the schedule was read, some time during this claim. Counted from now
+                    // (the claim's answer), it is never early; it must leave within the tolerance of that
+                    // slot, or it is withdrawn: a busy worker or a request waiting for a stream would
+                    // otherwise send it on top of other workers' later slots. (Counted from the claim's start
+                    // instead, a claim slower than the tolerance, a database across a region, would withdraw
+                    // every limited job it took, for ever.)
+                    let slot = job.sendAt.map { sendAt in
+                        ContinuousClock.now
+                            + .milliseconds(Int64(sendAt.timeIntervalSince(job.claimedAt ?? sendAt) * 1000))
                     }
-                    let slot = offset.map { ContinuousClock.now + $0 }
-                    let latest = offset.map { claimStarted + $0 + Self.lateSendTolerance }
+                    let latest = slot.map { $0 + Self.lateSendTolerance }
                     // Limited jobs always take their own task: their sends are spaced here too.
                     guard let slot, slot > .now || job.sendSpacing != nil else {
                         due.append(job)
@@ -405,8 +407,7 @@ public final class PushWorkerService: Service, Sendable {
 
     func isCancelled(_ id: Int64) -> Bool { self.cancelled.withLock { $0.set.contains(id) } }
 
-    /// How late after the earliest its slot can be a rate-limited request may still be written (from the
-    /// claim's start: a claim that took longer withdraws its limited jobs due at once). Later, it is withdrawn
+    /// How late after its slot a rate-limited request may still be written. Later, it is withdrawn
     /// (released uncounted, claimed again for a new slot): sent late, it would leave together with the
     /// requests other workers send on time, and the fleet's rate would not hold where the requests leave.
     static let lateSendTolerance = Duration.milliseconds(150)
@@ -463,7 +464,9 @@ public final class PushWorkerService: Service, Sendable {
                     await self.client.sendBatch(
                         group.map { $0.request! },
                         credential: credential,
-                        mayWrite: self.mayWrite(credential: credential, topic: group[0].job.topic)
+                        mayWrite: self.mayWrite(credential: credential, topic: group[0].job.topic),
+                        // A job an operator cancelled while it waited for a stream is withdrawn alone.
+                        withdraws: { index in self.isCancelled(group[index].job.id) }
                     ) { index, result in
                         self.complete(group[index], with: result)
                     }

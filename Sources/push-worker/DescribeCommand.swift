@@ -180,8 +180,10 @@ enum ProducerRow {
         func integer(_ name: String) throws -> Int? {
             guard let value = row[name], !(value is NSNull) else { return nil }
             guard !(value is String), let number = value as? NSNumber,
-                number.doubleValue == number.doubleValue.rounded()
-            else { throw CLIError("--row: \(name) must be a whole number") }
+                number.doubleValue == number.doubleValue.rounded(), abs(number.doubleValue) <= 32_767
+            else {
+                throw CLIError("--row: \(name) must be a whole number (priority 10, 5 or 1; max_attempts 1 to 32767)")
+            }
             return number.intValue
         }
         func time(_ name: String) throws -> Date? {

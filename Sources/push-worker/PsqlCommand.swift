@@ -28,6 +28,11 @@ struct PsqlCommand: ParsableCommand {
     }
 
     func run() throws {
+        // Everything after the verb is psql's, but the verb's own help comes first.
+        if self.arguments == ["--help"] || self.arguments == ["-h"] {
+            print(Self.helpMessage())
+            return
+        }
         guard let psql = Self.psqlPath() else {
             throw CLIError("psql is not installed: apt-get install -y postgresql-client")
         }

@@ -330,7 +330,11 @@ import Testing
 
     @Test func theSessionCookieIsSecureOverHTTPS() async throws {
         try await TestPostgres.withDatabase { db in
-            try await withConsole(db, token: consoleToken, publicHosts: ["https://ops.example.com", "plain.example"]) {
+            try await withConsole(
+                db,
+                token: consoleToken,
+                publicHosts: ["https://ops.example.com:8443", "plain.example"]
+            ) {
                 port in
                 func cookie(_ headers: [String: String]) async throws -> String {
                     let login = try await http(
@@ -345,7 +349,7 @@ import Testing
                 }
                 let loopback = try await cookie([:])
                 let plain = try await cookie(["Host": "plain.example"])
-                let declared = try await cookie(["Host": "ops.example.com"])
+                let declared = try await cookie(["Host": "ops.example.com:8443"])
                 let forwarded = try await cookie(["Host": "plain.example", "X-Forwarded-Proto": "https"])
                 #expect(!loopback.contains("Secure") && !plain.contains("Secure"))
                 #expect(declared.contains("Secure") && forwarded.contains("Secure"))
@@ -366,7 +370,7 @@ import Testing
                     )
                     #expect(wrong.status == 403)
                 }
-                // The eleventh is refused before the token is compared, even the right one.
+                // The eleventh from that address is refused before the token is compared, even the right one.
                 let right = try await http(
                     "POST",
                     port: port,
@@ -376,6 +380,29 @@ import Testing
                 #expect(right.status == 429 && right.body.contains("Too many failed sign-ins"))
                 #expect(right.sessionCookie == nil)
                 #expect(logs.entries.filter { $0.message.contains("wrong token") }.count == 10)
+                // Another client (behind a proxy on this machine, named by X-Forwarded-For) is not locked out.
+                let elsewhere = try await http(
+                    "POST",
+                    port: port,
+                    "/login",
+                    headers: ["X-Forwarded-For": "203.0.113.7"],
+                    form: ["operator": "alice", "token": consoleToken]
+                )
+                #expect(elsewhere.status == 303 && elsewhere.sessionCookie != nil)
+                // A client that failed ten times is refused from then on, whatever it sends.
+                var statuses: [Int] = []
+                for n in 1...12 {
+                    statuses.append(
+                        try await http(
+                            "POST",
+                            port: port,
+                            "/login",
+                            headers: ["X-Forwarded-For": "198.51.100.9"],
+                            form: ["operator": "mallory", "token": "guess-\(n)-0123456789abcdef"]
+                        ).status
+                    )
+                }
+                #expect(statuses == Array(repeating: 403, count: 10) + [429, 429])
             }
         }
     }

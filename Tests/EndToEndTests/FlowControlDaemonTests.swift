@@ -276,6 +276,37 @@ struct FlowControlDaemonTests {
         }
     }
 
+    @Test(
+        "jobs cancel: due jobs a worker holds while they wait for a stream are withdrawn one by one; the one in flight completes"
+    )
+    func cancelHeldInABatch() async throws {
+        try await DaemonFixture.run(simulator: { $0.authenticatedMaxStreams = 1 }) { f in
+            // One stream, each answer after 2 s: the batch's jobs wait in turn for the stream.
+            for n in 1...8 { f.simulator.script(DaemonFixture.token(n), .latency(.seconds(2))) }
+            try await f.insertAlerts(8)
+            let worker = try f.startWorker("one-stream", ["--log-level", "error", "--connections", "1"])
+            try await f.waitUntil(.seconds(20), "all eight held, the first in flight") {
+                let running = try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running'")
+                return running == 8 && f.simulator.requests.count == 1
+            }
+            let ids = try await f.db.int64s("SELECT id FROM push.jobs ORDER BY id")
+            let cancelled = try f.cli(["jobs", "cancel"] + ids.map(String.init))
+            #expect(cancelled.status == 0, "\(cancelled.output)")
+            // The request in flight completes: its 200 is recorded (the job ends delivered).
+            try await f.waitUntil(.seconds(20), "the first one's outcome") {
+                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == 1
+            }
+            try await Task.sleep(for: .seconds(1))
+            #expect(f.simulator.requests.count == 1, "cancelled jobs were sent: \(f.simulator.requests.count) requests")
+            let states = try await f.db.client.query("SELECT state || ':' || attempts FROM push.jobs ORDER BY id")
+                .decode(String.self).collect()
+            #expect(states.filter { $0.hasPrefix("cancelled") }.count == 7, "\(states)")
+            #expect(states.filter { $0.hasPrefix("delivered") }.count == 1, "\(states)")
+            worker.signal(SIGTERM)
+            #expect(worker.wait() == 0)
+        }
+    }
+
     @Test("fair share: 20,000 jobs of credential A, then 20 of B: B's go out in the next claim, not behind A's backlog")
     func fairShare() async throws {
         let second = try SimulatorCredentials.generate(

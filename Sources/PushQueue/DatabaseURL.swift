@@ -2,15 +2,38 @@ public import Foundation
 import NIOSSL
 public import PostgresNIO
 
-/// A parsed `DATABASE_URL` (`postgres://user:password@host:port/database?sslmode=…`).
+/// A parsed `DATABASE_URL` (`postgres://user:password@host:port/database?sslmode=…`), or libpq's multi-host
+/// form (`postgres://user@db1:5432,db2:5432/app?target_session_attrs=read-write&connect_timeout=5`): the hosts
+/// are tried in order and the first that suits `target_session_attrs` (`any`, `read-write`, `primary`) is
+/// used (``resolvingTarget(logger:)``); `connect_timeout` bounds each try.
 ///
 /// `sslmode` follows libpq: `disable`; `prefer` (the default) and `require` encrypt without checking
 /// the server's certificate; `verify-ca` and `verify-full` check it against `sslrootcert` (a PEM file)
 /// or, without one, the system's trust roots. As in libpq, `require` with an `sslrootcert` verifies the
 /// CA too. Other `ssl*` settings (client certificates, CRLs) are refused rather than ignored.
 public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
+    /// The host in use: the first of ``hosts`` until ``resolvingTarget(logger:)`` picks one.
     public var host: String
     public var port: Int
+    /// Every host of the URL, in order (one for a single-host URL).
+    public var hosts: [Endpoint]
+    /// libpq's `target_session_attrs`: `any`, `read-write` or `primary`.
+    public var targetSessionAttrs: String = "any"
+    /// libpq's `connect_timeout`, in seconds, for each host tried; `nil`: the driver's default.
+    public var connectTimeout: Int?
+
+    /// One host of a URL.
+    public struct Endpoint: Sendable, Hashable, CustomStringConvertible {
+        public var host: String
+        public var port: Int
+        public init(host: String, port: Int) {
+            self.host = host
+            self.port = port
+        }
+        public var description: String {
+            self.host.contains(":") ? "[\(self.host)]:\(self.port)" : "\(self.host):\(self.port)"
+        }
+    }
     public var username: String
     public var password: String?
     public var database: String
@@ -27,13 +50,58 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
                     "DATABASE_URL \(what); expected postgres://USER:PASSWORD@HOST:PORT/DATABASE (password and port optional)"
             )
         }
-        guard let components = URLComponents(string: string) else { throw fail("is not a URL") }
+        // libpq's multi-host form puts a comma-separated host list where one host goes; URLComponents takes
+        // one. The list is cut out here and parsed on its own, and the URL parsed with its first host.
+        var text = string
+        var listed: [Endpoint] = []
+        if let schemeEnd = string.range(of: "://") {
+            let afterScheme = string[schemeEnd.upperBound...]
+            let authorityEnd = afterScheme.firstIndex { "/?#".contains($0) } ?? afterScheme.endIndex
+            let authority = afterScheme[..<authorityEnd]
+            let at = authority.lastIndex(of: "@")
+            let hostList = at.map { authority[authority.index(after: $0)...] } ?? authority
+            if hostList.contains(",") {
+                for item in hostList.split(separator: ",", omittingEmptySubsequences: false) {
+                    guard let endpoint = Self.endpoint(String(item)) else {
+                        throw fail("has a host list with \"\(item)\", which is not HOST or HOST:PORT")
+                    }
+                    listed.append(endpoint)
+                }
+                text.replaceSubrange(hostList.startIndex..<hostList.endIndex, with: listed[0].description)
+            }
+        }
+        guard let components = URLComponents(string: text) else { throw fail("is not a URL") }
         guard let scheme = components.scheme, ["postgres", "postgresql"].contains(scheme.lowercased()) else {
             throw fail("must start with postgres:// or postgresql://")
         }
         guard let host = components.host, !host.isEmpty else { throw fail("has no host") }
-        self.host = host
+        self.host = host.trimmingCharacters(in: ["[", "]"])
         self.port = components.port ?? 5432
+        self.hosts = listed.isEmpty ? [Endpoint(host: self.host, port: self.port)] : listed
+        let items = components.queryItems ?? []
+        if let target = items.first(where: { $0.name == "target_session_attrs" })?.value {
+            guard ["any", "read-write", "primary"].contains(target) else {
+                throw fail(
+                    "has target_session_attrs=\(target): the worker writes, so use read-write or primary (or any); standby, read-only and prefer-standby are not supported"
+                )
+            }
+            self.targetSessionAttrs = target
+        }
+        if let timeout = items.first(where: { $0.name == "connect_timeout" })?.value {
+            guard let seconds = Int(timeout), seconds >= 0 else {
+                throw fail("has connect_timeout=\(timeout): give whole seconds, e.g. connect_timeout=5")
+            }
+            // libpq: 0 waits for ever, and 1 counts as 2.
+            self.connectTimeout = seconds == 0 ? nil : max(seconds, 2)
+        }
+        for item in items
+        where !["sslmode", "sslrootcert", "target_session_attrs", "connect_timeout"].contains(item.name)
+            && !item.name.hasPrefix("ssl")
+        {
+            throw fail(
+                "has \(item.name), which push-worker does not support: remove it (sslmode, sslrootcert, target_session_attrs and connect_timeout are honoured)"
+            )
+        }
         self.username = components.user.flatMap { $0.removingPercentEncoding } ?? "postgres"
         self.password = components.password.flatMap { $0.removingPercentEncoding }
         let path = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
@@ -75,10 +143,29 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
     ) {
         self.host = host
         self.port = port
+        self.hosts = [Endpoint(host: host, port: port)]
         self.username = username
         self.password = password
         self.database = database
         self.sslMode = sslMode
+    }
+
+    /// `db1:5432`, `[::1]:5433`, `db2` (port 5432).
+    static func endpoint(_ text: String) -> Endpoint? {
+        guard !text.isEmpty else { return nil }
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]") else { return nil }
+            let host = String(text[text.index(after: text.startIndex)..<close])
+            let rest = text[text.index(after: close)...]
+            if rest.isEmpty { return Endpoint(host: host, port: 5432) }
+            guard rest.hasPrefix(":"), let port = Int(rest.dropFirst()), (1...65535).contains(port) else { return nil }
+            return Endpoint(host: host, port: port)
+        }
+        let parts = text.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count <= 2, !parts[0].isEmpty else { return nil }
+        if parts.count == 1 { return Endpoint(host: String(parts[0]), port: 5432) }
+        guard let port = Int(parts[1]), (1...65535).contains(port) else { return nil }
+        return Endpoint(host: String(parts[0]), port: port)
     }
 
     /// The same server and user, another database.
@@ -91,7 +178,10 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
     /// The URL with the password masked, safe to print.
     public var description: String {
         let credentials = self.password == nil ? self.username : "\(self.username):***"
-        return "postgres://\(credentials)@\(self.host):\(self.port)/\(self.database)?sslmode=\(self.sslMode)"
+        let hosts =
+            self.hosts.count > 1 ? self.hosts.map(\.description).joined(separator: ",") : "\(self.host):\(self.port)"
+        let target = self.targetSessionAttrs == "any" ? "" : "&target_session_attrs=\(self.targetSessionAttrs)"
+        return "postgres://\(credentials)@\(hosts)/\(self.database)?sslmode=\(self.sslMode)\(target)"
     }
 
     /// The URL with its password, for handing to psql or another process.
@@ -106,7 +196,21 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
         components.queryItems =
             [URLQueryItem(name: "sslmode", value: self.sslMode)]
             + (self.sslRootCert.map { [URLQueryItem(name: "sslrootcert", value: $0)] } ?? [])
-        return components.string ?? self.description
+            + (self.targetSessionAttrs == "any"
+                ? [] : [URLQueryItem(name: "target_session_attrs", value: self.targetSessionAttrs)])
+            + (self.connectTimeout.map { [URLQueryItem(name: "connect_timeout", value: String($0))] } ?? [])
+        guard var text = components.string else { return self.description }
+        if self.hosts.count > 1, let single = text.range(of: "@" + components.percentEncodedHost!) {
+            // libpq's multi-host form: psql tries the hosts as the worker does.
+            var hostPart = single.lowerBound..<single.upperBound
+            if let portRange = text.range(of: ":\(self.port)", range: single.upperBound..<text.endIndex),
+                portRange.lowerBound == single.upperBound
+            {
+                hostPart = single.lowerBound..<portRange.upperBound
+            }
+            text.replaceSubrange(hostPart, with: "@" + self.hosts.map(\.description).joined(separator: ","))
+        }
+        return text
     }
 
     var tlsConfiguration: TLSConfiguration {
@@ -126,7 +230,7 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
         case "allow", "prefer": tls = .prefer(self.tlsConfiguration)
         default: tls = .require(self.tlsConfiguration)
         }
-        return PostgresClient.Configuration(
+        var configuration = PostgresClient.Configuration(
             host: self.host,
             port: self.port,
             username: self.username,
@@ -134,6 +238,8 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
             database: self.database,
             tls: tls
         )
+        if let timeout = self.connectTimeout { configuration.options.connectTimeout = .seconds(Int64(timeout)) }
+        return configuration
     }
 
     /// Configuration for a single `PostgresConnection` (the LISTEN connection).
@@ -144,7 +250,7 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
         case "allow", "prefer": tls = .prefer(try NIOSSLContext(configuration: self.tlsConfiguration))
         default: tls = .require(try NIOSSLContext(configuration: self.tlsConfiguration))
         }
-        return PostgresConnection.Configuration(
+        var configuration = PostgresConnection.Configuration(
             host: self.host,
             port: self.port,
             username: self.username,
@@ -152,6 +258,8 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
             database: self.database,
             tls: tls
         )
+        if let timeout = self.connectTimeout { configuration.options.connectTimeout = .seconds(Int64(timeout)) }
+        return configuration
     }
 
     /// Opens one connection and closes it, so a command fails at once with a sentence naming the server
@@ -171,6 +279,71 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
                     "cannot connect to Postgres at \(self.host):\(self.port) as \(self.username) (database \(self.database)): \(QueueError.summary(of: error)). Check that the server is running and accepts connections, and DATABASE_URL (or --database-url)"
             )
         }
+    }
+
+    /// The URL pointed at the first host that suits `target_session_attrs`, tried in order as libpq does (each
+    /// try bounded by `connect_timeout`); a single host with `any` is used as it is, without a connection.
+    /// A host that answers but does not suit (a read-only standby) is closed and the next tried; the error
+    /// names what each host said.
+    public func resolvingTarget(logger: Logger) async throws -> DatabaseURL {
+        if self.hosts.count == 1 && self.targetSessionAttrs == "any" { return self }
+        var tried: [String] = []
+        for endpoint in self.hosts {
+            var candidate = self
+            candidate.host = endpoint.host
+            candidate.port = endpoint.port
+            do {
+                let connection = try await PostgresConnection.connect(
+                    configuration: try candidate.connectionConfiguration(),
+                    id: 0,
+                    logger: logger
+                )
+                defer { Task { try? await connection.close() } }
+                guard self.targetSessionAttrs != "any" else { return candidate }
+                var suits = false
+                var what = ""
+                for try await (recovery, readOnly) in try await connection.query(
+                    "SELECT pg_is_in_recovery(), current_setting('transaction_read_only')",
+                    logger: logger
+                ).decode((Bool, String).self) {
+                    suits = self.targetSessionAttrs == "primary" ? !recovery : readOnly == "off"
+                    what = recovery ? "a standby (in recovery)" : readOnly == "on" ? "read-only" : "read-write"
+                }
+                if suits { return candidate }
+                tried.append("\(endpoint): \(what)")
+            } catch {
+                tried.append("\(endpoint): \(QueueError.summary(of: error))")
+            }
+        }
+        throw QueueError(
+            code: .databaseUnreachable,
+            message:
+                "no host of DATABASE_URL is \(self.targetSessionAttrs == "any" ? "reachable" : self.targetSessionAttrs) (\(tried.joined(separator: "; "))). Check that the primary is up, and the host list"
+        )
+    }
+
+    /// What the server can promise for committed rows when it fails over, in a sentence for the start-up log:
+    /// single server, asynchronous replication (a failover can lose the last commits), or synchronous.
+    public static func durabilitySentence(
+        synchronousCommit: String,
+        synchronousStandbyNames: String,
+        streamingStandbys: Int
+    ) -> String {
+        let syncCommit = ["on", "remote_write", "remote_apply"].contains(synchronousCommit)
+        if !synchronousStandbyNames.isEmpty && syncCommit {
+            return
+                "synchronous replication (synchronous_commit=\(synchronousCommit), synchronous_standby_names='\(synchronousStandbyNames)'): no committed job or outcome is lost when a synchronous standby takes over"
+        }
+        if streamingStandbys > 0 || !synchronousStandbyNames.isEmpty {
+            return
+                "asynchronous replication (synchronous_commit=\(synchronousCommit), synchronous_standby_names='\(synchronousStandbyNames)', \(streamingStandbys) standby streaming): a failover can lose the last committed jobs and outcomes; a lost outcome means the push is sent again with the same apns-id. For no loss, set synchronous_standby_names and synchronous_commit = on or remote_apply"
+        }
+        if synchronousCommit == "off" {
+            return
+                "a single server (no standby streaming) with synchronous_commit=off: a commit is acknowledged before it reaches disk, so a crash can lose the last committed jobs and outcomes; nothing replicates them"
+        }
+        return
+            "a single server (no standby streaming, synchronous_commit=\(synchronousCommit)): committed jobs survive a crash as far as its disk does; nothing replicates them"
     }
 
     /// Opens one connection with the startup parameters the worker's sessions carry (its session settings

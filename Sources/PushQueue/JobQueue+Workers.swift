@@ -178,3 +178,23 @@ extension JobQueue {
         return count
     }
 }
+
+extension JobQueue {
+    /// What the server this worker reached promises for committed rows on failover (``DatabaseURL/durabilitySentence(synchronousCommit:synchronousStandbyNames:streamingStandbys:)``).
+    public func durability() async throws -> String {
+        for try await (commit, names, standbys) in try await self.client.query(
+            """
+            SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names'),
+                   (SELECT count(*) FROM pg_stat_replication)
+            """,
+            logger: self.logger
+        ).decode((String, String, Int64).self) {
+            return DatabaseURL.durabilitySentence(
+                synchronousCommit: commit,
+                synchronousStandbyNames: names,
+                streamingStandbys: Int(standbys)
+            )
+        }
+        return "unknown"
+    }
+}

@@ -101,7 +101,7 @@ struct DatabaseOptions: ParsableArguments {
         _ body: @Sendable (JobQueue, PostgresClient, Logger) async throws -> T
     ) async throws -> T {
         let logger = try self.makeLogger()
-        let url = try self.resolve(logger: logger)
+        let url = try await self.resolve(logger: logger).resolvingTarget(logger: logger)
         try await url.probe(logger: logger)
         var configuration = url.clientConfiguration
         configuration.options.maximumConnections = 4

@@ -39,8 +39,11 @@ struct PsqlCommand: ParsableCommand {
         let logger = try self.database.makeLoggerDefaultingTo(.warning)
         let url = try self.database.resolve(logger: logger)
         var environment = ProcessInfo.processInfo.environment
-        environment["PGHOST"] = url.host
-        environment["PGPORT"] = String(url.port)
+        // libpq takes the host list as the worker does (comma-separated hosts and ports).
+        environment["PGHOST"] = url.hosts.map(\.host).joined(separator: ",")
+        environment["PGPORT"] = url.hosts.map { String($0.port) }.joined(separator: ",")
+        if url.targetSessionAttrs != "any" { environment["PGTARGETSESSIONATTRS"] = url.targetSessionAttrs }
+        if let timeout = url.connectTimeout { environment["PGCONNECT_TIMEOUT"] = String(timeout) }
         environment["PGUSER"] = url.username
         environment["PGDATABASE"] = url.database
         environment["PGSSLMODE"] = url.sslMode

@@ -142,8 +142,13 @@ struct RunCommand: AsyncParsableCommand {
                 "no APNs key configured and DATABASE_URL names a real database: its jobs would be marked delivered by the built-in simulator and never reach a device. Set APNS_KEY_PATH, APNS_KEY_ID and APNS_TEAM_ID (or --config with credentials), or pass --simulator to send to the simulator on purpose."
             )
         }
-        let (url, startedCluster) = try self.database.resolveStartingCluster(logger: logger)
+        let (configured, startedCluster) = try self.database.resolveStartingCluster(logger: logger)
         defer { startedCluster?.stop() }
+        // A multi-host URL: the first host that suits target_session_attrs (a read-only standby is skipped).
+        let url = try await configured.resolvingTarget(logger: logger)
+        if configured.hosts.count > 1 {
+            logger.notice("database host chosen", metadata: ["push.database": "\(url.host):\(url.port)"])
+        }
         try await url.probe(logger: logger)
         if useKey {
             try await self.serve(url: url, logger: logger) { store in
@@ -276,6 +281,9 @@ struct RunCommand: AsyncParsableCommand {
             case .apply: try await Migrator(client: client, logger: logger).migrate()
             case .check: try await Migrator(client: client, logger: logger).requireCurrent()
             }
+            // What the server promises for committed jobs and outcomes if it fails over.
+            let durability = try await JobQueue(client: client, logger: logger).durability()
+            logger.notice("durability: \(durability)")
         }
         // Every long-lived part is a service in one group: SIGTERM/SIGINT drains them in reverse order
         // (the worker first, Postgres last), bounded by one duration; a second signal exits at once.

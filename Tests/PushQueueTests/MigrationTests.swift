@@ -71,4 +71,56 @@ struct MigrationTests {
         #expect(throws: QueueError.self) { try DatabaseURL("mysql://localhost/x") }
         #expect(throws: QueueError.self) { try DatabaseURL("postgres://localhost/x?sslmode=maybe") }
     }
+
+    @Test("libpq's multi-host URLs: hosts in order, target_session_attrs, connect_timeout; the unsupported named")
+    func multiHostURL() throws {
+        let url = try DatabaseURL(
+            "postgres://app:pw@db1:5432,db2,[::1]:5433/push?target_session_attrs=read-write&connect_timeout=5"
+        )
+        #expect(url.hosts.map(\.description) == ["db1:5432", "db2:5432", "[::1]:5433"])
+        #expect(url.host == "db1" && url.port == 5432 && url.database == "push" && url.password == "pw")
+        #expect(url.targetSessionAttrs == "read-write" && url.connectTimeout == 5)
+        #expect(url.description.contains("db1:5432,db2:5432,[::1]:5433") && !url.description.contains("pw"))
+        #expect(url.connectionString.contains("@db1:5432,db2:5432,[::1]:5433/push"))
+        #expect(try DatabaseURL("postgres://u@h/x?target_session_attrs=primary").targetSessionAttrs == "primary")
+        #expect(try DatabaseURL("postgres://u@h/x?connect_timeout=1").connectTimeout == 2, "libpq: 1 counts as 2")
+        for bad in [
+            "postgres://u@db1,,db2/x", "postgres://u@db1:99999,db2/x", "postgres://u@h/x?target_session_attrs=standby",
+            "postgres://u@h/x?connect_timeout=soon", "postgres://u@h/x?application_name=me",
+        ] {
+            do {
+                _ = try DatabaseURL(bad)
+                Issue.record("accepted \(bad)")
+            } catch let error as QueueError {
+                #expect(error.message.contains("DATABASE_URL"), "\(bad): \(error.message)")
+            }
+        }
+    }
+
+    @Test("the start-up durability sentence: synchronous, asynchronous, single server")
+    func durabilitySentence() {
+        let sync = DatabaseURL.durabilitySentence(
+            synchronousCommit: "remote_apply",
+            synchronousStandbyNames: "ANY 1 (s1, s2)",
+            streamingStandbys: 2
+        )
+        #expect(sync.hasPrefix("synchronous replication") && sync.contains("no committed job or outcome is lost"))
+        let async = DatabaseURL.durabilitySentence(
+            synchronousCommit: "on",
+            synchronousStandbyNames: "",
+            streamingStandbys: 1
+        )
+        #expect(async.hasPrefix("asynchronous replication") && async.contains("can lose"))
+        // synchronous_standby_names set but commits that do not wait for it: asynchronous in effect.
+        let local = DatabaseURL.durabilitySentence(
+            synchronousCommit: "local",
+            synchronousStandbyNames: "s1",
+            streamingStandbys: 1
+        )
+        #expect(local.hasPrefix("asynchronous replication"))
+        #expect(
+            DatabaseURL.durabilitySentence(synchronousCommit: "on", synchronousStandbyNames: "", streamingStandbys: 0)
+                .hasPrefix("a single server")
+        )
+    }
 }

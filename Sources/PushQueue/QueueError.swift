@@ -78,6 +78,16 @@ public struct QueueError: Error, Sendable, CustomStringConvertible {
     /// Whether Postgres itself refused the statement (a constraint, a value out of range, a row too
     /// large): the same statement will fail again, so retrying it as it is would wedge. `false` for a
     /// lost connection or a timeout, which a retry can fix.
+    /// Whether Postgres refused a write because the server is read-only (SQLSTATE 25006): a standby, or a
+    /// primary demoted by a failover.
+    public static func isReadOnlyServer(_ error: any Error) -> Bool {
+        if let psql = error as? PSQLError { return psql.serverInfo?[.sqlState] == "25006" }
+        if let transaction = error as? PostgresTransactionError, let inner = transaction.closureError {
+            return isReadOnlyServer(inner)
+        }
+        return false
+    }
+
     public static func isRefusedByServer(_ error: any Error) -> Bool {
         if let psql = error as? PSQLError {
             if let server = psql.serverInfo {

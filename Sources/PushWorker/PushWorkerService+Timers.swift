@@ -55,6 +55,7 @@ extension PushWorkerService {
         while !Task.isCancelled {
             do {
                 try await self.beat()
+                self.lastDatabaseSuccess.withLock { $0 = .now }
                 let allowedAfter = self.state.withLock { $0.reapAllowedAfter } ?? .now
                 if ContinuousClock.now >= allowedAfter {
                     let reaped = try await self.queue.reapJobsOfGoneWorkers(
@@ -85,8 +86,33 @@ extension PushWorkerService {
                     "could not write the heartbeat; sends pause once it is stale",
                     metadata: ["push.error": "\(QueueError.summary(of: error))"]
                 )
+                // The chosen primary demoted or gone (a failover), with other hosts to try: hand over to the
+                // supervisor (the claim loop stops claiming once the heartbeat is stale, so it is checked here).
+                let quiet = ContinuousClock.now - self.lastDatabaseSuccess.withLock { $0 }
+                if let handler = self.configuration.onServerReadOnly,
+                    QueueError.isReadOnlyServer(error)
+                        || (cutOff && self.configuration.hostLostAfter.map { quiet >= $0 } ?? false)
+                {
+                    handler()
+                }
             }
             try? await Task.sleep(for: self.configuration.heartbeatInterval)
+        }
+    }
+
+    /// With a multi-host DATABASE_URL: once nothing has reached the database for ``WorkerConfiguration/hostLostAfter``
+    /// (a killed primary: queries wait on a pool that cannot connect, so no error comes back to act on), hand
+    /// over to the supervisor, whose restart tries the other hosts.
+    func hostLostWatch() async {
+        guard let lost = self.configuration.hostLostAfter, let handler = self.configuration.onServerReadOnly else {
+            return
+        }
+        while !Task.isCancelled {
+            try? await Task.sleep(for: .seconds(1))
+            if ContinuousClock.now - self.lastDatabaseSuccess.withLock({ $0 }) >= lost && !self.isShuttingDown {
+                handler()
+                return
+            }
         }
     }
 

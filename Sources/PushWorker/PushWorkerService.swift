@@ -223,6 +223,9 @@ public final class PushWorkerService: Service, Sendable {
             }
             background.addTask { await self.maintenanceLoop() }
             background.addTask { await self.heartbeatLoop() }
+            if self.configuration.hostLostAfter != nil {
+                background.addTask { await self.hostLostWatch() }
+            }
             background.addTask { await self.gaugesLoop() }
             await withTaskGroup(of: Void.self) { core in
                 core.addTask { await self.recorder.run() }
@@ -245,6 +248,7 @@ public final class PushWorkerService: Service, Sendable {
     func claimLoop() async {
         let configuration = self.configuration
         var failures = 0
+        var readOnlySince: ContinuousClock.Instant?
         // Discarding: a plain task group keeps every finished send until the group ends (memory grows per job).
         await withDiscardingTaskGroup { sends in
             while !self.isShuttingDown && !Task.isCancelled {
@@ -274,9 +278,28 @@ public final class PushWorkerService: Service, Sendable {
                         includingRateLimited: true
                     )
                     failures = 0
+                    readOnlySince = nil
                     self.lastDatabaseSuccess.withLock { $0 = .now }
                 } catch {
                     failures += 1
+                    // A read-only server: the primary this worker chose was demoted (a failover). Claims there
+                    // can never succeed; after 2 s of nothing but that, hand over to the supervisor.
+                    if QueueError.isReadOnlyServer(error) {
+                        let since = readOnlySince ?? .now
+                        readOnlySince = since
+                        if ContinuousClock.now - since >= .seconds(2), let handler = configuration.onServerReadOnly {
+                            handler()
+                        }
+                    } else {
+                        readOnlySince = nil
+                        // The chosen host gone (a killed primary): with other hosts to try, hand over too.
+                        let quiet = ContinuousClock.now - self.lastDatabaseSuccess.withLock { $0 }
+                        if let lost = configuration.hostLostAfter, quiet >= lost,
+                            !QueueError.isRefusedByServer(error), let handler = configuration.onServerReadOnly
+                        {
+                            handler()
+                        }
+                    }
                     let delay = Duration.milliseconds(min(100 << min(failures, 9), 30_000))
                     self.logger.error(
                         "could not claim jobs; retrying",

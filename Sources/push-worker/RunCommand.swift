@@ -241,6 +241,14 @@ struct RunCommand: AsyncParsableCommand {
             shutdownGrace: self.shutdownGrace.duration
         )
         configuration.credentialWait = self.credentialWait.duration
+        configuration.onServerReadOnly = { [logger] in
+            logger.critical(
+                "the database became read-only or unreachable (a failover demoted or took down the primary this worker chose): exiting with status 75 so the supervisor restarts it on the new primary (give DATABASE_URL every host, with target_session_attrs=read-write); held jobs are taken back at the restart"
+            )
+            Foundation.exit(75)
+        }
+        // With other hosts to try, a primary gone for 15 s is handed over to a restart too.
+        if url.hosts.count > 1 { configuration.hostLostAfter = .seconds(15) }
         configuration.frozenAfter = self.frozenWorkerWait.duration
         configuration.sessionTracked = !self.noSessionSettings && workerID.allSatisfy(\.isASCII)
         configuration.apnsIDMemory = self.apnsIDMemory.duration

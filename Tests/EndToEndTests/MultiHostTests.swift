@@ -2,6 +2,7 @@ import Foundation
 import PushEmbeddedPostgres
 import PushProcess
 import PushQueue
+import PushQueueTesting
 import Testing
 
 /// libpq's multi-host DATABASE_URL against a real primary and a real streaming standby (pg_basebackup).
@@ -17,34 +18,42 @@ import Testing
         return try ChildProcess.run("/usr/bin/env", env + command)
     }
 
+    /// A streaming standby of the fixture's cluster (pg_basebackup -R), started on a free port.
+    static func startStandby(of f: OwnClusterFixture) throws -> (directory: String, port: Int) {
+        let standby = f.directory + "/standby"
+        let port = try EmbeddedPostgres.freePort()
+        let password = f.url.password ?? ""
+        try FileManager.default.createDirectory(atPath: standby, withIntermediateDirectories: true)
+        chmod(standby, 0o700)
+        if geteuid() == 0 {
+            _ = try ChildProcess.run("/bin/chmod", ["755", f.directory])
+            _ = try ChildProcess.run("/bin/chown", ["postgres", standby])
+        }
+        let backup = try Self.asPostgres(
+            [
+                Self.bin + "/pg_basebackup", "-h", "127.0.0.1", "-p", "\(f.url.port)", "-U", f.url.username, "-D",
+                standby, "-R", "-X", "stream",
+            ],
+            environment: ["PGPASSWORD": password]
+        )
+        try #require(backup.status == 0, "pg_basebackup: \(backup.output)")
+        let started = try Self.asPostgres([
+            Self.bin + "/pg_ctl", "-D", standby, "-o", "-p \(port) -c listen_addresses=127.0.0.1", "-l",
+            standby + "/startup.log", "-w", "start",
+        ])
+        try #require(started.status == 0, "the standby did not start: \(started.output)")
+
+        return (standby, port)
+    }
+
     @Test(
         "a multi-host URL whose first host is a read-only standby: the worker skips it, works on the primary, and names the durability; with target any it lands on the standby and says why nothing can be written"
     )
     func standbyFirst() async throws {
         try await OwnClusterFixture.run("multi-host") { f in
-            let standby = f.directory + "/standby"
-            let port = try EmbeddedPostgres.freePort()
-            let password = f.url.password ?? ""
-            try FileManager.default.createDirectory(atPath: standby, withIntermediateDirectories: true)
-            chmod(standby, 0o700)
-            if geteuid() == 0 {
-                _ = try ChildProcess.run("/bin/chmod", ["755", f.directory])
-                _ = try ChildProcess.run("/bin/chown", ["postgres", standby])
-            }
-            let backup = try Self.asPostgres(
-                [
-                    Self.bin + "/pg_basebackup", "-h", "127.0.0.1", "-p", "\(f.url.port)", "-U", f.url.username, "-D",
-                    standby, "-R", "-X", "stream",
-                ],
-                environment: ["PGPASSWORD": password]
-            )
-            try #require(backup.status == 0, "pg_basebackup: \(backup.output)")
-            let started = try Self.asPostgres([
-                Self.bin + "/pg_ctl", "-D", standby, "-o", "-p \(port) -c listen_addresses=127.0.0.1", "-l",
-                standby + "/startup.log", "-w", "start",
-            ])
-            try #require(started.status == 0, "the standby did not start: \(started.output)")
+            let (standby, port) = try Self.startStandby(of: f)
             defer { _ = try? Self.asPostgres([Self.bin + "/pg_ctl", "-D", standby, "-m", "fast", "stop"]) }
+            let password = f.url.password ?? ""
 
             let hosts = "127.0.0.1:\(port),127.0.0.1:\(f.url.port)"
             let base = "postgres://\(f.url.username):\(password)@\(hosts)/\(f.url.database)"
@@ -90,6 +99,127 @@ import Testing
             #expect(worker.output.contains("127.0.0.1:\(f.url.port)"), "the primary was chosen: \(worker.output)")
             #expect(worker.output.contains("durability: asynchronous replication"), "\(worker.output)")
             print(worker.output.split(separator: "\n").filter { $0.contains("durability") }.joined(separator: "\n"))
+        }
+    }
+
+    @Test(
+        "the primary a worker chose turns read-only under it (a demoted primary): the worker exits 75 within seconds, naming the failover, for its supervisor to restart it"
+    )
+    func demotedPrimary() async throws {
+        try await OwnClusterFixture.run("demoted") { f in
+            let worker = try f.startWorker("demoted", ["--log-level", "notice"])
+            try await f.waitFor("the schema") {
+                try f.psql("SELECT count(*) FROM push.schema_migrations") == "\(Migration.all.count)"
+            }
+            _ = try f.psql(
+                """
+                INSERT INTO push.jobs (topic, device_token, payload)
+                SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{}}' FROM generate_series(1, 20) g
+                """
+            )
+            try await f.waitFor("20 delivered") {
+                try f.psql("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == "20"
+            }
+            // Demoted: every session's writes are refused from now on (as on a standby).
+            _ = try f.psql("ALTER SYSTEM SET default_transaction_read_only = on")
+            _ = try f.psql("SELECT pg_reload_conf()")
+            let demoted = ContinuousClock.now
+            let status = worker.wait(limit: .seconds(60))
+            #expect(status == 75, "\(worker.output)")
+            #expect(ContinuousClock.now - demoted < .seconds(30))
+            #expect(worker.output.contains("the database became read-only"), "\(worker.output)")
+            // The cluster is this test's own: it is thrown away read-only.
+        }
+    }
+
+    @Test(
+        "failover: the primary killed (-9) mid-drain and the standby promoted; the worker hands over (exit 75), restarted it finds the new primary, takes back its jobs and drains; none lost, none running"
+    )
+    func killedPrimaryFailover() async throws {
+        try await OwnClusterFixture.run(
+            "failover",
+            simulator: { configuration in
+                configuration.faults.slowShare = 1
+                configuration.faults.slowLatency = .milliseconds(200)
+            }
+        ) { f in
+            let (standby, port) = try Self.startStandby(of: f)
+            defer { _ = try? Self.asPostgres([Self.bin + "/pg_ctl", "-D", standby, "-m", "fast", "stop"]) }
+            let password = f.url.password ?? ""
+            var environment = f.environment
+            environment["DATABASE_URL"] =
+                "postgres://\(f.url.username):\(password)@127.0.0.1:\(f.url.port),127.0.0.1:\(port)/\(f.url.database)"
+                + "?sslmode=disable&target_session_attrs=read-write&connect_timeout=2"
+            let count = 1_000
+            func start(_ life: Int) throws -> ChildProcess.Running {
+                let worker = try ChildProcess.start(
+                    DaemonFixture.binary,
+                    [
+                        "run", "--worker-id", "fo", "--apns-endpoint", "https://localhost:\(f.simulator.port)",
+                        "--apns-ca-file", f.caFile, "--poll-interval-ms", "200", "--no-metrics", "--log-level",
+                        "notice", "--concurrency", "40", "--batch-size", "20",
+                    ],
+                    environment: environment,
+                    outputPath: f.directory + "/fo-\(life).log"
+                )
+                f.children.add(worker)
+                return worker
+            }
+            let first = try start(1)
+            try await f.waitFor("the schema") {
+                try f.psql("SELECT count(*) FROM push.schema_migrations") == "\(Migration.all.count)"
+            }
+            _ = try f.psql(
+                """
+                INSERT INTO push.jobs (topic, device_token, payload)
+                SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{}}' FROM generate_series(1, \(count)) g
+                """
+            )
+            try await f.waitFor("a third delivered") {
+                (Int(try f.psql("SELECT count(*) FROM push.jobs WHERE state = 'delivered'")) ?? 0) > count / 3
+            }
+            // The failover: the primary's postmaster killed, the standby promoted.
+            let pidFile = try String(
+                contentsOfFile: f.cluster.configuration.dataDirectory + "/postmaster.pid",
+                encoding: .utf8
+            )
+            let postmaster = try #require(Int32(pidFile.split(separator: "\n")[0]))
+            kill(postmaster, SIGKILL)
+            let failedAt = Date()
+            let promoted = try Self.asPostgres([Self.bin + "/pg_ctl", "-D", standby, "-w", "promote"])
+            #expect(promoted.status == 0, "\(promoted.output)")
+            // The worker hands over to its supervisor; the supervisor (this test) restarts it.
+            #expect(first.wait(limit: .seconds(90)) == 75, "\(first.output.suffix(2000))")
+            let handedOver = Date().timeIntervalSince(failedAt)
+            let second = try start(2)
+            func onNew(_ sql: String) throws -> String {
+                try ChildProcess.run(
+                    "/usr/bin/env",
+                    [
+                        "psql",
+                        "postgres://\(f.url.username):\(password)@127.0.0.1:\(port)/\(f.url.database)?sslmode=disable",
+                        "-Atc", sql,
+                    ]
+                ).output.trimmingCharacters(in: .whitespacesAndNewlines)
+            }
+            try await f.waitFor("every job terminal on the new primary", .seconds(180)) {
+                try onNew("SELECT count(*) FROM push.jobs WHERE state IN ('pending', 'running')") == "0"
+            }
+            second.signal(SIGTERM)
+            #expect(second.wait() == 0)
+            let delivered = Int(try onNew("SELECT count(*) FROM push.jobs WHERE state = 'delivered'")) ?? 0
+            let dead = Int(try onNew("SELECT count(*) FROM push.dead_jobs")) ?? 0
+            #expect(delivered + dead == count, "none lost: \(delivered) delivered, \(dead) dead of \(count)")
+            let firstOutcome =
+                Double(
+                    try onNew(
+                        "SELECT extract(epoch FROM min(delivered_at)) FROM push.jobs WHERE delivered_at > to_timestamp(\(failedAt.timeIntervalSince1970))"
+                    )
+                ) ?? 0
+            let okTwice = f.simulator.faultCounters.okAnswers.values.filter { $0 > 1 }.count
+            print(
+                "failover (kill -9 + promote): \(count) jobs, \(f.simulator.requests.count) requests, \(okTwice) answered 200 twice (outcomes the old primary acknowledged and the asynchronous standby never got, or in flight at the kill), \(delivered) delivered, \(dead) dead, 0 lost; worker handed over \(String(format: "%.1f", handedOver)) s after the kill, first outcome on the new primary \(String(format: "%.1f", firstOutcome - failedAt.timeIntervalSince1970)) s after it"
+            )
         }
     }
 }

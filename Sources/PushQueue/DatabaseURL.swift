@@ -265,20 +265,7 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
     /// Opens one connection and closes it, so a command fails at once with a sentence naming the server
     /// and what to check, rather than with a connection pool's circuit-breaker error later.
     public func probe(logger: Logger) async throws {
-        do {
-            let connection = try await PostgresConnection.connect(
-                configuration: try self.connectionConfiguration(),
-                id: 0,
-                logger: logger
-            )
-            try? await connection.close()
-        } catch {
-            throw QueueError(
-                code: .databaseUnreachable,
-                message:
-                    "cannot connect to Postgres at \(self.host):\(self.port) as \(self.username) (database \(self.database)): \(QueueError.summary(of: error)). Check that the server is running and accepts connections, and DATABASE_URL (or --database-url)"
-            )
-        }
+        try await self.probeSessionSettings([], logger: logger)
     }
 
     /// The URL pointed at the first host that suits `target_session_attrs`, tried in order as libpq does (each

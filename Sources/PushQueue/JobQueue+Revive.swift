@@ -55,19 +55,19 @@ extension JobQueue {
                    AND (EXISTS (SELECT 1 FROM push.dead_jobs AS d WHERE d.id = j.superseded_by)
                         OR EXISTS (SELECT 1 FROM push.jobs AS s WHERE s.id = j.superseded_by
                                     AND s.state IN ('superseded', 'cancelled'))) AS newest_dead,
-                   (SELECT n.id FROM push.jobs AS n
-                     WHERE n.coalesce_key = j.coalesce_key AND n.topic = j.topic AND n.environment = j.environment
-                       AND n.id > j.id AND n.state IN ('pending', 'running', 'delivered')
-                     ORDER BY n.id DESC LIMIT 1) AS blocker,
-                   (SELECT n.state FROM push.jobs AS n
-                     WHERE n.coalesce_key = j.coalesce_key AND n.topic = j.topic AND n.environment = j.environment
-                       AND n.id > j.id AND n.state IN ('pending', 'running', 'delivered')
-                     ORDER BY n.id DESC LIMIT 1) AS blocker_state
+                   blocker.id, blocker.state
               FROM unnest($1::bigint[]) AS a (id)
               LEFT JOIN push.jobs AS j ON j.id = a.id
               LEFT JOIN push.coalesce_marks AS m
                 ON m.topic = j.topic AND m.environment = j.environment AND m.coalesce_key = j.coalesce_key
               LEFT JOIN LATERAL (SELECT greatest(m.high_id, j.superseded_by) AS id) AS newest ON true
+              -- The newest job of the key that is or will be sent.
+              LEFT JOIN LATERAL (
+                SELECT n.id, n.state FROM push.jobs AS n
+                 WHERE n.coalesce_key = j.coalesce_key AND n.topic = j.topic AND n.environment = j.environment
+                   AND n.id > j.id AND n.state IN ('pending', 'running', 'delivered')
+                 ORDER BY n.id DESC LIMIT 1
+              ) AS blocker ON true
             """
         let logger = self.logger
         return try await self.client.withTransaction(logger: logger) { connection in

@@ -55,7 +55,7 @@ extension PushWorkerService {
         while !Task.isCancelled {
             do {
                 try await self.beat()
-                self.lastDatabaseSuccess.withLock { $0 = .now }
+                self.databaseAnswered()
                 let allowedAfter = self.state.withLock { $0.reapAllowedAfter } ?? .now
                 if ContinuousClock.now >= allowedAfter {
                     let reaped = try await self.queue.reapJobsOfGoneWorkers(
@@ -86,30 +86,38 @@ extension PushWorkerService {
                     "could not write the heartbeat; sends pause once it is stale",
                     metadata: ["push.error": "\(QueueError.summary(of: error))"]
                 )
-                // The chosen primary demoted or gone (a failover), with other hosts to try: hand over to the
-                // supervisor (the claim loop stops claiming once the heartbeat is stale, so it is checked here).
-                let quiet = ContinuousClock.now - self.lastDatabaseSuccess.withLock { $0 }
-                if let handler = self.configuration.onServerReadOnly,
-                    QueueError.isReadOnlyServer(error)
-                        || (cutOff && self.configuration.hostLostAfter.map { quiet >= $0 } ?? false)
-                {
-                    handler()
-                }
+                self.databaseFailed(error)
             }
             try? await Task.sleep(for: self.configuration.heartbeatInterval)
         }
     }
 
-    /// With a multi-host DATABASE_URL: once nothing has reached the database for ``WorkerConfiguration/hostLostAfter``
-    /// (a killed primary: queries wait on a pool that cannot connect, so no error comes back to act on), hand
-    /// over to the supervisor, whose restart tries the other hosts.
-    func hostLostWatch() async {
-        guard let lost = self.configuration.hostLostAfter, let handler = self.configuration.onServerReadOnly else {
-            return
-        }
+    /// A statement reached the database: it is neither gone nor read-only.
+    func databaseAnswered() {
+        self.lastDatabaseSuccess.withLock { $0 = .now }
+        self.readOnlySince.withLock { $0 = nil }
+    }
+
+    /// A statement failed: a read-only refusal starts (or continues) the read-only spell.
+    func databaseFailed(_ error: any Error) {
+        guard QueueError.isReadOnlyServer(error) else { return }
+        self.readOnlySince.withLock { $0 = $0 ?? .now }
+    }
+
+    /// The primary this worker chose is lost when its writes have been refused as read-only for 2 s (demoted
+    /// by a failover) or, with ``WorkerConfiguration/hostLostAfter`` (a multi-host URL), nothing has reached
+    /// the database for that long (killed: queries wait on a pool that cannot connect, so no error comes back
+    /// to act on). Then ``WorkerConfiguration/onPrimaryLost`` hands over to the supervisor, whose restart
+    /// tries the hosts again. One watch for both, whatever loop saw the failures.
+    func primaryLostWatch() async {
+        guard let handler = self.configuration.onPrimaryLost else { return }
         while !Task.isCancelled {
             try? await Task.sleep(for: .seconds(1))
-            if ContinuousClock.now - self.lastDatabaseSuccess.withLock({ $0 }) >= lost && !self.isShuttingDown {
+            let now = ContinuousClock.now
+            let readOnly = self.readOnlySince.withLock { $0 }.map { now - $0 >= .seconds(2) } ?? false
+            let quiet = now - self.lastDatabaseSuccess.withLock { $0 }
+            let gone = self.configuration.hostLostAfter.map { quiet >= $0 } ?? false
+            if (readOnly || gone) && !self.isShuttingDown {
                 handler()
                 return
             }

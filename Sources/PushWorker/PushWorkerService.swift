@@ -27,6 +27,8 @@ public final class PushWorkerService: Service, Sendable {
     let metrics = WorkerMetrics()
     let recorder: OutcomeWriter
     let lastDatabaseSuccess = Mutex(ContinuousClock.now)
+    /// Since when every statement that failed was refused as read-only (`nil`: not so since the last success).
+    let readOnlySince = Mutex<ContinuousClock.Instant?>(nil)
     let state: Locked<State>
     let stats = Locked(WorkerStats())
     /// The host clock against APNs' `Date` header.
@@ -223,8 +225,8 @@ public final class PushWorkerService: Service, Sendable {
             }
             background.addTask { await self.maintenanceLoop() }
             background.addTask { await self.heartbeatLoop() }
-            if self.configuration.hostLostAfter != nil {
-                background.addTask { await self.hostLostWatch() }
+            if self.configuration.onPrimaryLost != nil {
+                background.addTask { await self.primaryLostWatch() }
             }
             background.addTask { await self.gaugesLoop() }
             await withTaskGroup(of: Void.self) { core in
@@ -248,7 +250,6 @@ public final class PushWorkerService: Service, Sendable {
     func claimLoop() async {
         let configuration = self.configuration
         var failures = 0
-        var readOnlySince: ContinuousClock.Instant?
         // Discarding: a plain task group keeps every finished send until the group ends (memory grows per job).
         await withDiscardingTaskGroup { sends in
             while !self.isShuttingDown && !Task.isCancelled {
@@ -278,28 +279,10 @@ public final class PushWorkerService: Service, Sendable {
                         includingRateLimited: true
                     )
                     failures = 0
-                    readOnlySince = nil
-                    self.lastDatabaseSuccess.withLock { $0 = .now }
+                    self.databaseAnswered()
                 } catch {
                     failures += 1
-                    // A read-only server: the primary this worker chose was demoted (a failover). Claims there
-                    // can never succeed; after 2 s of nothing but that, hand over to the supervisor.
-                    if QueueError.isReadOnlyServer(error) {
-                        let since = readOnlySince ?? .now
-                        readOnlySince = since
-                        if ContinuousClock.now - since >= .seconds(2), let handler = configuration.onServerReadOnly {
-                            handler()
-                        }
-                    } else {
-                        readOnlySince = nil
-                        // The chosen host gone (a killed primary): with other hosts to try, hand over too.
-                        let quiet = ContinuousClock.now - self.lastDatabaseSuccess.withLock { $0 }
-                        if let lost = configuration.hostLostAfter, quiet >= lost,
-                            !QueueError.isRefusedByServer(error), let handler = configuration.onServerReadOnly
-                        {
-                            handler()
-                        }
-                    }
+                    self.databaseFailed(error)
                     let delay = Duration.milliseconds(min(100 << min(failures, 9), 30_000))
                     self.logger.error(
                         "could not claim jobs; retrying",

@@ -4,11 +4,12 @@ public import PushCore
 public struct WorkerConfiguration: Sendable {
     /// This worker's name in `locked_by` (unique per process).
     public var workerID: String
-    /// Called when the database has refused this worker's writes as read-only for a while (the primary it
-    /// chose was demoted by a failover): the daemon exits so its supervisor restarts it on the new primary.
-    public var onServerReadOnly: (@Sendable () -> Void)? = nil
+    /// Called when the primary this worker chose is lost: its writes refused as read-only for 2 s (demoted by
+    /// a failover), or nothing reached for ``hostLostAfter``: the daemon exits so its supervisor restarts it
+    /// on the new primary.
+    public var onPrimaryLost: (@Sendable () -> Void)? = nil
     /// With a multi-host DATABASE_URL: how long the database may stay unreachable (the chosen primary down)
-    /// before ``onServerReadOnly`` is called too, so a restart tries the other hosts; `nil`: wait for it.
+    /// before ``onPrimaryLost`` is called, so a restart tries the other hosts; `nil`: wait for it.
     public var hostLostAfter: Duration? = nil
     /// Sends in flight at most; the claimer never holds more jobs than this.
     public var concurrency: Int

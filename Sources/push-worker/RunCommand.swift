@@ -241,7 +241,7 @@ struct RunCommand: AsyncParsableCommand {
             shutdownGrace: self.shutdownGrace.duration
         )
         configuration.credentialWait = self.credentialWait.duration
-        configuration.onServerReadOnly = { [logger] in
+        configuration.onPrimaryLost = { [logger] in
             logger.critical(
                 "the database became read-only or unreachable (a failover demoted or took down the primary this worker chose): exiting with status 75 so the supervisor restarts it on the new primary (give DATABASE_URL every host, with target_session_attrs=read-write); held jobs are taken back at the restart"
             )

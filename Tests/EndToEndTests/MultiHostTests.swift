@@ -74,16 +74,7 @@ import Testing
                 environment.map { "\($0.key)=\($0.value)" } + [DaemonFixture.binary, "migrate"]
             )
             #expect(migrate.status == 0, "\(migrate.output)")
-            let worker = try ChildProcess.start(
-                DaemonFixture.binary,
-                [
-                    "run", "--worker-id", "multi", "--apns-endpoint", "https://localhost:\(f.simulator.port)",
-                    "--apns-ca-file", f.caFile, "--poll-interval-ms", "200", "--no-metrics", "--log-level", "notice",
-                ],
-                environment: environment,
-                outputPath: f.directory + "/multi.log"
-            )
-            f.children.add(worker)
+            let worker = try f.startWorker("multi", ["--log-level", "notice"], environment: environment)
             _ = try f.psql(
                 """
                 INSERT INTO push.jobs (topic, device_token, payload)
@@ -152,18 +143,11 @@ import Testing
                 + "?sslmode=disable&target_session_attrs=read-write&connect_timeout=2"
             let count = 1_000
             func start(_ life: Int) throws -> ChildProcess.Running {
-                let worker = try ChildProcess.start(
-                    DaemonFixture.binary,
-                    [
-                        "run", "--worker-id", "fo", "--apns-endpoint", "https://localhost:\(f.simulator.port)",
-                        "--apns-ca-file", f.caFile, "--poll-interval-ms", "200", "--no-metrics", "--log-level",
-                        "notice", "--concurrency", "40", "--batch-size", "20",
-                    ],
-                    environment: environment,
-                    outputPath: f.directory + "/fo-\(life).log"
+                try f.startWorker(
+                    "fo",
+                    ["--log-level", "notice", "--concurrency", "40", "--batch-size", "20"],
+                    environment: environment
                 )
-                f.children.add(worker)
-                return worker
             }
             let first = try start(1)
             try await f.waitFor("the schema") {

@@ -69,8 +69,13 @@ struct OwnClusterFixture: Sendable {
         }
     }
 
-    /// Starts `push-worker run` against this cluster and the simulator; `extra` adds flags.
-    func startWorker(_ name: String, _ extra: [String] = []) throws -> ChildProcess.Running {
+    /// Starts `push-worker run` against this cluster and the simulator; `extra` adds flags, `more` environment
+    /// (another DATABASE_URL, say).
+    func startWorker(
+        _ name: String,
+        _ extra: [String] = [],
+        environment more: [String: String] = [:]
+    ) throws -> ChildProcess.Running {
         let worker = try ChildProcess.start(
             DaemonFixture.binary,
             [
@@ -78,7 +83,7 @@ struct OwnClusterFixture: Sendable {
                 "--apns-ca-file", self.caFile,
                 "--poll-interval-ms", "200", "--no-metrics",
             ] + extra,
-            environment: self.environment,
+            environment: self.environment.merging(more) { $1 },
             outputPath: self.directory + "/\(name).log"
         )
         self.children.add(worker)

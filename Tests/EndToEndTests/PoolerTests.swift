@@ -1,4 +1,5 @@
 import Foundation
+import PushEmbeddedPostgres
 import PushProcess
 import PushQueue
 import Testing
@@ -16,11 +17,7 @@ import Testing
             Self.pgbouncer,
             "pgbouncer is not installed: apt-get install pgbouncer (.ci/run does)"
         )
-        let probe = try ChildProcess.run(
-            "/usr/bin/env",
-            ["python3", "-c", "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])"]
-        )
-        let port = try #require(Int(probe.output.trimmingCharacters(in: .whitespacesAndNewlines)))
+        let port = try EmbeddedPostgres.freePort()
         let home = directory + "/pgbouncer"
         try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
         try "\"\(url.username)\" \"\(url.password ?? "")\"\n".write(

@@ -18,6 +18,11 @@ struct FlowControlTests {
         )
     }
 
+    /// One VALUES row for ``insert(_:_:)``: an alert of token `n` with `key` as its coalesce_key.
+    static func keyedRow(_ n: Int, _ key: String) -> String {
+        "('com.example.app', lpad(to_hex(\(n)), 64, '0'), '{\"aps\":{}}', '\(key)', 'default')"
+    }
+
     @Test("latest wins: of each key's due jobs only the newest is claimed; the older end superseded by it")
     func coalescing() async throws {
         try await TestPostgres.withDatabase { db in
@@ -53,10 +58,8 @@ struct FlowControlTests {
     )
     func reviveSuperseded() async throws {
         try await TestPostgres.withDatabase { db in
-            let row = { (n: Int, key: String) in
-                "('com.example.app', lpad(to_hex(\(n)), 64, '0'), '{\"aps\":{}}', '\(key)', 'default')"
-            }
             // Key a: the older job is superseded by the newer one's claim; the newer one dies unsent.
+            let row = Self.keyedRow
             let a = try await Self.insert(db, [row(1, "a"), row(2, "a")].joined(separator: ","))
             // Key b: the same, and then a third job of the key is delivered.
             let b = try await Self.insert(db, [row(3, "b"), row(4, "b")].joined(separator: ","))
@@ -118,9 +121,7 @@ struct FlowControlTests {
     )
     func cancel() async throws {
         try await TestPostgres.withDatabase { db in
-            let row = { (n: Int, key: String) in
-                "('com.example.app', lpad(to_hex(\(n)), 64, '0'), '{\"aps\":{}}', '\(key)', 'default')"
-            }
+            let row = Self.keyedRow
             let ids = try await Self.insert(db, (1...4).map { row($0, "k\($0)") }.joined(separator: ","))
             let held = try await db.queue.claimBatch(limit: 2, workerID: "w", lease: .seconds(60))
             let heldIDs = held.jobs.map(\.id).sorted()

@@ -273,6 +273,7 @@ struct FlowControlDaemonTests {
             #expect(shown.output.contains("cancelled"), "\(shown.output)")
             worker.signal(SIGTERM)
             #expect(worker.wait() == 0)
+            try await FaultTests.assertInvariants(f, jobs: 3, diedWorkers: [])
         }
     }
 
@@ -304,6 +305,7 @@ struct FlowControlDaemonTests {
             #expect(states.filter { $0.hasPrefix("delivered") }.count == 1, "\(states)")
             worker.signal(SIGTERM)
             #expect(worker.wait() == 0)
+            try await FaultTests.assertInvariants(f, jobs: 8, diedWorkers: [])
         }
     }
 

@@ -200,6 +200,18 @@ import Testing
                         "SELECT extract(epoch FROM min(delivered_at)) FROM push.jobs WHERE delivered_at > to_timestamp(\(failedAt.timeIntervalSince1970))"
                     )
                 ) ?? 0
+            // The invariants, read on the new primary: every job in a named terminal state (above), none running
+            // (waited for), one apns-id per job across all its requests. A second 200 is across the worker's
+            // hand-over (exit 75) for every job: the only worker held them all. The shared check's way of telling
+            // (the dead worker named in the job's history) cannot see these: an outcome written on the old
+            // primary and lost with asynchronous replication leaves no history on the new one.
+            var apnsIDs: [String: Set<String>] = [:]
+            for request in f.simulator.requests {
+                if let token = request.deviceToken {
+                    apnsIDs[token, default: []].insert(request.headers["apns-id"] ?? "")
+                }
+            }
+            #expect(apnsIDs.count == count && apnsIDs.values.allSatisfy { $0.count == 1 }, "one apns-id per job")
             let okTwice = f.simulator.faultCounters.okAnswers.values.filter { $0 > 1 }.count
             print(
                 "failover (kill -9 + promote): \(count) jobs, \(f.simulator.requests.count) requests, \(okTwice) answered 200 twice (outcomes the old primary acknowledged and the asynchronous standby never got, or in flight at the kill), \(delivered) delivered, \(dead) dead, 0 lost; worker handed over \(String(format: "%.1f", handedOver)) s after the kill, first outcome on the new primary \(String(format: "%.1f", firstOutcome - failedAt.timeIntervalSince1970)) s after it"

@@ -268,14 +268,63 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
         try await self.probeSessionSettings([], logger: logger)
     }
 
+    /// Whether the server refuses this URL's password (SQLSTATE 28P01 or 28000: a short-lived token expired);
+    /// `false` when it accepts it or cannot be reached.
+    public func refusesPassword(logger: Logger) async -> Bool {
+        do {
+            let connection = try await PostgresConnection.connect(
+                configuration: try self.connectionConfiguration(),
+                id: 0,
+                logger: logger
+            )
+            try? await connection.close()
+            return false
+        } catch let error as PSQLError {
+            return ["28P01", "28000"].contains(error.serverInfo?[.sqlState] ?? "")
+        } catch {
+            return false
+        }
+    }
+
     /// The URL pointed at the first host that suits `target_session_attrs`, tried in order as libpq does (each
     /// try bounded by `connect_timeout`); a single host with `any` is used as it is, without a connection.
     /// A host that answers but does not suit (a read-only standby) is closed and the next tried; the error
     /// names what each host said.
-    public func resolvingTarget(logger: Logger) async throws -> DatabaseURL {
+    ///
+    /// `patience`: how long to keep trying, once a second, while no host suits (a failover in progress: the old
+    /// primary gone or demoted, the standby not yet promoted); the first round's answers are logged. `excluding`:
+    /// a host not to try (the one a worker just lost).
+    public func resolvingTarget(
+        logger: Logger,
+        patience: Duration = .zero,
+        excluding: Endpoint? = nil
+    ) async throws -> DatabaseURL {
         if self.hosts.count == 1 && self.targetSessionAttrs == "any" { return self }
+        let deadline = ContinuousClock.now + patience
+        var round = 0
+        while true {
+            do {
+                return try await self.firstSuitingHost(logger: logger, excluding: excluding)
+            } catch {
+                guard ContinuousClock.now < deadline else { throw error }
+                if round == 0 {
+                    logger.warning(
+                        "no database host suits yet; trying again every second (a failover may be in progress)",
+                        metadata: [
+                            "push.error": "\(QueueError.summary(of: error))",
+                            "push.patience": "\(patience.components.seconds)s",
+                        ]
+                    )
+                }
+                round += 1
+                try await Task.sleep(for: .seconds(1))
+            }
+        }
+    }
+
+    private func firstSuitingHost(logger: Logger, excluding: Endpoint?) async throws -> DatabaseURL {
         var tried: [String] = []
-        for endpoint in self.hosts {
+        for endpoint in self.hosts where endpoint != excluding {
             var candidate = self
             candidate.host = endpoint.host
             candidate.port = endpoint.port

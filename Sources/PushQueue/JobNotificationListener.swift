@@ -1,5 +1,6 @@
 public import Logging
 public import PostgresNIO
+import Synchronization
 
 /// Holds one connection that `LISTEN`s on `push_jobs` and turns each NOTIFY (one per INSERT statement
 /// into `push.jobs`) into a call of `onNotification`. Reconnects with backoff when the connection drops,
@@ -8,9 +9,14 @@ public struct JobNotificationListener: Sendable {
     /// The channel the schema's statement trigger notifies.
     public static let channel = "push_jobs"
 
-    let configuration: PostgresConnection.Configuration
+    /// How to open the connection, asked at each (re)connect: a failover may have switched the host.
+    let configuration: @Sendable () -> PostgresConnection.Configuration
     let logger: Logger
     let onListening: @Sendable () -> Void
+    /// The connection listening now, closed when ``PrimaryClient`` switches hosts (so it reconnects there).
+    let current = ListeningConnection()
+    /// How many times the host was switched: a switch ends the backoff at once.
+    let switches: @Sendable () -> Int
 
     /// - Parameters:
     ///   - configuration: how to open the dedicated connection (not a pooled one: LISTEN pins it).
@@ -20,9 +26,21 @@ public struct JobNotificationListener: Sendable {
         logger: Logger,
         onListening: @escaping @Sendable () -> Void = {}
     ) {
-        self.configuration = configuration
+        self.configuration = { configuration }
+        self.switches = { 0 }
         self.logger = logger
         self.onListening = onListening
+    }
+
+    /// Listens to the host `primary` is on, and moves with it when it switches.
+    public init(primary: PrimaryClient, logger: Logger, onListening: @escaping @Sendable () -> Void = {}) {
+        self.configuration = { primary.listenerConfiguration! }
+        self.switches = { primary.switches }
+        self.logger = logger
+        self.onListening = onListening
+        primary.onSwitch { [current] in
+            if let connection = current.value.withLock({ $0 }) { Task { try? await connection.close() } }
+        }
     }
 
     /// Listens until the task is cancelled, calling `onNotification` for each NOTIFY.
@@ -37,12 +55,16 @@ public struct JobNotificationListener: Sendable {
         var connectionID = 0
         while !Task.isCancelled {
             connectionID += 1
+            // Read before connecting: a switch during the connect to the old host ends the backoff after it.
+            let switches = self.switches()
             do {
                 let connection = try await PostgresConnection.connect(
-                    configuration: self.configuration,
+                    configuration: self.configuration(),
                     id: connectionID,
                     logger: self.logger
                 )
+                self.current.value.withLock { $0 = connection }
+                defer { self.current.value.withLock { $0 = nil } }
                 do {
                     try await connection.listen(on: Self.channel) { notifications in
                         // LISTEN is registered: catch up on anything inserted while we were not listening.
@@ -66,8 +88,17 @@ public struct JobNotificationListener: Sendable {
                 )
             }
             if Task.isCancelled { return }
-            try? await Task.sleep(for: backoff)
-            backoff = min(backoff * 2, .seconds(30))
+            // The backoff, cut short by a switch to another host (which is up: it was just chosen).
+            let until = ContinuousClock.now + backoff
+            while ContinuousClock.now < until && self.switches() == switches && !Task.isCancelled {
+                try? await Task.sleep(for: min(.milliseconds(250), until - ContinuousClock.now))
+            }
+            backoff = self.switches() == switches ? min(backoff * 2, .seconds(30)) : .milliseconds(250)
         }
     }
+}
+
+/// The LISTEN connection open now, shared by the copies of a listener.
+final class ListeningConnection: Sendable {
+    let value = Mutex<PostgresConnection?>(nil)
 }

@@ -67,6 +67,26 @@ extension JobQueue {
         return ids
     }
 
+    /// Returns to `pending` the jobs this worker has `running` in the table but does not hold: claims the old
+    /// primary committed while their answer was lost in a failover. Run on the new primary's client before any
+    /// claim goes through it, so no claim of its own can be caught; without it they would wait for their lease.
+    @discardableResult
+    public func releaseUnheld(workerID: String, holding held: [Int64]) async throws -> [Int64] {
+        var ids: [Int64] = []
+        for try await id in try await self.client.query(
+            """
+            UPDATE push.jobs AS j
+               SET \(unescaped: Self.backToPending("claimed on the old primary, the claim answer lost in a failover"))
+             WHERE j.state = 'running' AND j.locked_by = \(workerID) AND NOT (j.id = ANY(\(held)))
+            RETURNING j.id
+            """,
+            logger: self.logger
+        ).decode(Int64.self) {
+            ids.append(id)
+        }
+        return ids
+    }
+
     /// Returns to `pending`, due at once and with the same `apns_id`, the running jobs whose worker is
     /// gone. A worker whose heartbeat is fresh keeps its jobs whatever their leases say (it may only have
     /// lost Postgres for a while; its outcomes are on their way), except the ones it no longer holds itself

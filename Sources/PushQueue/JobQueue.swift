@@ -9,8 +9,10 @@ import Synchronization
 /// an outcome is fenced on (id, attempt, worker), so a worker whose lease was lost cannot overwrite the
 /// newer attempt of another.
 public struct JobQueue: Sendable {
-    /// The client every operation runs on; the caller runs it.
-    public let client: PostgresClient
+    /// The client every operation runs on, taken as each starts (a failover may switch it); the caller runs it.
+    public var client: PostgresClient { self.primary.client }
+    /// The client in use, switchable to another host.
+    public let primary: PrimaryClient
     let logger: Logger
     /// Whether the claim and the outcome write may run as named prepared statements (planned once per
     /// connection); see ``usesPreparedStatements``.
@@ -25,7 +27,12 @@ public struct JobQueue: Sendable {
     ///     them took 1–1.6 ms per batch. Off behind PgBouncer's transaction pooling, which loses named
     ///     statements (the worker turns it off with `--no-session-settings`).
     public init(client: PostgresClient, logger: Logger, preparedStatements: Bool = false) {
-        self.client = client
+        self.init(primary: PrimaryClient(client), logger: logger, preparedStatements: preparedStatements)
+    }
+
+    /// A queue on a client that a failover may switch to another host (``PrimaryClient/switchTo(_:listener:host:)``).
+    public init(primary: PrimaryClient, logger: Logger, preparedStatements: Bool = false) {
+        self.primary = primary
         self.logger = logger
         self.preparedStatements = preparedStatements
     }

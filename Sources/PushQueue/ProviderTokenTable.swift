@@ -5,13 +5,19 @@ public import PushCore
 
 /// `push.provider_tokens`: the provider token of each signing key, shared by every worker process.
 public struct ProviderTokenTable: ProviderTokenStore {
-    let client: PostgresClient
+    let primary: PrimaryClient
+    var client: PostgresClient { self.primary.client }
     let logger: Logger
 
     /// - Parameters:
     ///   - client: a running client.
     public init(client: PostgresClient, logger: Logger) {
-        self.client = client
+        self.init(primary: PrimaryClient(client), logger: logger)
+    }
+
+    /// The table on a client a failover may switch to another host.
+    public init(primary: PrimaryClient, logger: Logger) {
+        self.primary = primary
         self.logger = logger
     }
 

@@ -104,11 +104,12 @@ extension PushWorkerService {
         self.readOnlySince.withLock { $0 = $0 ?? .now }
     }
 
-    /// The primary this worker chose is lost when its writes have been refused as read-only for 2 s (demoted
-    /// by a failover) or, with ``WorkerConfiguration/hostLostAfter`` (a multi-host URL), nothing has reached
-    /// the database for that long (killed: queries wait on a pool that cannot connect, so no error comes back
-    /// to act on). Then ``WorkerConfiguration/onPrimaryLost`` hands over to the supervisor, whose restart
-    /// tries the hosts again. One watch for both, whatever loop saw the failures.
+    /// The primary this worker uses is lost when its writes have been refused as read-only for 2 s (demoted
+    /// by a failover); when, with ``WorkerConfiguration/hostLostAfter``, nothing has reached the database for
+    /// that long (killed: queries wait on a pool that cannot connect, so no error comes back to act on); or
+    /// when ``WorkerConfiguration/switchWouldHelp`` finds a database a fresh connection reaches (the standby
+    /// promoted, a renewed password). Then ``WorkerConfiguration/onPrimaryLost`` switches (or exits); the
+    /// watch then starts over.
     func primaryLostWatch() async {
         guard let handler = self.configuration.onPrimaryLost else { return }
         while !Task.isCancelled {
@@ -116,10 +117,18 @@ extension PushWorkerService {
             let now = ContinuousClock.now
             let readOnly = self.readOnlySince.withLock { $0 }.map { now - $0 >= .seconds(2) } ?? false
             let quiet = now - self.lastDatabaseSuccess.withLock { $0 }
-            let gone = self.configuration.hostLostAfter.map { quiet >= $0 } ?? false
-            if (readOnly || gone) && !self.isShuttingDown {
-                handler()
-                return
+            var loss: PrimaryLoss? = readOnly ? .readOnly : nil
+            if loss == nil, let after = self.configuration.hostLostAfter, quiet >= after { loss = .unreachable }
+            // Quiet longer than a heartbeat: the heartbeat itself did not get through.
+            let missedHeartbeat = quiet >= self.configuration.heartbeatInterval + .seconds(1)
+            if loss == nil, let helps = self.configuration.switchWouldHelp, await helps(missedHeartbeat) {
+                loss = .reachableElsewhere
+            }
+            if let loss, !self.isShuttingDown, !Task.isCancelled {
+                await handler(loss)
+                // A fresh start for the host now in use.
+                self.lastDatabaseSuccess.withLock { $0 = .now }
+                self.readOnlySince.withLock { $0 = nil }
             }
         }
     }

@@ -56,6 +56,11 @@ public final class PushWorkerService: Service, Sendable {
         var fleetPausesReadAt: ContinuousClock.Instant = .now
         /// The client's not-processed count at the last scrape (the metric counts the difference).
         var notProcessedReported = 0
+        /// Bumped when a switch to a new primary begins: a claim that began before it and answers after it is
+        /// not sent (its jobs are returned to pending on the new primary, or were never claimed there).
+        var switchEpoch = 0
+        /// A switch is returning this worker's unheld jobs to pending: no claim starts meanwhile.
+        var switching = false
     }
 
     /// Counters since start, for logs and tests.
@@ -211,6 +216,32 @@ public final class PushWorkerService: Service, Sendable {
                 _ = await self.wake.wait(timeout: .seconds(1))
             }
         }
+        // A failover's switch to the new primary: first return the claims the old primary committed while their
+        // answer was lost (this worker does not hold them), before any claim of its own goes there.
+        self.queue.primary.beforeSwitch { [logger = self.logger] client in
+            let held = self.state.withLock { state in
+                state.switchEpoch += 1
+                state.switching = true
+                return Array(state.capacity.held)
+            }
+            defer { self.state.withLock { $0.switching = false } }
+            do {
+                let onNew = JobQueue(client: client, logger: logger, preparedStatements: false)
+                let released = try await onNew.releaseUnheld(workerID: id, holding: held)
+                if !released.isEmpty {
+                    self.metrics.leasesReclaimed.increment(by: released.count)
+                    logger.warning(
+                        "returned to pending the jobs claimed on the old primary whose claim answer was lost",
+                        metadata: ["push.jobs": "\(released.count)"]
+                    )
+                }
+            } catch {
+                logger.warning(
+                    "could not return the jobs claimed on the old primary; they come back when their lease lapses",
+                    metadata: ["push.error": "\(QueueError.summary(of: error))"]
+                )
+            }
+        }
         await withTaskGroup(of: Void.self) { background in
             if let listener = self.listener {
                 let wake = self.wake
@@ -255,7 +286,11 @@ public final class PushWorkerService: Service, Sendable {
             while !self.isShuttingDown && !Task.isCancelled {
                 // Whole batches where possible; outcomes not yet written count against capacity; no claim
                 // while this worker's own heartbeat is stale.
-                guard let limit = self.state.withLock({ $0.capacity.claimLimit() }), self.heartbeatFresh else {
+                // The limit and the switch epoch in one look: a switch beginning after it finds this claim out.
+                let gate = self.state.withLock { state in
+                    state.switching ? nil : state.capacity.claimLimit().map { (limit: $0, epoch: state.switchEpoch) }
+                }
+                guard let (limit, epoch) = gate, self.heartbeatFresh else {
                     _ = await self.capacity.wait(timeout: .milliseconds(100))
                     continue
                 }
@@ -292,10 +327,27 @@ public final class PushWorkerService: Service, Sendable {
                     continue
                 }
                 let jobs = batch.jobs
+                // Held from here, unless a switch to a new primary began while the claim was out: the switch
+                // returned to pending every job this worker did not hold, these among them.
+                let current = self.state.withLock { state in
+                    guard state.switchEpoch == epoch else { return false }
+                    if !jobs.isEmpty { state.capacity.claimed(jobs.map(\.id)) }
+                    return true
+                }
+                guard current else {
+                    // Not sent; returned to pending now if the claim went through to the database in use (the
+                    // same server after a renewed password), else they were never claimed there.
+                    let held = self.state.withLock { Array($0.capacity.held) }
+                    let released = try? await self.queue.releaseUnheld(workerID: configuration.workerID, holding: held)
+                    self.logger.notice(
+                        "a claim answered across a switch to a new primary; its jobs are not sent, and are pending again",
+                        metadata: ["push.jobs": "\(jobs.count)", "push.released": "\(released?.count ?? 0)"]
+                    )
+                    continue
+                }
                 self.metrics.claimed(superseded: batch.superseded, rateLimited: batch.rateLimitedFor != nil)
                 if !jobs.isEmpty {
                     self.state.withLock { state in
-                        state.capacity.claimed(jobs.map(\.id))
                         // The claim leaves paused jobs out: a cached pause that matches a job claimed by a claim
                         // that began after the pauses were read was lifted since (a resume reaches the sends at
                         // once, not at the next heartbeat). An older claim may predate the pause itself.

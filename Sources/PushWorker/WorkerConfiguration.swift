@@ -1,16 +1,30 @@
 public import PushCore
 
+/// Why the worker takes its primary for lost.
+public enum PrimaryLoss: Sendable, Equatable {
+    /// Its writes have been refused as read-only for 2 s: demoted by a failover.
+    case readOnly
+    /// Nothing has reached it for ``WorkerConfiguration/hostLostAfter``.
+    case unreachable
+    /// ``WorkerConfiguration/switchWouldHelp`` found a database a fresh connection reaches.
+    case reachableElsewhere
+}
+
 /// How one worker process claims, sends and records.
 public struct WorkerConfiguration: Sendable {
     /// This worker's name in `locked_by` (unique per process).
     public var workerID: String
-    /// Called when the primary this worker chose is lost: its writes refused as read-only for 2 s (demoted by
-    /// a failover), or nothing reached for ``hostLostAfter``: the daemon exits so its supervisor restarts it
-    /// on the new primary.
-    public var onPrimaryLost: (@Sendable () -> Void)? = nil
-    /// With a multi-host DATABASE_URL: how long the database may stay unreachable (the chosen primary down)
-    /// before ``onPrimaryLost`` is called, so a restart tries the other hosts; `nil`: wait for it.
+    /// Called when the primary this worker uses is lost, with why (``PrimaryLoss``). The daemon switches its
+    /// client to the new primary (keeping held jobs and unwritten outcomes), or exits for its supervisor to
+    /// restart it. Watching goes on once it returns.
+    public var onPrimaryLost: (@Sendable (PrimaryLoss) async -> Void)? = nil
+    /// How long the database may stay unreachable before ``onPrimaryLost`` is called; `nil`: wait for it.
     public var hostLostAfter: Duration? = nil
+    /// Whether a fresh connection would reach a database this worker's pool cannot (another host of a
+    /// multi-host URL promoted to primary, or a renewed password accepted where the one in use is refused).
+    /// Asked once a second, told whether a heartbeat has just failed to get through; `true` calls
+    /// ``onPrimaryLost`` (``PrimaryLoss/reachableElsewhere``) at once instead of waiting out ``hostLostAfter``.
+    public var switchWouldHelp: (@Sendable (_ missedHeartbeat: Bool) async -> Bool)? = nil
     /// Sends in flight at most; the claimer never holds more jobs than this.
     public var concurrency: Int
     /// Jobs per claim at most.

@@ -1,3 +1,4 @@
+import APNsTransport
 import ArgumentParser
 import Foundation
 import Logging
@@ -15,6 +16,15 @@ struct DatabaseOptions: ParsableArguments {
         )
     )
     var databaseURL: String?
+
+    @Option(
+        name: .customLong("database-password-file"),
+        help: ArgumentHelp(
+            "A file holding the database password (default: $DATABASE_PASSWORD_FILE), read at start and again whenever the worker reconnects: for short-lived passwords (AWS RDS IAM tokens, Cloud SQL IAM) that a sidecar rewrites. Mode 600 or 400, owned by the worker's user.",
+            valueName: "path"
+        )
+    )
+    var passwordFile: String?
 
     @Option(
         name: .customLong("data-dir"),
@@ -68,6 +78,29 @@ struct DatabaseOptions: ParsableArguments {
         }
     }
 
+    /// The password file's path (flag, then `DATABASE_PASSWORD_FILE`), if one is configured.
+    var configuredPasswordFile: String? {
+        let path = self.passwordFile ?? ProcessInfo.processInfo.environment["DATABASE_PASSWORD_FILE"]
+        return path.flatMap { $0.isEmpty ? nil : $0 }
+    }
+
+    /// The password in the password file (one line; the trailing newline is not part of it), read now.
+    func readPassword() throws -> String? {
+        guard let path = self.configuredPasswordFile else { return nil }
+        switch SecretFile.read(path, policy: .privateKey, maxBytes: 16 * 1024) {
+        case .failure(let failure):
+            throw CLIError("the database password file \(path) \(failure.sentence)")
+        case .success(let bytes):
+            let text = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .newlines)
+            guard !text.isEmpty else {
+                throw CLIError(
+                    "the database password file \(path) is empty: write the password (or the IAM token) into it, or unset DATABASE_PASSWORD_FILE"
+                )
+            }
+            return text
+        }
+    }
+
     /// Whether the embedded cluster is the database (no URL configured).
     var isEmbedded: Bool { get throws { try self.configuredURL == nil } }
 
@@ -79,13 +112,26 @@ struct DatabaseOptions: ParsableArguments {
     /// The database to use, and the embedded cluster if this call started it (so the caller stops it).
     func resolveStartingCluster(logger: Logger) throws -> (url: DatabaseURL, startedCluster: EmbeddedPostgres?) {
         if let url = try self.configuredURL {
-            let parsed = try DatabaseURL(url)
-            if self.databaseURL != nil && parsed.password != nil {
+            var parsed = try DatabaseURL(url)
+            if let password = try self.readPassword() {
+                guard parsed.password == nil else {
+                    throw CLIError(
+                        "DATABASE_URL carries a password and a database password file is set too: remove the password from the URL (the file's is used, and re-read on reconnect)"
+                    )
+                }
+                parsed.password = password
+            }
+            if self.databaseURL != nil && parsed.password != nil && self.configuredPasswordFile == nil {
                 printError(
                     "warning: --database-url carries a password, which every local user can read in the process list: pass it in DATABASE_URL (an environment file readable by this user only) or ~/.pgpass instead"
                 )
             }
             return (parsed, nil)
+        }
+        if self.configuredPasswordFile != nil {
+            throw CLIError(
+                "a database password file is set but no DATABASE_URL: the embedded Postgres keeps its own password. Set DATABASE_URL, or unset DATABASE_PASSWORD_FILE"
+            )
         }
         let directory = URL(fileURLWithPath: self.dataDirectory).standardizedFileURL.path
         let cluster = EmbeddedPostgres(configuration: .init(dataDirectory: directory), logger: logger)

@@ -10,6 +10,7 @@ import PushCore
 import PushQueue
 import PushWorker
 import ServiceLifecycle
+import Synchronization
 
 struct RunCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -144,14 +145,18 @@ struct RunCommand: AsyncParsableCommand {
         }
         let (configured, startedCluster) = try self.database.resolveStartingCluster(logger: logger)
         defer { startedCluster?.stop() }
-        // A multi-host URL: the first host that suits target_session_attrs (a read-only standby is skipped).
-        let url = try await configured.resolvingTarget(logger: logger)
+        // A multi-host URL: the first host that suits target_session_attrs (a read-only standby is skipped). A
+        // restart in the middle of a failover (the old primary gone, the standby not yet promoted) waits for it.
+        let url = try await configured.resolvingTarget(
+            logger: logger,
+            patience: configured.hosts.count > 1 ? .seconds(60) : .zero
+        )
         if configured.hosts.count > 1 {
             logger.notice("database host chosen", metadata: ["push.database": "\(url.host):\(url.port)"])
         }
         try await url.probe(logger: logger)
         if useKey {
-            try await self.serve(url: url, logger: logger) { store in
+            try await self.serve(url: url, hosts: configured, logger: logger) { store in
                 try self.makeClient(logger: logger, simulator: nil, tokenStore: store)
             }
             return
@@ -174,7 +179,7 @@ struct RunCommand: AsyncParsableCommand {
                 keyID: credentials.keyID,
                 path: credentials.keyPath
             )
-            try await self.serve(url: url, logger: logger) { _ in
+            try await self.serve(url: url, hosts: configured, logger: logger) { _ in
                 // The throwaway key is new each run: a token shared from an earlier run would not verify.
                 try self.makeClient(
                     logger: logger,
@@ -207,24 +212,43 @@ struct RunCommand: AsyncParsableCommand {
         return try self.apns.makeClient(logger: logger, base: configuration, tokenStore: tokenStore)
     }
 
-    func serve(url: DatabaseURL, logger: Logger, makeClient: (any ProviderTokenStore) throws -> APNsClient) async throws
-    {
-        var postgres = url.clientConfiguration
-        postgres.options.maximumConnections = 8
+    /// `url` is the host chosen; `hosts` the URL as configured (every host), to notice a standby promoted.
+    func serve(
+        url: DatabaseURL,
+        hosts: DatabaseURL,
+        logger: Logger,
+        makeClient: (any ProviderTokenStore) throws -> APNsClient
+    ) async throws {
         let workerID = self.workerID ?? "\(ProcessInfo.processInfo.hostName)-\(getpid())"
-        if !self.noSessionSettings {
-            // application_name: the reaper tells a frozen worker (sessions open) from a dead one (none).
-            let parameters =
-                JobQueue.workerSessionSettings + [("application_name", JobQueue.applicationName(of: workerID))]
-            try await url.probeSessionSettings(parameters, logger: logger)
-            postgres.options.additionalStartupParameters = parameters
-        }
+        let parameters =
+            self.noSessionSettings
+            ? []
+            : JobQueue.workerSessionSettings + [("application_name", JobQueue.applicationName(of: workerID))]
+        // application_name: the reaper tells a frozen worker (sessions open) from a dead one (none).
+        if !parameters.isEmpty { try await url.probeSessionSettings(parameters, logger: logger) }
         // The pool warns once if a query is queued before its run() is scheduled (harmless); query
         // failures are logged by the worker with the database's own message, so keep the pool's
         // background logger at error unless debugging.
         var poolLogger = logger
         if poolLogger.logLevel > .debug { poolLogger.logLevel = max(poolLogger.logLevel, .error) }
-        let client = PostgresClient(configuration: postgres, backgroundLogger: poolLogger)
+        let noSessionSettings = self.noSessionSettings
+        // The pool and the LISTEN connection to one host; built again for the host a failover moves to.
+        let connect: @Sendable (DatabaseURL) throws -> (PostgresClient, PostgresConnection.Configuration) = {
+            [poolLogger] url in
+            var postgres = url.clientConfiguration
+            postgres.options.maximumConnections = 8
+            postgres.options.additionalStartupParameters = parameters
+            var listener = try url.connectionConfiguration()
+            if !noSessionSettings {
+                listener.options.additionalStartupParameters = [
+                    ("application_name", JobQueue.applicationName(of: workerID))
+                ]
+            }
+            return (PostgresClient(configuration: postgres, backgroundLogger: poolLogger), listener)
+        }
+        let (firstClient, firstListener) = try connect(url)
+        let primary = PrimaryClient(firstClient, listener: firstListener, host: "\(url.host):\(url.port)")
+        let client = firstClient
         var configuration = WorkerConfiguration(
             workerID: workerID,
             concurrency: self.concurrency,
@@ -241,36 +265,23 @@ struct RunCommand: AsyncParsableCommand {
             shutdownGrace: self.shutdownGrace.duration
         )
         configuration.credentialWait = self.credentialWait.duration
-        configuration.onPrimaryLost = { [logger] in
-            logger.critical(
-                "the database became read-only or unreachable (a failover demoted or took down the primary this worker chose): exiting with status 75 so the supervisor restarts it on the new primary (give DATABASE_URL every host, with target_session_attrs=read-write); held jobs are taken back at the restart"
-            )
-            Foundation.exit(75)
-        }
-        // With other hosts to try, a primary gone for 15 s is handed over to a restart too.
-        if url.hosts.count > 1 { configuration.hostLostAfter = .seconds(15) }
+        self.watchPrimary(&configuration, primary: primary, hosts: hosts, connect: connect, logger: logger)
         configuration.frozenAfter = self.frozenWorkerWait.duration
         configuration.sessionTracked = !self.noSessionSettings && workerID.allSatisfy(\.isASCII)
         configuration.apnsIDMemory = self.apnsIDMemory.duration
         configuration.credentialPause = self.credentialPause.duration
         configuration.transportBudget = self.transportBudget
-        var listenerConfiguration = try url.connectionConfiguration()
-        if !self.noSessionSettings {
-            listenerConfiguration.options.additionalStartupParameters = [
-                ("application_name", JobQueue.applicationName(of: workerID))
-            ]
-        }
-        let listener = JobNotificationListener(configuration: listenerConfiguration, logger: logger)
+        let listener = JobNotificationListener(primary: primary, logger: logger)
         let notifier = ServiceManagerNotifier()
         // Bootstrap metrics before anything creates a metric handler (handlers made earlier stay no-ops).
         let registry: PrometheusCollectorRegistry? = self.noMetrics ? nil : PrometheusCollectorRegistry()
         if let registry { MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry)) }
         // One provider token per key for the whole fleet, shared through Postgres.
-        let apnsClient = try makeClient(ProviderTokenTable(client: client, logger: logger))
+        let apnsClient = try makeClient(ProviderTokenTable(primary: primary, logger: logger))
         configuration.credentials = apnsClient.credentialNames
         let service = PushWorkerService(
             configuration: configuration,
-            queue: JobQueue(client: client, logger: logger, preparedStatements: !self.noSessionSettings),
+            queue: JobQueue(primary: primary, logger: logger, preparedStatements: !self.noSessionSettings),
             client: apnsClient,
             listener: listener,
             logger: logger
@@ -300,7 +311,7 @@ struct RunCommand: AsyncParsableCommand {
         // a second signal is heard until the very end.
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
             .init(service: WatchdogService(notifier: notifier), serviceName: "watchdog"),
-            .init(service: client, serviceName: "postgres"),
+            .init(service: PrimaryClientService(primary: primary), serviceName: "postgres"),
         ]
         if let registry {
             let health = HealthServer(
@@ -341,6 +352,134 @@ struct RunCommand: AsyncParsableCommand {
             defer { tasks.cancelAll() }
             try await group.run()
         }
+    }
+}
+
+extension RunCommand {
+    /// What the worker does when the primary it uses is lost (demoted, gone, or its password expired). With
+    /// something to switch to (a multi-host URL, a password file), it finds the primary again (up to 60 s,
+    /// hosts in order, the password file re-read) and switches its pool and LISTEN connection there, keeping
+    /// its held jobs and unwritten outcomes. Otherwise, or when that fails or keeps recurring, it exits 75 for
+    /// its supervisor to restart it.
+    func watchPrimary(
+        _ configuration: inout WorkerConfiguration,
+        primary: PrimaryClient,
+        hosts: DatabaseURL,
+        connect: @escaping @Sendable (DatabaseURL) throws -> (PostgresClient, PostgresConnection.Configuration),
+        logger: Logger
+    ) {
+        let database = self.database
+        let multiHost = hosts.hosts.count > 1
+        let passwordFile = database.configuredPasswordFile
+        let recent = RecentSwitches(password: hosts.password)
+        @Sendable func handOver(_ why: String) -> Never {
+            logger.critical(
+                "\(why): exiting with status 75 so the supervisor restarts it (give DATABASE_URL every host, with target_session_attrs=read-write); held jobs are taken back at the restart"
+            )
+            Foundation.exit(75)
+        }
+        configuration.onPrimaryLost = { loss in
+            guard multiHost || passwordFile != nil else {
+                handOver("the database became read-only or unreachable (a failover demoted or took down the primary)")
+            }
+            let now = ContinuousClock.now
+            let switches = recent.times.withLock { times in
+                times = times.filter { now - $0 < .seconds(600) } + [now]
+                return times.count
+            }
+            if switches > 6 {
+                handOver("the database connections were switched 6 times in 10 minutes and lost again each time")
+            }
+            var quiet = logger
+            quiet.logLevel = .error
+            do {
+                var target = hosts
+                if passwordFile != nil { target.password = try database.readPassword() }
+                let next = try await target.resolvingTarget(logger: logger, patience: .seconds(60))
+                // Read-only, and the same server is all there is to go to (one host, or target any picking the
+                // first again): a switch would land where it is.
+                if loss == .readOnly && "\(next.host):\(next.port)" == primary.host {
+                    handOver(
+                        "the database became read-only (a failover demoted the primary) and no other host takes writes"
+                    )
+                }
+                let (client, listener) = try connect(next)
+                let from = primary.host
+                await primary.switchTo(client, listener: listener, host: "\(next.host):\(next.port)")
+                recent.password.withLock { $0 = next.password }
+                logger.notice(
+                    "switched the database connections (a failover, or a renewed password): held jobs and unwritten outcomes carry over",
+                    metadata: [
+                        "push.from": "\(from)", "push.to": "\(next.host):\(next.port)", "push.why": "\(loss)",
+                    ]
+                )
+                // What the new primary promises: after a failover, often less (its standby is gone).
+                if let durability = try? await JobQueue(primary: primary, logger: quiet).durability() {
+                    logger.notice("durability: \(durability)")
+                }
+            } catch {
+                // A signal while looking for the primary: the worker is stopping, not lost.
+                if Task.isCancelled || error is CancellationError { return }
+                handOver(
+                    "the database was lost and no host could be reached again in 60 s (\(QueueError.summary(of: error)))"
+                )
+            }
+        }
+        // Nothing reached for 15 s: switch (or hand over), sooner once a fresh connection would get through.
+        // One host: an outage is waited out (nothing else to try), unless the password was renewed.
+        if multiHost { configuration.hostLostAfter = .seconds(15) }
+        let lastPasswordCheck = Mutex(ContinuousClock.now)
+        configuration.switchWouldHelp = { missedHeartbeat in
+            var quiet = logger
+            quiet.logLevel = .critical
+            let current = primary.host
+            // Another host promoted, once a heartbeat has not got through (only a host that takes writes
+            // counts: with target_session_attrs=any, any host would).
+            if missedHeartbeat && multiHost && hosts.targetSessionAttrs != "any" {
+                var target = hosts
+                if passwordFile != nil, let renewed = try? database.readPassword() { target.password = renewed }
+                let excluded = hosts.hosts.first { "\($0.host):\($0.port)" == current }
+                if (try? await target.resolvingTarget(logger: quiet, excluding: excluded)) != nil { return true }
+            }
+            // A renewed password: checked every 30 s (a heartbeat missed: at once) while the file holds a password
+            // other than the one in use, and only acted on when the server refuses the one in use and accepts
+            // the file's (connections already open outlive their token, new ones do not; a slow server or a
+            // sidecar's early rotation is no reason to switch).
+            guard passwordFile != nil, let here = hosts.hosts.first(where: { "\($0.host):\($0.port)" == current }),
+                let renewed = try? database.readPassword(), renewed != recent.password.withLock({ $0 })
+            else { return false }
+            let due = lastPasswordCheck.withLock { last in
+                guard missedHeartbeat || ContinuousClock.now - last >= .seconds(30) else { return false }
+                last = .now
+                return true
+            }
+            guard due else { return false }
+            var inUse = hosts
+            inUse.host = here.host
+            inUse.port = here.port
+            inUse.hosts = [here]
+            var fresh = inUse
+            inUse.password = recent.password.withLock { $0 }
+            fresh.password = renewed
+            guard await inUse.refusesPassword(logger: quiet) else { return false }
+            return (try? await fresh.probe(logger: quiet)) != nil
+        }
+    }
+}
+
+/// When the worker last switched its database connections.
+final class RecentSwitches: Sendable {
+    let times = Mutex<[ContinuousClock.Instant]>([])
+    /// The password the connections in use were opened with.
+    let password: Mutex<String?>
+    init(password: String?) { self.password = Mutex(password) }
+}
+
+/// Runs the database client in use, and each one a failover switches to, until the group shuts down.
+struct PrimaryClientService: Service {
+    let primary: PrimaryClient
+    func run() async throws {
+        await cancelWhenGracefulShutdown { await self.primary.run() }
     }
 }
 
@@ -418,7 +557,7 @@ struct WatchdogService: Service {
             return
         }
         // Pings until the group shuts it down (the cancellation is the normal end).
-        try? await cancelWhenGracefulShutdown { await notifier.runWatchdog() }
+        await cancelWhenGracefulShutdown { await notifier.runWatchdog() }
     }
 }
 

@@ -143,7 +143,10 @@ final class OutcomeWriter: Sendable {
     private func write(_ batch: [Waiting], report: inout Report) async -> [Waiting] {
         let outcomes = batch.map(\.outcome)
         do {
-            let result = try await self.queue.writeOutcomes(outcomes, workerID: self.workerID)
+            let (queue, workerID) = (self.queue, self.workerID)
+            let result = try await withDeadline(.seconds(30), "the outcome write") {
+                try await queue.writeOutcomes(outcomes, workerID: workerID)
+            }
             let written = Set(result.recorded)
             for outcome in outcomes {
                 if written.contains(outcome.jobID) {

@@ -302,17 +302,23 @@ public final class PushWorkerService: Service, Sendable {
                 // when few sends wait starved a limited topic for the whole drain of a large backlog: the
                 // fleet harness's 100k-job seeds sent 0-2 of its jobs in 5-7 s under a 22-59/s limit.
                 do {
-                    batch = try await self.queue.claimBatch(
-                        limit: limit,
-                        workerID: configuration.workerID,
-                        lease: configuration.lease,
-                        excludingCredentials: self.pauses.active(),
-                        onlyCredentials: configuration.credentials,
-                        excludingPairs: self.unreachable.active(),
-                        excludingTopics: self.topicPauses.active(),
-                        excludingIDs: self.state.withLock { Array($0.capacity.held) },
-                        includingRateLimited: true
+                    let (queue, held) = (self.queue, self.state.withLock { Array($0.capacity.held) })
+                    let (paused, unreachable, topics) = (
+                        self.pauses.active(), self.unreachable.active(), self.topicPauses.active()
                     )
+                    batch = try await withDeadline(.seconds(30), "the claim") {
+                        try await queue.claimBatch(
+                            limit: limit,
+                            workerID: configuration.workerID,
+                            lease: configuration.lease,
+                            excludingCredentials: paused,
+                            onlyCredentials: configuration.credentials,
+                            excludingPairs: unreachable,
+                            excludingTopics: topics,
+                            excludingIDs: held,
+                            includingRateLimited: true
+                        )
+                    }
                     failures = 0
                     self.databaseAnswered()
                 } catch {

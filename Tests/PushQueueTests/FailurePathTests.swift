@@ -220,6 +220,37 @@ struct FailurePathTests {
         }
     }
 
+    @Test(
+        "after a failover, the jobs the table says a worker runs but it does not hold (their claim's answer was lost) return to pending, the held ones and other workers' stay; the holder's late outcome is still accepted"
+    )
+    func releaseUnheldAfterFailover() async throws {
+        try await TestPostgres.withDatabase { db in
+            _ = try await enqueue(db, count: 6)
+            let worker = workerName()
+            let other = workerName()
+            let mine = try await db.queue.claim(limit: 4, workerID: worker, lease: .seconds(60))
+            let theirs = try await db.queue.claim(limit: 2, workerID: other, lease: .seconds(60))
+            #expect(mine.count == 4 && theirs.count == 2)
+            let held = Array(mine.prefix(2).map(\.id))
+            let released = try await db.queue.releaseUnheld(workerID: worker, holding: held)
+            #expect(Set(released) == Set(mine.suffix(2).map(\.id)))
+            #expect(try await db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running'") == 4)
+            #expect(
+                try await db.int64(
+                    "SELECT count(*) FROM push.jobs WHERE state = 'pending' AND history::text LIKE '%failover%'"
+                ) == 2
+            )
+            // Nothing held at all: every running job of the worker goes back.
+            #expect(try await db.queue.releaseUnheld(workerID: worker, holding: []).count == 2)
+            // A released job's outcome from its holder is still accepted until someone re-claims it.
+            let late = try await db.queue.writeOutcomes(
+                [JobOutcome(jobID: mine[3].id, attempt: mine[3].attempts, disposition: .delivered, status: 200)],
+                workerID: worker
+            )
+            #expect(late.recorded.count == 1)
+        }
+    }
+
     @Test("requeues collapse in the history and the history is capped; expiry counts from the first request sent")
     func boundedHistory() async throws {
         try await TestPostgres.withDatabase { db in

@@ -157,10 +157,10 @@ import Testing
                 // Each worker carries its held jobs and unwritten outcomes over to the new primary: with nothing
                 // lost in replication, nothing is sent again.
                 #expect(supervisor.handOvers == livesBefore, "the workers switched without a restart")
-                // Measured: 0 in most runs; in about one planned switchover in four, 10-26 jobs sent in the half
-                // second before it began were sent again, because the new primary lacked the old one's last
-                // acknowledged commits (its WAL ended ~40 kB short of the old primary's): never more than the
-                // jobs in flight, two workers' concurrency.
+                // Before claims and outcome writes confirmed their commit (JobQueue.forEachRow), about one planned
+                // switchover in four sent 10-26 jobs twice: the old primary was stopped with their commits
+                // waiting for the standby, after PostgresNIO had reported the statements done. 0 in every run
+                // since; bounded here by the jobs in flight (two workers' concurrency) and printed.
                 #expect(okTwice <= 2 * 40, "at most the jobs in flight answered 200 twice in phase \(prefix)")
                 secondSends += okTwice
                 figures.append(

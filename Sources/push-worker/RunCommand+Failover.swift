@@ -1,0 +1,126 @@
+import Foundation
+import Logging
+import PostgresNIO
+import PushQueue
+import PushWorker
+import Synchronization
+
+extension RunCommand {
+    /// What the worker does when the primary it uses is lost (demoted, gone, or its password expired). With
+    /// something to switch to (a multi-host URL, a password file), it finds the primary again (up to 60 s,
+    /// hosts in order, the password file re-read) and switches its pool and LISTEN connection there, keeping
+    /// its held jobs and unwritten outcomes. Otherwise, or when that fails or keeps recurring, it exits 75 for
+    /// its supervisor to restart it.
+    func watchPrimary(
+        _ configuration: inout WorkerConfiguration,
+        primary: PrimaryClient,
+        hosts: DatabaseURL,
+        connect: @escaping @Sendable (DatabaseURL) throws -> (PostgresClient, PostgresConnection.Configuration),
+        logger: Logger
+    ) {
+        let database = self.database
+        let multiHost = hosts.hosts.count > 1
+        let passwordFile = database.configuredPasswordFile
+        let recent = RecentSwitches(password: hosts.password)
+        @Sendable func handOver(_ why: String) -> Never {
+            logger.critical(
+                "\(why): exiting with status 75 so the supervisor restarts it (give DATABASE_URL every host, with target_session_attrs=read-write); held jobs are taken back at the restart"
+            )
+            Foundation.exit(75)
+        }
+        configuration.onPrimaryLost = { loss in
+            guard multiHost || passwordFile != nil else {
+                handOver("the database became read-only or unreachable (a failover demoted or took down the primary)")
+            }
+            let now = ContinuousClock.now
+            let switches = recent.times.withLock { times in
+                times = times.filter { now - $0 < .seconds(600) } + [now]
+                return times.count
+            }
+            if switches > 6 {
+                handOver("the database connections were switched 6 times in 10 minutes and lost again each time")
+            }
+            var quiet = logger
+            quiet.logLevel = .error
+            do {
+                var target = hosts
+                if passwordFile != nil { target.password = try database.readPassword() }
+                let next = try await target.resolvingTarget(logger: logger, patience: .seconds(60))
+                // Read-only, and the same server is all there is to go to (one host, or target any picking the
+                // first again): a switch would land where it is.
+                if loss == .readOnly && "\(next.host):\(next.port)" == primary.host {
+                    handOver(
+                        "the database became read-only (a failover demoted the primary) and no other host takes writes"
+                    )
+                }
+                let (client, listener) = try connect(next)
+                let from = primary.host
+                await primary.switchTo(client, listener: listener, host: "\(next.host):\(next.port)")
+                recent.password.withLock { $0 = next.password }
+                logger.notice(
+                    "switched the database connections (a failover, or a renewed password): held jobs and unwritten outcomes carry over",
+                    metadata: [
+                        "push.from": "\(from)", "push.to": "\(next.host):\(next.port)", "push.why": "\(loss)",
+                    ]
+                )
+                // What the new primary promises: after a failover, often less (its standby is gone).
+                if let durability = try? await JobQueue(primary: primary, logger: quiet).durability() {
+                    logger.notice("durability: \(durability)")
+                }
+            } catch {
+                // A signal while looking for the primary: the worker is stopping, not lost.
+                if Task.isCancelled || error is CancellationError { return }
+                handOver(
+                    "the database was lost and no host could be reached again in 60 s (\(QueueError.summary(of: error)))"
+                )
+            }
+        }
+        // Nothing reached for 15 s: switch (or hand over), sooner once a fresh connection would get through.
+        // One host: an outage is waited out (nothing else to try), unless the password was renewed.
+        if multiHost { configuration.hostLostAfter = .seconds(15) }
+        let lastPasswordCheck = Mutex(ContinuousClock.now)
+        configuration.switchWouldHelp = { missedHeartbeat in
+            var quiet = logger
+            quiet.logLevel = .critical
+            let current = primary.host
+            // Another host promoted, once a heartbeat has not got through (only a host that takes writes
+            // counts: with target_session_attrs=any, any host would).
+            if missedHeartbeat && multiHost && hosts.targetSessionAttrs != "any" {
+                var target = hosts
+                if passwordFile != nil, let renewed = try? database.readPassword() { target.password = renewed }
+                let excluded = hosts.hosts.first { "\($0.host):\($0.port)" == current }
+                if (try? await target.resolvingTarget(logger: quiet, excluding: excluded)) != nil { return true }
+            }
+            // A renewed password: checked every 30 s (a heartbeat missed: at once) while the file holds a password
+            // other than the one in use, and only acted on when the server refuses the one in use and accepts
+            // the file's (connections already open outlive their token, new ones do not; a slow server or a
+            // sidecar's early rotation is no reason to switch).
+            guard passwordFile != nil, let here = hosts.hosts.first(where: { "\($0.host):\($0.port)" == current }),
+                let renewed = try? database.readPassword(), renewed != recent.password.withLock({ $0 })
+            else { return false }
+            let due = lastPasswordCheck.withLock { last in
+                guard missedHeartbeat || ContinuousClock.now - last >= .seconds(30) else { return false }
+                last = .now
+                return true
+            }
+            guard due else { return false }
+            var inUse = hosts
+            inUse.host = here.host
+            inUse.port = here.port
+            inUse.hosts = [here]
+            var fresh = inUse
+            inUse.password = recent.password.withLock { $0 }
+            fresh.password = renewed
+            guard await inUse.refusesPassword(logger: quiet) else { return false }
+            return (try? await fresh.probe(logger: quiet)) != nil
+        }
+    }
+}
+
+/// When the worker last switched its database connections.
+final class RecentSwitches: Sendable {
+    let times = Mutex<[ContinuousClock.Instant]>([])
+    /// The password the connections in use were opened with.
+    let password: Mutex<String?>
+    init(password: String?) { self.password = Mutex(password) }
+}

@@ -1,12 +1,14 @@
 // swift-tools-version: 6.0
 import PackageDescription
 
-/// One settings list for every target (STYLE.md rule 11).
-let swiftSettings: [SwiftSetting] = [
-    .swiftLanguageMode(.v6),
-    .enableUpcomingFeature("ExistentialAny"),
-    .enableUpcomingFeature("InternalImportsByDefault"),
-]
+/// One settings list for every target (STYLE.md rule 11). In CI (`CI=true`, as `.ci/run` runs) a warning in
+/// this package's code fails the build; dependencies keep their own warnings (SwiftPM silences them).
+let swiftSettings: [SwiftSetting] =
+    [
+        .swiftLanguageMode(.v6),
+        .enableUpcomingFeature("ExistentialAny"),
+        .enableUpcomingFeature("InternalImportsByDefault"),
+    ] + (Context.environment["CI"] == "true" ? [.unsafeFlags(["-warnings-as-errors"])] : [])
 
 let package = Package(
     name: "PushWorker",

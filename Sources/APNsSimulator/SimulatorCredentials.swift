@@ -1,5 +1,5 @@
 public import Crypto
-public import Foundation
+import Foundation
 
 /// A throwaway signing key for the simulator, written as an Apple-style `AuthKey_<KEYID>.p8` (mode 600)
 /// next to the simulator's CA certificate, so a newcomer can point any client at the simulator.

@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 public import PushCore
 
 /// APNs answered a channel-management request with an error.

@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 import NIOCore
 
 /// An HTTP CONNECT proxy between the worker and APNs (`--https-proxy`, `HTTPS_PROXY`), and the hosts that

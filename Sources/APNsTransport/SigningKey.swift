@@ -1,5 +1,5 @@
 public import Crypto
-public import Foundation
+import Foundation
 
 /// An APNs token-auth signing key: the team, the key id and the P-256 private key from Apple's `.p8`.
 /// Its description shows the team and key id only.

@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 public import Logging
 import PushProcess
 public import PushQueue
@@ -275,7 +275,7 @@ public struct EmbeddedPostgres: Sendable {
         guard let bin = try? self.configuration.binDirectory ?? Self.findBinDirectory() else { return }
         let asRoot = geteuid() == 0
         guard self.isRunning(bin: bin, asRoot: asRoot) else { return }
-        try? self.run(
+        _ = try? self.run(
             bin + "/pg_ctl",
             ["-D", self.configuration.dataDirectory, "-m", "fast", "-w", "stop"],
             asPostgres: asRoot

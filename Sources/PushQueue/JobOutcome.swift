@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 public import PushCore
 
 /// What one attempt of a claimed job came to, as the worker hands it to ``JobQueue/writeOutcomes(_:workerID:)``.

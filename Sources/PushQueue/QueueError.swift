@@ -1,7 +1,7 @@
 import Foundation
 import NIOCore
 import NIOPosix
-public import PostgresNIO
+import PostgresNIO
 
 /// An error from the queue: what went wrong, in a sentence that says what to do, and never a token,
 /// payload or password.

@@ -37,28 +37,20 @@ struct DatabaseOptions: ParsableArguments {
 
     @Option(
         name: .customLong("log-level"),
-        help: "trace, debug, info, notice, warning, error or critical (default: warning; info for run)."
+        help: "How much to log (default: warning; info for run)."
     )
-    var logLevel: String?
+    var logLevel: LogLevelOption?
 
     @Option(name: .customLong("log-format"), help: "text, or json for one JSON object per line.")
-    var logFormat: String = "text"
+    var logFormat: LogFormat = .text
 
     func makeLogger() throws -> Logger {
         try self.makeLoggerDefaultingTo(.warning)
     }
 
     func makeLoggerDefaultingTo(_ defaultLevel: Logger.Level) throws -> Logger {
-        guard let level = self.logLevel.map({ Logger.Level(rawValue: $0) }) ?? defaultLevel else {
-            throw ValidationError(
-                "--log-level \(self.logLevel ?? "") is not a level: use trace, debug, info, notice, warning, error or critical"
-            )
-        }
-        switch self.logFormat {
-        case "text": break
-        case "json": LoggingBootstrapOnce.json()
-        default: throw ValidationError("--log-format \(self.logFormat) is not a format: use text or json")
-        }
+        let level = self.logLevel?.level ?? defaultLevel
+        if self.logFormat == .json { LoggingBootstrapOnce.json() }
         var logger = Logger(label: "push-worker")
         logger.logLevel = level
         return logger
@@ -202,4 +194,26 @@ enum LoggingBootstrapOnce {
         bootstrapped = true
         LoggingSystem.bootstrap { JSONLogHandler(label: $0) }
     }
+}
+
+/// `--log-level`: swift-log's levels, checked by ArgumentParser, which names them in `--help` and in its error.
+enum LogLevelOption: String, ExpressibleByArgument, CaseIterable, Sendable {
+    case trace, debug, info, notice, warning, error, critical
+
+    var level: Logger.Level {
+        switch self {
+        case .trace: .trace
+        case .debug: .debug
+        case .info: .info
+        case .notice: .notice
+        case .warning: .warning
+        case .error: .error
+        case .critical: .critical
+        }
+    }
+}
+
+/// `--log-format`: lines of text, or one JSON object per line.
+enum LogFormat: String, ExpressibleByArgument, CaseIterable, Sendable {
+    case text, json
 }

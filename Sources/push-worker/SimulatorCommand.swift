@@ -79,12 +79,12 @@ struct SimulatorCommand: AsyncParsableCommand {
         )
     )
     var seed: UInt64?
-    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
-    var logLevel: String = "info"
+    @Option(name: .customLong("log-level"), help: "How much to log.")
+    var logLevel: LogLevelOption = .info
 
     func run() async throws {
         var logger = Logger(label: "push-worker.simulator")
-        logger.logLevel = Logger.Level(rawValue: self.logLevel) ?? .info
+        logger.logLevel = self.logLevel.level
         let directory = URL(fileURLWithPath: self.stateDirectory).standardizedFileURL.path
         let caPath = (directory as NSString).appendingPathComponent("ca.pem")
         // ca.pem appears once this run's key and CA are in place: a health check can wait for it.

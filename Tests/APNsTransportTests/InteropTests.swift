@@ -25,7 +25,7 @@ struct InteropTests {
             defer { try? FileManager.default.removeItem(at: directory) }
             let ca = try f.simulator.writeCACertificate(to: directory.appendingPathComponent("ca.pem").path)
             let keyPath = directory.appendingPathComponent("key.p8").path
-            FileManager.default.createFile(
+            _ = FileManager.default.createFile(
                 atPath: keyPath,
                 contents: Data(f.key.privateKey.pemRepresentation.utf8),
                 attributes: [.posixPermissions: 0o600]

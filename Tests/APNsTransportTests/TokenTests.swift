@@ -240,7 +240,11 @@ struct TokenTests {
         defer { try? FileManager.default.removeItem(at: directory) }
         let pem = Self.key.privateKey.pemRepresentation
         let good = directory.appendingPathComponent("AuthKey_KEY1234567.p8").path
-        FileManager.default.createFile(atPath: good, contents: Data(pem.utf8), attributes: [.posixPermissions: 0o600])
+        _ = FileManager.default.createFile(
+            atPath: good,
+            contents: Data(pem.utf8),
+            attributes: [.posixPermissions: 0o600]
+        )
         let loaded = try SigningKey.load(teamID: "TEAM123456", keyID: "KEY1234567", path: good)
         #expect(loaded.privateKey.publicKey.rawRepresentation == Self.key.privateKey.publicKey.rawRepresentation)
         #expect(!"\(loaded)".contains("PRIVATE"))
@@ -252,15 +256,19 @@ struct TokenTests {
             } catch { return "\(error)" }
         }
         let open = directory.appendingPathComponent("open.p8").path
-        FileManager.default.createFile(atPath: open, contents: Data(pem.utf8), attributes: [.posixPermissions: 0o644])
+        _ = FileManager.default.createFile(
+            atPath: open,
+            contents: Data(pem.utf8),
+            attributes: [.posixPermissions: 0o644]
+        )
         let notKey = directory.appendingPathComponent("cert.p8").path
-        FileManager.default.createFile(
+        _ = FileManager.default.createFile(
             atPath: notKey,
             contents: Data("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".utf8),
             attributes: [.posixPermissions: 0o600]
         )
         let rsaLike = directory.appendingPathComponent("garbage.p8").path
-        FileManager.default.createFile(
+        _ = FileManager.default.createFile(
             atPath: rsaLike,
             contents: Data("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n".utf8),
             attributes: [.posixPermissions: 0o600]
@@ -290,7 +298,7 @@ struct TokenTests {
         let pem = Data(Self.key.privateKey.pemRepresentation.utf8)
         let target = timestamped.appendingPathComponent("key.p8").path
         // Kubernetes with fsGroup: mode 0440, group = the pod's fsGroup (here: this process's own group).
-        fm.createFile(atPath: target, contents: pem, attributes: [.posixPermissions: 0o440])
+        _ = fm.createFile(atPath: target, contents: pem, attributes: [.posixPermissions: 0o440])
         #expect(chown(target, geteuid(), getegid()) == 0)
         try fm.createSymbolicLink(
             atPath: volume.appendingPathComponent("..data").path,

@@ -11,6 +11,7 @@ import PushQueue
 import PushWorker
 import ServiceLifecycle
 import Synchronization
+import UnixSignals
 
 struct RunCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -407,9 +408,9 @@ struct SignalHandling: Sendable {
     let notifier: ServiceManagerNotifier
 
     func run(drain: @escaping @Sendable () async -> Void) async {
-        let signals = TerminationSignals()
+        let signals = await terminationSignals()
         var received = 0
-        for await _ in signals.stream {
+        for await _ in signals {
             received += 1
             if received == 1 {
                 self.logger.warning("signal received: draining (a second signal exits at once)")

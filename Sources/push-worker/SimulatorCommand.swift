@@ -2,6 +2,7 @@ import APNsSimulator
 import ArgumentParser
 import Foundation
 import Logging
+import UnixSignals
 
 struct SimulatorCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -140,33 +141,16 @@ struct SimulatorCommand: AsyncParsableCommand {
     }
 }
 
-/// SIGINT and SIGTERM as an async sequence. The dispatch sources are made once and live as long as the
-/// sequence: re-creating them between two signals could miss the second.
-final class TerminationSignals: @unchecked Sendable {  // sources are only cancelled in deinit
-    let stream: AsyncStream<Int32>
-    private let sources: [any DispatchSourceSignal]
-
-    init() {
-        let (stream, continuation) = AsyncStream<Int32>.makeStream()
-        var sources: [any DispatchSourceSignal] = []
-        for signalNumber in [SIGINT, SIGTERM] {
-            signal(signalNumber, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: signalNumber)
-            source.setEventHandler { continuation.yield(signalNumber) }
-            source.resume()
-            sources.append(source)
-        }
-        self.stream = stream
-        self.sources = sources
-    }
-
-    deinit { for source in self.sources { source.cancel() } }
+/// SIGINT and SIGTERM as an async sequence (swift-service-lifecycle's `UnixSignalsSequence`: it ignores their
+/// default action and hands each one over). Made once and kept for as long as signals are awaited: making it
+/// again between two signals could miss the second.
+func terminationSignals() async -> UnixSignalsSequence {
+    await UnixSignalsSequence(trapping: .sigint, .sigterm)
 }
 
 /// Returns when the process receives SIGINT or SIGTERM.
 func waitForTerminationSignal() async {
-    let signals = TerminationSignals()
-    for await _ in signals.stream { break }
+    for await _ in await terminationSignals() { break }
 }
 
 /// Writes a line to standard output at once (print() buffers when stdout is not a terminal).

@@ -52,19 +52,7 @@ extension JobQueue {
     /// unique per live process.
     @discardableResult
     public func reclaimPreviousLife(workerID: String) async throws -> [Int64] {
-        var ids: [Int64] = []
-        for try await id in try await self.client.query(
-            """
-            UPDATE push.jobs AS j
-               SET \(unescaped: Self.backToPending("its worker restarted"))
-             WHERE j.state = 'running' AND j.locked_by = \(workerID)
-            RETURNING j.id
-            """,
-            logger: self.logger
-        ).decode(Int64.self) {
-            ids.append(id)
-        }
-        return ids
+        try await self.returnRunning(of: workerID, except: [], why: "its worker restarted")
     }
 
     /// Returns to `pending` the jobs this worker has `running` in the table but does not hold: claims the old
@@ -72,11 +60,21 @@ extension JobQueue {
     /// claim goes through it, so no claim of its own can be caught; without it they would wait for their lease.
     @discardableResult
     public func releaseUnheld(workerID: String, holding held: [Int64]) async throws -> [Int64] {
+        try await self.returnRunning(
+            of: workerID,
+            except: held,
+            why: "claimed on the old primary, the claim answer lost in a failover"
+        )
+    }
+
+    /// Returns to `pending` the running jobs `workerID` holds in the table, but those in `held`; `why` goes in
+    /// each job's history.
+    private func returnRunning(of workerID: String, except held: [Int64], why: String) async throws -> [Int64] {
         var ids: [Int64] = []
         for try await id in try await self.client.query(
             """
             UPDATE push.jobs AS j
-               SET \(unescaped: Self.backToPending("claimed on the old primary, the claim answer lost in a failover"))
+               SET \(unescaped: Self.backToPending(why))
              WHERE j.state = 'running' AND j.locked_by = \(workerID) AND NOT (j.id = ANY(\(held)))
             RETURNING j.id
             """,

@@ -12,33 +12,44 @@ struct DeadlineExceeded: Error, CustomStringConvertible {
 /// Runs `operation`, and stops waiting for it after `limit` (throwing ``DeadlineExceeded``). The operation runs
 /// in a task of its own, cancelled at the deadline; one that ignores the cancellation finishes on its own and its
 /// answer is dropped, so it must be safe to repeat (the outcome write is fenced, a claim unanswered leaves its
-/// jobs to their lease).
+/// jobs to their lease). Runs once per claim and per outcome batch: two tasks, and the timer is cancelled as
+/// soon as the operation answers, so no sleeping timer outlives it.
 func withDeadline<T: Sendable>(
     _ limit: Duration,
     _ what: String,
     _ operation: @escaping @Sendable () async throws -> T
 ) async throws -> T {
-    let settled = Mutex(false)
-    let task = Task { try await operation() }
+    let state = Mutex<(settled: Bool, work: Task<Void, Never>?, timer: Task<Void, Never>?)>((false, nil, nil))
     return try await withTaskCancellationHandler {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
-            let resume: @Sendable (Result<T, any Error>) -> Void = { result in
-                let first = settled.withLock { done in
-                    defer { done = true }
-                    return !done
+            // The first answer wins; it cancels the other side.
+            let settle: @Sendable (Result<T, any Error>) -> Void = { result in
+                let other = state.withLock { state -> [Task<Void, Never>]? in
+                    guard !state.settled else { return nil }
+                    state.settled = true
+                    return [state.work, state.timer].compactMap { $0 }
                 }
-                if first { continuation.resume(with: result) }
+                guard let other else { return }
+                for task in other { task.cancel() }
+                continuation.resume(with: result)
             }
-            Task {
-                do { resume(.success(try await task.value)) } catch { resume(.failure(error)) }
+            let work = Task {
+                do { settle(.success(try await operation())) } catch { settle(.failure(error)) }
             }
-            Task {
+            let timer = Task {
                 try? await Task.sleep(for: limit)
-                task.cancel()
-                resume(.failure(DeadlineExceeded(what: what, limit: limit)))
+                if !Task.isCancelled { settle(.failure(DeadlineExceeded(what: what, limit: limit))) }
             }
+            // Settled already (the operation answered at once): the tasks were not there to cancel.
+            let settled = state.withLock { state in
+                state.work = work
+                state.timer = timer
+                return state.settled
+            }
+            if settled { timer.cancel() }
         }
     } onCancel: {
-        task.cancel()
+        let work = state.withLock { $0.work }
+        work?.cancel()
     }
 }

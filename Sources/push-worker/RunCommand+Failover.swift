@@ -95,15 +95,16 @@ extension RunCommand {
             // other than the one in use, and only acted on when the server refuses the one in use and accepts
             // the file's (connections already open outlive their token, new ones do not; a slow server or a
             // sidecar's early rotation is no reason to switch).
-            guard passwordFile != nil, let here = hosts.hosts.first(where: { "\($0.host):\($0.port)" == current }),
-                let renewed = try? database.readPassword(), renewed != recent.password.withLock({ $0 })
-            else { return false }
+            // The file is read only when a check is due (every 30 s), not on every tick of the watch.
+            guard passwordFile != nil else { return false }
             let due = lastPasswordCheck.withLock { last in
                 guard missedHeartbeat || ContinuousClock.now - last >= .seconds(30) else { return false }
                 last = .now
                 return true
             }
-            guard due else { return false }
+            guard due, let here = hosts.hosts.first(where: { "\($0.host):\($0.port)" == current }),
+                let renewed = try? database.readPassword(), renewed != recent.password.withLock({ $0 })
+            else { return false }
             var inUse = hosts
             inUse.host = here.host
             inUse.port = here.port

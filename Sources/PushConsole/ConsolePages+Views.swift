@@ -27,7 +27,7 @@ extension ConsolePages {
                 ["label": "scheduled (retries, later run_at)", "value": o.pendingScheduled.shown, "alert": false],
                 ["label": "sending now", "value": o.running.shown, "alert": false],
                 [
-                    "label": "oldest due waits", "value": age(o.oldestDueAgeSeconds),
+                    "label": "oldest due waits", "value": HumanText.duration(o.oldestDueAgeSeconds),
                     "alert": o.oldestDueAgeSeconds > 60,
                 ],
                 ["label": "delivered (kept)", "value": o.delivered.shown, "alert": false],
@@ -53,7 +53,8 @@ extension ConsolePages {
                     [
                         "credential": pause.credential ?? "any", "topic": pause.topic ?? "any",
                         "credentialValue": pause.credential ?? "", "topicValue": pause.topic ?? "",
-                        "reason": pause.reason, "age": age(now.timeIntervalSince(pause.createdAt)) + " ago",
+                        "reason": pause.reason,
+                        "age": HumanText.duration(now.timeIntervalSince(pause.createdAt)) + " ago",
                         "createdBy": pause.createdBy,
                     ]
                 },
@@ -72,7 +73,7 @@ extension ConsolePages {
                     return [
                         "id": worker.workerID, "host": worker.host, "pid": worker.pid,
                         "credentials": worker.credentials.joined(separator: ", "),
-                        "heartbeat": age(silent) + " ago", "state": state, "stateClass": state,
+                        "heartbeat": HumanText.duration(silent) + " ago", "state": state, "stateClass": state,
                     ]
                 },
             ]

@@ -201,10 +201,10 @@ struct ConsolePages: Sendable {
 
     func logChange(_ session: ConsoleAuth.Session, _ what: String, _ metadata: [String: String] = [:]) {
         // Free text (a pause's reason, a filter) goes in escaped: a newline in it cannot start a forged line.
-        var metadata = metadata.mapValues { Logger.MetadataValue.string(loggable($0)) }
+        var metadata = metadata.mapValues { Logger.MetadataValue.string(HumanText.escaped($0, keepLineBreaks: false)) }
         metadata["operator"] = "\(session.operatorName)"
         metadata["session"] = "\(session.nonce.prefix(8))"
-        self.logger.notice("console change: \(loggable(what))", metadata: metadata)
+        self.logger.notice("console change: \(HumanText.escaped(what, keepLineBreaks: false))", metadata: metadata)
     }
 
     // MARK: sign in and out
@@ -310,16 +310,6 @@ struct ConsolePages: Sendable {
 
 // MARK: formatting
 
-/// How long ago, briefly: `42 s`, `5 min`, `3 h`, `2 d`.
-func age(_ seconds: Double) -> String {
-    switch seconds {
-    case ..<120: return "\(Int(seconds.rounded())) s"
-    case ..<7200: return "\(Int((seconds / 60).rounded())) min"
-    case ..<172_800: return "\(Int((seconds / 3600).rounded())) h"
-    default: return "\(Int((seconds / 86400).rounded())) d"
-    }
-}
-
 /// `2026-11-23 19:04:05 UTC`.
 func timestamp(_ date: Date?) -> String {
     guard let date else { return "" }
@@ -333,37 +323,12 @@ func timestamp(_ date: Date?) -> String {
 /// The longest duration a form may give: ten years.
 let maxDuration: Double = 3650 * 86400
 
-/// `90s`, `30m`, `24h`, `7d` as seconds, up to ten years; `nil` otherwise.
+/// `90s`, `30m`, `24h`, `7d` as seconds, more than zero and up to ten years; `nil` otherwise.
 func parseDuration(_ text: String) -> Double? {
-    let trimmed = text.trimmingCharacters(in: .whitespaces).lowercased()
-    guard let unit = trimmed.last, let number = Double(trimmed.dropLast()), number.isFinite, number > 0 else {
-        return nil
-    }
-    let seconds: Double
-    switch unit {
-    case "s": seconds = number
-    case "m": seconds = number * 60
-    case "h": seconds = number * 3600
-    case "d": seconds = number * 86400
-    default: return nil
-    }
     // At most ten years: a date further back is not one Postgres' binding (or anyone) needs.
-    return seconds <= maxDuration ? seconds : nil
+    HumanText.seconds(from: text, maximum: maxDuration).flatMap { $0 > 0 ? $0 : nil }
 }
 
 extension BoundedCount {
     var shown: String { self.exact ? grouped(self.value) : "≈ " + grouped(self.value) }
-}
-
-/// `text` with control characters escaped (`\n`, `\u{1b}`), for a log line.
-func loggable(_ text: String) -> String {
-    var out = ""
-    for scalar in text.unicodeScalars {
-        if CharacterSet.controlCharacters.contains(scalar) {
-            out += scalar == "\n" ? "\\n" : scalar == "\t" ? "\\t" : "\\u{\(String(scalar.value, radix: 16))}"
-        } else {
-            out.unicodeScalars.append(scalar)
-        }
-    }
-    return out
 }

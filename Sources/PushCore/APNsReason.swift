@@ -21,6 +21,8 @@ public enum APNsReason: Sendable, Hashable, CustomStringConvertible {
         public var trapID: TrapID?
         /// The dead letter's sentence when this reason ends a job; `nil` for the generic one.
         public var sentence: String?
+        /// What the transport does about it on the connection, once per request, before the job sees it.
+        public var connection: ConnectionEffect = .none
     }
 
     /// Every known reason with its wire text and row (APNS.md, "Responses: what each means for a job").
@@ -30,9 +32,10 @@ public enum APNsReason: Sendable, Hashable, CustomStringConvertible {
             _ text: String,
             _ c: APNsResponseClass,
             _ trap: TrapID? = nil,
-            _ sentence: String? = nil
+            _ sentence: String? = nil,
+            connection: ConnectionEffect = .none
         ) -> (APNsReason, String, Row) {
-            (reason, text, Row(responseClass: c, trapID: trap, sentence: sentence))
+            (reason, text, Row(responseClass: c, trapID: trap, sentence: sentence, connection: connection))
         }
         let credential =
             "APNs rejected the provider token (%@, MS030): check APNS_KEY_ID, APNS_TEAM_ID and the .p8 belong together and to this app's team."
@@ -62,8 +65,20 @@ public enum APNsReason: Sendable, Hashable, CustomStringConvertible {
             r(.serviceUnavailable, "ServiceUnavailable", .retryable),
             r(.shutdown, "Shutdown", .retryable),
             r(.idleTimeout, "IdleTimeout", .retryable),
-            r(.expiredProviderToken, "ExpiredProviderToken", .credentialRetry, .providerToken),
-            r(.unrelatedKeyIdInToken, "UnrelatedKeyIdInToken", .credentialRetry, .providerToken),
+            r(
+                .expiredProviderToken,
+                "ExpiredProviderToken",
+                .credentialRetry,
+                .providerToken,
+                connection: .reMintToken
+            ),
+            r(
+                .unrelatedKeyIdInToken,
+                "UnrelatedKeyIdInToken",
+                .credentialRetry,
+                .providerToken,
+                connection: .reconnect
+            ),
             r(.invalidProviderToken, "InvalidProviderToken", .credentialFatal, .providerToken, credential),
             r(.missingProviderToken, "MissingProviderToken", .credentialFatal, .providerToken, credential),
             r(.forbidden, "Forbidden", .credentialFatal, .providerToken, credential),
@@ -75,7 +90,8 @@ public enum APNsReason: Sendable, Hashable, CustomStringConvertible {
                 "TooManyProviderTokenUpdates",
                 .credentialFatal,
                 .providerToken,
-                "APNs saw provider tokens refreshed too often (TooManyProviderTokenUpdates, MS030): make sure every worker shares one token per key."
+                "APNs saw provider tokens refreshed too often (TooManyProviderTokenUpdates, MS030): make sure every worker shares one token per key.",
+                connection: .adoptSharedToken
             ),
             r(
                 .topicDisallowed,
@@ -172,6 +188,13 @@ public enum APNsReason: Sendable, Hashable, CustomStringConvertible {
     /// The reason's row; `nil` for an unknown reason.
     public var row: Row? { Self.byReason[self]?.1 }
 
+    /// What the transport does on the connection about an answer, from the reason's row (none for a 200 or
+    /// a reason this build does not know).
+    public static func connectionEffect(status: Int, reason: String?) -> ConnectionEffect {
+        guard status != 200, let reason else { return .none }
+        return APNsReason(reason).row?.connection ?? .none
+    }
+
     /// The dead letter's sentence for a final answer with this reason, naming what to fix.
     public func sentence(status: Int?) -> String {
         if let template = self.row?.sentence { return template.replacingFirst("%@", with: self.description) }
@@ -185,4 +208,17 @@ extension String {
         guard let range = self.range(of: target) else { return self }
         return self.replacingCharacters(in: range, with: replacement)
     }
+}
+
+/// What an answer asks of the connection and credential it came on, before the job sees it. The transport
+/// acts on it once per request and resends; if the same answer comes again, the job gets it.
+public enum ConnectionEffect: Sendable, Hashable {
+    /// Nothing: the answer is the job's.
+    case none
+    /// Mint a new provider token and resend (`ExpiredProviderToken`).
+    case reMintToken
+    /// Send with the token another worker minted first for this key (`TooManyProviderTokenUpdates`).
+    case adoptSharedToken
+    /// Open a new connection and resend (`UnrelatedKeyIdInToken`).
+    case reconnect
 }

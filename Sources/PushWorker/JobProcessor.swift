@@ -28,15 +28,44 @@ struct JobProcessor: Sendable {
         self.logger = logger
     }
 
-    /// A claimed job made ready to send: its policy, and its request or the reason it is refused unsent.
-    struct Prepared: Sendable {
+    /// A claimed job made ready: its request, or the reason nothing is sent.
+    enum Prepared: Sendable {
+        /// Send this request.
+        case send(Claimed, APNsRequest)
+        /// Refused before sending: the rejection says why.
+        case refuse(Claimed, PreSendRejection)
+
+        /// The job with what its processing needs whatever is sent.
+        var claimed: Claimed {
+            switch self {
+            case .send(let claimed, _), .refuse(let claimed, _): claimed
+            }
+        }
+
+        var job: PushJob { self.claimed.job }
+
+        /// What to send; `nil` when the job is refused.
+        var request: APNsRequest? {
+            if case .send(_, let request) = self { request } else { nil }
+        }
+    }
+
+    /// A claimed job, its retry policy, when its processing started, and its payload's warnings.
+    struct Claimed: Sendable {
         let job: PushJob
         let policy: RetryPolicy
         let started: ContinuousClock.Instant
         var warnings: [PayloadWarning] = []
-        /// What to send; `nil` when ``rejection`` says why nothing is sent.
-        var request: APNsRequest?
-        var rejection: PreSendRejection?
+    }
+
+    /// One attempt of a job, decided: the row's outcome for the outcome writer, and the decision whose
+    /// effects the worker applies (pause the credential, the topic or the endpoint; forget a streak).
+    struct Attempt: Sendable {
+        let job: PushJob
+        /// What is written to the job's row.
+        let outcome: JobOutcome
+        /// The decision, with its effects on this worker.
+        let decided: DecidedOutcome
     }
 
     /// Processes one job: ``prepare(_:databaseNow:)``, send, ``finish(_:with:)``.
@@ -48,7 +77,7 @@ struct JobProcessor: Sendable {
         _ job: PushJob,
         databaseNow: Date,
         mayWrite: @escaping @Sendable () -> Bool
-    ) async -> (JobOutcome, DecidedOutcome) {
+    ) async -> Attempt {
         let prepared = self.prepare(job, databaseNow: databaseNow)
         guard let request = prepared.request else { return self.finish(prepared, with: nil) }
         let result: Result<APNsResponse, any Error>
@@ -68,20 +97,22 @@ struct JobProcessor: Sendable {
             maxAttempts: job.maxAttempts,
             killSwitch: self.killSwitch
         )
-        var prepared = Prepared(job: job, policy: policy, started: ContinuousClock.now)
+        var claimed = Claimed(job: job, policy: policy, started: ContinuousClock.now)
         if job.attempts > policy.maxAttempts {
             // A job reclaimed after crashes can arrive with its attempts already used.
-            prepared.rejection = PreSendRejection(
-                reason: "AttemptsExhausted",
-                trapID: nil,
-                message:
-                    "the job's attempt budget (\(policy.maxAttempts)) is spent: it was claimed \(job.attempts) times, some by workers that died before writing an outcome; replay it once the workers are healthy."
+            return .refuse(
+                claimed,
+                PreSendRejection(
+                    reason: "AttemptsExhausted",
+                    trapID: nil,
+                    message:
+                        "the job's attempt budget (\(policy.maxAttempts)) is spent: it was claimed \(job.attempts) times, some by workers that died before writing an outcome; replay it once the workers are healthy."
+                )
             )
-            return prepared
         }
         do throws(PreSendRejection) {
             let request = try RequestBuilder.describe(job, now: databaseNow)
-            prepared.warnings = request.warnings
+            claimed.warnings = request.warnings
             if let covered = self.client.certificateEnvironments(of: job.credential),
                 !covered.contains(job.environment)
             {
@@ -91,19 +122,19 @@ struct JobProcessor: Sendable {
                     covered: covered.sorted()
                 )
             }
-            prepared.request = request
+            return .send(claimed, request)
         } catch {
-            prepared.rejection = error
+            return .refuse(claimed, error)
         }
-        return prepared
     }
 
     /// Decides a prepared job's outcome from its send's result (`nil`: it was refused before sending).
-    func finish(_ prepared: Prepared, with result: Result<APNsResponse, any Error>?) -> (JobOutcome, DecidedOutcome) {
-        let job = prepared.job
-        let started = prepared.started
-        let policy = prepared.policy
-        let warnings = prepared.warnings
+    func finish(_ prepared: Prepared, with result: Result<APNsResponse, any Error>?) -> Attempt {
+        let claimed = prepared.claimed
+        let job = claimed.job
+        let started = claimed.started
+        let policy = claimed.policy
+        let warnings = claimed.warnings
         var status: Int?
         var response: APNsResponse?
         let sendOutcome: SendOutcome
@@ -121,10 +152,13 @@ struct JobProcessor: Sendable {
         case .failure:
             sendOutcome = .transport(.unknownOutcome, reason: "TransportError")
         case nil:
-            sendOutcome = .rejected(
-                prepared.rejection
-                    ?? PreSendRejection(reason: "InvalidJob", trapID: nil, message: "the job could not be prepared.")
-            )
+            if case .refuse(_, let rejection) = prepared {
+                sendOutcome = .rejected(rejection)
+            } else {
+                sendOutcome = .rejected(
+                    PreSendRejection(reason: "InvalidJob", trapID: nil, message: "the job could not be prepared.")
+                )
+            }
         }
         let decided = Decision.decide(
             sendOutcome,
@@ -184,6 +218,6 @@ struct JobProcessor: Sendable {
                 )
             }
         }
-        return (outcome, decided)
+        return Attempt(job: job, outcome: outcome, decided: decided)
     }
 }

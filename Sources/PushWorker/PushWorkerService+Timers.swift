@@ -23,18 +23,7 @@ extension PushWorkerService {
             sessionTracked: self.configuration.sessionTracked
         )
         let now = ContinuousClock.now
-        let (stale, grace) = (self.configuration.staleAfter, self.configuration.reconnectGrace)
-        self.state.withLock { state in
-            // A heartbeat that took longer than a stale period to get through (Postgres' pool queues
-            // queries while it reconnects: a failover, a network cut) means this worker was cut off,
-            // and so, likely, were the others: give them the reconnect grace before judging them.
-            if let last = state.lastHeartbeat, now - last > stale { state.cutOff = true }
-            if state.cutOff || state.reapAllowedAfter == nil {
-                state.reapAllowedAfter = now + (state.cutOff ? grace : stale)
-            }
-            state.lastHeartbeat = now
-            state.cutOff = false
-        }
+        self.state.withLock { $0.liveness.heartbeatSucceeded(at: now) }
         let held = Array(self.state.withLock { $0.capacity.held })
         if !held.isEmpty {
             try await self.queue.extendLeases(
@@ -56,8 +45,7 @@ extension PushWorkerService {
             do {
                 try await self.beat()
                 self.databaseAnswered()
-                let allowedAfter = self.state.withLock { $0.reapAllowedAfter } ?? .now
-                if ContinuousClock.now >= allowedAfter {
+                if self.state.withLock({ $0.liveness.mayReap(at: .now) }) {
                     let reaped = try await self.queue.reapJobsOfGoneWorkers(
                         staleAfter: self.configuration.staleAfter,
                         workerID: self.configuration.workerID,
@@ -75,13 +63,8 @@ extension PushWorkerService {
                 }
             } catch {
                 // A statement Postgres refused (a deadlock, say) is no outage; a lost connection is.
-                let cutOff = !QueueError.isRefusedByServer(error)
-                self.state.withLock { state in
-                    if cutOff {
-                        state.reapAllowedAfter = nil
-                        state.cutOff = true
-                    }
-                }
+                let connectionLost = !QueueError.isRefusedByServer(error)
+                self.state.withLock { $0.liveness.heartbeatFailed(connectionLost: connectionLost) }
                 self.logger.warning(
                     "could not write the heartbeat; sends pause once it is stale",
                     metadata: ["push.error": "\(QueueError.summary(of: error))"]
@@ -142,9 +125,11 @@ extension PushWorkerService {
             do {
                 self.metrics.connections.record(self.client.openConnections)
                 self.metrics.jwtMints.record(self.client.mintCount)
-                self.metrics.pausedCredentials.record(self.pauses.active().count + self.topicPauses.active().count)
+                self.metrics.pausedCredentials.record(
+                    self.credentialPauses.active().count + self.topicPauses.active().count
+                )
                 // Like reaping: not while this worker may have just come back from being cut off.
-                let mayJudge = self.state.withLock { $0.reapAllowedAfter.map { ContinuousClock.now >= $0 } ?? false }
+                let mayJudge = self.state.withLock { $0.liveness.mayReap(at: .now) }
                 let unsignable =
                     mayJudge ? try await self.queue.deadLetterUnsignable(wait: self.configuration.credentialWait) : 0
                 if unsignable > 0 {

@@ -16,14 +16,18 @@ public final class PushWorkerService: Service, Sendable {
     let listener: JobNotificationListener?
     let logger: Logger
     let processor: JobProcessor
-    let pauses: CredentialPauses
-    /// `environment/credential` pools whose APNs endpoint could not be reached: their jobs are not claimed for a while.
-    let unreachable: CredentialPauses
-    /// `credential/topic` pairs APNs refused (TopicDisallowed): those jobs are not claimed for a while.
-    let topicPauses: CredentialPauses
+    /// Credentials APNs refused: their jobs are not claimed or sent for a while.
+    let credentialPauses: Pauses<String>
+    /// APNs pools (environment and credential) whose endpoint could not be reached: their jobs are not
+    /// claimed for a while.
+    let unreachableEndpoints: Pauses<EndpointKey>
+    /// A credential's topics APNs refused (TopicDisallowed): those jobs are not claimed for a while.
+    let topicPauses: Pauses<TopicKey>
+    /// Signalled by a NOTIFY, a shutdown, a switch: the claim loop looks again.
     let wake = WakeSignal()
     let spacer = SendSpacer()
-    let capacity = WakeSignal()
+    /// Signalled when a send ends or an outcome is written: claim capacity may have come free.
+    let sendEnded = WakeSignal()
     let metrics = WorkerMetrics()
     let recorder: OutcomeWriter
     let lastDatabaseSuccess = Mutex(ContinuousClock.now)
@@ -40,14 +44,8 @@ public final class PushWorkerService: Service, Sendable {
         var shuttingDown = false
         /// Sends in flight and jobs held until their outcome is written.
         var capacity: ClaimCapacity
-        /// The last heartbeat Postgres took; sends start only while it is fresh.
-        var lastHeartbeat: ContinuousClock.Instant?
-        /// When this worker may first take other workers for gone: a stale period after it started, a
-        /// reconnect grace after it was cut off from Postgres (the others were cut off too and check in
-        /// as their pools reconnect). `nil` while cut off.
-        var reapAllowedAfter: ContinuousClock.Instant?
-        /// Whether a heartbeat failed since the last success.
-        var cutOff = false
+        /// The heartbeat's freshness, being cut off, and when this worker may reap others.
+        var liveness: WorkerLiveness
         /// The fleet's pauses (`push.pauses`) as of the last heartbeat: a claimed job they match is not sent
         /// (it goes back uncounted), so a worker that held jobs across a pause (it was frozen, or busy) does
         /// not send them once it is paused.
@@ -97,21 +95,28 @@ public final class PushWorkerService: Service, Sendable {
             environment: ProcessInfo.processInfo.environment,
             logger: logger
         )
-        self.pauses = CredentialPauses(
+        self.credentialPauses = Pauses(
             initial: configuration.credentialPause,
             maximum: configuration.maximumCredentialPause
         )
-        self.unreachable = CredentialPauses(initial: .seconds(1), maximum: .seconds(30))
-        self.topicPauses = CredentialPauses(
+        self.unreachableEndpoints = Pauses(initial: .seconds(1), maximum: .seconds(30))
+        self.topicPauses = Pauses(
             initial: configuration.credentialPause,
             maximum: configuration.maximumCredentialPause
         )
         let state = Locked(
-            State(capacity: ClaimCapacity(concurrency: configuration.concurrency, batchSize: configuration.batchSize))
+            State(
+                capacity: ClaimCapacity(concurrency: configuration.concurrency, batchSize: configuration.batchSize),
+                liveness: WorkerLiveness(
+                    staleAfter: configuration.staleAfter,
+                    heartbeatInterval: configuration.heartbeatInterval,
+                    reconnectGrace: configuration.reconnectGrace
+                )
+            )
         )
         self.state = state
         let stats = self.stats
-        let capacity = self.capacity
+        let sendEnded = self.sendEnded
         self.recorder = OutcomeWriter(
             queue: queue,
             workerID: configuration.workerID,
@@ -137,7 +142,7 @@ public final class PushWorkerService: Service, Sendable {
             // lease lapses and this worker's own reaper returns it).
             let done = report.written + report.fenced + report.unwritable + report.parked
             state.withLock { $0.capacity.released(done.map(\.jobID)) }
-            capacity.signal()
+            sendEnded.signal()
         }
     }
 
@@ -149,7 +154,7 @@ public final class PushWorkerService: Service, Sendable {
     public func shutdown() {
         self.state.withLock { $0.shuttingDown = true }
         self.wake.signal()
-        self.capacity.signal()
+        self.sendEnded.signal()
     }
 
     var isShuttingDown: Bool { self.state.withLock { $0.shuttingDown } }
@@ -174,10 +179,7 @@ public final class PushWorkerService: Service, Sendable {
 
     /// Whether this worker may start a send now: its heartbeat is fresh, so no other worker takes it
     /// for gone and re-claims its jobs.
-    var heartbeatFresh: Bool {
-        guard let last = self.state.withLock({ $0.lastHeartbeat }) else { return false }
-        return ContinuousClock.now - last < self.configuration.staleAfter - self.configuration.heartbeatInterval / 2
-    }
+    var heartbeatFresh: Bool { self.state.withLock { $0.liveness.isFresh(at: .now) } }
 
     /// Runs until the service group's graceful shutdown (or ``shutdown()``, or cancellation), then drains.
     public func run() async throws {
@@ -291,7 +293,7 @@ public final class PushWorkerService: Service, Sendable {
                     state.switching ? nil : state.capacity.claimLimit().map { (limit: $0, epoch: state.switchEpoch) }
                 }
                 guard let (limit, epoch) = gate, self.heartbeatFresh else {
-                    _ = await self.capacity.wait(timeout: .milliseconds(100))
+                    _ = await self.sendEnded.wait(timeout: .milliseconds(100))
                     continue
                 }
                 let batch: JobQueue.ClaimBatch
@@ -304,7 +306,9 @@ public final class PushWorkerService: Service, Sendable {
                 do {
                     let (queue, held) = (self.queue, self.state.withLock { Array($0.capacity.held) })
                     let (paused, unreachable, topics) = (
-                        self.pauses.active(), self.unreachable.active(), self.topicPauses.active()
+                        self.credentialPauses.active().sorted(),
+                        self.unreachableEndpoints.active().map(\.description),
+                        self.topicPauses.active().map(\.description)
                     )
                     batch = try await withDeadline(.seconds(30), "the claim") {
                         try await queue.claimBatch(
@@ -393,7 +397,7 @@ public final class PushWorkerService: Service, Sendable {
                             let spaced = self.spacer.slot(for: spacing, notBefore: .now)
                             if spaced > .now { try? await Task.sleep(until: spaced) }
                         }
-                        let (outcome, decided) = await self.processor.process(
+                        let attempt = await self.processor.process(
                             job,
                             databaseNow: Self.databaseNow(of: job, claimedAt: claimedAt),
                             mayWrite: self.mayWrite(
@@ -404,7 +408,7 @@ public final class PushWorkerService: Service, Sendable {
                                 jobID: job.id
                             )
                         )
-                        self.finished(job, outcome, decided)
+                        self.finished(attempt)
                     }
                 }
                 // The rest go out together: one task for the batch, answers handled as they arrive.
@@ -429,7 +433,7 @@ public final class PushWorkerService: Service, Sendable {
             let grace = configuration.shutdownGrace
             let deadline = ContinuousClock.now + grace
             while self.state.withLock({ $0.capacity.inFlight }) > 0 && ContinuousClock.now < deadline {
-                _ = await self.capacity.wait(timeout: .milliseconds(50))
+                _ = await self.sendEnded.wait(timeout: .milliseconds(50))
             }
             if self.state.withLock({ $0.capacity.inFlight }) > 0 {
                 self.logger.warning(
@@ -485,7 +489,7 @@ public final class PushWorkerService: Service, Sendable {
         notAfter: ContinuousClock.Instant? = nil,
         jobID: Int64? = nil
     ) -> @Sendable () -> Bool {
-        let pair = topic.map { "\(credential)/\($0)" }
+        let pair = topic.map { TopicKey(credential: credential, topic: $0) }
         return { [weak self] in
             guard let self else { return false }
             if let jobID, self.isCancelled(jobID) { return false }
@@ -494,7 +498,8 @@ public final class PushWorkerService: Service, Sendable {
                 return false
             }
             let topicPaused = pair.map { self.topicPauses.isPaused($0) } ?? false
-            guard !Task.isCancelled && self.heartbeatFresh && !self.pauses.isPaused(credential) && !topicPaused
+            guard
+                !Task.isCancelled && self.heartbeatFresh && !self.credentialPauses.isPaused(credential) && !topicPaused
             else { return false }
             if let topic, self.isPausedByFleet(credential: credential, topic: topic) { return false }
             return spacing.map { self.spacer.admit($0) } ?? true
@@ -542,42 +547,43 @@ public final class PushWorkerService: Service, Sendable {
     /// A prepared job's send ended (`nil`: refused before sending): decide, react, count, hand to the recorder.
     func complete(_ prepared: JobProcessor.Prepared, with result: Result<APNsResponse, any Error>?) {
         if case .success(let response) = result { self.clock.observe(response) }
-        let (outcome, decided) = self.processor.finish(prepared, with: result)
-        self.finished(prepared.job, outcome, decided)
+        self.finished(self.processor.finish(prepared, with: result))
     }
 
-    /// A job's outcome is decided: its side effects, its metrics, the recorder; the send no longer counts.
-    func finished(_ job: PushJob, _ outcome: JobOutcome, _ decided: DecidedOutcome) {
-        self.react(to: decided, of: job)
-        self.metrics.count(outcome)
-        self.recorder.add(outcome)
+    /// A job's attempt is decided: its effects on this worker, its metrics, the outcome writer; the send no
+    /// longer counts.
+    func finished(_ attempt: JobProcessor.Attempt) {
+        self.react(to: attempt)
+        self.metrics.count(attempt.outcome)
+        self.recorder.add(attempt.outcome)
         self.state.withLock { $0.capacity.sendFinished() }
-        self.capacity.signal()
+        self.sendEnded.signal()
     }
 
-    /// The worker's side effects of a decision: pause a credential, pause an unreachable endpoint.
-    func react(to decided: DecidedOutcome, of job: PushJob) {
-        let pool = "\(job.environment)/\(job.credential)"
+    /// The worker's side effects of a decision: pause a credential, a topic or an unreachable endpoint.
+    func react(to attempt: JobProcessor.Attempt) {
+        let (job, decided) = (attempt.job, attempt.decided)
+        let endpoint = EndpointKey(environment: job.environment, credential: job.credential)
         if decided.decision == .delivered {
-            self.pauses.succeeded(job.credential)
-            self.unreachable.succeeded(pool)
+            self.credentialPauses.succeeded(job.credential)
+            self.unreachableEndpoints.succeeded(endpoint)
         }
         if decided.pausesCredential {
-            let (until, isNew) = self.pauses.pause(job.credential)
+            let (length, isNew) = self.credentialPauses.pause(job.credential)
             if isNew {
                 let reason = decided.reason ?? "-"
                 self.logger.error(
-                    "APNs refused credential '\(job.credential)' (\(reason)): its jobs stay pending until \(until); fix the credential (its key or certificate)",
+                    "APNs refused credential '\(job.credential)' (\(reason)): its jobs stay pending for \(length); fix the credential (its key or certificate)",
                     metadata: ["push.credential": "\(job.credential)", "push.reason": "\(reason)"]
                 )
             }
         }
         if decided.pausesTopic {
-            let (until, isNew) = self.topicPauses.pause("\(job.credential)/\(job.topic)")
+            let (length, isNew) = self.topicPauses.pause(TopicKey(credential: job.credential, topic: job.topic))
             if isNew {
                 let reason = decided.reason ?? "-"
                 self.logger.error(
-                    "APNs refused credential '\(job.credential)' for topic '\(job.topic)' (\(reason)): its jobs of this topic stay pending until \(until); its other topics keep sending. Check the bundle id and that the key belongs to the app's team",
+                    "APNs refused credential '\(job.credential)' for topic '\(job.topic)' (\(reason)): its jobs of this topic stay pending for \(length); its other topics keep sending. Check the bundle id and that the key belongs to the app's team",
                     metadata: [
                         "push.credential": "\(job.credential)", "push.topic": "\(job.topic)",
                         "push.reason": "\(reason)",
@@ -586,7 +592,7 @@ public final class PushWorkerService: Service, Sendable {
             }
         }
         if decided.endpointUnreachable {
-            let (_, isNew) = self.unreachable.pause(pool)
+            let (_, isNew) = self.unreachableEndpoints.pause(endpoint)
             if isNew {
                 self.logger.warning(
                     "APNs unreachable for \(job.environment) with credential '\(job.credential)': those jobs stay pending, unclaimed, while the pool reconnects",

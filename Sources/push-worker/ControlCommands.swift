@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import PushCore
 import PushQueue
 
 /// `--credential` and `--topic` naming the scope of a pause or a rate limit; either may be left out (any).
@@ -95,7 +96,7 @@ struct PausesCommand: AsyncParsableCommand {
         }
         if pauses.isEmpty { print("no pauses") }
         for pause in pauses {
-            let age = formatSeconds(Date().timeIntervalSince(pause.createdAt))
+            let age = HumanText.duration(Date().timeIntervalSince(pause.createdAt))
             print(
                 "\(pause.scope)   \(pause.pendingJobs ?? 0) pending   for \(age) by \(pause.createdBy): \(pause.reason)"
             )

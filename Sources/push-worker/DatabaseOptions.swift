@@ -3,6 +3,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import PostgresNIO
+import PushCore
 import PushEmbeddedPostgres
 import PushQueue
 
@@ -175,11 +176,11 @@ struct CLIError: Error, CustomStringConvertible {
     var description: String
     /// The message may quote the database (a topic, a reason): it is escaped for the terminal here, as
     /// ArgumentParser prints it raw.
-    init(_ description: String) { self.description = TerminalText.escaped(description) }
+    init(_ description: String) { self.description = HumanText.escaped(description) }
 }
 
 func printError(_ message: String) {
-    FileHandle.standardError.write(Data(("push-worker: " + TerminalText.escaped(message) + "\n").utf8))
+    FileHandle.standardError.write(Data(("push-worker: " + HumanText.escaped(message) + "\n").utf8))
 }
 
 /// `LoggingSystem.bootstrap` may run once per process.

@@ -229,7 +229,7 @@ struct DeadCommand: AsyncParsableCommand {
                 printJSON(["purged": purged])
             } else {
                 print(
-                    "purged \(purged) dead letter\(purged == 1 ? "" : "s") older than \(formatSeconds(Double(age.seconds)))"
+                    "purged \(purged) dead letter\(purged == 1 ? "" : "s") older than \(HumanText.duration(Double(age.seconds)))"
                 )
             }
         }

@@ -39,17 +39,6 @@ func formatDate(_ date: Date?) -> String {
     return formatter.string(from: date) + "Z"
 }
 
-/// A human duration: 850 ms, 4.2 s, 3 min, 5 h, 2 d.
-func formatSeconds(_ seconds: Double) -> String {
-    switch seconds {
-    case ..<1: return "\(Int(seconds * 1000)) ms"
-    case ..<60: return String(format: "%.1f s", seconds)
-    case ..<3600: return String(format: "%.0f min", seconds / 60)
-    case ..<172_800: return String(format: "%.1f h", seconds / 3600)
-    default: return String(format: "%.1f d", seconds / 86_400)
-    }
-}
-
 /// Cuts a text to `length` characters with an ellipsis.
 func truncate(_ text: String, _ length: Int) -> String {
     text.count <= length ? text : String(text.prefix(length - 1)) + "…"
@@ -60,14 +49,9 @@ struct HumanDuration: ExpressibleByArgument, Sendable {
     var seconds: Int
 
     init?(argument: String) {
-        let units: [Character: Int] = ["s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800]
-        guard let unit = argument.last, let scale = units[unit], let value = Int(argument.dropLast()), value >= 0 else {
-            return nil
-        }
-        // At most 100 years: a larger number is a typo, and would overflow (it used to trap).
-        let (seconds, overflow) = value.multipliedReportingOverflow(by: scale)
-        guard !overflow, seconds <= 100 * 365 * 86_400 else { return nil }
-        self.seconds = seconds
+        // At most 100 years: a larger number is a typo (it used to overflow and trap).
+        guard let seconds = HumanText.seconds(from: argument) else { return nil }
+        self.seconds = Int(seconds.rounded())
     }
 
     var duration: Duration { .seconds(self.seconds) }

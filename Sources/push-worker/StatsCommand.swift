@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import PushCore
 import PushQueue
 
 struct StatsCommand: AsyncParsableCommand {
@@ -25,7 +26,7 @@ struct StatsCommand: AsyncParsableCommand {
             print(
                 "jobs          pending \(states["pending"] ?? 0) (due now \(stats.pendingDue))   running \(states["running"] ?? 0)   delivered \(states["delivered"] ?? 0)   superseded \(states["superseded"] ?? 0)   cancelled \(states["cancelled"] ?? 0)"
             )
-            print("oldest due    \(stats.pendingDue == 0 ? "-" : formatSeconds(stats.oldestPendingAgeSeconds))")
+            print("oldest due    \(stats.pendingDue == 0 ? "-" : HumanText.duration(stats.oldestPendingAgeSeconds))")
             print("last minute   delivered \(stats.deliveredLastMinute)   dead-lettered \(stats.deadLastMinute)")
             print("dead letters  \(stats.deadLetters)")
             for (trap, count) in stats.deadByTrap.sorted(by: { ($0.value, $1.key) > ($1.value, $0.key) }) {

@@ -147,4 +147,19 @@ struct ReasonTableTests {
                 .hasPrefix("gave up after 3 attempts")
         )
     }
+
+    @Test("what an answer does to the connection is a column of the reason table: three reasons act, no other")
+    func connectionColumn() {
+        let acting: [String: ConnectionEffect] = [
+            "ExpiredProviderToken": .reMintToken, "TooManyProviderTokenUpdates": .adoptSharedToken,
+            "UnrelatedKeyIdInToken": .reconnect,
+        ]
+        for entry in APNsReason.table {
+            #expect(entry.row.connection == acting[entry.text] ?? .none, "\(entry.text)")
+            #expect(APNsReason.connectionEffect(status: 403, reason: entry.text) == acting[entry.text] ?? .none)
+        }
+        #expect(APNsReason.connectionEffect(status: 200, reason: "ExpiredProviderToken") == .none)
+        #expect(APNsReason.connectionEffect(status: 403, reason: "SomethingNew") == .none)
+        #expect(APNsReason.connectionEffect(status: 403, reason: nil) == .none)
+    }
 }

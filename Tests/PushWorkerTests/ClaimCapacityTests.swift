@@ -33,23 +33,23 @@ struct ClaimCapacityTests {
         #expect(capacity.claimLimit() == 1)
     }
 
-    @Test("credential pauses double up to the cap, end by themselves, and a success ends the streak (clock passed in)")
+    @Test("pauses double up to the cap, end by themselves, and a success ends the streak (monotonic clock passed in)")
     func pauses() {
-        let pauses = CredentialPauses(initial: .seconds(30), maximum: .seconds(100))
-        let start = Date(timeIntervalSince1970: 1_000_000)
+        let pauses = Pauses<String>(initial: .seconds(30), maximum: .seconds(100))
+        let start = ContinuousClock.now
         let first = pauses.pause("a", now: start)
-        #expect(first.isNew && first.until == start.addingTimeInterval(30))
-        #expect(pauses.pause("a", now: start.addingTimeInterval(10)).isNew == false, "already paused")
-        #expect(pauses.active(now: start.addingTimeInterval(29)) == ["a"])
-        #expect(pauses.active(now: start.addingTimeInterval(31)).isEmpty, "the pause ends by itself")
-        let second = pauses.pause("a", now: start.addingTimeInterval(31))
-        #expect(second.until == start.addingTimeInterval(31 + 60), "doubled")
-        let third = pauses.pause("a", now: start.addingTimeInterval(200))
-        #expect(third.until == start.addingTimeInterval(300), "capped at the maximum")
+        #expect(first.isNew && first.length == .seconds(30))
+        let again = pauses.pause("a", now: start + .seconds(10))
+        #expect(!again.isNew && again.length == .seconds(20), "already paused, 20 s left")
+        #expect(pauses.active(now: start + .seconds(29)) == ["a"])
+        #expect(pauses.active(now: start + .seconds(31)).isEmpty, "the pause ends by itself")
+        #expect(pauses.pause("a", now: start + .seconds(31)).length == .seconds(60), "doubled")
+        #expect(pauses.pause("a", now: start + .seconds(200)).length == .seconds(100), "capped at the maximum")
         pauses.succeeded("a")
-        #expect(
-            pauses.pause("a", now: start.addingTimeInterval(400)).until == start.addingTimeInterval(430),
-            "a success ends the streak"
-        )
+        #expect(pauses.pause("a", now: start + .seconds(400)).length == .seconds(30), "a success ends the streak")
+        let topics = Pauses<TopicKey>(initial: .seconds(1), maximum: .seconds(2))
+        _ = topics.pause(TopicKey(credential: "c", topic: "t"), now: start)
+        #expect(topics.active(now: start).map(\.description) == ["c/t"], "the claim's text")
+        #expect(!topics.isPaused(TopicKey(credential: "c", topic: "u"), now: start))
     }
 }

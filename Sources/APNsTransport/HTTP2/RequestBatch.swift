@@ -1,18 +1,18 @@
 import Synchronization
 
-/// The requests of one ``APNsClient/sendBatch(_:credential:mayWrite:onResult:)`` call in flight: their
+/// The requests of one ``PushClient/sendBatch(_:endpoint:credential:mayWrite:withdraws:onResult:)`` call in flight: their
 /// answers are handed to `handler` on the event loop as they arrive (no task, promise or thread hop per
 /// request), and the caller waits once for the last of them.
 final class RequestBatch: Sendable {
     typealias Handler =
-        @Sendable (_ batch: RequestBatch, _ index: Int, _ result: Result<APNsResponse, TransportError>) -> Void
+        @Sendable (_ batch: RequestBatch, _ index: Int, _ result: Result<HTTP2Answer, TransportError>) -> Void
 
     private struct State {
         var outstanding = 0
         var done: CheckedContinuation<Void, Never>?
         var cancelled = false
         /// The connections the batch's requests went out on, held until it ends (a cancellation resets there).
-        var connections: [APNsConnection] = []
+        var connections: [HTTP2Connection] = []
         var followUps: [Task<Void, Never>] = []
     }
 
@@ -29,7 +29,7 @@ final class RequestBatch: Sendable {
 
     /// `count` requests are about to be submitted on `connection`: the batch waits for their answers, and a
     /// cancellation resets them there.
-    func expect(_ count: Int, on connection: APNsConnection) {
+    func expect(_ count: Int, on connection: HTTP2Connection) {
         self.state.withLock { state in
             state.outstanding += count
             if !state.connections.contains(where: { $0 === connection }) {
@@ -38,8 +38,8 @@ final class RequestBatch: Sendable {
         }
     }
 
-    /// One request's answer (or failure).
-    func deliver(_ index: Int, _ result: Result<APNsResponse, TransportError>) {
+    /// One request's answer (or failure), as its stream ended.
+    func deliver(_ index: Int, _ result: Result<HTTP2Answer, TransportError>) {
         self.handler(self, index, result)
         self.finishedOne()
     }

@@ -91,6 +91,22 @@ public final class ProviderTokenCache: Sendable {
         }
     }
 
+    /// ``replace(_:)`` for the token whose JWT is `jwt` (the engine knows tokens by the header it sent).
+    func replace(jwt: String) async throws -> ProviderToken {
+        guard let rejected = self.state.withLock({ $0.current }), rejected.jwt == jwt else {
+            return try await self.token()
+        }
+        return try await self.replace(rejected)
+    }
+
+    /// ``adoptShared(rejecting:)`` for the token whose JWT is `jwt`.
+    func adoptShared(rejectingJWT jwt: String) async throws -> ProviderToken? {
+        guard let rejected = self.state.withLock({ $0.current }), rejected.jwt == jwt else {
+            return try await self.token()
+        }
+        return try await self.adoptShared(rejecting: rejected)
+    }
+
     private func fresh() -> ProviderToken? {
         let now = self.now()
         return self.state.withLock { state in

@@ -105,13 +105,14 @@ final class StreamLimiter: Sendable {
         for (waiter, granted) in admitted { waiter.resume(returning: granted) }
     }
 
-    /// An answer on this connection: a 2xx proves the token (``markAuthenticated()``), a 403 may drop the
-    /// limit back (``markUnauthenticated()``); other statuses change nothing.
-    func noteAnswer(status: Int) {
-        if (200...299).contains(status) {
-            self.markAuthenticated()
-        } else if status == 403 {
-            self.markUnauthenticated()
+    /// An answer on this connection: one that proves the credential (``markAuthenticated()``) widens the
+    /// limit to the peer's, one that refuses it may drop it back (``markUnauthenticated()``); `nil` changes
+    /// nothing.
+    func noteCredential(accepted: Bool?) {
+        switch accepted {
+        case true?: self.markAuthenticated()
+        case false?: self.markUnauthenticated()
+        case nil: break
         }
     }
 

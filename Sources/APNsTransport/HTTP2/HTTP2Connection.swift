@@ -8,16 +8,20 @@ import NIOSSL
 import PushCore
 import Synchronization
 
-/// One TLS + HTTP/2 connection to APNs. Requests on it are limited by its ``StreamLimiter``; each has a
-/// deadline; a GOAWAY or a lost connection is reported per request as a ``TransportError`` saying
-/// whether APNs may have processed it.
-final class APNsConnection: Sendable {
+/// One TLS + HTTP/2 connection to a provider (APNs, FCM). Requests on it are limited by its
+/// ``StreamLimiter``; each has a deadline; a GOAWAY or a lost connection is reported per request as a
+/// ``TransportError`` saying whether the peer may have processed it.
+final class HTTP2Connection: Sendable {
     let id: Int
     let channel: any Channel
     let exchange: FrameExchange.Handle
     let limiter: StreamLimiter
     let observer: ConnectionObserver
     let authority: String
+    /// Who answers ("APNs"), for logs and errors.
+    let peer: String
+    /// The provider's rule for request headers never to put in the HPACK dynamic table.
+    let changesEveryRequest: @Sendable (String) -> Bool
     private let lastUsed = Mutex(ContinuousClock.now)
     /// Callers waiting on the PING in flight, if one is: an idle connection is checked once, not once
     /// per request that finds it idle (hundreds at a time after a quiet minute: a PING flood).
@@ -30,7 +34,9 @@ final class APNsConnection: Sendable {
         exchange: FrameExchange.Handle,
         limiter: StreamLimiter,
         observer: ConnectionObserver,
-        authority: String
+        authority: String,
+        peer: String,
+        changesEveryRequest: @escaping @Sendable (String) -> Bool
     ) {
         self.id = id
         self.channel = channel
@@ -38,6 +44,8 @@ final class APNsConnection: Sendable {
         self.limiter = limiter
         self.observer = observer
         self.authority = authority
+        self.peer = peer
+        self.changesEveryRequest = changesEveryRequest
     }
 
     /// Whether new requests may use this connection.
@@ -46,6 +54,8 @@ final class APNsConnection: Sendable {
     /// Opens a connection: TCP, TLS with ALPN `h2` (checked), then HTTP/2.
     static func connect(
         id: Int,
+        peer: String,
+        changesEveryRequest: @escaping @Sendable (String) -> Bool,
         host: String,
         port: Int,
         tls: NIOSSLContext,
@@ -54,7 +64,7 @@ final class APNsConnection: Sendable {
         group: any EventLoopGroup,
         connectTimeout: Duration,
         logger: Logger
-    ) async throws -> APNsConnection {
+    ) async throws -> HTTP2Connection {
         // Through a CONNECT proxy, TCP goes to the proxy and TLS (verified against `host`) runs in the tunnel.
         let tunnel = proxy.flatMap { $0.applies(to: host) ? $0 : nil }
         let limiter = StreamLimiter()
@@ -62,7 +72,7 @@ final class APNsConnection: Sendable {
             switch event {
             case .goAway(let last, let code, let reason):
                 logger.warning(
-                    "APNs sent GOAWAY",
+                    "\(peer) sent GOAWAY",
                     metadata: [
                         "push.connection": "\(id)", "push.last_stream_id": "\(last)", "push.error_code": "\(code)",
                         "push.reason": "\(reason ?? "-")",
@@ -70,14 +80,14 @@ final class APNsConnection: Sendable {
                 )
             case .maxConcurrentStreams(let value):
                 logger.debug(
-                    "APNs stream limit",
+                    "\(peer) stream limit",
                     metadata: ["push.connection": "\(id)", "push.max_streams": "\(value)"]
                 )
             case .closed:
-                logger.debug("APNs connection closed", metadata: ["push.connection": "\(id)"])
+                logger.debug("\(peer) connection closed", metadata: ["push.connection": "\(id)"])
             case .error(let description):
                 logger.warning(
-                    "APNs connection error",
+                    "\(peer) connection error",
                     metadata: ["push.connection": "\(id)", "push.error": "\(description)"]
                 )
             }
@@ -89,7 +99,7 @@ final class APNsConnection: Sendable {
                 code: .connectFailed,
                 mayHaveBeenProcessed: false,
                 message:
-                    "APNs endpoint \(host) is an IP address, and through proxy \(tunnel) TLS could not verify it: use the endpoint's host name, or add \(host) to NO_PROXY"
+                    "\(peer) endpoint \(host) is an IP address, and through proxy \(tunnel) TLS could not verify it: use the endpoint's host name, or add \(host) to NO_PROXY"
             )
         }
         let bootstrap = ClientBootstrap(group: group)
@@ -134,7 +144,7 @@ final class APNsConnection: Sendable {
                         )
                     )
                     try sync.addHandler(observer)
-                    let exchange = FrameExchange()
+                    let exchange = FrameExchange(peer: peer)
                     try sync.addHandler(exchange)
                     return (channel, FrameExchange.Handle(exchange, eventLoop: channel.eventLoop))
                 }
@@ -178,7 +188,7 @@ final class APNsConnection: Sendable {
                     code: .invalidKey,
                     mayHaveBeenProcessed: false,
                     message:
-                        "APNs refused the TLS client certificate (\(error)): it may have expired or been revoked, or be for the other environment; `push-worker check-keys --config …` shows its expiry"
+                        "\(peer) refused the TLS client certificate (\(error)): it may have expired or been revoked, or be for the other environment; `push-worker check-keys --config …` shows its expiry"
                 )
             }
             throw TransportError(
@@ -194,17 +204,19 @@ final class APNsConnection: Sendable {
                 code: .protocolNotNegotiated,
                 mayHaveBeenProcessed: false,
                 message:
-                    "\(host):\(port) did not negotiate HTTP/2 (ALPN gave \(negotiated ?? "nothing")): point --apns-endpoint at an APNs-compatible HTTP/2 server"
+                    "\(host):\(port) did not negotiate HTTP/2 (ALPN gave \(negotiated ?? "nothing")): point the endpoint at an HTTP/2 server (\(peer) speaks only HTTP/2)"
             )
         }
         let authority = port == 443 ? host : "\(host):\(port)"
-        let connection = APNsConnection(
+        let connection = HTTP2Connection(
             id: id,
             channel: channel,
             exchange: exchange,
             limiter: limiter,
             observer: observer,
-            authority: authority
+            authority: authority,
+            peer: peer,
+            changesEveryRequest: changesEveryRequest
         )
         // Batch requests give their slots back from the event loop. The hook holds the connection until the
         // channel closes (the handler then drops it), so a retired connection still closes once idle. The

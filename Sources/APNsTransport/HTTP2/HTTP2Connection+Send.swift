@@ -4,13 +4,14 @@ import NIOCore
 import NIOHPACK
 import NIOHTTP2
 import PushCore
+import Synchronization
 
-extension APNsConnection {
-    /// Sends one request and returns APNs' answer, or throws ``TransportError``.
+extension HTTP2Connection {
+    /// Sends one request and returns the peer's answer, or throws ``TransportError``.
     ///
     /// - Parameters:
     ///   - method, path, headers, body: the request; `headers` exclude pseudo-headers and `authorization`.
-    ///   - authorization: the provider token, sent as `bearer <jwt>`, if any.
+    ///   - authorization: the `authorization` header's value (`bearer <token>`), if any.
     ///   - deadline: how long from now the whole exchange may take; past it the stream is reset.
     func send(
         method: String,
@@ -20,7 +21,7 @@ extension APNsConnection {
         authorization: String?,
         deadline: Duration,
         mayWrite: (@Sendable () -> Bool)? = nil
-    ) async throws -> APNsResponse {
+    ) async throws -> HTTP2Answer {
         guard await self.limiter.acquire() else {
             if Task.isCancelled {
                 throw TransportError.withdrawn
@@ -43,13 +44,6 @@ extension APNsConnection {
             self.closeIfRetiredAndIdle()
             throw TransportError.notSentGoingAway
         }
-        let started = ContinuousClock.now
-        self.touch(started)
-        defer {
-            self.touch(.now)
-            self.limiter.release()
-            self.closeIfRetiredAndIdle()
-        }
         let requestHeaders = self.requestHeaders(
             method: method,
             path: path,
@@ -57,9 +51,16 @@ extension APNsConnection {
             bodyCount: body.count,
             authorization: authorization
         )
-        // The connection's ``FrameExchange`` opens the stream, keeps its deadline (RST_STREAM past it: an
-        // unknown outcome) and says of every failure whether APNs may have processed the request.
-        return try await self.exchange.send(headers: requestHeaders, body: body, started: started, timeout: deadline)
+        // A batch of one: the same path as every batch. The connection's ``FrameExchange`` opens the stream,
+        // keeps its deadline (RST_STREAM past it: an unknown outcome), says of every failure whether the peer
+        // may have processed the request, and gives the stream slot back. A cancelled caller resets the stream
+        // (an unknown outcome) or withdraws the request if it has not reached the event loop.
+        let answer = Mutex<Result<HTTP2Answer, TransportError>?>(nil)
+        let batch = RequestBatch { _, _, result in answer.withLock { $0 = result } }
+        self.submit([(0, requestHeaders, body)], to: batch, deadline: deadline)
+        await batch.waitForAll()
+        guard let result = answer.withLock({ $0 }) else { throw TransportError.withdrawn }
+        return try result.get()
     }
 
     /// A request's HTTP/2 header block.
@@ -77,18 +78,18 @@ extension APNsConnection {
         // HPACK: what repeats on a connection (method, authority, token, push type, topic, priority) goes into
         // the dynamic table and costs a byte or two after the first request; what is new on every request
         // (the path with its device token, apns-id, apns-expiration, content-length) is sent literally without
-        // indexing, so it never evicts the repeated ones. The provider token is indexed too: it is the same
-        // for up to an hour, and the connection is TLS straight to APNs (a proxy only tunnels it).
+        // indexing, so it never evicts the repeated ones. The bearer token is indexed too: it is the same
+        // for up to an hour, and the connection is TLS straight to the provider (a proxy only tunnels it).
         requestHeaders.add(name: ":path", value: path, indexing: .nonIndexable)
         requestHeaders.add(name: ":authority", value: self.authority)
         if let authorization {
-            requestHeaders.add(name: "authorization", value: "bearer " + authorization)
+            requestHeaders.add(name: "authorization", value: authorization)
         }
         for header in headers {
             requestHeaders.add(
                 name: header.name,
                 value: header.value,
-                indexing: Self.changesEveryRequest(header.name) ? .nonIndexable : .indexable
+                indexing: self.changesEveryRequest(header.name) ? .nonIndexable : .indexable
             )
         }
         if bodyCount > 0 {
@@ -104,10 +105,9 @@ extension APNsConnection {
         to batch: RequestBatch,
         deadline: Duration
     ) {
-        let started = ContinuousClock.now
-        self.touch(started)
+        self.touch(.now)
         batch.expect(requests.count, on: self)
-        self.exchange.submit(requests, to: batch, started: started, timeout: deadline)
+        self.exchange.submit(requests, to: batch, timeout: deadline)
     }
 
     /// The exchange gave back `count` slots of batch requests that ended.
@@ -115,11 +115,5 @@ extension APNsConnection {
         self.touch(.now)
         self.limiter.release(count)
         self.closeIfRetiredAndIdle()
-    }
-
-    /// Whether a request header's value is new on (almost) every request: never put in the HPACK dynamic
-    /// table. (Plain comparisons: a set lookup hashes the name on every header of every request.)
-    static func changesEveryRequest(_ name: String) -> Bool {
-        name == "apns-id" || name == "apns-expiration" || name == "apns-request-id"
     }
 }

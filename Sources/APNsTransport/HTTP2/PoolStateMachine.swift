@@ -6,7 +6,7 @@ protocol PoolConnection: AnyObject {
     var freeStreams: Int { get }
 }
 
-extension APNsConnection: PoolConnection {
+extension HTTP2Connection: PoolConnection {
     var freeStreams: Int { self.limiter.available }
 }
 

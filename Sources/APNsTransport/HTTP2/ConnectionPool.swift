@@ -7,7 +7,7 @@ import Synchronization
 /// exponential backoff after a failed connect, PINGed when idle, replaced after GOAWAY or loss.
 final class ConnectionPool: Sendable {
     struct State {
-        var machine: PoolStateMachine<APNsConnection>
+        var machine: PoolStateMachine<HTTP2Connection>
         var waiters: [CheckedContinuation<Void, Never>] = []
         /// After ``closeAll()``: a connect still under way closes what it opened instead of keeping it.
         var closed = false
@@ -15,7 +15,11 @@ final class ConnectionPool: Sendable {
 
     /// What the pool needs of its client (no reference back to it).
     struct Context: Sendable {
-        var configuration: APNsClient.Configuration
+        var configuration: PoolConfiguration
+        /// Who answers ("APNs"), for logs and errors.
+        var peer: String
+        /// The provider's rule for request headers never to HPACK-index.
+        var changesEveryRequest: @Sendable (String) -> Bool
         var tlsContext: NIOSSLContext
         /// Whether `tlsContext` carries a client certificate (a certificate credential).
         var clientCertificate = false
@@ -42,7 +46,7 @@ final class ConnectionPool: Sendable {
         )
     }
 
-    /// APNs answered a request: the endpoint is healthy, reconnects need no backoff.
+    /// The peer answered a request: the endpoint is healthy, reconnects need no backoff.
     func succeeded() {
         self.state.withLock { $0.machine.answered() }
     }
@@ -54,7 +58,7 @@ final class ConnectionPool: Sendable {
     /// - Parameter waitForNew: `false` for a caller that sends many requests in one task (a batch): an empty
     ///   slot opens in the background while another connection is open and usable, and that one is used now,
     ///   so one handshake (or one failed connect) does not hold up or fail the whole batch.
-    func connection(waitForNew: Bool = true) async throws -> APNsConnection {
+    func connection(waitForNew: Bool = true) async throws -> HTTP2Connection {
         while true {
             let (action, swept, usable) = self.state.withLock { state in
                 let (action, swept) = state.machine.next(now: .now)
@@ -69,7 +73,7 @@ final class ConnectionPool: Sendable {
                     timeout: .seconds(5)
                 )) {
                     self.context.logger.info(
-                        "idle APNs connection did not answer PING; replacing it",
+                        "idle \(self.context.peer) connection did not answer PING; replacing it",
                         metadata: ["push.connection": "\(connection.id)"]
                     )
                     await self.discard(connection)
@@ -97,17 +101,19 @@ final class ConnectionPool: Sendable {
                     code: .connectFailed,
                     mayHaveBeenProcessed: false,
                     message:
-                        "APNs at \(self.endpoint.host):\(self.endpoint.port) is unreachable; next connect attempt in \(until - .now)"
+                        "\(self.context.peer) at \(self.endpoint.host):\(self.endpoint.port) is unreachable; next connect attempt in \(until - .now)"
                 )
             }
         }
     }
 
     /// Connects into `slot`; wakes the callers waiting for a connect either way.
-    private func open(slot: Int, id: Int) async throws -> APNsConnection {
+    private func open(slot: Int, id: Int) async throws -> HTTP2Connection {
         do {
-            let connection = try await APNsConnection.connect(
+            let connection = try await HTTP2Connection.connect(
                 id: id,
+                peer: self.context.peer,
+                changesEveryRequest: self.context.changesEveryRequest,
                 host: self.endpoint.host,
                 port: self.endpoint.port,
                 tls: self.context.tlsContext,
@@ -139,7 +145,7 @@ final class ConnectionPool: Sendable {
             }
             for waiter in waiters { waiter.resume() }
             self.context.logger.warning(
-                "could not connect to APNs",
+                "could not connect to \(self.context.peer)",
                 metadata: [
                     "push.endpoint": "\(self.endpoint.host):\(self.endpoint.port)",
                     "push.retry_in": "\(backoff)", "push.error": "\(error)",
@@ -163,7 +169,7 @@ final class ConnectionPool: Sendable {
 
     /// Takes a connection out of the pool (GOAWAY, PING failure, UnrelatedKeyIdInToken); it closes once
     /// its in-flight requests finish, and its slot reopens on demand.
-    func discard(_ connection: APNsConnection) async {
+    func discard(_ connection: HTTP2Connection) async {
         _ = self.state.withLock { $0.machine.discard(connection, now: .now) }
         connection.retire()
     }

@@ -56,6 +56,38 @@ public struct APNsResponse: Sendable, Hashable {
     /// What the answer means for the job, with its trap id.
     public var verdict: APNsVerdict { APNsVerdict.classify(status: self.status, reason: self.reason) }
 
+    /// What the transport does about the answer on its connection (the reason table's column).
+    var connectionEffect: ConnectionEffect { APNsReason.connectionEffect(status: self.status, reason: self.reason) }
+
+    /// Whether the answer proves the credential (a 2xx: `true`) or refuses it (its reason's class is a
+    /// credential's: `false`); `nil` says nothing about it. The connection's stream limit follows it.
+    var credentialAccepted: Bool? {
+        if (200...299).contains(self.status) { return true }
+        switch self.verdict.responseClass {
+        case .credentialFatal, .credentialRetry: return false
+        default: return nil
+        }
+    }
+
+    /// APNs' answer as read off its stream: the headers and error body it carries.
+    init(_ answer: HTTP2Answer) {
+        let (reason, timestamp) = answer.status == 200 ? (nil, nil) : Self.parseErrorBody(answer.body)
+        let headers = answer.headers
+        self.init(
+            status: answer.status,
+            reason: reason,
+            apnsID: headers.first(name: "apns-id").flatMap(UUID.init(uuidString:)),
+            apnsUniqueID: headers.first(name: "apns-unique-id"),
+            requestID: headers.first(name: "apns-request-id"),
+            timestampMs: timestamp,
+            retryAfter: headers.first(name: "retry-after"),
+            channelID: headers.first(name: "apns-channel-id"),
+            body: answer.body,
+            latency: .nanoseconds(answer.latency.nanoseconds),
+            serverDate: headers.first(name: "date")
+        )
+    }
+
     /// Parses an error body `{"reason": …, "timestamp": …}`; other bodies leave both `nil`.
     static func parseErrorBody(_ body: [UInt8]) -> (reason: String?, timestampMs: Int64?) {
         guard !body.isEmpty, let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else {

@@ -1,0 +1,349 @@
+import NIOCore
+import NIOHPACK
+import NIOHTTP2
+
+/// The requests of one HTTP/2 connection as a pure state machine: events in (a stream opened, HEADERS,
+/// DATA, RST_STREAM, GOAWAY, a write failed, a deadline, a cancellation, the connection gone), and out
+/// the requests that ended, each with its answer or a ``TransportError`` that already says whether the
+/// peer may have processed it. No I/O and no clock of its own: the time comes with each event, so a test
+/// drives it event by event. ``FrameExchange`` is the NIO handler that feeds it frames and carries out
+/// what it returns (write a RST_STREAM, arm the timer, close the connection), as nio-http2 keeps its
+/// `HTTP2ConnectionStateMachine` apart from its channel handler.
+///
+/// The rules it keeps, each once:
+/// - a `:status 200` already read is the answer, even when the stream then resets, times out, is cancelled
+///   or the connection drops (the push was delivered; reporting an unknown outcome would send it again);
+/// - streams above a GOAWAY's last-stream-id were not processed; so were streams refused before they
+///   were written (after a GOAWAY, or with stream ids used up) and `REFUSED_STREAM` resets;
+/// - everything else that ends without an answer is an unknown outcome (`mayHaveBeenProcessed`);
+/// - deadlines run in opening order (one timeout per connection); a timer that fires late, or just after
+///   a process-wide stall, gives the overdue streams one grace period, as their answers may be unread in
+///   the socket.
+struct ExchangeStateMachine<Waiter> {
+    /// One request that ended.
+    struct Completion {
+        var streamID: HTTP2StreamID
+        var slot: Waiter
+        var result: Result<HTTP2Answer, TransportError>
+    }
+
+    /// What ``open(_:now:timeout:)`` decided.
+    enum Opening {
+        /// Write the request on this stream; arm the deadline timer for `armTimer` if set.
+        case write(HTTP2StreamID, armTimer: NIODeadline?)
+        /// Not written: the waiter fails with `error` (nothing was sent); `closeConnection` when the
+        /// connection's stream ids are used up and nothing is left in flight.
+        case refuse(TransportError, closeConnection: Bool)
+    }
+
+    /// What a deadline timer's firing decided.
+    struct Expiry {
+        /// Requests past their deadline: unknown outcomes.
+        var completions: [Completion] = []
+        /// Streams to reset (`CANCEL`): the expired ones.
+        var resets: [HTTP2StreamID] = []
+        /// Arm the timer again for this instant (`nil`: nothing left to time).
+        var armTimer: NIODeadline?
+    }
+
+    private struct Exchange {
+        var slot: Waiter
+        var opened: NIODeadline
+        var timeout: TimeAmount
+        var status: Int?
+        var headers = HPACKHeaders()
+        var body: [UInt8] = []
+    }
+
+    /// The last stream id a client may open (odd, below 2^31).
+    static var lastStreamID: Int32 { Int32.max - 2 }
+    /// How late a deadline timer may fire before this process counts as having been stalled.
+    static var stallThreshold: TimeAmount { .seconds(1) }
+    /// How long overdue streams may still be answered after a stall.
+    static var stallGrace: TimeAmount { .seconds(2) }
+
+    private var nextStreamID: Int32
+    private var exchanges: [HTTP2StreamID: Exchange] = [:]
+    /// Streams in opening order with their deadlines (one timeout per connection, so deadline order too);
+    /// `extended`: moved once already for a stall.
+    private var deadlines = CircularBuffer<(streamID: HTTP2StreamID, at: NIODeadline, extended: Bool)>()
+    private var timerArmed = false
+    private(set) var goAwayLast: HTTP2StreamID?
+    private(set) var closed = false
+
+    /// Who answers, as errors name it ("APNs", "FCM").
+    let peer: String
+
+    /// - Parameters:
+    ///   - peer: who answers, as errors name it.
+    ///   - firstStreamID: the first stream id to open (1; tests start near the end of the range).
+    init(peer: String, firstStreamID: Int32 = 1) {
+        self.peer = peer
+        self.nextStreamID = firstStreamID
+    }
+
+    /// Requests in flight.
+    var inFlight: Int { self.exchanges.count }
+
+    /// Whether the connection should close now: its stream ids are used up and its last answer is in.
+    var isSpentAndIdle: Bool { self.exchanges.isEmpty && self.nextStreamID > Self.lastStreamID }
+
+    // MARK: Opening
+
+    /// A request wants a stream.
+    mutating func open(_ waiter: Waiter, now: NIODeadline, timeout: TimeAmount) -> Opening {
+        if self.closed {
+            return .refuse(
+                TransportError(
+                    code: .connectionReset,
+                    mayHaveBeenProcessed: false,
+                    message: "the connection closed before the request was sent"
+                ),
+                closeConnection: false
+            )
+        }
+        // Stream ids run out after 2^30 requests on one connection (days at full speed): refuse new ones, and
+        // close the connection once its last answer is in; the pool then opens another.
+        if self.goAwayLast != nil || self.nextStreamID > Self.lastStreamID {
+            return .refuse(.notSentGoingAway, closeConnection: self.isSpentAndIdle)
+        }
+        let streamID = HTTP2StreamID(self.nextStreamID)
+        self.nextStreamID += 2
+        self.exchanges[streamID] = Exchange(slot: waiter, opened: now, timeout: timeout)
+        let at = now + timeout
+        self.deadlines.append((streamID, at, false))
+        if self.timerArmed { return .write(streamID, armTimer: nil) }
+        self.timerArmed = true
+        return .write(streamID, armTimer: at)
+    }
+
+    /// The write of `streamID`'s request failed. `refusedAfterGoAway`: NIO refused to open the stream
+    /// because the connection is going away (nothing was sent).
+    mutating func writeFailed(_ streamID: HTTP2StreamID, refusedAfterGoAway: Bool, error: String) -> Completion? {
+        // "Not processed" only where that is certain; otherwise TLS may already have sent part of the batch
+        // this request was flushed with (one ciphertext buffer, one promise): an unknown outcome.
+        let failure: TransportError =
+            if let last = self.goAwayLast, streamID > last {
+                self.goneAway(last)
+            } else if refusedAfterGoAway {
+                .notSentGoingAway
+            } else {
+                TransportError(
+                    code: .connectionReset,
+                    mayHaveBeenProcessed: true,
+                    message: "the connection failed while the request was being written: \(error)"
+                )
+            }
+        return self.finish(streamID, .failure(failure), now: nil)
+    }
+
+    // MARK: Frames
+
+    /// A HEADERS frame; `status` is its `:status`, if any (informational ones are skipped).
+    mutating func headers(
+        _ streamID: HTTP2StreamID,
+        status: Int?,
+        headers: HPACKHeaders,
+        endStream: Bool,
+        now: NIODeadline
+    ) -> Completion? {
+        guard self.exchanges[streamID] != nil else { return nil }
+        if let status, status >= 200, self.exchanges[streamID]!.status == nil {
+            self.exchanges[streamID]!.status = status
+            self.exchanges[streamID]!.headers = headers
+        }
+        return endStream ? self.complete(streamID, now: now) : nil
+    }
+
+    /// A DATA frame.
+    mutating func data(
+        _ streamID: HTTP2StreamID,
+        _ bytes: ByteBuffer?,
+        endStream: Bool,
+        now: NIODeadline
+    )
+        -> Completion?
+    {
+        guard self.exchanges[streamID] != nil else { return nil }
+        if let bytes { self.exchanges[streamID]!.body += bytes.readableBytesView }
+        return endStream ? self.complete(streamID, now: now) : nil
+    }
+
+    /// RST_STREAM from the peer.
+    mutating func reset(_ streamID: HTTP2StreamID, code: HTTP2ErrorCode, now: NIODeadline) -> Completion? {
+        if let answered = self.completeIfAnsweredOK(streamID, now: now) { return answered }
+        return self.finish(
+            streamID,
+            .failure(
+                TransportError(
+                    code: .streamReset,
+                    mayHaveBeenProcessed: code != .refusedStream,
+                    message: "\(self.peer) reset the stream (\(code))"
+                )
+            ),
+            now: now
+        )
+    }
+
+    /// GOAWAY: the streams above `last` were not processed and end now, to be resent; no new ones open.
+    mutating func goAway(last: HTTP2StreamID, now: NIODeadline) -> [Completion] {
+        self.goAwayLast = last
+        return self.exchanges.keys.filter { $0 > last }.sorted().compactMap {
+            // A 200 already read is evidence the GOAWAY cannot outweigh: delivered, never resent.
+            if let answered = self.completeIfAnsweredOK($0, now: now) { return answered }
+            return self.finish($0, .failure(self.goneAway(last)), now: now)
+        }
+    }
+
+    /// NIO closed a stream (`reason`: the error code it closed with, if any).
+    mutating func streamClosed(_ streamID: HTTP2StreamID, reason: HTTP2ErrorCode?, now: NIODeadline) -> Completion? {
+        guard self.exchanges[streamID] != nil else { return nil }
+        if let answered = self.completeIfAnsweredOK(streamID, now: now) { return answered }
+        let failure: TransportError =
+            if let last = self.goAwayLast, streamID > last {
+                self.goneAway(last)
+            } else if let reason {
+                TransportError(
+                    code: .streamReset,
+                    mayHaveBeenProcessed: reason != .refusedStream,
+                    message: "the stream closed: \(reason)"
+                )
+            } else {
+                Self.unknownOutcome("the stream closed before a response")
+            }
+        return self.finish(streamID, .failure(failure), now: now)
+    }
+
+    /// The connection is gone: streams above a GOAWAY's last-stream-id were not processed, the rest may
+    /// have been (a 200 already read is still the answer). Later openings are refused.
+    mutating func connectionClosed(now: NIODeadline) -> [Completion] {
+        self.closed = true
+        self.timerArmed = false
+        self.deadlines.removeAll()
+        return self.exchanges.keys.sorted().compactMap { streamID in
+            if let answered = self.completeIfAnsweredOK(streamID, now: now) { return answered }
+            if let last = self.goAwayLast, streamID > last {
+                return self.finish(streamID, .failure(self.goneAway(last)), now: now)
+            }
+            return self.finish(streamID, .failure(Self.unknownOutcome("the connection closed mid-request")), now: now)
+        }
+    }
+
+    // MARK: Callers and time
+
+    /// The callers of the requests `matching` gave up: each ends as an unknown outcome (it may have reached
+    /// the peer); the caller resets their streams (the completions' stream ids).
+    mutating func cancel(where matching: (Waiter) -> Bool, now: NIODeadline) -> [Completion] {
+        self.exchanges.filter { matching($0.value.slot) }.keys.sorted().compactMap {
+            if let answered = self.completeIfAnsweredOK($0, now: now) { return answered }
+            return self.finish($0, .failure(Self.unknownOutcome("the request was cancelled while in flight")), now: now)
+        }
+    }
+
+    /// The deadline timer fired at `now`; `lastStall` is when this process last came out of a stall.
+    mutating func deadlineFired(now: NIODeadline, lastStall: NIODeadline?) -> Expiry {
+        var expiry = Expiry()
+        self.dropFinishedDeadlines()
+        // The timer fired late: this process was stalled (SIGSTOP, a VM pause, a throttled container), and
+        // the answers the peer sent meanwhile may be waiting unread in the socket. A deadline that passed
+        // while nothing here could run is no evidence against the request: each overdue stream gets one
+        // grace period in which its answer can be read. Timing them out now would send delivered pushes
+        // again. A deadline falling due just after such a stall gets the same grace: after a long freeze the
+        // event loop has a backlog to read before it reaches this socket.
+        let stalledRecently = lastStall.map { now - $0 < Self.stallGrace } ?? false
+        if let head = self.deadlines.first, !head.extended, now - head.at > Self.stallThreshold || stalledRecently {
+            let graceFrom = max(now, lastStall ?? now)
+            for index in self.deadlines.indices where self.deadlines[index].at <= now && !self.deadlines[index].extended
+            {
+                self.deadlines[index].at = graceFrom + Self.stallGrace
+                self.deadlines[index].extended = true
+            }
+            expiry.armTimer = self.rearm()
+            return expiry
+        }
+        while let head = self.deadlines.first, head.at <= now || self.exchanges[head.streamID] == nil {
+            self.deadlines.removeFirst()
+            guard let exchange = self.exchanges[head.streamID] else { continue }
+            // Its 200 was read, only its END_STREAM is missing: delivered (the stream is still reset).
+            if let answered = self.completeIfAnsweredOK(head.streamID, now: now) {
+                expiry.completions.append(answered)
+                expiry.resets.append(head.streamID)
+                continue
+            }
+            let failure = TransportError(
+                code: .timeout,
+                mayHaveBeenProcessed: true,
+                message: "no response within \(Duration.nanoseconds(exchange.timeout.nanoseconds))"
+            )
+            if let completion = self.finish(head.streamID, .failure(failure), now: now) {
+                expiry.completions.append(completion)
+                expiry.resets.append(head.streamID)
+            }
+        }
+        expiry.armTimer = self.rearm()
+        return expiry
+    }
+
+    // MARK: Internals
+
+    private mutating func dropFinishedDeadlines() {
+        while let head = self.deadlines.first, self.exchanges[head.streamID] == nil { self.deadlines.removeFirst() }
+    }
+
+    /// The next instant the timer must fire at, or `nil` (disarmed) when nothing is timed.
+    private mutating func rearm() -> NIODeadline? {
+        self.dropFinishedDeadlines()
+        self.timerArmed = self.deadlines.first != nil && !self.closed
+        return self.timerArmed ? self.deadlines.first?.at : nil
+    }
+
+    /// Completes a stream whose `:status 200` was read though its END_STREAM never came (a reset, a close).
+    private mutating func completeIfAnsweredOK(_ streamID: HTTP2StreamID, now: NIODeadline) -> Completion? {
+        guard self.exchanges[streamID]?.status == 200 else { return nil }
+        return self.complete(streamID, now: now)
+    }
+
+    private mutating func complete(_ streamID: HTTP2StreamID, now: NIODeadline) -> Completion? {
+        guard let exchange = self.exchanges[streamID] else { return nil }
+        guard let status = exchange.status else {
+            return self.finish(streamID, .failure(Self.unknownOutcome("the stream ended without a status")), now: now)
+        }
+        let answer = HTTP2Answer(
+            status: status,
+            headers: exchange.headers,
+            body: exchange.body,
+            latency: now - exchange.opened
+        )
+        return self.finish(streamID, .success(answer), now: now)
+    }
+
+    private mutating func finish(
+        _ streamID: HTTP2StreamID,
+        _ result: Result<HTTP2Answer, TransportError>,
+        now: NIODeadline?
+    ) -> Completion? {
+        guard let exchange = self.exchanges.removeValue(forKey: streamID) else { return nil }
+        return Completion(streamID: streamID, slot: exchange.slot, result: result)
+    }
+
+    func goneAway(_ last: HTTP2StreamID) -> TransportError {
+        TransportError(
+            code: .goAway,
+            mayHaveBeenProcessed: false,
+            message: "\(self.peer) closed the connection (GOAWAY, last stream \(last))"
+        )
+    }
+
+    static func unknownOutcome(_ message: String) -> TransportError {
+        TransportError(code: .connectionReset, mayHaveBeenProcessed: true, message: message)
+    }
+}
+
+/// A peer's answer, as read off its stream: what a provider's response parser reads.
+struct HTTP2Answer: Sendable {
+    var status: Int
+    var headers: HPACKHeaders
+    var body: [UInt8]
+    /// From the stream's opening to its end.
+    var latency: TimeAmount
+}

@@ -1,0 +1,444 @@
+import Logging
+import NIOCore
+import NIOSSL
+import PushCore
+import Synchronization
+
+/// The send engine every provider shares: a small fixed pool of HTTP/2 connections per (endpoint,
+/// credential), requests written in batches on raw frames (``FrameExchange``), and the in-call rules. A
+/// provider (``PushProvider``) says how its answers read and what they do to the connection; an
+/// authenticator (``RequestAuthenticator``) per credential gives the bearer token.
+///
+/// Within one call it resends at once what the peer certainly did not process (refused before sending,
+/// above a GOAWAY's last stream id), and acts once on an answer whose ``ConnectionEffect`` asks it (re-mint
+/// or adopt the token, open a new connection). Everything else comes back to the caller: an answer to
+/// classify, or a ``TransportError`` to retry durably.
+final class PushClient<Provider: PushProvider>: Sendable {
+    typealias Response = Provider.Response
+
+    let provider: Provider
+    let configuration: PoolConfiguration
+    /// Bearer-token credentials by name.
+    let authenticators: [String: any RequestAuthenticator]
+    /// TLS for connections without a client certificate.
+    let tlsContext: NIOSSLContext
+    /// Certificate credentials: each has its own TLS context carrying its client certificate.
+    let certificateContexts: [String: NIOSSLContext]
+    let group: any EventLoopGroup
+    let logger: Logger
+    private let pools = Mutex<[PoolKey: ConnectionPool]>([:])
+
+    /// One pool per (endpoint, credential).
+    struct PoolKey: Hashable {
+        var endpoint: APNsEndpoint
+        var credential: String
+    }
+
+    init(
+        provider: Provider,
+        configuration: PoolConfiguration,
+        authenticators: [String: any RequestAuthenticator],
+        tlsContext: NIOSSLContext,
+        certificateContexts: [String: NIOSSLContext],
+        group: any EventLoopGroup,
+        logger: Logger
+    ) {
+        // Watching from now on: a stall is only seen by a detector that was running through it.
+        _ = StallDetector.shared
+        self.provider = provider
+        self.configuration = configuration
+        self.authenticators = authenticators
+        self.tlsContext = tlsContext
+        self.certificateContexts = certificateContexts
+        self.group = group
+        self.logger = logger
+    }
+
+    /// Whether `credential` has a token or a certificate here.
+    func knows(_ credential: String) -> Bool {
+        self.authenticators[credential] != nil || self.certificateContexts[credential] != nil
+    }
+
+    /// How many times one call resends a request the peer certainly did not process before it gives the
+    /// job back uncounted.
+    static var maximumResends: Int { 8 }
+
+    /// Requests the peer certainly did not process, resent or given back (the `requests_not_processed`
+    /// metric).
+    var notProcessedCount: Int { self.notProcessed.withLock { $0 } }
+    private let notProcessed = Mutex(0)
+
+    /// One request's attempt whose answer the in-call rules still have to judge (a batch's first attempt).
+    struct FirstAttempt: Sendable {
+        var connection: HTTP2Connection
+        /// The `authorization` value it went out with (`nil`: a certificate credential).
+        var authorization: String?
+        var result: Result<Response, TransportError>
+    }
+
+    /// Sends one request with a credential's token, with the in-call rules.
+    ///
+    /// - Parameters:
+    ///   - mayWrite: asked once a stream is granted, just before the request is written; `false`
+    ///     withdraws it unsent (``TransportError/Code/shutdown``).
+    ///   - first: an attempt already made (by ``sendBatch(_:endpoint:credential:mayWrite:withdraws:onResult:)``):
+    ///     its answer is judged first, as if this call had sent it.
+    func perform(
+        _ request: OutgoingRequest,
+        endpoint: APNsEndpoint,
+        credential: String,
+        mayWrite: (@Sendable () -> Bool)? = nil,
+        resuming first: FirstAttempt? = nil
+    ) async throws -> Response {
+        let authenticator = self.authenticators[credential]
+        guard self.knows(credential) else { throw self.provider.missingCredential(credential) }
+        let pool = self.pool(for: PoolKey(endpoint: endpoint, credential: credential))
+        var reMinted = false
+        var adoptedShared = false
+        var reconnected = false
+        var resends = 0
+        var pending = first
+        while true {
+            let attempt: FirstAttempt
+            if let made = pending {
+                attempt = made
+                pending = nil
+            } else {
+                let connection = try await pool.connection()
+                // A certificate credential authenticates in TLS: no token, no authorization header.
+                let authorization = try await authenticator?.authorization()
+                let result: Result<Response, TransportError>
+                do {
+                    let answer = try await connection.send(
+                        method: request.method,
+                        path: request.path,
+                        headers: request.headers,
+                        body: request.body,
+                        authorization: authorization,
+                        deadline: self.configuration.requestTimeout,
+                        mayWrite: mayWrite
+                    )
+                    result = .success(self.provider.parse(answer))
+                } catch let error as TransportError {
+                    result = .failure(error)
+                }
+                attempt = FirstAttempt(connection: connection, authorization: authorization, result: result)
+            }
+            let connection = attempt.connection
+            switch attempt.result {
+            case .success(let response):
+                // Any answer proves the endpoint works: reconnects need no backoff.
+                pool.succeeded()
+                // What the answer does to the connection is its reason's row, acted on once per request; the
+                // same answer again is the job's.
+                switch self.provider.connectionEffect(of: response) {
+                case .reMintToken where !reMinted:
+                    guard let authenticator, let used = attempt.authorization else { break }
+                    reMinted = true
+                    _ = try await authenticator.replace(used)
+                    continue
+                case .adoptSharedToken where !adoptedShared:
+                    guard let authenticator, let used = attempt.authorization else { break }
+                    // The peer took another process's token for this key first: send with that one, once. A
+                    // refusal is not a delivery, so the resend cannot deliver twice.
+                    adoptedShared = true
+                    if try await authenticator.adoptShared(rejecting: used) != nil {
+                        // On a new connection: the peer may count a token change on one connection as an update.
+                        self.notProcessed.withLock { $0 += 1 }
+                        self.logger.warning(
+                            "\(self.provider.peerName) took another worker's token for this credential first; sending with that one",
+                            metadata: ["push.credential": "\(credential)"]
+                        )
+                        await pool.discard(connection)
+                        continue
+                    }
+                case .reconnect where !reconnected:
+                    reconnected = true
+                    await pool.discard(connection)
+                    continue
+                default:
+                    break
+                }
+                connection.limiter.noteCredential(accepted: self.provider.credentialAccepted(by: response))
+                return response
+            case .failure(let error) where error.fault == .notProcessed:
+                // Certainly not processed: resend at once, on another connection if this one is going.
+                // Past the resend limit the caller gives the job back to the queue, uncounted.
+                self.notProcessed.withLock { $0 += 1 }
+                if !connection.isUsable { await pool.discard(connection) }
+                resends += 1
+                if resends > Self.maximumResends || Task.isCancelled { throw error }
+                continue
+            case .failure(let error):
+                throw error
+            }
+        }
+    }
+
+    /// Sends many requests of one endpoint and credential, with the same rules as ``perform`` for each, at a
+    /// fraction of the cost: stream slots are taken as many at a time as are free, requests go to the event
+    /// loop in one hop per connection and are flushed together, and each answer is handed to `onResult` on
+    /// the event loop as it arrives. An answer the in-call rules act on (a token to re-mint or adopt, a
+    /// connection to replace, a request the peer did not process) is taken up at once by ``perform``, in a
+    /// task of its own. Returns when every request has its result.
+    ///
+    /// - Parameters:
+    ///   - mayWrite: asked once per group of requests, once their stream slots are granted and just before
+    ///     they are written; `false` withdraws them and all the batch's remaining ones unsent
+    ///     (``TransportError/Code/shutdown``).
+    ///   - withdraws: asked for each request just before it is written, once its slot is granted; `true`
+    ///     withdraws that request alone, unsent (a job cancelled meanwhile).
+    ///   - onResult: called exactly once per request, with its index in `requests`.
+    func sendBatch(
+        _ requests: [OutgoingRequest],
+        endpoint: APNsEndpoint,
+        credential: String,
+        mayWrite: @escaping @Sendable () -> Bool,
+        withdraws: (@Sendable (_ index: Int) -> Bool)? = nil,
+        onResult: @escaping @Sendable (_ index: Int, _ result: Result<Response, any Error>) -> Void
+    ) async {
+        guard !requests.isEmpty else { return }
+        guard self.knows(credential) else {
+            let error = self.provider.missingCredential(credential)
+            for index in requests.indices { onResult(index, .failure(error)) }
+            return
+        }
+        let authenticator = self.authenticators[credential]
+        let pool = self.pool(for: PoolKey(endpoint: endpoint, credential: credential))
+        let provider = self.provider
+        // Which connection and token each request went out with: an answer the in-call rules act on needs both.
+        let attempts = Mutex(
+            [(connection: HTTP2Connection, authorization: String?)?](repeating: nil, count: requests.count)
+        )
+        let batch = RequestBatch { batch, index, answer in
+            let result = answer.map(provider.parse)
+            if case .success = result { pool.succeeded() }
+            let sent = attempts.withLock { attempts in
+                defer { attempts[index] = nil }
+                return attempts[index]
+            }
+            if self.takesInCallRules(result), let sent {
+                // The in-call rules take it from here, at once, in a task of its own (these answers are rare).
+                let attempt = FirstAttempt(
+                    connection: sent.connection,
+                    authorization: sent.authorization,
+                    result: result
+                )
+                batch.followUp {
+                    do {
+                        let response = try await self.perform(
+                            requests[index],
+                            endpoint: endpoint,
+                            credential: credential,
+                            mayWrite: { !batch.isCancelled && mayWrite() },
+                            resuming: attempt
+                        )
+                        onResult(index, .success(response))
+                    } catch {
+                        onResult(index, .failure(error))
+                    }
+                }
+                return
+            }
+            if case .success(let response) = result {
+                sent?.connection.limiter.noteCredential(accepted: provider.credentialAccepted(by: response))
+            }
+            onResult(index, result.mapError { $0 })
+        }
+        // A caller that gives up (a drain past its grace period) cancels the batch wherever this task waits:
+        // requests in flight are reset, follow-ups stop, and the rest are withdrawn.
+        await withTaskCancellationHandler {
+            await self.submit(
+                requests,
+                batch: batch,
+                pool: pool,
+                authenticator: authenticator,
+                attempts: attempts,
+                mayWrite: mayWrite,
+                withdraws: withdraws,
+                onResult: onResult
+            )
+            await batch.waitForAll()
+        } onCancel: {
+            batch.cancel()
+        }
+    }
+
+    /// Whether ``perform`` acts on this first answer (its connection effect, or a request the peer did not
+    /// process) rather than hand it back.
+    func takesInCallRules(_ result: Result<Response, TransportError>) -> Bool {
+        switch result {
+        case .success(let response): self.provider.connectionEffect(of: response) != .none
+        case .failure(let error): error.fault == .notProcessed
+        }
+    }
+
+    /// ``sendBatch``'s loop: takes slots, writes, until every request is written or given its reason not
+    /// to be.
+    private func submit(
+        _ requests: [OutgoingRequest],
+        batch: RequestBatch,
+        pool: ConnectionPool,
+        authenticator: (any RequestAuthenticator)?,
+        attempts: borrowing Mutex<[(connection: HTTP2Connection, authorization: String?)?]>,
+        mayWrite: @escaping @Sendable () -> Bool,
+        withdraws: (@Sendable (_ index: Int) -> Bool)?,
+        onResult: @escaping @Sendable (_ index: Int, _ result: Result<Response, any Error>) -> Void
+    ) async {
+        var waiting = requests.indices[...]
+        var failedRounds = 0
+        while !waiting.isEmpty {
+            let stop: TransportError?
+            do {
+                let connection = try await pool.connection(waitForNew: false)
+                let authorization = try await authenticator?.authorization()
+                let granted = await connection.limiter.acquire(upTo: waiting.count)
+                if granted == 0 {
+                    // The connection closed (or this task was cancelled) before a slot came free.
+                    if Task.isCancelled {
+                        stop = TransportError.withdrawn
+                    } else {
+                        // Each waiting request was refused a stream, as each would have been on its own.
+                        self.notProcessed.withLock { $0 += waiting.count }
+                        if !connection.isUsable { await pool.discard(connection) }
+                        failedRounds += 1
+                        stop =
+                            failedRounds > Self.maximumResends
+                            ? TransportError(
+                                code: .connectionReset,
+                                mayHaveBeenProcessed: false,
+                                message: "the connection closed before the request was sent"
+                            ) : nil
+                    }
+                } else if Task.isCancelled || batch.isCancelled || !mayWrite() {
+                    connection.limiter.release(granted)
+                    connection.closeIfRetiredAndIdle()
+                    stop = TransportError.withdrawn
+                } else if connection.observer.isDraining {
+                    // Told to go away meanwhile: not sent on it; the pool gives another.
+                    connection.limiter.release(granted)
+                    connection.closeIfRetiredAndIdle()
+                    self.notProcessed.withLock { $0 += granted }
+                    await pool.discard(connection)
+                    failedRounds += 1
+                    stop = failedRounds > Self.maximumResends ? TransportError.notSentGoingAway : nil
+                } else {
+                    var chunk = Array(waiting.prefix(granted))
+                    waiting = waiting.dropFirst(granted)
+                    failedRounds = 0
+                    if let withdraws {
+                        // Requests withdrawn one by one (their jobs cancelled meanwhile) give their slots back.
+                        let withdrawn = chunk.filter(withdraws)
+                        if !withdrawn.isEmpty {
+                            chunk.removeAll { withdrawn.contains($0) }
+                            connection.limiter.release(withdrawn.count)
+                            for index in withdrawn { onResult(index, .failure(TransportError.withdrawn)) }
+                            if chunk.isEmpty {
+                                connection.closeIfRetiredAndIdle()
+                                continue
+                            }
+                        }
+                    }
+                    attempts.withLock { attempts in
+                        for index in chunk { attempts[index] = (connection, authorization) }
+                    }
+                    connection.submit(
+                        chunk.map { index in
+                            let request = requests[index]
+                            return (
+                                index,
+                                connection.requestHeaders(
+                                    method: request.method,
+                                    path: request.path,
+                                    headers: request.headers,
+                                    bodyCount: request.body.count,
+                                    authorization: authorization
+                                ),
+                                request.body
+                            )
+                        },
+                        to: batch,
+                        deadline: self.configuration.requestTimeout
+                    )
+                    stop = nil
+                }
+            } catch {
+                // No connection or no token: nothing more goes out; the rest get this error, as each would
+                // have on its own.
+                for index in waiting { onResult(index, .failure(error)) }
+                waiting = waiting.dropFirst(waiting.count)
+                continue
+            }
+            if let stop {
+                // Nothing more goes out: the rest get this error, as each would have on its own.
+                for index in waiting { onResult(index, .failure(stop)) }
+                waiting = waiting.dropFirst(waiting.count)
+            }
+        }
+    }
+
+    func pool(for key: PoolKey) -> ConnectionPool {
+        self.pools.withLock { pools in
+            if let pool = pools[key] { return pool }
+            let provider = self.provider
+            let pool = ConnectionPool(
+                endpoint: key.endpoint,
+                context: .init(
+                    configuration: self.configuration,
+                    peer: provider.peerName,
+                    changesEveryRequest: { provider.changesEveryRequest($0) },
+                    tlsContext: self.certificateContexts[key.credential] ?? self.tlsContext,
+                    clientCertificate: self.certificateContexts[key.credential] != nil,
+                    group: self.group,
+                    logger: self.logger
+                )
+            )
+            pools[key] = pool
+            return pool
+        }
+    }
+
+    /// Opens one connection per credential to `endpoint`, at most `timeout` in all; failures are left for
+    /// the first send to report.
+    func warmUp(credentials: [String], endpoint: APNsEndpoint, timeout: Duration) async {
+        let pools = credentials.filter(self.knows).map { self.pool(for: PoolKey(endpoint: endpoint, credential: $0)) }
+        guard !pools.isEmpty else { return }
+        // Whichever comes first: every pool connected (or failed), or the timeout. A connect still under way
+        // then goes on by itself (an unstructured task, not cancelled) and serves the first send.
+        let resumed = Mutex(false)
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let finish: @Sendable () -> Void = {
+                if resumed.withLock({ done in
+                    defer { done = true }
+                    return !done
+                }) {
+                    continuation.resume()
+                }
+            }
+            Task {
+                await withTaskGroup(of: Void.self) { group in
+                    for pool in pools { group.addTask { _ = try? await pool.connection() } }
+                }
+                finish()
+            }
+            Task {
+                try? await Task.sleep(for: timeout)
+                finish()
+            }
+        }
+    }
+
+    /// Connections open now, across pools (the `connections` metric).
+    var openConnections: Int {
+        self.pools.withLock { Array($0.values) }.reduce(0) { $0 + $1.openCount }
+    }
+
+    /// Closes every connection; in-flight requests fail with `connectionReset`.
+    func shutdown() async {
+        let pools = self.pools.withLock { pools -> [ConnectionPool] in
+            defer { pools.removeAll() }
+            return Array(pools.values)
+        }
+        for pool in pools { await pool.closeAll() }
+    }
+}

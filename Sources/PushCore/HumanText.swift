@@ -1,0 +1,69 @@
+import Foundation
+
+/// Durations and untrusted text as operators type and read them: one rule for the CLI and the console.
+public enum HumanText {
+    /// The units a typed duration may end with, in seconds.
+    static let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800]
+
+    /// `90s`, `15m`, `1.5h`, `30d`, `2w` (a number, then one unit) as seconds, from 0 up to `maximum`; `nil`
+    /// for anything else (no unit, a negative or non-finite number, too long).
+    public static func seconds(from text: String, maximum: Double = 100 * 365 * 86_400) -> Double? {
+        let trimmed = text.trimmingCharacters(in: .whitespaces).lowercased()
+        guard let unit = trimmed.last, let scale = Self.units[unit], let number = Double(trimmed.dropLast()),
+            number.isFinite, number >= 0
+        else { return nil }
+        let seconds = number * scale
+        return seconds <= maximum ? seconds : nil
+    }
+
+    /// A duration for people, its precision shrinking as it grows: `850 ms`, `4.2 s`, `3 min`, `5.0 h`,
+    /// `2.0 d`.
+    public static func duration(_ seconds: Double) -> String {
+        switch seconds {
+        case ..<1: return "\(Int(seconds * 1000)) ms"
+        case ..<60: return Self.oneDecimal(seconds) + " s"
+        case ..<3600: return "\(Int((seconds / 60).rounded())) min"
+        case ..<172_800: return Self.oneDecimal(seconds / 3600) + " h"
+        default: return Self.oneDecimal(seconds / 86_400) + " d"
+        }
+    }
+
+    /// `text` with every character a terminal or a log reader would act on written as `\u{1B}`: C0 and C1
+    /// controls, DEL, and the bidirectional embeddings, overrides and isolates (a line that displays in
+    /// another order than it reads). Newlines and tabs stay when `keepLineBreaks` (a table printed to a
+    /// terminal), and become `\n` and `\t` otherwise (one log line).
+    public static func escaped(_ text: String, keepLineBreaks: Bool = true) -> String {
+        guard text.unicodeScalars.contains(where: { Self.isUnsafe($0, keepLineBreaks: keepLineBreaks) }) else {
+            return text
+        }
+        var result = ""
+        result.reserveCapacity(text.utf8.count + 16)
+        for scalar in text.unicodeScalars {
+            if !Self.isUnsafe(scalar, keepLineBreaks: keepLineBreaks) {
+                result.unicodeScalars.append(scalar)
+            } else if scalar == "\n" {
+                result += "\\n"
+            } else if scalar == "\t" {
+                result += "\\t"
+            } else {
+                result += "\\u{" + String(scalar.value, radix: 16, uppercase: true) + "}"
+            }
+        }
+        return result
+    }
+
+    static func isUnsafe(_ scalar: Unicode.Scalar, keepLineBreaks: Bool) -> Bool {
+        switch scalar.value {
+        case 0x0A, 0x09: !keepLineBreaks
+        case 0x00...0x1F, 0x7F...0x9F: true
+        case 0x202A...0x202E, 0x2066...0x2069, 0x200E, 0x200F, 0x061C: true
+        default: false
+        }
+    }
+
+    /// One decimal, without Foundation's `String(format:)`.
+    static func oneDecimal(_ value: Double) -> String {
+        let tenths = Int((value * 10).rounded())
+        return "\(tenths / 10).\(tenths % 10)"
+    }
+}

@@ -1,0 +1,67 @@
+import Synchronization
+
+/// Things the worker holds back for a while after a refusal, keyed by what was refused: credentials APNs
+/// rejected (InvalidProviderToken, Forbidden, no key configured, …), a credential's topics (TopicDisallowed),
+/// endpoints that could not be reached. Their jobs stay pending until the pause ends, instead of burning
+/// through every job of a misconfigured key. Each consecutive refusal doubles the pause, up to a cap; a
+/// success ends the streak. On the monotonic clock: a wall-clock step neither ends nor stretches a pause.
+final class Pauses<Key: Hashable & Sendable>: Sendable {
+    struct Pause {
+        var until: ContinuousClock.Instant
+        var length: Duration
+    }
+
+    private let pauses = Mutex<[Key: Pause]>([:])
+    let initial: Duration
+    let maximum: Duration
+
+    init(initial: Duration, maximum: Duration) {
+        self.initial = initial
+        self.maximum = maximum
+    }
+
+    /// Pauses `key`; returns how long and whether it was newly paused (log once).
+    func pause(_ key: Key, now: ContinuousClock.Instant = .now) -> (length: Duration, isNew: Bool) {
+        self.pauses.withLock { pauses in
+            if let current = pauses[key], current.until > now { return (current.until - now, false) }
+            let length = pauses[key].map { min($0.length * 2, self.maximum) } ?? self.initial
+            pauses[key] = Pause(until: now + length, length: length)
+            return (length, true)
+        }
+    }
+
+    /// A send with `key` succeeded: forget its streak.
+    func succeeded(_ key: Key) {
+        self.pauses.withLock { pauses in
+            if pauses[key] != nil { pauses[key] = nil }
+        }
+    }
+
+    /// Whether `key` is paused now (a claimed job of it is then held, not sent).
+    func isPaused(_ key: Key, now: ContinuousClock.Instant = .now) -> Bool {
+        self.pauses.withLock { $0[key].map { $0.until > now } ?? false }
+    }
+
+    /// Keys paused right now (the claim leaves their jobs pending).
+    func active(now: ContinuousClock.Instant = .now) -> [Key] {
+        self.pauses.withLock { pauses in pauses.filter { $0.value.until > now }.map(\.key) }
+    }
+}
+
+/// An APNs pool: the environment and the credential its connections use.
+struct EndpointKey: Hashable, Sendable, CustomStringConvertible {
+    var environment: String
+    var credential: String
+
+    /// `environment/credential`, as the claim excludes it.
+    var description: String { "\(self.environment)/\(self.credential)" }
+}
+
+/// A credential's topic.
+struct TopicKey: Hashable, Sendable, CustomStringConvertible {
+    var credential: String
+    var topic: String
+
+    /// `credential/topic`, as the claim excludes it.
+    var description: String { "\(self.credential)/\(self.topic)" }
+}

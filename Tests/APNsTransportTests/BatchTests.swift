@@ -119,6 +119,14 @@ struct BatchTests {
     func mayWriteTurnsFalse() async throws {
         try await Fixture.run(simulator: { $0.authenticatedMaxStreams = 10 }) { f in
             #expect(try await f.send(try Fixture.alert(Fixture.token())).status == 200)
+            // The first send's stream slot comes back at the end of the read cycle that delivered its answer:
+            // wait for it, so the batch's first group gets all ten.
+            let pool = f.client.pool(
+                for: .init(endpoint: APNsEndpoint(host: "localhost", port: f.simulator.port), credential: "default")
+            )
+            for _ in 0..<100 where try await pool.connection().limiter.inFlight > 0 {
+                try await Task.sleep(for: .milliseconds(10))
+            }
             let tokens = (0..<30).map { _ in Fixture.token() }
             for token in tokens { f.simulator.script(token, .latency(.milliseconds(200))) }
             let asked = Mutex(0)

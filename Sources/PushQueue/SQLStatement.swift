@@ -1,0 +1,133 @@
+import PostgresNIO
+
+/// A statement kept as a `.sql` file under `Statements/`, embedded in the binary like the migrations. In
+/// the file, `{{name}}` includes the fragment `name.sql` of the same folder, and `:name` is a named bind.
+/// The Swift side declares the binds once, in order (``binds``): that list is the one place a name maps to
+/// its `$n`, and ``NamedBindings`` refuses a value bound under another name than its position's.
+struct SQLStatement: Sendable {
+    /// The file's name without `.sql`.
+    let file: String
+    /// The statement as Postgres gets it: fragments included, binds numbered.
+    let sql: String
+    /// The binds in `$1…$n` order.
+    let binds: [String]
+
+    /// Renders `file` with its binds numbered in the order of `binds`. A bind used in the file but not
+    /// declared, or declared but not used, or an include with no file, stops the process: a mistake in a
+    /// statement's source, caught the first time a test touches it (`SQLStatementTests` renders them all).
+    init(file: String, binds: [String]) {
+        self.file = file
+        self.binds = binds
+        let text = Self.include(Self.text(of: file), from: file)
+        var used = Set<String>()
+        var rendered = ""
+        rendered.reserveCapacity(text.utf8.count)
+        var scalars = text.unicodeScalars[...]
+        var previous: Unicode.Scalar = " "
+        while let scalar = scalars.first {
+            scalars.removeFirst()
+            if scalar == ":" && previous != ":" && !Self.isWord(previous), let first = scalars.first,
+                Self.isLower(first)
+            {
+                let name = String(String.UnicodeScalarView(scalars.prefix(while: Self.isWord)))
+                scalars.removeFirst(name.unicodeScalars.count)
+                guard let index = binds.firstIndex(of: name) else {
+                    fatalError("Statements/\(file).sql binds :\(name), which its Swift side does not declare")
+                }
+                used.insert(name)
+                rendered += "$\(index + 1)"
+                previous = "0"
+                continue
+            }
+            rendered.unicodeScalars.append(scalar)
+            previous = scalar
+        }
+        if let unused = binds.first(where: { !used.contains($0) }) {
+            fatalError("Statements/\(file).sql does not use the declared bind :\(unused)")
+        }
+        self.sql = rendered.trimmingTrailingNewlines()
+    }
+
+    /// A fragment's text with its own includes resolved (for SQL that Swift still assembles).
+    static func fragment(_ file: String) -> String {
+        Self.include(Self.text(of: file), from: file).trimmingTrailingNewlines()
+    }
+
+    /// A file's text without its leading comment lines (the file's description, for people: not sent to
+    /// Postgres with every batch, and never in the middle of an including line).
+    static func text(of file: String) -> String {
+        guard let bytes = Self.files[file] else { fatalError("no statement file Statements/\(file).sql") }
+        var lines = String(decoding: bytes, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false)[...]
+        while let first = lines.first, first.hasPrefix("--") { lines.removeFirst() }
+        return lines.joined(separator: "\n")
+    }
+
+    /// Replaces each `{{name}}` with the fragment `name.sql`.
+    static func include(_ text: String, from file: String, depth: Int = 0) -> String {
+        precondition(depth < 8, "Statements/\(file).sql includes itself")
+        var result = ""
+        var rest = text[...]
+        while let open = rest.range(of: "{{") {
+            result += rest[..<open.lowerBound]
+            guard let close = rest[open.upperBound...].range(of: "}}") else {
+                fatalError("Statements/\(file).sql has an unclosed {{")
+            }
+            let name = String(rest[open.upperBound..<close.lowerBound])
+            result += Self.include(Self.text(of: name), from: name, depth: depth + 1).trimmingTrailingNewlines()
+            rest = rest[close.upperBound...]
+        }
+        return result + rest
+    }
+
+    static func isLower(_ scalar: Unicode.Scalar) -> Bool { ("a"..."z").contains(scalar) }
+    static func isWord(_ scalar: Unicode.Scalar) -> Bool {
+        Self.isLower(scalar) || ("A"..."Z").contains(scalar) || ("0"..."9").contains(scalar) || scalar == "_"
+    }
+
+    /// The files of `Statements/`, by name.
+    static let files: [String: [UInt8]] = [
+        "claim": PackageResources.claim_sql,
+        "write_outcomes": PackageResources.write_outcomes_sql,
+        "pending_credentials": PackageResources.pending_credentials_sql,
+        "job_columns": PackageResources.job_columns_sql,
+        "outcome_input_rows": PackageResources.outcome_input_rows_sql,
+        "dead_letter_columns": PackageResources.dead_letter_columns_sql,
+        "dead_conflict": PackageResources.dead_conflict_sql,
+    ]
+}
+
+/// A statement's bindings, appended by name in the statement's declared order.
+struct NamedBindings {
+    let statement: SQLStatement
+    private(set) var bindings: PostgresBindings
+    private var next = 0
+
+    init(for statement: SQLStatement) {
+        self.statement = statement
+        self.bindings = PostgresBindings(capacity: statement.binds.count)
+    }
+
+    /// Binds `value` as `:name`, which must be the statement's next bind.
+    mutating func bind(_ name: String, _ value: some PostgresDynamicTypeEncodable) {
+        precondition(
+            self.next < self.statement.binds.count && self.statement.binds[self.next] == name,
+            "\(self.statement.file).sql: :\(name) bound where :\(self.next < self.statement.binds.count ? self.statement.binds[self.next] : "nothing") belongs"
+        )
+        self.bindings.append(value)
+        self.next += 1
+    }
+
+    /// The bindings, once every declared bind has its value.
+    var complete: PostgresBindings {
+        precondition(self.next == self.statement.binds.count, "\(self.statement.file).sql: binds missing")
+        return self.bindings
+    }
+}
+
+extension String {
+    fileprivate func trimmingTrailingNewlines() -> String {
+        var text = self[...]
+        while text.last == "\n" { text.removeLast() }
+        return String(text)
+    }
+}

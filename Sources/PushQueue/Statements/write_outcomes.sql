@@ -1,0 +1,74 @@
+-- The outcome write (JobQueue.writeOutcomes, JobQueue+Outcomes.swift): one statement for a batch: update
+-- delivered/retried/requeued jobs, move dead ones with their history, upsert invalid tokens. Every write is
+-- fenced on (id, attempt, :worker_id). `locked_by` is set by a claim and cleared by every outcome; the reaper
+-- leaves it, so the late outcome of a job that was taken back but not yet re-claimed is still accepted (and
+-- the job not sent twice). A re-claim bumps `attempts` and sets `locked_by`, which fences the old holder out.
+-- The state must still be `running` or `pending` (returned by the reaper): a job superseded or delivered
+-- meanwhile is never brought back by a late outcome (superseding clears `locked_by` too). Every time is
+-- Postgres's now() (less the outcome's age, plus its delay).
+WITH updated AS (
+    UPDATE push.jobs AS j
+       -- A job cancelled while its request was in flight: the request completes (a 200 is recorded as
+       -- delivered), but it is never retried.
+       SET state = CASE WHEN i.kind = 'delivered' THEN 'delivered'
+                        WHEN j.state = 'cancelled' THEN 'cancelled' ELSE 'pending' END,
+           run_at = CASE WHEN i.kind = 'delivered' THEN j.run_at ELSE now() + i.delay_ms * interval '1 millisecond' END,
+           attempts = CASE WHEN i.kind IN ('requeue', 'transport_retry') THEN j.attempts - 1 ELSE j.attempts END,
+           transport_retries = j.transport_retries + CASE WHEN i.kind = 'transport_retry' THEN 1 ELSE 0 END,
+           status = i.st,
+           reason = CASE WHEN i.kind = 'delivered' THEN j.reason ELSE i.rs END,
+           trap_ids = CASE WHEN cardinality(i.trap_arr) = 0 THEN j.trap_ids
+                           ELSE push.merge_trap_ids(j.trap_ids, i.trap_arr) END,
+           apns_unique_id = coalesce(NULLIF(i.unique_id, ''), j.apns_unique_id),
+           first_attempt_at = coalesce(j.first_attempt_at, CASE WHEN i.sent THEN i.at END),
+           last_attempt_at = CASE WHEN i.sent THEN i.at ELSE j.last_attempt_at END,
+           delivered_at = CASE WHEN i.kind = 'delivered' THEN now() ELSE NULL END,
+           latency_ms = i.lat,
+           locked_by = NULL,
+           locked_until = NULL,
+           -- The attempt that delivered lives in the row's columns (status, latency_ms, delivered_at,
+           -- last_attempt_at, apns_unique_id); history keeps the attempts that did not deliver.
+           history = CASE WHEN i.kind = 'delivered' THEN j.history
+                          ELSE push.append_history(j.history, i.entry) END
+      FROM {{outcome_input_rows}} AS i
+     WHERE j.id = i.id AND j.attempts = i.attempt AND j.locked_by = :worker_id
+       AND (j.state IN ('running', 'pending') OR (j.state = 'cancelled' AND i.sent)) AND i.kind <> 'dead'
+    RETURNING j.id
+), moved AS (
+    DELETE FROM push.jobs AS j
+     USING {{outcome_input_rows}} AS i
+     WHERE j.id = i.id AND j.attempts = i.attempt AND j.locked_by = :worker_id
+       AND (j.state IN ('running', 'pending') OR (j.state = 'cancelled' AND i.sent)) AND i.kind = 'dead'
+    RETURNING j.*, i.st, i.rs, i.trap_arr, i.unique_id, i.lat, i.at, i.sent, i.error, i.entry,
+              i.invalidate, i.ts_ms
+), dead AS (
+    INSERT INTO push.dead_jobs ({{dead_letter_columns}})
+    SELECT id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
+           collapse_id, expires_at, run_at, apns_id, max_attempts, attempts, transport_retries, st,
+           coalesce(rs, 'Unknown'), push.merge_trap_ids(trap_ids, trap_arr),
+           coalesce(NULLIF(unique_id, ''), apns_unique_id), created_at,
+           coalesce(first_attempt_at, CASE WHEN sent THEN at END), CASE WHEN sent THEN at ELSE last_attempt_at END,
+           lat, now(), error, push.append_history(history, entry), deliver_once, coalesce_key
+      FROM moved
+    {{dead_conflict}}
+    RETURNING id
+), tokens AS (
+    INSERT INTO push.invalid_tokens AS t
+           (device_token, topic, environment, reason, invalidated_at, apns_timestamp_ms, job_id)
+    SELECT DISTINCT ON (device_token, topic, environment)
+           device_token, topic, environment, coalesce(rs, 'Unknown'),
+           CASE WHEN ts_sane THEN to_timestamp(ts_ms::double precision / 1000) ELSE now() END,
+           CASE WHEN ts_sane THEN ts_ms END, id
+      FROM (SELECT m.*, (m.ts_ms BETWEEN 1262304000000 AND (extract(epoch FROM now()) * 1000 + 86400000)::bigint) AS ts_sane
+              FROM moved AS m) AS moved
+     -- A 410 timestamp is range-checked (2010 to tomorrow); a token too long for the index is
+     -- no real token: its dead letter says so, and no invalid-token row is written.
+     WHERE invalidate AND device_token IS NOT NULL AND octet_length(device_token) <= 512
+     ORDER BY device_token, topic, environment, ts_ms DESC
+    ON CONFLICT (device_token, topic, environment) DO UPDATE
+       SET reason = excluded.reason, invalidated_at = excluded.invalidated_at,
+           apns_timestamp_ms = excluded.apns_timestamp_ms, job_id = excluded.job_id
+     WHERE excluded.invalidated_at >= t.invalidated_at
+    RETURNING 1
+)
+SELECT id FROM updated UNION ALL SELECT id FROM dead

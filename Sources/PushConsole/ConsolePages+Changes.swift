@@ -91,7 +91,7 @@ extension ConsolePages {
         try await self.page(request) { frame in
             try self.requireReader(frame)
             let selection = try self.replaySelection(Self.queryFields(request))
-            let result = try await self.queue.replay(
+            let result = try await self.queue.operations.replay(
                 matching: selection.filter,
                 newAPNsID: selection.newAPNsID,
                 expiresIn: selection.expiresInDuration,
@@ -119,7 +119,7 @@ extension ConsolePages {
                 )
             }
             selection.filter.ids = confirmed.compactMap { $0 }
-            let result = try await self.queue.replay(
+            let result = try await self.queue.operations.replay(
                 matching: selection.filter,
                 newAPNsID: selection.newAPNsID,
                 expiresIn: selection.expiresInDuration,
@@ -162,7 +162,7 @@ extension ConsolePages {
             // The cut-off is fixed here and travels in the confirm form: a preview left open for a day still
             // deletes only what it counted.
             let cutoff = Int64((Date().timeIntervalSince1970 - seconds) * 1_000_000)
-            let groups = try await self.queue.deadLetterGroups(
+            let groups = try await self.queue.operations.deadLetterGroups(
                 matching: DeadLetterFilter(before: Date(timeIntervalSince1970: Double(cutoff) / 1_000_000), limit: 0)
             )
             let total = groups.reduce(0) { $0 + $1.count }
@@ -194,7 +194,7 @@ extension ConsolePages {
                     message: "A purge is confirmed from its preview: open the preview and use its Delete button."
                 )
             }
-            let deleted = try await self.queue.purgeDeadLetters(diedBeforeMicros: cutoff)
+            let deleted = try await self.queue.operations.purgeDeadLetters(diedBeforeMicros: cutoff)
             self.logChange(session, "purged \(deleted) dead letter(s) older than \(text)")
             return self.message(
                 "Deleted \(grouped(deleted)) dead letter(s) that died more than \(text) ago.",
@@ -226,7 +226,7 @@ extension ConsolePages {
                     message: "A pause needs a reason: the next person on call reads it."
                 )
             }
-            let pause = try await self.queue.pause(
+            let pause = try await self.queue.operations.pause(
                 credential: credential,
                 topic: topic,
                 reason: "\(reason) (console: \(session.operatorName))"
@@ -241,7 +241,7 @@ extension ConsolePages {
             let (session, form) = try await self.authorizeChange(request, frame: frame)
             let credential = Self.optional(form["credential"])
             let topic = Self.optional(form["topic"])
-            let removed = try await self.queue.resume(credential: credential, topic: topic)
+            let removed = try await self.queue.operations.resume(credential: credential, topic: topic)
             self.logChange(
                 session,
                 removed ? "resumed" : "resume found no pause",

@@ -10,14 +10,14 @@ extension ConsolePages {
         try await self.page(request) { frame in
             // Without a session: counts and the chart only (no topic, reason, host or sentence).
             let reader = frame.session != nil
-            async let overview = self.queue.consoleOverview()
-            async let minutes = self.queue.outcomesByMinute(minutes: 60)
+            async let overview = self.queue.operations.consoleOverview()
+            async let minutes = self.queue.operations.outcomesByMinute(minutes: 60)
             async let pauses = reader ? self.queue.pauses() : []
-            async let limits = reader ? self.queue.rateLimits() : []
-            async let workers = reader ? self.queue.workers() : []
+            async let limits = reader ? self.queue.operations.rateLimits() : []
+            async let workers = reader ? self.queue.operations.workers() : []
             async let deadMix =
                 reader
-                ? self.queue.deadLetterGroups(
+                ? self.queue.operations.deadLetterGroups(
                     matching: DeadLetterFilter(since: Date().addingTimeInterval(-3600), limit: 0)
                 ) : []
             let (o, m, p, l, w, d) = try await (overview, minutes, pauses, limits, workers, deadMix)
@@ -154,8 +154,8 @@ extension ConsolePages {
             // The groups head the first page only: later pages are the same groups, and each costs a pass
             // over the matching dead letters.
             async let groups =
-                cursor == nil ? self.queue.deadLetterGroups(matching: groupFilter) : [DeadLetterGroup]()
-            async let letters = self.queue.deadLetterPage(matching: filter, after: cursor)
+                cursor == nil ? self.queue.operations.deadLetterGroups(matching: groupFilter) : [DeadLetterGroup]()
+            async let letters = self.queue.operations.deadLetterPage(matching: filter, after: cursor)
             let (g, page) = try await (groups, letters)
             let filterQuery: [(String, String?)] = [
                 ("ids", fields["ids"].flatMap { $0.isEmpty ? nil : $0 }), ("trap", filter.trapID),
@@ -222,8 +222,8 @@ extension ConsolePages {
         try await self.page(request) { frame in
             let session = try self.requireReader(frame)
             guard let id else { throw ConsoleRefusal(status: .badRequest, message: "A dead letter's id is a number.") }
-            guard var letter = try await self.queue.deadLetter(id: id) else {
-                if try await self.queue.job(id: id) != nil { return self.redirect("/jobs/\(id)") }
+            guard var letter = try await self.queue.operations.deadLetter(id: id) else {
+                if try await self.queue.operations.job(id: id) != nil { return self.redirect("/jobs/\(id)") }
                 throw ConsoleRefusal(
                     status: .notFound,
                     message: "No dead letter \(id) (nor job: it may have been purged)."
@@ -257,8 +257,8 @@ extension ConsolePages {
         try await self.page(request) { frame in
             let session = try self.requireReader(frame)
             guard let id else { throw ConsoleRefusal(status: .badRequest, message: "A job id is a number.") }
-            guard let details = try await self.queue.job(id: id) else {
-                if try await self.queue.deadLetter(id: id) != nil { return self.redirect("/dead/\(id)") }
+            guard let details = try await self.queue.operations.job(id: id) else {
+                if try await self.queue.operations.deadLetter(id: id) != nil { return self.redirect("/dead/\(id)") }
                 throw ConsoleRefusal(
                     status: .notFound,
                     message: "No job \(id) in push.jobs or push.dead_jobs (retention may have pruned it)."

@@ -101,7 +101,7 @@ public struct DeadLetterSummary: Sendable, Hashable {
     public var cursor: DeadLetterCursor
 }
 
-extension JobQueue {
+extension QueueOperations {
     /// Counts above this are estimated (``BoundedCount``).
     public static let exactCountLimit = 100_000
 
@@ -123,7 +123,7 @@ extension JobQueue {
                    \(capped("state = 'superseded'")), \(estimate("push.jobs_superseded_idx")),
                    (SELECT count(*) FROM (SELECT 1 FROM push.dead_jobs LIMIT \(cap)) AS x),
                    \(estimate("push.dead_jobs")),
-                   greatest(coalesce(extract(epoch FROM now() - \(Self.earliestPendingRunAt)), 0), 0)::float8
+                   greatest(coalesce(extract(epoch FROM now() - \(JobQueue.earliestPendingRunAt)), 0), 0)::float8
             """
         let rows = try await self.client.query(PostgresQuery(unsafeSQL: sql), logger: self.logger)
         for try await r in rows.decode(
@@ -212,7 +212,7 @@ extension JobQueue {
     /// largest groups first.
     public func deadLetterGroups(
         matching filter: DeadLetterFilter,
-        newest cap: Int = JobQueue.deadLetterGroupSample
+        newest cap: Int = QueueOperations.deadLetterGroupSample
     ) async throws -> [DeadLetterGroup] {
         var binds = PostgresBindings()
         let condition = Self.appendFilter(filter, to: &binds)

@@ -37,7 +37,7 @@ public struct RateLimit: Sendable, Hashable, Codable {
     public var scope: String { "credential=\(self.credential ?? "*") topic=\(self.topic ?? "*")" }
 }
 
-extension JobQueue {
+extension QueueOperations {
     /// Pauses claiming of the jobs matching `credential` and `topic` (`nil`: any) across the fleet; a pause of
     /// the same scope is replaced (its reason updated). Every worker stops claiming them at its next claim.
     @discardableResult
@@ -67,37 +67,6 @@ extension JobQueue {
     /// NOTIFY on the channel every worker listens on: they claim at once instead of at their next poll.
     func wakeWorkers() async throws {
         try await self.client.query("NOTIFY push_jobs", logger: self.logger)
-    }
-
-    /// Every pause, oldest first; with `countingJobs`, how many pending jobs each holds.
-    public func pauses(countingJobs: Bool = false) async throws -> [Pause] {
-        let rows = try await self.client.query(
-            """
-            SELECT p.credential, p.topic, p.reason, p.created_at, p.created_by,
-                   CASE WHEN \(countingJobs) THEN (
-                       SELECT count(*) FROM push.jobs AS j
-                        WHERE j.state = 'pending' AND (p.credential IS NULL OR j.credential = p.credential)
-                          AND (p.topic IS NULL OR j.topic = p.topic)) END
-              FROM push.pauses AS p ORDER BY p.created_at, p.id
-            """,
-            logger: self.logger
-        )
-        var pauses: [Pause] = []
-        for try await (credential, topic, reason, at, by, count) in rows.decode(
-            (String?, String?, String, Date, String, Int64?).self
-        ) {
-            pauses.append(
-                Pause(
-                    credential: credential,
-                    topic: topic,
-                    reason: reason,
-                    createdAt: at,
-                    createdBy: by,
-                    pendingJobs: count.map(Int.init)
-                )
-            )
-        }
-        return pauses
     }
 
     /// Sets the rate limit of this scope (replacing one there), with a full bucket, and wakes the workers.
@@ -159,10 +128,10 @@ extension JobQueue {
     }
 
     /// How many jobs a claim could take now under a `push.rate_limits` row: the claim's own expression
-    /// (``available(perSecond:burst:delay:halfLease:)``) with the default lease's look-ahead (30 s), read only.
+    /// (``JobQueue.available(perSecond:burst:delay:halfLease:)``) with the default lease's look-ahead (30 s), read only.
     static let availableNow =
         "greatest("
-        + available(
+        + JobQueue.available(
             perSecond: "per_second::float8",
             burst: "burst::float8",
             delay: "greatest(extract(epoch FROM next_send_at - clock_timestamp()), 0)",
@@ -282,5 +251,38 @@ extension JobQueue {
         result.heldByWorkers.sort()
         result.missing.sort()
         return result
+    }
+}
+
+extension JobQueue {
+    /// Every pause, oldest first; with `countingJobs`, how many pending jobs each holds.
+    public func pauses(countingJobs: Bool = false) async throws -> [Pause] {
+        let rows = try await self.client.query(
+            """
+            SELECT p.credential, p.topic, p.reason, p.created_at, p.created_by,
+                   CASE WHEN \(countingJobs) THEN (
+                       SELECT count(*) FROM push.jobs AS j
+                        WHERE j.state = 'pending' AND (p.credential IS NULL OR j.credential = p.credential)
+                          AND (p.topic IS NULL OR j.topic = p.topic)) END
+              FROM push.pauses AS p ORDER BY p.created_at, p.id
+            """,
+            logger: self.logger
+        )
+        var pauses: [Pause] = []
+        for try await (credential, topic, reason, at, by, count) in rows.decode(
+            (String?, String?, String, Date, String, Int64?).self
+        ) {
+            pauses.append(
+                Pause(
+                    credential: credential,
+                    topic: topic,
+                    reason: reason,
+                    createdAt: at,
+                    createdBy: by,
+                    pendingJobs: count.map(Int.init)
+                )
+            )
+        }
+        return pauses
     }
 }

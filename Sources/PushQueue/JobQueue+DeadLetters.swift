@@ -2,7 +2,7 @@ import Foundation
 import PostgresNIO
 import PushCore
 
-extension JobQueue {
+extension QueueOperations {
     /// Dead letters matching `filter`, newest first.
     public func deadLetters(matching filter: DeadLetterFilter) async throws -> [DeadLetter] {
         var query: PostgresQuery = """
@@ -154,7 +154,7 @@ extension JobQueue {
     }
 
     private func purgeDeadLetters(where condition: String, _ batchSize: Int) async throws -> Int {
-        try await self.deleteInBatches(
+        try await self.queue.deleteInBatches(
             of: batchSize,
             """
             -- The apns_id stays spent in push.apns_ids for the apns-id memory.
@@ -190,13 +190,13 @@ extension JobQueue {
     }
 
     static let deadColumns =
-        jobColumns + """
+        JobQueue.jobColumns + """
             , j.status, j.reason, j.apns_unique_id, j.dead_at, j.error, j.history::text AS history_json,
             to_jsonb(j)::text AS row_json
             """
 
     static func decodeDeadLetter(_ row: PostgresRow) throws -> DeadLetter {
-        let job = try decodeJob(row)
+        let job = try JobQueue.decodeJob(row)
         let cells = row.makeRandomAccess()
         return DeadLetter(
             job: job,

@@ -2,22 +2,22 @@ import Foundation
 import PostgresNIO
 import PushCore
 
-extension JobQueue {
+extension QueueOperations {
     /// One job by id with its outcome, or `nil` (it may have moved to `push.dead_jobs`).
     public func job(id: Int64) async throws -> JobDetails? {
         let rows = try await self.client.query(
             """
-            SELECT \(unescaped: Self.jobColumns), j.state, j.status, j.reason, j.apns_unique_id, j.delivered_at,
+            SELECT \(unescaped: JobQueue.jobColumns), j.state, j.status, j.reason, j.apns_unique_id, j.delivered_at,
                    j.last_attempt_at, j.latency_ms, j.locked_by, j.locked_until, j.superseded_by,
-                   \(unescaped: Self.shownHistory)::text AS history_json,
-                   (to_jsonb(j) - 'send_priority' || jsonb_build_object('history', \(unescaped: Self.shownHistory)))::text
+                   \(unescaped: JobQueue.shownHistory)::text AS history_json,
+                   (to_jsonb(j) - 'send_priority' || jsonb_build_object('history', \(unescaped: JobQueue.shownHistory)))::text
                        AS row_json
               FROM push.jobs AS j WHERE j.id = \(id)
             """,
             logger: self.logger
         )
         for try await row in rows {
-            let job = try Self.decodeJob(row)
+            let job = try JobQueue.decodeJob(row)
             let c = row.makeRandomAccess()
             return JobDetails(
                 job: job,
@@ -110,7 +110,7 @@ extension JobQueue {
             SELECT (SELECT count(*) FROM push.jobs WHERE state = 'pending'),
                    (SELECT count(*) FROM push.jobs WHERE state = 'running'),
                    -- The oldest due job is the earliest pending one, if that is due.
-                   greatest(coalesce(extract(epoch FROM now() - \(unescaped: Self.earliestPendingRunAt)), 0), 0)::double precision,
+                   greatest(coalesce(extract(epoch FROM now() - \(unescaped: JobQueue.earliestPendingRunAt)), 0), 0)::double precision,
                    (SELECT CASE WHEN c.reltuples < 100000 THEN (SELECT count(*) FROM push.dead_jobs)
                                 ELSE c.reltuples::bigint END
                       FROM pg_class AS c WHERE c.oid = 'push.dead_jobs'::regclass),
@@ -120,7 +120,7 @@ extension JobQueue {
                       FROM push.pauses),
                    (SELECT coalesce(jsonb_agg(jsonb_build_object(
                         'credential', credential, 'topic', topic, 'per_second', per_second::float8, 'burst', burst,
-                        'available', \(unescaped: Self.availableNow))), '[]')::text
+                        'available', \(unescaped: QueueOperations.availableNow))), '[]')::text
                       FROM push.rate_limits)
              WHERE (SELECT min(worker_id) FROM push.workers
                      WHERE stopped_at IS NULL AND heartbeat_at > now() - make_interval(secs => \(stale)))

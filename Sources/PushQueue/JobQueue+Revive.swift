@@ -33,7 +33,7 @@ public struct ReviveResult: Sendable, Hashable {
     public var dryRun: Bool
 }
 
-extension JobQueue {
+extension QueueOperations {
     /// Queues superseded jobs again whose key's newest claimed job died unsent (it is a dead letter, so the
     /// device never got the newer state): "latest wins" then means the newest state that can still arrive.
     ///

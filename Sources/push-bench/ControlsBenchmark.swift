@@ -74,13 +74,15 @@ struct ControlsBenchmark: AsyncParsableCommand {
                     """,
                     logger: logger
                 )
-                for n in 0..<10 { try await queue.pause(credential: "paused-\(n)", topic: nil, reason: "bench") }
+                for n in 0..<10 {
+                    try await queue.operations.pause(credential: "paused-\(n)", topic: nil, reason: "bench")
+                }
                 try await client.query("VACUUM ANALYZE push.jobs", logger: logger)
                 let paused = try await measure(keyed: false)
 
                 // 5 rate limits, each with its schedule full and due jobs waiting (older than the batch).
                 for n in 0..<5 {
-                    try await queue.setRateLimit(
+                    try await queue.operations.setRateLimit(
                         credential: nil,
                         topic: "com.example.limited\(n)",
                         perSecond: 0.001,

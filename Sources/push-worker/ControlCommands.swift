@@ -50,7 +50,7 @@ struct PauseCommand: AsyncParsableCommand {
     func run() async throws {
         let (scope, reason) = (self.scope, self.reason)
         let pause = try await self.database.withQueue { queue, _, _ in
-            try await queue.pause(credential: scope.credential, topic: scope.topic, reason: reason)
+            try await queue.operations.pause(credential: scope.credential, topic: scope.topic, reason: reason)
         }
         print("paused \(pause.scope): \(pause.reason)")
     }
@@ -69,7 +69,7 @@ struct ResumeCommand: AsyncParsableCommand {
     func run() async throws {
         let scope = self.scope
         let found = try await self.database.withQueue { queue, _, _ in
-            try await queue.resume(credential: scope.credential, topic: scope.topic)
+            try await queue.operations.resume(credential: scope.credential, topic: scope.topic)
         }
         guard found else {
             printError("no pause with \(scope.description): `push-worker pauses` lists them with their scopes")
@@ -127,7 +127,7 @@ struct LimitsCommand: AsyncParsableCommand {
         @Flag(help: "Print the result as JSON.") var json = false
 
         func run() async throws {
-            let limits = try await self.database.withQueue { queue, _, _ in try await queue.rateLimits() }
+            let limits = try await self.database.withQueue { queue, _, _ in try await queue.operations.rateLimits() }
             if self.json {
                 printJSON(limits)
                 return
@@ -167,7 +167,7 @@ struct LimitsCommand: AsyncParsableCommand {
             let (scope, rate) = (self.scope, self.perSecond)
             let burst = self.burst ?? max(1, Int(rate.rounded(.up)))
             let limit = try await self.database.withQueue { queue, _, _ in
-                try await queue.setRateLimit(
+                try await queue.operations.setRateLimit(
                     credential: scope.credential,
                     topic: scope.topic,
                     perSecond: rate,
@@ -190,7 +190,7 @@ struct LimitsCommand: AsyncParsableCommand {
         func run() async throws {
             let scope = self.scope
             let found = try await self.database.withQueue { queue, _, _ in
-                try await queue.clearRateLimit(credential: scope.credential, topic: scope.topic)
+                try await queue.operations.clearRateLimit(credential: scope.credential, topic: scope.topic)
             }
             guard found else {
                 printError("no rate limit with \(scope.description): `push-worker limits` lists them")

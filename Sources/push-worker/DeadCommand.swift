@@ -58,7 +58,7 @@ struct DeadCommand: AsyncParsableCommand {
         func run() async throws {
             let (filter, json) = (self.filters.filter(limit: self.limit), self.json)
             try await self.database.withQueue { queue, _, _ in
-                let letters = try await queue.deadLetters(matching: filter)
+                let letters = try await queue.operations.deadLetters(matching: filter)
                 if json {
                     printJSONArray(letters.map(\.rowJSON))
                     return
@@ -94,8 +94,8 @@ struct DeadCommand: AsyncParsableCommand {
         func run() async throws {
             let (id, json, showPayload) = (self.id, self.json, self.payload)
             try await self.database.withQueue { queue, _, _ in
-                guard let letter = try await queue.deadLetter(id: id) else {
-                    if try await queue.job(id: id) != nil {
+                guard let letter = try await queue.operations.deadLetter(id: id) else {
+                    if try await queue.operations.job(id: id) != nil {
                         throw CLIError("job \(id) is not dead: see `push-worker jobs show \(id)`")
                     }
                     throw CLIError("no dead letter \(id)")
@@ -165,7 +165,12 @@ struct DeadCommand: AsyncParsableCommand {
             )
             let expiresIn = self.expiresIn?.duration
             let result = try await self.database.withQueue { queue, _, _ in
-                try await queue.replay(matching: filter, newAPNsID: newAPNsID, expiresIn: expiresIn, dryRun: dryRun)
+                try await queue.operations.replay(
+                    matching: filter,
+                    newAPNsID: newAPNsID,
+                    expiresIn: expiresIn,
+                    dryRun: dryRun
+                )
             }
             if json {
                 printJSON(ReplayJSON(result))
@@ -223,7 +228,7 @@ struct DeadCommand: AsyncParsableCommand {
         func run() async throws {
             let (age, json) = (self.olderThan, self.json)
             let purged = try await self.database.withQueue { queue, _, _ in
-                try await queue.purgeDeadLetters(olderThan: age.duration)
+                try await queue.operations.purgeDeadLetters(olderThan: age.duration)
             }
             if json {
                 printJSON(["purged": purged])

@@ -58,8 +58,8 @@ struct DescribeCommand: AsyncParsableCommand {
         } else {
             let id = self.id ?? 0
             (job, isDeadLetter) = try await self.database.withQueue { queue, _, _ -> (PushJob, Bool) in
-                if let details = try await queue.job(id: id) { return (details.job, false) }
-                if var letter = try await queue.deadLetter(id: id) {
+                if let details = try await queue.operations.job(id: id) { return (details.job, false) }
+                if var letter = try await queue.operations.deadLetter(id: id) {
                     // The request a replay would send: a replay starts the default expiry afresh.
                     letter.job.firstAttemptAt = nil
                     return (letter.job, true)

@@ -25,8 +25,8 @@ struct JobsCommand: AsyncParsableCommand {
         func run() async throws {
             let (id, json, showPayload) = (self.id, self.json, self.payload)
             try await self.database.withQueue { queue, _, _ in
-                guard let details = try await queue.job(id: id) else {
-                    if try await queue.deadLetter(id: id) != nil {
+                guard let details = try await queue.operations.job(id: id) else {
+                    if try await queue.operations.deadLetter(id: id) != nil {
                         throw CLIError("job \(id) is a dead letter now: see `push-worker dead show \(id)`")
                     }
                     throw CLIError(
@@ -152,7 +152,7 @@ extension JobsCommand {
         func run() async throws {
             let (ids, dryRun, json) = (self.ids, self.dryRun, self.json)
             let result = try await self.database.withQueue { queue, _, _ in
-                try await queue.reviveSuperseded(ids: ids, dryRun: dryRun)
+                try await queue.operations.reviveSuperseded(ids: ids, dryRun: dryRun)
             }
             if json {
                 printJSON(ReviveJSON(result))

@@ -15,9 +15,9 @@ struct StatsCommand: AsyncParsableCommand {
     func run() async throws {
         let json = self.json
         try await self.database.withQueue { queue, _, _ in
-            let stats = try await queue.stats()
+            let stats = try await queue.operations.stats()
             let pauses = try await queue.pauses(countingJobs: true)
-            let limits = try await queue.rateLimits()
+            let limits = try await queue.operations.rateLimits()
             if json {
                 printJSON(StatsJSON(stats: stats, pauses: pauses, rateLimits: limits))
                 return

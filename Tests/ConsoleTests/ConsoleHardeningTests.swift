@@ -410,13 +410,16 @@ import Testing
     @Test func deadLetterGroupsReadAtMostTheNewestCapAndSaySo() async throws {
         try await TestPostgres.withDatabase { db in
             try await ConsoleFixture.load(on: db.client, logger: db.logger, dead: 30)
-            let all = try await db.queue.deadLetterGroups(matching: DeadLetterFilter(limit: 0))
+            let all = try await db.queue.operations.deadLetterGroups(matching: DeadLetterFilter(limit: 0))
             #expect(all.reduce(0) { $0 + $1.count } == 30 && all.allSatisfy { $0.sampledNewest == nil })
-            let capped = try await db.queue.deadLetterGroups(matching: DeadLetterFilter(limit: 0), newest: 10)
+            let capped = try await db.queue.operations.deadLetterGroups(
+                matching: DeadLetterFilter(limit: 0),
+                newest: 10
+            )
             #expect(capped.reduce(0) { $0 + $1.count } == 10)
             #expect(capped.allSatisfy { $0.sampledNewest == 10 })
             // Exactly at the cap: exact.
-            let exact = try await db.queue.deadLetterGroups(matching: DeadLetterFilter(limit: 0), newest: 30)
+            let exact = try await db.queue.operations.deadLetterGroups(matching: DeadLetterFilter(limit: 0), newest: 30)
             #expect(exact.allSatisfy { $0.sampledNewest == nil })
         }
     }

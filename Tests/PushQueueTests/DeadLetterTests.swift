@@ -48,20 +48,25 @@ struct DeadLetterTests {
             )
             _ = try await kill(db, count: 1, reason: "BadPriority", trap: nil)
             let queue = db.queue
-            #expect(try await queue.deadLetters(matching: .init()).count == 6)
-            #expect(try await queue.deadLetters(matching: .init(trapID: "MS014")).count == 3)
-            #expect(try await queue.deadLetters(matching: .init(reason: "PayloadTooLarge")).count == 2)
+            #expect(try await queue.operations.deadLetters(matching: .init()).count == 6)
+            #expect(try await queue.operations.deadLetters(matching: .init(trapID: "MS014")).count == 3)
+            #expect(try await queue.operations.deadLetters(matching: .init(reason: "PayloadTooLarge")).count == 2)
             #expect(
-                try await queue.deadLetters(matching: .init(topic: "com.example.other")).allSatisfy {
+                try await queue.operations.deadLetters(matching: .init(topic: "com.example.other")).allSatisfy {
                     $0.reason == "PayloadTooLarge"
                 }
             )
-            #expect(try await queue.deadLetters(matching: .init(limit: 4)).count == 4)
-            #expect(try await queue.deadLetters(matching: .init(since: Date().addingTimeInterval(3600))).isEmpty)
-            #expect(try await queue.deadLetters(matching: .init(before: Date().addingTimeInterval(3600))).count == 6)
-            let newest = try await queue.deadLetters(matching: .init())
+            #expect(try await queue.operations.deadLetters(matching: .init(limit: 4)).count == 4)
+            #expect(
+                try await queue.operations.deadLetters(matching: .init(since: Date().addingTimeInterval(3600))).isEmpty
+            )
+            #expect(
+                try await queue.operations.deadLetters(matching: .init(before: Date().addingTimeInterval(3600))).count
+                    == 6
+            )
+            let newest = try await queue.operations.deadLetters(matching: .init())
             #expect(newest.map(\.deadAt) == newest.map(\.deadAt).sorted(by: >))
-            let stats = try await queue.stats()
+            let stats = try await queue.operations.stats()
             #expect(stats.deadLetters == 6)
             #expect(stats.deadByTrap == ["MS014": 3, "MS011": 2, "none": 1])
             #expect(stats.deadLastMinute == 6)
@@ -73,16 +78,16 @@ struct DeadLetterTests {
         try await TestPostgres.withDatabase { db in
             let jobs = try await kill(db, count: 3, reason: "BadDeviceToken", trap: .tokenEnvironment)
             let queue = db.queue
-            let dry = try await queue.replay(matching: .init(ids: [jobs[0].id]), dryRun: true)
+            let dry = try await queue.operations.replay(matching: .init(ids: [jobs[0].id]), dryRun: true)
             #expect(dry.dryRun)
             #expect(dry.moved.map(\.id) == [jobs[0].id])
             #expect(try await db.int64("SELECT count(*) FROM push.dead_jobs") == 3, "a dry run moves nothing")
 
-            let result = try await queue.replay(matching: .init(ids: [jobs[0].id, jobs[1].id]))
+            let result = try await queue.operations.replay(matching: .init(ids: [jobs[0].id, jobs[1].id]))
             #expect(result.moved.map(\.id) == [jobs[0].id, jobs[1].id])
             #expect(result.moved.map(\.apnsID) == [jobs[0].apnsID, jobs[1].apnsID])
             #expect(try await db.int64("SELECT count(*) FROM push.dead_jobs") == 1)
-            let record = try #require(try await queue.job(id: jobs[0].id))
+            let record = try #require(try await queue.operations.job(id: jobs[0].id))
             #expect(record.state == .pending)
             #expect(record.job.attempts == 0)
             #expect(record.job.apnsID == jobs[0].apnsID)
@@ -118,12 +123,12 @@ struct DeadLetterTests {
             )
             try await db.execute("ALTER TABLE push.jobs ENABLE TRIGGER jobs_before_insert")
             let queue = db.queue
-            let result = try await queue.replay(matching: .init(trapID: "MS020"))
+            let result = try await queue.operations.replay(matching: .init(trapID: "MS020"))
             #expect(result.moved.map(\.id) == [jobs[1].id])
             #expect(result.skippedConflicts == [jobs[0].id])
-            #expect(try await queue.deadLetter(id: jobs[0].id) != nil, "the conflicting dead letter stays")
+            #expect(try await queue.operations.deadLetter(id: jobs[0].id) != nil, "the conflicting dead letter stays")
 
-            let fresh = try await queue.replay(matching: .init(ids: [jobs[0].id]), newAPNsID: true)
+            let fresh = try await queue.operations.replay(matching: .init(ids: [jobs[0].id]), newAPNsID: true)
             #expect(fresh.moved.count == 1)
             #expect(fresh.moved[0].apnsID != jobs[0].apnsID)
             #expect(try await db.int64("SELECT count(*) FROM push.dead_jobs") == 0)
@@ -138,7 +143,7 @@ struct DeadLetterTests {
             try await db.execute(
                 "UPDATE push.dead_jobs SET dead_at = now() - interval '40 days' WHERE id IN (\(jobs[0].id), \(jobs[1].id), \(jobs[2].id))"
             )
-            let purged = try await db.queue.purgeDeadLetters(olderThan: .seconds(30 * 86_400), batchSize: 2)
+            let purged = try await db.queue.operations.purgeDeadLetters(olderThan: .seconds(30 * 86_400), batchSize: 2)
             #expect(purged == 3)
             #expect(try await db.int64s("SELECT id FROM push.dead_jobs ORDER BY id") == [jobs[3].id, jobs[4].id])
         }

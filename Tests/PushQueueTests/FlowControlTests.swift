@@ -81,7 +81,7 @@ struct FlowControlTests {
             let third = try await db.queue.claimBatch(limit: 10, workerID: "w", lease: .seconds(60))
             #expect(third.jobs.map(\.id) == b3)
             // While b's newest is running, and after it is delivered: refused.
-            let whileRunning = try await db.queue.reviveSuperseded(ids: [b[0]], dryRun: false)
+            let whileRunning = try await db.queue.operations.reviveSuperseded(ids: [b[0]], dryRun: false)
             #expect(whileRunning.revived.isEmpty && whileRunning.refused.map(\.id) == [b[0]])
             #expect(whileRunning.refused.first?.why.contains("is running") == true)
             _ = try await db.queue.writeOutcomes(
@@ -90,12 +90,15 @@ struct FlowControlTests {
             )
             // A dry run changes nothing; then a is revived under a new id above the mark, b is refused, a job that
             // is not superseded and one that does not exist are named.
-            let dry = try await db.queue.reviveSuperseded(ids: [a[0]], dryRun: true)
+            let dry = try await db.queue.operations.reviveSuperseded(ids: [a[0]], dryRun: true)
             #expect(dry.revived.map(\.id) == [a[0]] && dry.revived.first?.newID == nil)
             #expect(
                 try await db.int64("SELECT count(*) FROM push.jobs WHERE id = \(a[0]) AND state = 'superseded'") == 1
             )
-            let result = try await db.queue.reviveSuperseded(ids: [a[0], b[0], b3[0], 999_999], dryRun: false)
+            let result = try await db.queue.operations.reviveSuperseded(
+                ids: [a[0], b[0], b3[0], 999_999],
+                dryRun: false
+            )
             let revived = try #require(result.revived.first)
             #expect(result.revived.count == 1 && revived.id == a[0] && revived.deadSuperseder == a[1])
             let newID = try #require(revived.newID)
@@ -235,8 +238,12 @@ struct FlowControlTests {
                 ('com.example.app', lpad('3', 64, '0'), '{"aps":{}}', NULL, 'brand-b')
                 """
             )
-            try await db.queue.pause(credential: nil, topic: "com.example.app", reason: "bad copy in the campaign")
-            try await db.queue.pause(credential: "brand-b", topic: nil, reason: "key rotation")
+            try await db.queue.operations.pause(
+                credential: nil,
+                topic: "com.example.app",
+                reason: "bad copy in the campaign"
+            )
+            try await db.queue.operations.pause(credential: "brand-b", topic: nil, reason: "key rotation")
             let pauses = try await db.queue.pauses(countingJobs: true)
             #expect(pauses.map(\.scope) == ["credential=* topic=com.example.app", "credential=brand-b topic=*"])
             #expect(pauses.map(\.pendingJobs) == [2, 1])
@@ -244,13 +251,13 @@ struct FlowControlTests {
             #expect(first.map(\.topic) == ["com.example.other"])
             #expect(try await db.int64("SELECT sum(attempts) FROM push.jobs WHERE state = 'pending'") == 0)
             // The same scope again replaces the reason; resuming a scope that is not paused says so.
-            try await db.queue.pause(credential: nil, topic: "com.example.app", reason: "still bad")
+            try await db.queue.operations.pause(credential: nil, topic: "com.example.app", reason: "still bad")
             #expect(try await db.queue.pauses().count == 2)
-            #expect(try await db.queue.resume(credential: "default", topic: "com.example.app") == false)
-            #expect(try await db.queue.resume(credential: nil, topic: "com.example.app"))
+            #expect(try await db.queue.operations.resume(credential: "default", topic: "com.example.app") == false)
+            #expect(try await db.queue.operations.resume(credential: nil, topic: "com.example.app"))
             let second = try await db.queue.claim(limit: 10, workerID: "w", lease: .seconds(60))
             #expect(second.map(\.credential) == ["default"])
-            #expect(try await db.queue.resume(credential: "brand-b", topic: nil))
+            #expect(try await db.queue.operations.resume(credential: "brand-b", topic: nil))
             #expect(try await db.queue.claim(limit: 10, workerID: "w", lease: .seconds(60)).count == 1)
         }
     }
@@ -268,7 +275,12 @@ struct FlowControlTests {
                   FROM generate_series(1, 60) g
                 """
             )
-            try await db.queue.setRateLimit(credential: nil, topic: "com.example.limited", perSecond: 10, burst: 5)
+            try await db.queue.operations.setRateLimit(
+                credential: nil,
+                topic: "com.example.limited",
+                perSecond: 10,
+                burst: 5
+            )
             let started = ContinuousClock.now
             let first = try await db.queue.claimBatch(limit: 100, workerID: "w", lease: .seconds(60))
             #expect(first.jobs.filter { $0.topic == "com.example.limited" }.count == 5)
@@ -286,9 +298,9 @@ struct FlowControlTests {
             try await Task.sleep(for: .milliseconds(550))
             let third = try await db.queue.claimBatch(limit: 100, workerID: "w", lease: .seconds(60))
             #expect((4...6).contains(third.jobs.count), "about 10/s over half a second, capped by the burst of 5")
-            let limits = try await db.queue.rateLimits()
+            let limits = try await db.queue.operations.rateLimits()
             #expect(limits.count == 1 && limits[0].perSecond == 10 && limits[0].burst == 5)
-            #expect(try await db.queue.clearRateLimit(credential: nil, topic: "com.example.limited"))
+            #expect(try await db.queue.operations.clearRateLimit(credential: nil, topic: "com.example.limited"))
             let rest = try await db.queue.claimBatch(limit: 100, workerID: "w", lease: .seconds(60))
             #expect(rest.jobs.count == 40 - 5 - second.jobs.count - third.jobs.count && rest.rateLimitedFor == nil)
         }

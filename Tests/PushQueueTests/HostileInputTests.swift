@@ -98,7 +98,7 @@ struct HostileInputTests {
                 RETURNING id
                 """
             )
-            let details = try #require(try await db.queue.job(id: id))
+            let details = try #require(try await db.queue.operations.job(id: id))
             #expect(details.state == .pending && details.job.attempts == 0 && details.job.trapIDs.isEmpty)
             #expect(
                 details.lockedBy == nil && details.status == nil && details.reason == nil && details.deliveredAt == nil
@@ -131,7 +131,7 @@ struct HostileInputTests {
             let innocent = try await enqueue(db, count: 3)
             let claimed = try await db.queue.claim(limit: 10, workerID: workerName(), lease: .seconds(30))
             #expect(Set(claimed.map(\.id)) == Set(innocent))
-            let letter = try #require(try await db.queue.deadLetter(id: poison))
+            let letter = try #require(try await db.queue.operations.deadLetter(id: poison))
             #expect(letter.job.id == poison && letter.reason == "InvalidJob")
             #expect(letter.error.contains("could not read this row"))
         }
@@ -177,12 +177,12 @@ struct HostileInputTests {
                     """
                 )
             }
-            let preview = try await db.queue.replay(matching: .init(), dryRun: true)
+            let preview = try await db.queue.operations.replay(matching: .init(), dryRun: true)
             #expect(preview.moved.map(\.id) == [1] && preview.skippedConflicts == [2])
-            let result = try await db.queue.replay(matching: .init())
+            let result = try await db.queue.operations.replay(matching: .init())
             #expect(result.moved.map(\.id) == [1] && result.skippedConflicts == [2])
             #expect(try await db.int64("SELECT count(*) FROM push.dead_jobs WHERE id = 2") == 1)
-            let replayed = try #require(try await db.queue.job(id: 1))
+            let replayed = try #require(try await db.queue.operations.job(id: 1))
             #expect(
                 replayed.historyJSON.contains("replayed"),
                 "a replay keeps its history: the INSERT trigger knows it"
@@ -359,11 +359,15 @@ extension HostileInputTests {
                     """
                 )
             }
-            let preview = try await db.queue.replay(matching: .init(reason: "Expired"), dryRun: true)
+            let preview = try await db.queue.operations.replay(matching: .init(reason: "Expired"), dryRun: true)
             #expect(preview.moved.map(\.expired) == [true, false])
-            let fixed = try await db.queue.replay(matching: .init(ids: [1]), expiresIn: .seconds(3600), dryRun: true)
+            let fixed = try await db.queue.operations.replay(
+                matching: .init(ids: [1]),
+                expiresIn: .seconds(3600),
+                dryRun: true
+            )
             #expect(fixed.moved.map(\.expired) == [false])
-            let moved = try await db.queue.replay(matching: .init(ids: [1]), expiresIn: .seconds(3600))
+            let moved = try await db.queue.operations.replay(matching: .init(ids: [1]), expiresIn: .seconds(3600))
             #expect(moved.moved.map(\.expired) == [false])
             #expect(
                 try await db.int64(
@@ -418,7 +422,7 @@ extension HostileInputTests {
             #expect(try await db.queue.claim(limit: 10, workerID: workerName(), lease: .seconds(30)).map(\.id) == [100])
             // A replay of a dead letter that breaks a rule reports it and moves the rest (run_at is reset by
             // a replay, so 400 can go back).
-            let replay = try await db.queue.replay(matching: .init())
+            let replay = try await db.queue.operations.replay(matching: .init())
             #expect(replay.moved.map(\.id) == [400] && replay.skippedInvalid.map(\.id) == [200, 300])
             #expect(replay.skippedInvalid.first?.rule == "device_token_must_be_hex_of_16_to_200_bytes")
         }

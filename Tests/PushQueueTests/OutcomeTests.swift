@@ -60,7 +60,7 @@ struct OutcomeTests {
                 workerID: "fresh"
             )
             #expect(current.recorded == [id])
-            let record = try #require(try await queue.job(id: id))
+            let record = try #require(try await queue.operations.job(id: id))
             #expect(record.state == .delivered)
             #expect(record.status == 200)
             #expect(record.apnsUniqueID == "u-1")
@@ -98,7 +98,7 @@ struct OutcomeTests {
                 workerID: worker
             )
             #expect(result.recorded == [id])
-            let record = try #require(try await queue.job(id: id))
+            let record = try #require(try await queue.operations.job(id: id))
             #expect(record.state == .pending)
             // The delay is added to Postgres's clock, not the worker's.
             #expect(
@@ -137,7 +137,7 @@ struct OutcomeTests {
                 [JobOutcome(jobID: id, attempt: third.attempts, disposition: .delivered, status: 200)],
                 workerID: worker
             )
-            let done = try #require(try await queue.job(id: id))
+            let done = try #require(try await queue.operations.job(id: id))
             #expect(done.state == .delivered)
             #expect(done.job.trapIDs == [.priorityBudget, .payloadTooLarge])
             #expect(done.reason == "ServiceUnavailable", "reason keeps the last failure")
@@ -217,7 +217,7 @@ struct OutcomeTests {
             ).decode(String.self).collect()
             #expect(moved == original)
 
-            let letter = try #require(try await queue.deadLetter(id: id))
+            let letter = try #require(try await queue.operations.deadLetter(id: id))
             #expect(letter.job.apnsID == apnsID)
             #expect(letter.job.attempts == 2)
             #expect(letter.status == 410)

@@ -16,7 +16,7 @@ struct ProducerTests {
                 RETURNING id
                 """
             )
-            let record = try #require(try await db.queue.job(id: id))
+            let record = try #require(try await db.queue.operations.job(id: id))
             #expect(record.state == .pending)
             #expect(record.job.pushType == "alert")
             #expect(record.job.environment == "production")

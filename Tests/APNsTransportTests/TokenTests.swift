@@ -1,6 +1,10 @@
 import APNsSimulator
 import Crypto
 import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import NIOSSL
 import PushCore
 import Synchronization
 import Testing
@@ -542,5 +546,81 @@ final class FailingTokenStore: ProviderTokenStore {
     ) async throws -> ProviderToken? {
         if self.writesFail { throw Refused() }
         return try await self.inner.replace(stale, with: token, teamID: teamID, keyID: keyID)
+    }
+}
+
+@Suite("Waiters that give up")
+struct WaiterCancellationTests {
+    @Test(
+        "a caller cancelled while it waits for the token lock leaves at once with CancellationError; the lock still serves the next"
+    )
+    func asyncLock() async throws {
+        let lock = AsyncLock()
+        let (entered, enter) = AsyncStream<Void>.makeStream()
+        let (released, release) = AsyncStream<Void>.makeStream()
+        let holder = Task {
+            try await lock.withLock {
+                enter.yield()
+                for await _ in released { break }
+                return 1
+            }
+        }
+        var iterator = entered.makeAsyncIterator()
+        _ = await iterator.next()
+        let waiter = Task { try await lock.withLock { 2 } }
+        while lock.waiting == 0 { await Task.yield() }
+        waiter.cancel()
+        await #expect(throws: CancellationError.self) { try await waiter.value }
+        #expect(lock.waiting == 0, "the cancelled caller left the queue")
+        release.yield()
+        #expect(try await holder.value == 1)
+        #expect(try await lock.withLock { 3 } == 3, "the lock was handed back, not lost")
+        let early = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            return try await lock.withLock { 4 }
+        }
+        #expect(try await early.value == 4, "a free lock is taken even by a cancelled caller: it never waits")
+    }
+
+    @Test("a caller cancelled while it waits for another's connect leaves at once, unsent; the connect goes on")
+    func poolWaiter() async throws {
+        // A peer that completes TCP (the kernel's backlog) and never answers TLS: the connect hangs.
+        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(ChannelOptions.autoRead, value: false)
+            .bind(host: "127.0.0.1", port: 0).get()
+        defer { server.close(promise: nil) }
+        let pool = ConnectionPool(
+            endpoint: APNsEndpoint(host: "127.0.0.1", port: server.localAddress!.port!),
+            context: .init(
+                configuration: PoolConfiguration(
+                    connectionsPerPool: 1,
+                    requestTimeout: .seconds(10),
+                    connectTimeout: .seconds(30),
+                    idlePingAfter: .seconds(60),
+                    initialReconnectBackoff: .seconds(1),
+                    maximumReconnectBackoff: .seconds(1)
+                ),
+                peer: "APNs",
+                changesEveryRequest: { _ in false },
+                tlsContext: try NIOSSLContext(configuration: .makeClientConfiguration()),
+                group: MultiThreadedEventLoopGroup.singleton,
+                logger: Logger(label: "test")
+            )
+        )
+        let connecting = Task { try await pool.connection() }
+        // The second caller finds the one slot connecting and waits for it.
+        let waiting = Task { try await pool.connection() }
+        let started = ContinuousClock.now
+        while pool.waitingForConnect == 0 { await Task.yield() }
+        waiting.cancel()
+        do {
+            _ = try await waiting.value
+            Issue.record("a cancelled waiter got a connection")
+        } catch let error as TransportError {
+            #expect(error.fault == .cancelled, "withdrawn, unsent: \(error)")
+        }
+        #expect(ContinuousClock.now - started < .seconds(10), "it did not wait for the 30 s connect")
+        connecting.cancel()
+        await pool.closeAll()
     }
 }

@@ -138,12 +138,14 @@ struct FailurePathTests {
             // Both claim with leases that lapse at once (a Postgres outage longer than the lease).
             let mine = try await queue.claim(limit: 2, workerID: alive, lease: .milliseconds(1))
             let theirs = try await queue.claim(limit: 2, workerID: gone, lease: .milliseconds(1))
+            // The gone worker's heartbeat an hour old, the staleness ten minutes: no wall-clock window for a
+            // loaded machine to miss (the leases of 1 ms have lapsed by the time the next statement runs).
             try await db.execute(
-                "UPDATE push.workers SET heartbeat_at = now() - interval '1 minute' WHERE worker_id = '\(gone)'"
+                "UPDATE push.workers SET heartbeat_at = now() - interval '1 hour' WHERE worker_id = '\(gone)'"
             )
-            try await Task.sleep(for: .milliseconds(20))
+            try await db.execute("SELECT pg_sleep(0.01)")
             let reaped = try await queue.reapJobsOfGoneWorkers(
-                staleAfter: .seconds(6),
+                staleAfter: .seconds(600),
                 workerID: reaper,
                 restartGrace: .zero
             )

@@ -169,37 +169,60 @@ public final class ProviderTokenCache: Sendable {
     }
 }
 
-/// A FIFO async mutex: one refresh at a time, without blocking a thread.
+/// A FIFO async mutex: one refresh at a time, without blocking a thread. A caller cancelled while it waits
+/// leaves the queue at once with `CancellationError` (a shutdown does not wait behind a slow mint).
 final class AsyncLock: Sendable {
     private struct State {
         var locked = false
-        var waiters: [CheckedContinuation<Void, Never>] = []
+        var nextID = 0
+        var waiters: [(id: Int, continuation: CheckedContinuation<Void, any Error>)] = []
     }
 
     private let state = Mutex(State())
 
     func withLock<T: Sendable>(_ body: () async throws -> T) async throws -> T {
-        await withCheckedContinuation { continuation in
-            let acquired = self.state.withLock { state -> Bool in
-                if state.locked {
-                    state.waiters.append(continuation)
+        let id = self.state.withLock { state in
+            defer { state.nextID += 1 }
+            return state.nextID
+        }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let acquired = self.state.withLock { state -> Bool? in
+                    if !state.locked {
+                        state.locked = true
+                        return true
+                    }
+                    // Cancelled before it queued: the handler found nothing to remove.
+                    if Task.isCancelled { return nil }
+                    state.waiters.append((id, continuation))
                     return false
                 }
-                state.locked = true
-                return true
+                switch acquired {
+                case true?: continuation.resume()
+                case nil: continuation.resume(throwing: CancellationError())
+                case false?: break
+                }
             }
-            if acquired { continuation.resume() }
+        } onCancel: {
+            let waiter = self.state.withLock { state -> CheckedContinuation<Void, any Error>? in
+                guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return nil }
+                return state.waiters.remove(at: index).continuation
+            }
+            waiter?.resume(throwing: CancellationError())
         }
         defer {
-            let next = self.state.withLock { state -> CheckedContinuation<Void, Never>? in
+            let next = self.state.withLock { state -> CheckedContinuation<Void, any Error>? in
                 if state.waiters.isEmpty {
                     state.locked = false
                     return nil
                 }
-                return state.waiters.removeFirst()
+                return state.waiters.removeFirst().continuation
             }
             next?.resume()
         }
         return try await body()
     }
+
+    /// Callers waiting now (for tests).
+    var waiting: Int { self.state.withLock { $0.waiters.count } }
 }

@@ -8,7 +8,9 @@ import Synchronization
 final class ConnectionPool: Sendable {
     struct State {
         var machine: PoolStateMachine<HTTP2Connection>
-        var waiters: [CheckedContinuation<Void, Never>] = []
+        /// Callers waiting for a connect under way to end, by id (a cancelled one is taken out).
+        var waiters: [(id: Int, continuation: CheckedContinuation<Void, Never>)] = []
+        var nextWaiterID = 0
         /// After ``closeAll()``: a connect still under way closes what it opened instead of keeping it.
         var closed = false
     }
@@ -53,6 +55,9 @@ final class ConnectionPool: Sendable {
 
     var openCount: Int { self.state.withLock { $0.machine.openCount } }
 
+    /// Callers waiting for a connect under way (for tests).
+    var waitingForConnect: Int { self.state.withLock { $0.waiters.count } }
+
     /// A usable connection: the one with the most free streams, opening an empty slot first.
     ///
     /// - Parameter waitForNew: `false` for a caller that sends many requests in one task (a batch): an empty
@@ -86,16 +91,30 @@ final class ConnectionPool: Sendable {
             case .open(let slot, let id):
                 return try await self.open(slot: slot, id: id)
             case .wait:
-                await withCheckedContinuation { continuation in
-                    let resumeNow = self.state.withLock { state -> Bool in
-                        if state.machine.connecting.contains(true) {
-                            state.waiters.append(continuation)
-                            return false
-                        }
-                        return true
-                    }
-                    if resumeNow { continuation.resume() }
+                // Until a connect under way ends; a caller cancelled meanwhile leaves at once, unsent.
+                let id = self.state.withLock { state in
+                    defer { state.nextWaiterID += 1 }
+                    return state.nextWaiterID
                 }
+                await withTaskCancellationHandler {
+                    await withCheckedContinuation { continuation in
+                        let resumeNow = self.state.withLock { state -> Bool in
+                            if state.machine.connecting.contains(true) && !Task.isCancelled {
+                                state.waiters.append((id, continuation))
+                                return false
+                            }
+                            return true
+                        }
+                        if resumeNow { continuation.resume() }
+                    }
+                } onCancel: {
+                    let waiter = self.state.withLock { state -> CheckedContinuation<Void, Never>? in
+                        guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return nil }
+                        return state.waiters.remove(at: index).continuation
+                    }
+                    waiter?.resume()
+                }
+                if Task.isCancelled { throw TransportError.withdrawn }
             case .unreachable(let until):
                 throw TransportError(
                     code: .connectFailed,
@@ -126,7 +145,7 @@ final class ConnectionPool: Sendable {
             let (waiters, closed) = self.state.withLock { state -> ([CheckedContinuation<Void, Never>], Bool) in
                 if !state.closed { state.machine.connected(connection, slot: slot) }
                 defer { state.waiters.removeAll() }
-                return (state.waiters, state.closed)
+                return (state.waiters.map(\.continuation), state.closed)
             }
             for waiter in waiters { waiter.resume() }
             if closed {
@@ -141,7 +160,7 @@ final class ConnectionPool: Sendable {
                 state -> ([CheckedContinuation<Void, Never>], Duration) in
                 let backoff = state.machine.connectFailed(slot: slot, now: .now)
                 defer { state.waiters.removeAll() }
-                return (state.waiters, backoff)
+                return (state.waiters.map(\.continuation), backoff)
             }
             for waiter in waiters { waiter.resume() }
             self.context.logger.warning(

@@ -201,10 +201,10 @@ struct ConsolePages: Sendable {
 
     func logChange(_ session: ConsoleAuth.Session, _ what: String, _ metadata: [String: String] = [:]) {
         // Free text (a pause's reason, a filter) goes in escaped: a newline in it cannot start a forged line.
-        var metadata = metadata.mapValues { Logger.MetadataValue.string(HumanText.escaped($0, keepLineBreaks: false)) }
+        var metadata = metadata.mapValues { Logger.MetadataValue.string(HumanText.escaped($0, for: .logLine)) }
         metadata["operator"] = "\(session.operatorName)"
         metadata["session"] = "\(session.nonce.prefix(8))"
-        self.logger.notice("console change: \(HumanText.escaped(what, keepLineBreaks: false))", metadata: metadata)
+        self.logger.notice("console change: \(HumanText.escaped(what, for: .logLine))", metadata: metadata)
     }
 
     // MARK: sign in and out

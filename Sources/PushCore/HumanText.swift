@@ -28,18 +28,26 @@ public enum HumanText {
         }
     }
 
-    /// `text` with every character a terminal or a log reader would act on written as `\u{1B}`: C0 and C1
-    /// controls, DEL, and the bidirectional embeddings, overrides and isolates (a line that displays in
-    /// another order than it reads). Newlines and tabs stay when `keepLineBreaks` (a table printed to a
-    /// terminal), and become `\n` and `\t` otherwise (one log line).
-    public static func escaped(_ text: String, keepLineBreaks: Bool = true) -> String {
-        guard text.unicodeScalars.contains(where: { Self.isUnsafe($0, keepLineBreaks: keepLineBreaks) }) else {
-            return text
-        }
+    /// Where escaped text goes.
+    public enum Target: Sendable {
+        /// A terminal: C0 and C1 controls (but newline and tab), DEL, and the bidirectional embeddings,
+        /// overrides and isolates (a line that displays in another order than it reads). Other format
+        /// characters stay, so emoji sequences joined by U+200D still show.
+        case terminal
+        /// One log line: every control and format character (Unicode Cc and Cf, Foundation's
+        /// `controlCharacters`), newline and tab included: zero-width spaces, joiners, soft hyphens, tag
+        /// characters and byte-order marks cannot hide in a log.
+        case logLine
+    }
+
+    /// `text` with every character `target` would act on, or hide, written as `\u{1B}` (`\n` and `\t` in a
+    /// log line).
+    public static func escaped(_ text: String, for target: Target = .terminal) -> String {
+        guard text.unicodeScalars.contains(where: { Self.isUnsafe($0, for: target) }) else { return text }
         var result = ""
         result.reserveCapacity(text.utf8.count + 16)
         for scalar in text.unicodeScalars {
-            if !Self.isUnsafe(scalar, keepLineBreaks: keepLineBreaks) {
+            if !Self.isUnsafe(scalar, for: target) {
                 result.unicodeScalars.append(scalar)
             } else if scalar == "\n" {
                 result += "\\n"
@@ -52,12 +60,18 @@ public enum HumanText {
         return result
     }
 
-    static func isUnsafe(_ scalar: Unicode.Scalar, keepLineBreaks: Bool) -> Bool {
-        switch scalar.value {
-        case 0x0A, 0x09: !keepLineBreaks
-        case 0x00...0x1F, 0x7F...0x9F: true
-        case 0x202A...0x202E, 0x2066...0x2069, 0x200E, 0x200F, 0x061C: true
-        default: false
+    static func isUnsafe(_ scalar: Unicode.Scalar, for target: Target) -> Bool {
+        switch target {
+        case .logLine:
+            let category = scalar.properties.generalCategory
+            return category == .control || category == .format
+        case .terminal:
+            switch scalar.value {
+            case 0x0A, 0x09: return false
+            case 0x00...0x1F, 0x7F...0x9F: return true
+            case 0x202A...0x202E, 0x2066...0x2069, 0x200E, 0x200F, 0x061C: return true
+            default: return false
+            }
         }
     }
 

@@ -26,6 +26,27 @@ struct SQLStatement: Sendable {
         var previous: Unicode.Scalar = " "
         while let scalar = scalars.first {
             scalars.removeFirst()
+            // A comment (to the end of its line) and a string literal are copied as they are: no bind there.
+            if scalar == "-" && scalars.first == "-" {
+                let comment = scalars.prefix(while: { $0 != "\n" })
+                rendered.unicodeScalars.append(scalar)
+                rendered.unicodeScalars.append(contentsOf: comment)
+                scalars.removeFirst(comment.count)
+                previous = " "
+                continue
+            }
+            if scalar == "'" {
+                let literal = scalars.prefix(while: { $0 != "'" })
+                rendered.unicodeScalars.append(scalar)
+                rendered.unicodeScalars.append(contentsOf: literal)
+                scalars.removeFirst(literal.count)
+                if let close = scalars.first {
+                    rendered.unicodeScalars.append(close)
+                    scalars.removeFirst()
+                }
+                previous = "'"
+                continue
+            }
             if scalar == ":" && previous != ":" && !Self.isWord(previous), let first = scalars.first,
                 Self.isLower(first)
             {
@@ -58,7 +79,13 @@ struct SQLStatement: Sendable {
     static func text(of file: String) -> String {
         guard let bytes = Self.files[file] else { fatalError("no statement file Statements/\(file).sql") }
         var lines = String(decoding: bytes, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false)[...]
-        while let first = lines.first, first.hasPrefix("--") { lines.removeFirst() }
+        func isCommentOrBlank(_ line: Substring) -> Bool {
+            let trimmed = line.drop(while: { $0 == " " })
+            return trimmed.isEmpty || trimmed.hasPrefix("--")
+        }
+        // Leading and trailing comments go: included mid-line, a trailing one would comment out the rest.
+        while let first = lines.first, isCommentOrBlank(first) { lines.removeFirst() }
+        while let last = lines.last, isCommentOrBlank(last) { lines.removeLast() }
         return lines.joined(separator: "\n")
     }
 

@@ -50,8 +50,9 @@ struct HumanDuration: ExpressibleByArgument, Sendable {
 
     init?(argument: String) {
         // At most 100 years: a larger number is a typo (it used to overflow and trap).
-        guard let seconds = HumanText.seconds(from: argument) else { return nil }
-        self.seconds = Int(seconds.rounded())
+        // Whole seconds: `1.5h` is 5400 s, but `0.4s` would round to nothing and is refused.
+        guard let seconds = HumanText.seconds(from: argument), seconds == seconds.rounded() else { return nil }
+        self.seconds = Int(seconds)
     }
 
     var duration: Duration { .seconds(self.seconds) }

@@ -2,6 +2,7 @@ import NIOCore
 import NIOEmbedded
 import NIOHPACK
 import NIOHTTP2
+import PushCore
 import Testing
 
 @testable import APNsTransport
@@ -112,7 +113,10 @@ struct ExchangeStateMachineTests {
         }
         #expect(error.fault == .notProcessed && !close)
         // A write that fails for a stream above the last id is not processed either.
-        #expect(machine.writeFailed(streams[3], refusedAfterGoAway: false, error: "x") == nil, "already ended")
+        #expect(
+            machine.writeFailed(streams[3], refusedAfterGoAway: false, error: "x", now: self.t0) == nil,
+            "already ended"
+        )
         let answered = machine.headers(
             streams[0],
             status: 200,
@@ -125,13 +129,25 @@ struct ExchangeStateMachineTests {
         #expect(dropped.map(\.slot) == [1] && Self.failure(dropped.first)?.fault == .unknownOutcome)
     }
 
-    @Test("a failed write is not processed only where that is certain (NIO refused the stream after GOAWAY)")
+    @Test(
+        "a failed write is not processed only where that is certain (NIO refused the stream after GOAWAY); a 200 read first stands"
+    )
     func writeFailures() {
         var machine = Machine(peer: "APNs")
         let (a, _) = self.opened(&machine, 1, at: self.t0)
         let (b, _) = self.opened(&machine, 2, at: self.t0)
-        #expect(Self.failure(machine.writeFailed(a, refusedAfterGoAway: true, error: "x"))?.fault == .notProcessed)
-        #expect(Self.failure(machine.writeFailed(b, refusedAfterGoAway: false, error: "x"))?.fault == .unknownOutcome)
+        let (c, _) = self.opened(&machine, 3, at: self.t0)
+        _ = machine.headers(c, status: 200, headers: Self.status(200), endStream: false, now: self.t0)
+        let answered = machine.writeFailed(c, refusedAfterGoAway: false, error: "x", now: self.t0)
+        #expect((try? answered?.result.get())?.status == 200)
+        #expect(
+            Self.failure(machine.writeFailed(a, refusedAfterGoAway: true, error: "x", now: self.t0))?.fault
+                == .notProcessed
+        )
+        #expect(
+            Self.failure(machine.writeFailed(b, refusedAfterGoAway: false, error: "x", now: self.t0))?.fault
+                == .unknownOutcome
+        )
     }
 
     @Test(
@@ -275,7 +291,15 @@ struct ExchangeStateMachineTests {
                 record(gone)
             case 7:
                 guard let target else { continue }
-                record([machine.streamClosed(open[target]!, reason: nil, now: now)].compactMap { $0 })
+                if random.next(below: 2) == 0 {
+                    record([machine.streamClosed(open[target]!, reason: nil, now: now)].compactMap { $0 })
+                } else {
+                    let refused = random.next(below: 2) == 0
+                    record(
+                        [machine.writeFailed(open[target]!, refusedAfterGoAway: refused, error: "x", now: now)]
+                            .compactMap { $0 }
+                    )
+                }
             case 8:
                 let lateBy = random.next(below: 3) == 0 ? TimeAmount.seconds(3) : .zero
                 now = now + lateBy
@@ -458,5 +482,28 @@ struct FrameExchangeTests {
             Issue.record("stream 1 not ended")
         }
         #expect(collected.released == 4)
+    }
+}
+
+@Suite("What an APNs answer does to its connection")
+struct AnswerEffectTests {
+    @Test(
+        "the stream limit follows the reason's class: a 2xx proves the credential, a credential refusal drops it to one stream, anything else says nothing"
+    )
+    func credentialAccepted() {
+        let cases: [(Int, String?, Bool?)] = [
+            (200, nil, true), (201, nil, true), (403, "InvalidProviderToken", false),
+            (403, "ExpiredProviderToken", false),
+            (429, "TooManyProviderTokenUpdates", false), (403, "BadCertificate", false), (410, "Unregistered", nil),
+            (400, "BadDeviceToken", nil), (429, "TooManyRequests", nil), (403, "SomethingNew", nil), (500, nil, nil),
+        ]
+        for (status, reason, accepted) in cases {
+            #expect(
+                APNsResponse(status: status, reason: reason).credentialAccepted == accepted,
+                "\(status) \(reason ?? "-")"
+            )
+        }
+        #expect(APNsResponse(status: 403, reason: "ExpiredProviderToken").connectionEffect == .reMintToken)
+        #expect(APNsResponse(status: 200).connectionEffect == .none)
     }
 }

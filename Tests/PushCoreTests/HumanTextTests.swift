@@ -33,6 +33,13 @@ struct HumanTextTests {
         #expect(HumanText.escaped("a\u{1B}[2Jb") == "a\\u{1B}[2Jb")
         #expect(HumanText.escaped("x\u{202E}y\u{9B}") == "x\\u{202E}y\\u{9B}")
         #expect(HumanText.escaped("one\ntwo\tthree") == "one\ntwo\tthree")
-        #expect(HumanText.escaped("one\ntwo\tthree", keepLineBreaks: false) == "one\\ntwo\\tthree")
+        #expect(HumanText.escaped("one\ntwo\tthree", for: .logLine) == "one\\ntwo\\tthree")
+        // A log line hides nothing: zero-width space, soft hyphen, a tag character, a byte-order mark.
+        #expect(
+            HumanText.escaped("a\u{200B}b\u{AD}c\u{E0041}d\u{FEFF}", for: .logLine)
+                == "a\\u{200B}b\\u{AD}c\\u{E0041}d\\u{FEFF}"
+        )
+        // A terminal keeps emoji joined by U+200D.
+        #expect(HumanText.escaped("👩\u{200D}💻") == "👩\u{200D}💻")
     }
 }

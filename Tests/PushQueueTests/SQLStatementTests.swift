@@ -9,13 +9,26 @@ struct SQLStatementTests {
         for statement in [ClaimStatement.statement, WriteOutcomesStatement.statement] {
             #expect(!statement.sql.contains("{{"), "\(statement.file): an include left")
             #expect(!statement.sql.hasPrefix("--"), "\(statement.file): its description is not sent")
-            for (index, _) in statement.binds.enumerated() {
-                #expect(statement.sql.contains("$\(index + 1)"), "\(statement.file): $\(index + 1) unused")
+            // Every $n of the statement, read whole ($1 is not a prefix of $12 here).
+            var numbers = Set<Int>()
+            var digits = ""
+            var afterDollar = false
+            for character in statement.sql + " " {
+                if afterDollar, character.isNumber {
+                    digits.append(character)
+                    continue
+                }
+                if afterDollar, let number = Int(digits) { numbers.insert(number) }
+                afterDollar = character == "$"
+                digits = ""
             }
-            #expect(!statement.sql.contains("$\(statement.binds.count + 1)"))
-            // No named bind left: a colon followed by a lower-case letter, not a cast (::type).
-            let leftover = statement.sql.unicodeScalars.indices.contains { index in
-                let scalars = statement.sql.unicodeScalars
+            #expect(numbers == Set(1...statement.binds.count), "\(statement.file): \(numbers.sorted())")
+            // No named bind left outside comments: a colon followed by a lower-case letter, not a cast (::type).
+            let code = statement.sql.split(separator: "\n").map { line in
+                line.range(of: "--").map { line[..<$0.lowerBound] } ?? line
+            }.joined(separator: "\n")
+            let leftover = code.unicodeScalars.indices.contains { index in
+                let scalars = code.unicodeScalars
                 guard scalars[index] == ":" else { return false }
                 let next = scalars.index(after: index)
                 let before = index == scalars.startIndex ? " " : scalars[scalars.index(before: index)]
@@ -25,6 +38,12 @@ struct SQLStatementTests {
             #expect(!leftover, "\(statement.file): a :name not numbered")
         }
         #expect(ClaimStatement.statement.binds.count == 12 && WriteOutcomesStatement.statement.binds.count == 15)
+    }
+
+    @Test("a bind named only in a comment or a string literal is not a bind")
+    func commentsAndLiterals() {
+        #expect(ClaimStatement.sql.contains("(:include_rate_limited false)"), "the comment keeps its words")
+        #expect(!JobQueue.jobColumns.contains("--"), "no comment in a fragment included mid-line")
     }
 
     @Test("the claim's rate formula is the one push-worker limits shows (JobQueue.available)")

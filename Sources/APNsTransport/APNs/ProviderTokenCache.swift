@@ -92,19 +92,17 @@ public final class ProviderTokenCache: Sendable {
     }
 
     /// ``replace(_:)`` for the token whose JWT is `jwt` (the engine knows tokens by the header it sent).
+    /// Another token is current already: it is the replacement, as in ``replace(_:)``.
     func replace(jwt: String) async throws -> ProviderToken {
-        guard let rejected = self.state.withLock({ $0.current }), rejected.jwt == jwt else {
-            return try await self.token()
-        }
-        return try await self.replace(rejected)
+        guard let current = self.state.withLock({ $0.current }) else { return try await self.token() }
+        return current.jwt == jwt ? try await self.replace(current) : current
     }
 
-    /// ``adoptShared(rejecting:)`` for the token whose JWT is `jwt`.
+    /// ``adoptShared(rejecting:)`` for the token whose JWT is `jwt`: another token current already is the one
+    /// to send with, as there; nothing is minted.
     func adoptShared(rejectingJWT jwt: String) async throws -> ProviderToken? {
-        guard let rejected = self.state.withLock({ $0.current }), rejected.jwt == jwt else {
-            return try await self.token()
-        }
-        return try await self.adoptShared(rejecting: rejected)
+        guard let current = self.state.withLock({ $0.current }) else { return nil }
+        return current.jwt == jwt ? try await self.adoptShared(rejecting: current) : current
     }
 
     private func fresh() -> ProviderToken? {

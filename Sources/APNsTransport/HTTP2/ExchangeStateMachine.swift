@@ -119,7 +119,14 @@ struct ExchangeStateMachine<Waiter> {
 
     /// The write of `streamID`'s request failed. `refusedAfterGoAway`: NIO refused to open the stream
     /// because the connection is going away (nothing was sent).
-    mutating func writeFailed(_ streamID: HTTP2StreamID, refusedAfterGoAway: Bool, error: String) -> Completion? {
+    mutating func writeFailed(
+        _ streamID: HTTP2StreamID,
+        refusedAfterGoAway: Bool,
+        error: String,
+        now: NIODeadline
+    ) -> Completion? {
+        // Its 200 was read meanwhile (the DATA write failed after the answer came): delivered.
+        if let answered = self.completeIfAnsweredOK(streamID, now: now) { return answered }
         // "Not processed" only where that is certain; otherwise TLS may already have sent part of the batch
         // this request was flushed with (one ciphertext buffer, one promise): an unknown outcome.
         let failure: TransportError =
@@ -134,7 +141,7 @@ struct ExchangeStateMachine<Waiter> {
                     message: "the connection failed while the request was being written: \(error)"
                 )
             }
-        return self.finish(streamID, .failure(failure), now: nil)
+        return self.finish(streamID, .failure(failure), now: now)
     }
 
     // MARK: Frames

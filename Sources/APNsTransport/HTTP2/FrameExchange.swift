@@ -88,7 +88,8 @@ final class FrameExchange: ChannelInboundHandler {
             let completion = self.machine.writeFailed(
                 streamID,
                 refusedAfterGoAway: error is NIOHTTP2Errors.CreatedStreamAfterGoaway,
-                error: "\(error)"
+                error: "\(error)",
+                now: self.now
             )
             self.deliver(completion)
             self.flushUnlessReading()

@@ -57,8 +57,14 @@ extension HTTP2Connection {
         // (an unknown outcome) or withdraws the request if it has not reached the event loop.
         let answer = Mutex<Result<HTTP2Answer, TransportError>?>(nil)
         let batch = RequestBatch { _, _, result in answer.withLock { $0 = result } }
-        self.submit([(0, requestHeaders, body)], to: batch, deadline: deadline)
-        await batch.waitForAll()
+        // The handler is in place before the request leaves this task: a cancellation from here on withdraws it
+        // if it has not reached the event loop, and resets it (an unknown outcome) if it has.
+        await withTaskCancellationHandler {
+            self.submit([(0, requestHeaders, body)], to: batch, deadline: deadline)
+            await batch.waitForAll()
+        } onCancel: {
+            batch.cancel()
+        }
         guard let result = answer.withLock({ $0 }) else { throw TransportError.withdrawn }
         return try result.get()
     }

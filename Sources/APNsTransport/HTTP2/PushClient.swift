@@ -106,7 +106,7 @@ final class PushClient<Provider: PushProvider>: Sendable {
             } else {
                 let connection = try await pool.connection()
                 // A certificate credential authenticates in TLS: no token, no authorization header.
-                let authorization = try await authenticator?.authorization()
+                let authorization = try await Self.unsentIfCancelled { try await authenticator?.authorization() }
                 let result: Result<Response, TransportError>
                 do {
                     let answer = try await connection.send(
@@ -135,14 +135,15 @@ final class PushClient<Provider: PushProvider>: Sendable {
                 case .reMintToken where !reMinted:
                     guard let authenticator, let used = attempt.authorization else { break }
                     reMinted = true
-                    _ = try await authenticator.replace(used)
+                    _ = try await Self.unsentIfCancelled { try await authenticator.replace(used) }
                     continue
                 case .adoptSharedToken where !adoptedShared:
                     guard let authenticator, let used = attempt.authorization else { break }
                     // The peer took another process's token for this key first: send with that one, once. A
                     // refusal is not a delivery, so the resend cannot deliver twice.
                     adoptedShared = true
-                    if try await authenticator.adoptShared(rejecting: used) != nil {
+                    if try await Self.unsentIfCancelled({ try await authenticator.adoptShared(rejecting: used) }) != nil
+                    {
                         // On a new connection: the peer may count a token change on one connection as an update.
                         self.notProcessed.withLock { $0 += 1 }
                         self.logger.warning(
@@ -172,6 +173,17 @@ final class PushClient<Provider: PushProvider>: Sendable {
             case .failure(let error):
                 throw error
             }
+        }
+    }
+
+    /// Runs a token operation; a caller cancelled while it waited (a shutdown past its grace, behind a slow
+    /// mint) gets ``TransportError/withdrawn``: nothing was sent, and the job goes back uncounted, never as an
+    /// unknown outcome.
+    static func unsentIfCancelled<T>(_ operation: () async throws -> T) async throws -> T {
+        do {
+            return try await operation()
+        } catch is CancellationError {
+            throw TransportError.withdrawn
         }
     }
 
@@ -291,7 +303,7 @@ final class PushClient<Provider: PushProvider>: Sendable {
             let stop: TransportError?
             do {
                 let connection = try await pool.connection(waitForNew: false)
-                let authorization = try await authenticator?.authorization()
+                let authorization = try await Self.unsentIfCancelled { try await authenticator?.authorization() }
                 let granted = await connection.limiter.acquire(upTo: waiting.count)
                 if granted == 0 {
                     // The connection closed (or this task was cancelled) before a slot came free.

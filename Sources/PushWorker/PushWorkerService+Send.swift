@@ -1,0 +1,172 @@
+import APNsTransport
+import Foundation
+import Logging
+import PushCore
+import PushQueue
+
+/// The worker's send path: what may be written now, the batches of due jobs, and what a decided attempt
+/// does to the worker (pauses, metrics, the outcome writer).
+extension PushWorkerService {
+    /// The database's clock now for `job`: its claim's `now()` carried forward by this process's clock.
+    static func databaseNow(of job: PushJob, claimedAt: Date) -> Date {
+        Date().addingTimeInterval((job.claimedAt ?? claimedAt).timeIntervalSince(claimedAt))
+    }
+
+    /// Asked just before a request of `credential` is written: not while this worker's heartbeat is stale,
+    /// and not once APNs has refused the credential, or the credential for `topic` (the jobs already claimed
+    /// for it go back unsent, uncounted).
+    /// Whether a row of `push.pauses` (as of the last heartbeat) matches the job.
+    func isPausedByFleet(credential: String, topic: String) -> Bool {
+        self.state.withLock { state in
+            state.fleetPauses.contains { ($0.credential ?? credential) == credential && ($0.topic ?? topic) == topic }
+        }
+    }
+
+    /// A rate-limited request (`spacing`) is also withdrawn when this worker wrote one of its limit less than an
+    /// interval ago (``SendSpacer/admit(_:now:)``): it was held up behind other requests, and sending it now
+    /// would bunch it with the next.
+    /// Jobs an operator cancelled while this worker may hold them (`jobs cancel` NOTIFYs their ids): a
+    /// request of one not yet written is withdrawn. Bounded: the oldest ids are forgotten first.
+    func noteCancelled(_ ids: Substring) {
+        let parsed = ids.split(separator: ",").compactMap { Int64($0) }
+        self.cancelled.withLock { cancelled in
+            for id in parsed where cancelled.set.insert(id).inserted { cancelled.order.append(id) }
+            while cancelled.order.count > 100_000 { cancelled.set.remove(cancelled.order.removeFirst()) }
+        }
+    }
+
+    func isCancelled(_ id: Int64) -> Bool { self.cancelled.withLock { $0.set.contains(id) } }
+
+    /// How late after its slot a rate-limited request may still be written. Later, it is withdrawn
+    /// (released uncounted, claimed again for a new slot): sent late, it would leave together with the
+    /// requests other workers send on time, and the fleet's rate would not hold where the requests leave.
+    static let lateSendTolerance = Duration.milliseconds(150)
+
+    /// Whether a request may be written now (asked just before the write): the worker is healthy, nothing
+    /// pauses it, and a rate-limited one is within its spacing and not later than `notAfter`.
+    func mayWrite(
+        credential: String,
+        topic: String? = nil,
+        spacing: SendSpacing? = nil,
+        notAfter: ContinuousClock.Instant? = nil,
+        jobID: Int64? = nil
+    ) -> @Sendable () -> Bool {
+        let pair = topic.map { TopicKey(credential: credential, topic: $0) }
+        return { [weak self] in
+            guard let self else { return false }
+            if let jobID, self.isCancelled(jobID) { return false }
+            if let notAfter, ContinuousClock.now > notAfter {
+                self.metrics.lateLimitedSend()
+                return false
+            }
+            let topicPaused = pair.map { self.topicPauses.isPaused($0) } ?? false
+            guard
+                !Task.isCancelled && self.heartbeatFresh && !self.credentialPauses.isPaused(credential) && !topicPaused
+            else { return false }
+            if let topic, self.isPausedByFleet(credential: credential, topic: topic) { return false }
+            return spacing.map { self.spacer.admit($0) } ?? true
+        }
+    }
+
+    /// Sends claimed jobs that are due now, as few batches as their (environment, credential) pairs: each
+    /// answer is decided and handed to the recorder on the event loop it arrives on.
+    func send(_ jobs: [PushJob], claimedAt: Date) async {
+        var groups: [[JobProcessor.Prepared]] = []
+        var groupOf: [String: Int] = [:]
+        for job in jobs {
+            let prepared = self.processor.prepare(job, databaseNow: Self.databaseNow(of: job, claimedAt: claimedAt))
+            guard let request = prepared.request else {
+                self.complete(prepared, with: nil)
+                continue
+            }
+            // One batch per (environment, credential, topic): a topic APNs refuses stops only its own batch.
+            let key = "\(request.environment)/\(job.credential)/\(job.topic)"
+            if let index = groupOf[key] {
+                groups[index].append(prepared)
+            } else {
+                groupOf[key] = groups.count
+                groups.append([prepared])
+            }
+        }
+        await withDiscardingTaskGroup { pairs in
+            for group in groups {
+                pairs.addTask {
+                    let credential = group[0].job.credential
+                    await self.client.sendBatch(
+                        group.map { $0.request! },
+                        credential: credential,
+                        mayWrite: self.mayWrite(credential: credential, topic: group[0].job.topic),
+                        // A job an operator cancelled while it waited for a stream is withdrawn alone.
+                        withdraws: { index in self.isCancelled(group[index].job.id) }
+                    ) { index, result in
+                        self.complete(group[index], with: result)
+                    }
+                }
+            }
+        }
+    }
+
+    /// A prepared job's send ended (`nil`: refused before sending): decide, react, count, hand to the recorder.
+    func complete(_ prepared: JobProcessor.Prepared, with result: Result<APNsResponse, any Error>?) {
+        if case .success(let response) = result { self.clock.observe(response) }
+        self.finished(self.processor.finish(prepared, with: result))
+    }
+
+    /// A job's attempt is decided: its effects on this worker, its metrics, the outcome writer; the send no
+    /// longer counts.
+    func finished(_ attempt: JobProcessor.Attempt) {
+        self.react(to: attempt)
+        self.metrics.count(attempt.outcome)
+        self.recorder.add(attempt.outcome)
+        self.state.withLock { $0.capacity.sendFinished() }
+        self.sendEnded.signal()
+    }
+
+    /// The worker's side effects of a decision: pause a credential, a topic or an unreachable endpoint.
+    func react(to attempt: JobProcessor.Attempt) {
+        let (job, decided) = (attempt.job, attempt.decided)
+        let endpoint = EndpointKey(environment: job.environment, credential: job.credential)
+        if decided.decision == .delivered {
+            self.credentialPauses.succeeded(job.credential)
+            self.unreachableEndpoints.succeeded(endpoint)
+        }
+        if decided.pausesCredential {
+            let (length, isNew) = self.credentialPauses.pause(job.credential)
+            if isNew {
+                let reason = decided.reason ?? "-"
+                self.logger.error(
+                    "APNs refused credential '\(job.credential)' (\(reason)): its jobs stay pending for \(length); fix the credential (its key or certificate)",
+                    metadata: ["push.credential": "\(job.credential)", "push.reason": "\(reason)"]
+                )
+            }
+        }
+        if decided.pausesTopic {
+            let (length, isNew) = self.topicPauses.pause(TopicKey(credential: job.credential, topic: job.topic))
+            if isNew {
+                let reason = decided.reason ?? "-"
+                self.logger.error(
+                    "APNs refused credential '\(job.credential)' for topic '\(job.topic)' (\(reason)): its jobs of this topic stay pending for \(length); its other topics keep sending. Check the bundle id and that the key belongs to the app's team",
+                    metadata: [
+                        "push.credential": "\(job.credential)", "push.topic": "\(job.topic)",
+                        "push.reason": "\(reason)",
+                    ]
+                )
+            }
+        }
+        if decided.endpointUnreachable {
+            let (_, isNew) = self.unreachableEndpoints.pause(endpoint)
+            if isNew {
+                self.logger.warning(
+                    "APNs unreachable for \(job.environment) with credential '\(job.credential)': those jobs stay pending, unclaimed, while the pool reconnects",
+                    metadata: ["push.environment": "\(job.environment)", "push.credential": "\(job.credential)"]
+                )
+            }
+        }
+    }
+}
+
+/// The ids of jobs cancelled while a worker may hold them, oldest first.
+struct CancelledJobs: Sendable {
+    var set: Set<Int64> = []
+    var order: [Int64] = []
+}

@@ -68,27 +68,6 @@ struct JobProcessor: Sendable {
         let decided: DecidedOutcome
     }
 
-    /// Processes one job: ``prepare(_:databaseNow:)``, send, ``finish(_:with:)``.
-    ///
-    /// - Parameters:
-    ///   - databaseNow: the database's clock now (the claim's `now()` carried forward), for expiry.
-    ///   - mayWrite: asked just before the request is written: `false` withdraws it unsent.
-    func process(
-        _ job: PushJob,
-        databaseNow: Date,
-        mayWrite: @escaping @Sendable () -> Bool
-    ) async -> Attempt {
-        let prepared = self.prepare(job, databaseNow: databaseNow)
-        guard let request = prepared.request else { return self.finish(prepared, with: nil) }
-        let result: Result<APNsResponse, any Error>
-        do {
-            result = .success(try await self.client.send(request, credential: job.credential, mayWrite: mayWrite))
-        } catch {
-            result = .failure(error)
-        }
-        return self.finish(prepared, with: result)
-    }
-
     /// Builds a job's request, or the reason it cannot be sent (no I/O).
     func prepare(_ job: PushJob, databaseNow: Date) -> Prepared {
         let policy = RetryPolicy(

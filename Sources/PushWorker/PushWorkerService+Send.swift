@@ -42,38 +42,82 @@ extension PushWorkerService {
     /// requests other workers send on time, and the fleet's rate would not hold where the requests leave.
     static let lateSendTolerance = Duration.milliseconds(150)
 
-    /// Whether a request may be written now (asked just before the write): the worker is healthy, nothing
-    /// pauses it, and a rate-limited one is within its spacing and not later than `notAfter`.
-    func mayWrite(
-        credential: String,
-        topic: String? = nil,
-        spacing: SendSpacing? = nil,
-        notAfter: ContinuousClock.Instant? = nil,
-        jobID: Int64? = nil
-    ) -> @Sendable () -> Bool {
+    /// Whether the requests of `credential` (and `topic`) may be written now (asked just before the write):
+    /// the worker is healthy and nothing pauses them.
+    func mayWrite(credential: String, topic: String? = nil) -> @Sendable () -> Bool {
         let pair = topic.map { TopicKey(credential: credential, topic: $0) }
         return { [weak self] in
             guard let self else { return false }
-            if let jobID, self.isCancelled(jobID) { return false }
-            if let notAfter, ContinuousClock.now > notAfter {
-                self.metrics.lateLimitedSend()
-                return false
-            }
             let topicPaused = pair.map { self.topicPauses.isPaused($0) } ?? false
             guard
                 !Task.isCancelled && self.heartbeatFresh && !self.credentialPauses.isPaused(credential) && !topicPaused
             else { return false }
             if let topic, self.isPausedByFleet(credential: credential, topic: topic) { return false }
-            return spacing.map { self.spacer.admit($0) } ?? true
+            return true
+        }
+    }
+
+    /// Whether one request is withdrawn just before its write, alone: its job was cancelled meanwhile, or,
+    /// rate-limited, it is later than `latest` (sent late, it would leave together with the requests other
+    /// workers send on time) or within an interval of this worker's last request of its limit
+    /// (``SendSpacer/admit(_:now:)``, which records the write when it is admitted).
+    func withdraws(_ job: PushJob, latest: ContinuousClock.Instant?) -> Bool {
+        if self.isCancelled(job.id) { return true }
+        if let latest, ContinuousClock.now > latest {
+            self.metrics.lateLimitedSend()
+            return true
+        }
+        return job.sendSpacing.map { !self.spacer.admit($0) } ?? false
+    }
+
+    /// Sends claimed jobs whose send time is later, as batches as their times come: every job whose time has
+    /// come goes out in the next batch. A rate-limited job also takes its limit's next free slot in this
+    /// worker (``SendSpacer/slot(for:notBefore:)``); one whose slot is later waits for it.
+    func sendScheduled(_ jobs: [ScheduledSend], claimedAt: Date) async {
+        // Each batch in a task of its own: the next time comes whether or not the last batch's answers have.
+        await withDiscardingTaskGroup { batches in
+            await self.scheduleBatches(jobs, claimedAt: claimedAt, into: &batches)
+        }
+    }
+
+    private func scheduleBatches(
+        _ jobs: [ScheduledSend],
+        claimedAt: Date,
+        into batches: inout DiscardingTaskGroup
+    ) async {
+        var waiting = jobs.sorted { $0.slot < $1.slot }
+        while let first = waiting.first {
+            // A cancelled wait (a drain past its grace) goes on at once: the writes are then withdrawn.
+            try? await Task.sleep(until: first.slot)
+            var ready: [ScheduledSend] = []
+            var later: [ScheduledSend] = []
+            let now = ContinuousClock.now
+            while let next = waiting.first, next.slot <= now {
+                waiting.removeFirst()
+                if let spacing = next.job.sendSpacing, !next.spaced {
+                    let spaced = self.spacer.slot(for: spacing, notBefore: now)
+                    if spaced > now {
+                        later.append(ScheduledSend(job: next.job, slot: spaced, latest: next.latest, spaced: true))
+                        continue
+                    }
+                }
+                ready.append(next)
+            }
+            if !later.isEmpty { waiting = (waiting + later).sorted { $0.slot < $1.slot } }
+            if !ready.isEmpty {
+                batches.addTask { await self.send(ready.map(\.job), claimedAt: claimedAt, latest: ready.map(\.latest)) }
+            }
         }
     }
 
     /// Sends claimed jobs that are due now, as few batches as their (environment, credential) pairs: each
     /// answer is decided and handed to the recorder on the event loop it arrives on.
-    func send(_ jobs: [PushJob], claimedAt: Date) async {
-        var groups: [[JobProcessor.Prepared]] = []
+    ///
+    /// - Parameter latest: for each job, the latest time a rate-limited one may still be written.
+    func send(_ jobs: [PushJob], claimedAt: Date, latest: [ContinuousClock.Instant?]? = nil) async {
+        var groups: [[(prepared: JobProcessor.Prepared, latest: ContinuousClock.Instant?)]] = []
         var groupOf: [String: Int] = [:]
-        for job in jobs {
+        for (position, job) in jobs.enumerated() {
             let prepared = self.processor.prepare(job, databaseNow: Self.databaseNow(of: job, claimedAt: claimedAt))
             guard let request = prepared.request else {
                 self.complete(prepared, with: nil)
@@ -81,25 +125,27 @@ extension PushWorkerService {
             }
             // One batch per (environment, credential, topic): a topic APNs refuses stops only its own batch.
             let key = "\(request.environment)/\(job.credential)/\(job.topic)"
+            let entry = (prepared, latest?[position] ?? nil)
             if let index = groupOf[key] {
-                groups[index].append(prepared)
+                groups[index].append(entry)
             } else {
                 groupOf[key] = groups.count
-                groups.append([prepared])
+                groups.append([entry])
             }
         }
         await withDiscardingTaskGroup { pairs in
             for group in groups {
                 pairs.addTask {
-                    let credential = group[0].job.credential
+                    let credential = group[0].prepared.job.credential
                     await self.client.sendBatch(
-                        group.map { $0.request! },
+                        group.map { $0.prepared.request! },
                         credential: credential,
-                        mayWrite: self.mayWrite(credential: credential, topic: group[0].job.topic),
-                        // A job an operator cancelled while it waited for a stream is withdrawn alone.
-                        withdraws: { index in self.isCancelled(group[index].job.id) }
+                        mayWrite: self.mayWrite(credential: credential, topic: group[0].prepared.job.topic),
+                        // A job cancelled while it waited for a stream, or a limited one now late or too close
+                        // to its limit's last request, is withdrawn alone.
+                        withdraws: { index in self.withdraws(group[index].prepared.job, latest: group[index].latest) }
                     ) { index, result in
-                        self.complete(group[index], with: result)
+                        self.complete(group[index].prepared, with: result)
                     }
                 }
             }
@@ -169,4 +215,14 @@ extension PushWorkerService {
 struct CancelledJobs: Sendable {
     var set: Set<Int64> = []
     var order: [Int64] = []
+}
+
+/// A claimed job whose send time is later than the claim: its slot, and for a rate-limited one the latest it
+/// may still be written.
+struct ScheduledSend: Sendable {
+    let job: PushJob
+    let slot: ContinuousClock.Instant
+    let latest: ContinuousClock.Instant?
+    /// The limit's spacing gave it this slot already.
+    var spaced = false
 }

@@ -373,6 +373,7 @@ public final class PushWorkerService: Service, Sendable {
                 }
                 let claimedAt = Date()
                 var due: [PushJob] = []
+                var scheduled: [ScheduledSend] = []
                 for job in jobs {
                     // A rate-limited job waits for the send time its limit's fleet-wide schedule gave it: an
                     // offset from when the schedule was read, some time during this claim. Counted from now
@@ -385,36 +386,28 @@ public final class PushWorkerService: Service, Sendable {
                         ContinuousClock.now
                             + .milliseconds(Int64(sendAt.timeIntervalSince(job.claimedAt ?? sendAt) * 1000))
                     }
-                    let latest = slot.map { $0 + Self.lateSendTolerance }
-                    // Limited jobs always take their own task: their sends are spaced here too.
+                    // Limited jobs are always scheduled: their sends are spaced here too.
                     guard let slot, slot > .now || job.sendSpacing != nil else {
                         due.append(job)
                         continue
                     }
-                    sends.addTask {
-                        try? await Task.sleep(until: slot)
-                        if let spacing = job.sendSpacing {
-                            let spaced = self.spacer.slot(for: spacing, notBefore: .now)
-                            if spaced > .now { try? await Task.sleep(until: spaced) }
-                        }
-                        let attempt = await self.processor.process(
-                            job,
-                            databaseNow: Self.databaseNow(of: job, claimedAt: claimedAt),
-                            mayWrite: self.mayWrite(
-                                credential: job.credential,
-                                topic: job.topic,
-                                spacing: job.sendSpacing,
-                                notAfter: job.sendSpacing == nil ? nil : latest,
-                                jobID: job.id
-                            )
+                    scheduled.append(
+                        ScheduledSend(
+                            job: job,
+                            slot: slot,
+                            latest: job.sendSpacing == nil ? nil : slot + Self.lateSendTolerance
                         )
-                        self.finished(attempt)
-                    }
+                    )
                 }
                 // The rest go out together: one task for the batch, answers handled as they arrive.
                 if !due.isEmpty {
                     let batch = due
                     sends.addTask { await self.send(batch, claimedAt: claimedAt) }
+                }
+                // Jobs with a later send time: one task sends them as batches as their times come.
+                if !scheduled.isEmpty {
+                    let batch = scheduled
+                    sends.addTask { await self.sendScheduled(batch, claimedAt: claimedAt) }
                 }
                 // A full batch, or a range that gave its whole share (another credential had little due work):
                 // claim again at once.

@@ -50,7 +50,7 @@ extension ConsolePages {
         )
     }
 
-    func replayValues(_ result: ReplayResult, selection: ReplaySelection, preview: Bool) -> [String: Any] {
+    func replayView(_ result: ReplayResult, selection: ReplaySelection, preview: Bool) -> ReplayView {
         let summary: String
         if preview {
             summary =
@@ -61,30 +61,32 @@ extension ConsolePages {
             summary =
                 "Replayed \(result.moved.count) dead letter(s): they are pending and due now. \(result.skippedConflicts.count) conflict(s) and \(result.skippedInvalid.count) refused stayed dead."
         }
-        return [
-            "summary": summary,
-            "hasMoved": !result.moved.isEmpty,
-            "truncated": result.moved.count > 500,
+        return ReplayView(
+            summary: summary,
+            truncated: result.moved.count > 500,
             // The confirm step replays these and no others: dead letters that die after the preview, or
             // that a changed filter would now take in, stay where they are.
-            "confirmIDs": result.moved.map { String($0.id) }.joined(separator: ","),
-            "moved": result.moved.prefix(500).map { moved -> [String: Any] in
-                [
-                    "id": moved.id, "apnsID": moved.apnsID.uuidString.lowercased(), "reason": moved.reason,
-                    "expired": moved.expired && selection.expiresInDuration == nil,
-                ]
+            confirmIDs: result.moved.map { String($0.id) }.joined(separator: ","),
+            moved: result.moved.prefix(500).map { moved in
+                ReplayView.Moved(
+                    id: moved.id,
+                    apnsID: moved.apnsID.uuidString.lowercased(),
+                    reason: moved.reason,
+                    expired: moved.expired && selection.expiresInDuration == nil
+                )
             },
-            "hasConflicts": !result.skippedConflicts.isEmpty,
-            "conflicts": result.skippedConflicts.prefix(500).map { $0 },
-            "hasInvalid": !result.skippedInvalid.isEmpty,
-            "invalid": result.skippedInvalid.prefix(500).map { ["id": $0.id, "rule": $0.rule] as [String: Any] },
-            "preview": preview,
-            "canConfirm": preview && !result.moved.isEmpty,
-            "movedCount": grouped(result.moved.count),
-            "hidden": selection.hidden,
-            "newAPNsID": selection.newAPNsID,
-            "expiresIn": selection.expiresIn,
-        ]
+            conflicts: Array(result.skippedConflicts.prefix(500)),
+            invalid: result.skippedInvalid.prefix(500).map { ReplayView.Invalid(id: $0.id, rule: $0.rule) },
+            preview: preview,
+            canConfirm: preview && !result.moved.isEmpty,
+            movedCount: grouped(result.moved.count),
+            hidden: selection.hidden.map { ReplayView.Hidden(name: $0["name"] ?? "", value: $0["value"] ?? "") },
+            newAPNsID: selection.newAPNsID,
+            expiresIn: selection.expiresIn,
+            hasMoved: !result.moved.isEmpty,
+            hasConflicts: !result.skippedConflicts.isEmpty,
+            hasInvalid: !result.skippedInvalid.isEmpty
+        )
     }
 
     func replayPreview(_ request: Request) async throws -> Response {
@@ -100,7 +102,7 @@ extension ConsolePages {
             return self.render(
                 "replay",
                 title: "Replay: preview",
-                values: self.replayValues(result, selection: selection, preview: true),
+                page: self.replayView(result, selection: selection, preview: true),
                 frame: frame
             )
         }
@@ -138,7 +140,7 @@ extension ConsolePages {
             return self.render(
                 "replay",
                 title: "Replay: done",
-                values: self.replayValues(result, selection: selection, preview: false),
+                page: self.replayView(result, selection: selection, preview: false),
                 frame: frame
             )
         }
@@ -169,15 +171,18 @@ extension ConsolePages {
             return self.render(
                 "purge",
                 title: "Purge: preview",
-                values: [
-                    "summary":
+                page: PurgeView(
+                    summary:
                         "Dry run: nothing is deleted. \(groups.count >= 200 || groups.first?.sampledNewest != nil ? "At least " : "")\(grouped(total)) dead letter(s) died more than \(text) ago and would be deleted for good (no replay after that)\(groups.first?.sampledNewest.map { "; the groups below count the newest \(grouped($0)) of them" } ?? "").",
-                    "hasGroups": !groups.isEmpty,
-                    "groups": groups.map {
-                        ["count": grouped($0.count), "reason": $0.reason, "trap": $0.trapID ?? ""]
+                    groups: groups.map {
+                        PurgeView.Group(count: grouped($0.count), reason: $0.reason, trap: $0.trapID ?? "")
                     },
-                    "preview": true, "any": total > 0, "olderThan": text, "cutoff": String(cutoff),
-                ],
+                    preview: true,
+                    any: total > 0,
+                    olderThan: text,
+                    cutoff: String(cutoff),
+                    hasGroups: !groups.isEmpty
+                ),
                 frame: frame
             )
         }

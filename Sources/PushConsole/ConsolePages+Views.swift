@@ -22,62 +22,76 @@ extension ConsolePages {
                 ) : []
             let (o, m, p, l, w, d) = try await (overview, minutes, pauses, limits, workers, deadMix)
             let now = Date()
-            let cards: [[String: Any]] = [
-                ["label": "due now", "value": o.pendingDue.shown, "alert": false],
-                ["label": "scheduled (retries, later run_at)", "value": o.pendingScheduled.shown, "alert": false],
-                ["label": "sending now", "value": o.running.shown, "alert": false],
-                [
-                    "label": "oldest due waits", "value": HumanText.duration(o.oldestDueAgeSeconds),
-                    "alert": o.oldestDueAgeSeconds > 60,
-                ],
-                ["label": "delivered (kept)", "value": o.delivered.shown, "alert": false],
-                ["label": "superseded (kept)", "value": o.superseded.shown, "alert": false],
-                ["label": "dead letters", "value": o.deadLetters.shown, "alert": o.deadLetters.value > 0],
+            let cards = [
+                OverviewView.Card(label: "due now", value: o.pendingDue.shown, alert: false),
+                OverviewView.Card(
+                    label: "scheduled (retries, later run_at)",
+                    value: o.pendingScheduled.shown,
+                    alert: false
+                ),
+                OverviewView.Card(label: "sending now", value: o.running.shown, alert: false),
+                OverviewView.Card(
+                    label: "oldest due waits",
+                    value: HumanText.duration(o.oldestDueAgeSeconds),
+                    alert: o.oldestDueAgeSeconds > 60
+                ),
+                OverviewView.Card(label: "delivered (kept)", value: o.delivered.shown, alert: false),
+                OverviewView.Card(label: "superseded (kept)", value: o.superseded.shown, alert: false),
+                OverviewView.Card(label: "dead letters", value: o.deadLetters.shown, alert: o.deadLetters.value > 0),
             ]
-            let values: [String: Any] = [
-                "cards": cards,
-                "chart": ConsoleChart.svg(m),
-                "deliveredHour": grouped(m.reduce(0) { $0 + $1.delivered }),
-                "deadHour": grouped(m.reduce(0) { $0 + $1.dead }),
-                "hasDeadMix": !d.isEmpty,
-                "deadMix": d.prefix(8).map { group -> [String: Any] in
-                    var row: [String: Any] = [
-                        "reason": group.reason, "reasonQuery": Self.query(group.reason), "count": grouped(group.count),
-                    ]
-                    if let trap = group.trapID { row["trap"] = trap }
-                    row["diedWith"] = Self.query(group.trapID ?? "none")
-                    return row
+            let view = OverviewView(
+                cards: cards,
+                chart: ConsoleChart.svg(m),
+                deliveredHour: grouped(m.reduce(0) { $0 + $1.delivered }),
+                deadHour: grouped(m.reduce(0) { $0 + $1.dead }),
+                deadMix: d.prefix(8).map { group in
+                    OverviewView.DeadMix(
+                        reason: group.reason,
+                        reasonQuery: Self.query(group.reason),
+                        count: grouped(group.count),
+                        trap: group.trapID,
+                        diedWith: Self.query(group.trapID ?? "none")
+                    )
                 },
-                "hasPauses": !p.isEmpty,
-                "pauses": p.map { pause -> [String: Any] in
-                    [
-                        "credential": pause.credential ?? "any", "topic": pause.topic ?? "any",
-                        "credentialValue": pause.credential ?? "", "topicValue": pause.topic ?? "",
-                        "reason": pause.reason,
-                        "age": HumanText.duration(now.timeIntervalSince(pause.createdAt)) + " ago",
-                        "createdBy": pause.createdBy,
-                    ]
+                pauses: p.map { pause in
+                    OverviewView.PauseRow(
+                        credential: pause.credential ?? "any",
+                        topic: pause.topic ?? "any",
+                        credentialValue: pause.credential ?? "",
+                        topicValue: pause.topic ?? "",
+                        reason: pause.reason,
+                        age: HumanText.duration(now.timeIntervalSince(pause.createdAt)) + " ago",
+                        createdBy: pause.createdBy
+                    )
                 },
-                "hasLimits": !l.isEmpty,
-                "limits": l.map { limit -> [String: Any] in
-                    [
-                        "credential": limit.credential ?? "any", "topic": limit.topic ?? "any",
-                        "perSecond": String(format: "%g", limit.perSecond), "burst": grouped(limit.burst),
-                        "available": grouped(limit.available),
-                    ]
+                limits: l.map { limit in
+                    OverviewView.LimitRow(
+                        credential: limit.credential ?? "any",
+                        topic: limit.topic ?? "any",
+                        perSecond: String(format: "%g", limit.perSecond),
+                        burst: grouped(limit.burst),
+                        available: grouped(limit.available)
+                    )
                 },
-                "hasWorkers": !w.isEmpty,
-                "workers": w.map { worker -> [String: Any] in
+                workers: w.map { worker in
                     let silent = now.timeIntervalSince(worker.heartbeatAt)
                     let state = worker.stoppedAt != nil ? "stopped" : silent > 60 ? "stale" : "live"
-                    return [
-                        "id": worker.workerID, "host": worker.host, "pid": worker.pid,
-                        "credentials": worker.credentials.joined(separator: ", "),
-                        "heartbeat": HumanText.duration(silent) + " ago", "state": state, "stateClass": state,
-                    ]
+                    return OverviewView.WorkerRow(
+                        id: worker.workerID,
+                        host: worker.host,
+                        pid: worker.pid,
+                        credentials: worker.credentials.joined(separator: ", "),
+                        heartbeat: HumanText.duration(silent) + " ago",
+                        state: state,
+                        stateClass: state
+                    )
                 },
-            ]
-            return self.render("overview", title: "Overview", values: values, frame: frame)
+                hasDeadMix: !d.isEmpty,
+                hasPauses: !p.isEmpty,
+                hasLimits: !l.isEmpty,
+                hasWorkers: !w.isEmpty
+            )
+            return self.render("overview", title: "Overview", page: view, frame: frame)
         }
     }
 
@@ -168,51 +182,58 @@ extension ConsolePages {
                     filterQuery + [("limit", String(filter.limit)), ("after", page.last?.cursor.description)]
                 )
                 : nil
-            var shownFilter: [String: Any] = [
-                "trap": filter.trapID ?? "", "reason": filter.reason ?? "", "topic": filter.topic ?? "",
-                "since": fields["since"] ?? "", "limit": String(filter.limit),
-            ]
-            if let diedWith = fields["died_with"], !diedWith.isEmpty { shownFilter["diedWith"] = diedWith }
-            if let ids = fields["ids"], !ids.isEmpty { shownFilter["ids"] = ids }
-            var values: [String: Any] = [
-                "filter": shownFilter,
-                "filtered": !groupFilter.isUnrestricted,
-                "paged": cursor != nil,
-                "hasGroups": !g.isEmpty,
-                "sampled": g.first?.sampledNewest.map {
+            let since = fields["since"].flatMap { $0.isEmpty ? nil : $0 }
+            let view = DeadLettersView(
+                filter: DeadLettersView.Filter(
+                    trap: filter.trapID ?? "",
+                    reason: filter.reason ?? "",
+                    topic: filter.topic ?? "",
+                    since: fields["since"] ?? "",
+                    limit: String(filter.limit),
+                    diedWith: fields["died_with"].flatMap { $0.isEmpty ? nil : $0 },
+                    ids: fields["ids"].flatMap { $0.isEmpty ? nil : $0 }
+                ),
+                filtered: !groupFilter.isUnrestricted,
+                paged: cursor != nil,
+                sampled: g.first?.sampledNewest.map {
                     "Counts are of the newest \(grouped($0)) matching dead letters."
-                }
-                    ?? "",
-                "groups": g.map { group -> [String: Any] in
-                    var row: [String: Any] = [
-                        "count": grouped(group.count), "reason": group.reason, "trap": group.trapID ?? "",
-                        "newest": timestamp(group.newest), "example": group.example,
-                        "query": Self.queryString([
+                },
+                groups: g.map { group in
+                    DeadLettersView.Group(
+                        count: grouped(group.count),
+                        reason: group.reason,
+                        trap: group.trapID ?? "",
+                        newest: timestamp(group.newest),
+                        example: group.example,
+                        query: Self.queryString([
                             ("reason", group.reason), ("died_with", group.trapID ?? "none"), ("topic", filter.topic),
-                            ("since", fields["since"].flatMap { $0.isEmpty ? nil : $0 }),
+                            ("since", since),
                         ]),
-                    ]
-                    if let trap = group.trapID, let entry = TrapRunbook.entry(for: trap) {
-                        row["advice"] = ["title": entry.title, "html": RunbookHTML.render(entry.markdown)]
-                    }
-                    return row
+                        advice: group.trapID.flatMap { trap in
+                            TrapRunbook.entry(for: trap).map {
+                                AdviceView(code: trap, title: $0.title, html: RunbookHTML.render($0.markdown))
+                            }
+                        }
+                    )
                 },
-                "hasLetters": !page.isEmpty,
-                "letters": page.map { letter -> [String: Any] in
-                    var row: [String: Any] = [
-                        "id": letter.id, "deadAt": timestamp(letter.deadAt), "reason": letter.reason,
-                        "traps": letter.trapIDs.joined(separator: " "),
-                        "topic": letter.topic, "target": letter.target, "attempts": letter.attempts,
-                        "error": letter.error,
-                    ]
-                    // Absent, not empty: an empty string would still open the template's section.
-                    if let status = letter.status { row["status"] = String(status) }
-                    return row
+                letters: page.map { letter in
+                    DeadLettersView.Letter(
+                        id: letter.id,
+                        deadAt: timestamp(letter.deadAt),
+                        reason: letter.reason,
+                        status: letter.status.map(String.init),
+                        traps: letter.trapIDs.joined(separator: " "),
+                        topic: letter.topic,
+                        target: letter.target,
+                        attempts: letter.attempts,
+                        error: letter.error
+                    )
                 },
-            ]
-            // Absent, not empty: a section opens for any string, even an empty one.
-            if let next { values["next"] = next }
-            return self.render("dead", title: "Dead letters", values: values, frame: frame)
+                next: next,
+                hasGroups: !g.isEmpty,
+                hasLetters: !page.isEmpty
+            )
+            return self.render("dead", title: "Dead letters", page: view, frame: frame)
         }
     }
 
@@ -241,15 +262,15 @@ extension ConsolePages {
             letter.job.firstAttemptAt = nil
             let showPayload = Self.queryFields(request)["payload"] == "1"
             if showPayload { self.logPayloadRead(session, "dead letter \(id)") }
-            var values = self.detailValues(
+            var view = self.detailView(
                 job: letter.job,
                 facts: facts,
                 historyJSON: letter.historyJSON,
                 showPayload: showPayload
             )
-            values["error"] = letter.error
-            values["id"] = id
-            return self.render("letter", title: "Dead letter \(id)", values: values, frame: frame)
+            view.error = letter.error
+            view.id = id
+            return self.render("letter", title: "Dead letter \(id)", page: view, frame: frame)
         }
     }
 
@@ -281,13 +302,13 @@ extension ConsolePages {
             if let unique = details.apnsUniqueID { facts.append(("apns-unique-id", unique)) }
             let showPayload = Self.queryFields(request)["payload"] == "1"
             if showPayload { self.logPayloadRead(session, "job \(id)") }
-            let values = self.detailValues(
+            let view = self.detailView(
                 job: details.job,
                 facts: facts,
                 historyJSON: details.historyJSON,
                 showPayload: showPayload
             )
-            return self.render("job", title: "Job \(id)", values: values, frame: frame)
+            return self.render("job", title: "Job \(id)", page: view, frame: frame)
         }
     }
 
@@ -330,40 +351,40 @@ extension ConsolePages {
     }
 
     /// Facts, runbook advice, the attempt history and the describe block, shared by both detail pages.
-    func detailValues(job: PushJob, facts: [(String, String)], historyJSON: String, showPayload: Bool) -> [String: Any]
-    {
+    func detailView(job: PushJob, facts: [(String, String)], historyJSON: String, showPayload: Bool) -> DetailView {
         let attempts = Self.attempts(historyJSON)
-        let advice = job.trapIDs.reversed().compactMap { trap -> [String: Any]? in
+        let advice = job.trapIDs.reversed().compactMap { trap -> AdviceView? in
             guard let entry = TrapRunbook.entry(for: trap.rawValue) else { return nil }
-            return ["code": trap.rawValue, "title": entry.title, "html": RunbookHTML.render(entry.markdown)]
+            return AdviceView(code: trap.rawValue, title: entry.title, html: RunbookHTML.render(entry.markdown))
         }
-        var values: [String: Any] = [
-            "facts": facts.map { ["name": $0.0, "value": $0.1] },
-            "hasAttempts": !attempts.isEmpty,
-            "attempts": attempts,
-            "advice": advice.first.map { [$0] } ?? [],
-        ]
+        var described: DetailView.Request?
+        var rejected: DetailView.Rejected?
         do {
             let request = try RequestBuilder.describe(job)
             var path = request.path
             if let token = job.deviceToken {
                 path = path.replacingOccurrences(of: token, with: "<token fp \(tokenFingerprint(token))>")
             }
-            var described: [String: Any] = [
-                "line": "\(request.method) https://\(request.environment.sendHost)\(path)  HTTP/2",
-                "credential": job.credential,
-                "headers": request.headers.map { ["name": $0.name, "value": $0.value] },
-                "bytes": grouped(request.byteCount), "limit": grouped(request.limit),
-                "warnings": request.warnings.map { ["code": $0.trapID.rawValue, "message": $0.message] },
-            ]
-            if showPayload { described["payload"] = String(decoding: request.body, as: UTF8.self) }
-            values["request"] = described
+            described = DetailView.Request(
+                line: "\(request.method) https://\(request.environment.sendHost)\(path)  HTTP/2",
+                credential: job.credential,
+                headers: request.headers.map { DetailView.Header(name: $0.name, value: $0.value) },
+                bytes: grouped(request.byteCount),
+                limit: grouped(request.limit),
+                warnings: request.warnings.map { DetailView.Warning(code: $0.trapID.rawValue, message: $0.message) },
+                payload: showPayload ? String(decoding: request.body, as: UTF8.self) : nil
+            )
         } catch {
-            var rejected: [String: Any] = ["reason": error.reason, "message": error.message]
-            if let trap = error.trapID { rejected["trap"] = trap.rawValue }
-            values["rejected"] = rejected
+            rejected = DetailView.Rejected(reason: error.reason, message: error.message, trap: error.trapID?.rawValue)
         }
-        return values
+        return DetailView(
+            facts: facts.map { DetailView.Fact(name: $0.0, value: $0.1) },
+            attempts: attempts,
+            advice: advice.first.map { [$0] } ?? [],
+            request: described,
+            rejected: rejected,
+            hasAttempts: !attempts.isEmpty
+        )
     }
 
     /// A history value as JSON shows it: `null`, `410`, `"text"` without quotes, `[…]` compact.
@@ -381,7 +402,7 @@ extension ConsolePages {
     }
 
     /// The history's entries as table rows: attempt number, time, outcome, and every other field.
-    static func attempts(_ json: String) -> [[String: Any]] {
+    static func attempts(_ json: String) -> [DetailView.Attempt] {
         guard let array = try? JSONSerialization.jsonObject(with: Data(json.utf8)) as? [[String: Any]] else {
             return []
         }
@@ -389,12 +410,12 @@ extension ConsolePages {
             let details = entry.keys.sorted().filter { !["attempt", "at", "outcome"].contains($0) }.map { key in
                 "\(key)=\(Self.shown(entry[key]))"
             }
-            return [
-                "number": (entry["attempt"] as? Int).map(String.init) ?? String(n + 1),
-                "at": (entry["at"] as? String) ?? "",
-                "outcome": (entry["outcome"] as? String) ?? "",
-                "details": details.joined(separator: "  "),
-            ]
+            return DetailView.Attempt(
+                number: (entry["attempt"] as? Int).map(String.init) ?? String(n + 1),
+                at: (entry["at"] as? String) ?? "",
+                outcome: (entry["outcome"] as? String) ?? "",
+                details: details.joined(separator: "  ")
+            )
         }
     }
 }

@@ -28,13 +28,6 @@ struct ConsolePages: Sendable {
     struct Frame {
         var session: ConsoleAuth.Session?
         var csrf: String
-
-        var values: [String: Any] {
-            [
-                "signedIn": self.session != nil, "operator": self.session?.operatorName ?? "", "csrf": self.csrf,
-                "canChange": self.session?.canChange ?? false, "viewer": self.session?.role == .viewer,
-            ]
-        }
     }
 
     func frame(_ request: Request) -> Frame {
@@ -44,26 +37,32 @@ struct ConsolePages: Sendable {
 
     // MARK: rendering
 
-    func render(
+    func render<Page>(
         _ template: String,
         title: String,
-        values: [String: Any],
+        page: Page,
         frame: Frame,
         status: HTTPResponse.Status = .ok
     ) -> Response {
-        var context = frame.values
-        context["base"] = self.base
-        context["writable"] = self.auth.isWritable
-        context["canSignIn"] = self.auth.canSignIn
-        context["title"] = title
-        for (key, value) in values { context[key] = value }
-        let body = self.library.render(context, withTemplate: template) ?? ""
-        context["body"] = body
-        let page = self.library.render(context, withTemplate: "layout") ?? body
+        var layout = LayoutView(
+            base: self.base,
+            writable: self.auth.isWritable,
+            canSignIn: self.auth.canSignIn,
+            title: title,
+            signedIn: frame.session != nil,
+            operator: frame.session?.operatorName ?? "",
+            viewer: frame.session?.role == .viewer,
+            canChange: frame.session?.canChange ?? false,
+            csrf: frame.csrf,
+            page: page
+        )
+        let body = self.library.render(layout, withTemplate: template) ?? ""
+        layout.body = body
+        let html = self.library.render(layout, withTemplate: "layout") ?? body
         return Response(
             status: status,
             headers: [.contentType: "text/html; charset=utf-8"],
-            body: .init(byteBuffer: ByteBuffer(string: page))
+            body: .init(byteBuffer: ByteBuffer(string: html))
         )
     }
 
@@ -77,10 +76,11 @@ struct ConsolePages: Sendable {
         self.render(
             "message",
             title: title,
-            values: [
-                "text": text, "kind": status.code >= 400 ? "alert-text" : "",
-                "links": links.map { ["href": $0.href, "label": $0.label] },
-            ],
+            page: MessageView(
+                text: text,
+                kind: status.code >= 400 ? "alert-text" : "",
+                links: links.map { MessageView.Link(href: $0.href, label: $0.label) }
+            ),
             frame: frame,
             status: status
         )
@@ -211,7 +211,7 @@ struct ConsolePages: Sendable {
 
     func loginPage(_ request: Request) async throws -> Response {
         let frame = self.frame(request)
-        return self.render("login", title: "Sign in", values: [:], frame: frame)
+        return self.render("login", title: "Sign in", page: LoginView(), frame: frame)
     }
 
     func login(_ request: Request, client: String = "unknown") async throws -> Response {

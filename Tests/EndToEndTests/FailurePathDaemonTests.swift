@@ -184,6 +184,9 @@ struct FailurePathDaemonTests {
             try await waitFor("500 running") {
                 try psql("SELECT count(*) FROM push.jobs WHERE state = 'running'") == "500"
             }
+            // The outage comes with the requests in flight, as the title says: each connection first sends one
+            // request and widens to the peer's limit after its 200 (2 s here), so the claim alone is not enough.
+            try await waitFor("most requests in flight") { simulator.requests.count >= 400 }
             // Longer than the lease (20 s) and than the stale period: every lease lapses meanwhile.
             switch kind {
             case .restart:

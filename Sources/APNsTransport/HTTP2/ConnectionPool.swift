@@ -29,11 +29,11 @@ final class ConnectionPool: Sendable {
         var logger: Logger
     }
 
-    let endpoint: APNsEndpoint
+    let endpoint: PushEndpoint
     let context: Context
     private let state: Mutex<State>
 
-    init(endpoint: APNsEndpoint, context: Context) {
+    init(endpoint: PushEndpoint, context: Context) {
         self.endpoint = endpoint
         self.context = context
         let configuration = context.configuration

@@ -36,7 +36,7 @@ final class FrameExchange: ChannelInboundHandler {
     let lastStall: () -> NIODeadline?
 
     init(
-        peer: String = "APNs",
+        peer: String,
         firstStreamID: Int32 = 1,
         lastStall: @escaping () -> NIODeadline? = { StallDetector.shared.lastStall }
     ) {

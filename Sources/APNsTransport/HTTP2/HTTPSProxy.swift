@@ -33,7 +33,7 @@ public struct HTTPSProxy: Sendable, Hashable, CustomStringConvertible {
         }
         guard scheme == "http" else {
             throw fail(
-                "'\(redacted)' uses \(scheme)://: only http:// CONNECT proxies are supported (TLS to APNs runs inside the tunnel either way)"
+                "'\(redacted)' uses \(scheme)://: only http:// CONNECT proxies are supported (TLS to the provider runs inside the tunnel either way)"
             )
         }
         guard let host = components.host, !host.isEmpty else {

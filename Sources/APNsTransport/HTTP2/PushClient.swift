@@ -30,7 +30,7 @@ final class PushClient<Provider: PushProvider>: Sendable {
 
     /// One pool per (endpoint, credential).
     struct PoolKey: Hashable {
-        var endpoint: APNsEndpoint
+        var endpoint: PushEndpoint
         var credential: String
     }
 
@@ -85,7 +85,7 @@ final class PushClient<Provider: PushProvider>: Sendable {
     ///     its answer is judged first, as if this call had sent it.
     func perform(
         _ request: OutgoingRequest,
-        endpoint: APNsEndpoint,
+        endpoint: PushEndpoint,
         credential: String,
         mayWrite: (@Sendable () -> Bool)? = nil,
         resuming first: FirstAttempt? = nil
@@ -203,7 +203,7 @@ final class PushClient<Provider: PushProvider>: Sendable {
     ///   - onResult: called exactly once per request, with its index in `requests`.
     func sendBatch(
         _ requests: [OutgoingRequest],
-        endpoint: APNsEndpoint,
+        endpoint: PushEndpoint,
         credential: String,
         mayWrite: @escaping @Sendable () -> Bool,
         withdraws: (@Sendable (_ index: Int) -> Bool)? = nil,
@@ -412,7 +412,7 @@ final class PushClient<Provider: PushProvider>: Sendable {
 
     /// Opens one connection per credential to `endpoint`, at most `timeout` in all; failures are left for
     /// the first send to report.
-    func warmUp(credentials: [String], endpoint: APNsEndpoint, timeout: Duration) async {
+    func warmUp(credentials: [String], endpoint: PushEndpoint, timeout: Duration) async {
         let pools = credentials.filter(self.knows).map { self.pool(for: PoolKey(endpoint: endpoint, credential: $0)) }
         guard !pools.isEmpty else { return }
         // Whichever comes first: every pool connected (or failed), or the timeout. A connect still under way

@@ -125,8 +125,6 @@ struct ExchangeStateMachine<Waiter> {
         error: String,
         now: NIODeadline
     ) -> Completion? {
-        // Its 200 was read meanwhile (the DATA write failed after the answer came): delivered.
-        if let answered = self.completeIfAnsweredOK(streamID, now: now) { return answered }
         // "Not processed" only where that is certain; otherwise TLS may already have sent part of the batch
         // this request was flushed with (one ciphertext buffer, one promise): an unknown outcome.
         let failure: TransportError =
@@ -141,7 +139,7 @@ struct ExchangeStateMachine<Waiter> {
                     message: "the connection failed while the request was being written: \(error)"
                 )
             }
-        return self.finish(streamID, .failure(failure), now: now)
+        return self.end(streamID, failing: failure, now: now)
     }
 
     // MARK: Frames
@@ -178,15 +176,12 @@ struct ExchangeStateMachine<Waiter> {
 
     /// RST_STREAM from the peer.
     mutating func reset(_ streamID: HTTP2StreamID, code: HTTP2ErrorCode, now: NIODeadline) -> Completion? {
-        if let answered = self.completeIfAnsweredOK(streamID, now: now) { return answered }
-        return self.finish(
+        self.end(
             streamID,
-            .failure(
-                TransportError(
-                    code: .streamReset,
-                    mayHaveBeenProcessed: code != .refusedStream,
-                    message: "\(self.peer) reset the stream (\(code))"
-                )
+            failing: TransportError(
+                code: .streamReset,
+                mayHaveBeenProcessed: code != .refusedStream,
+                message: "\(self.peer) reset the stream (\(code))"
             ),
             now: now
         )
@@ -196,16 +191,13 @@ struct ExchangeStateMachine<Waiter> {
     mutating func goAway(last: HTTP2StreamID, now: NIODeadline) -> [Completion] {
         self.goAwayLast = last
         return self.exchanges.keys.filter { $0 > last }.sorted().compactMap {
-            // A 200 already read is evidence the GOAWAY cannot outweigh: delivered, never resent.
-            if let answered = self.completeIfAnsweredOK($0, now: now) { return answered }
-            return self.finish($0, .failure(self.goneAway(last)), now: now)
+            self.end($0, failing: self.goneAway(last), now: now)
         }
     }
 
     /// NIO closed a stream (`reason`: the error code it closed with, if any).
     mutating func streamClosed(_ streamID: HTTP2StreamID, reason: HTTP2ErrorCode?, now: NIODeadline) -> Completion? {
         guard self.exchanges[streamID] != nil else { return nil }
-        if let answered = self.completeIfAnsweredOK(streamID, now: now) { return answered }
         let failure: TransportError =
             if let last = self.goAwayLast, streamID > last {
                 self.goneAway(last)
@@ -218,7 +210,7 @@ struct ExchangeStateMachine<Waiter> {
             } else {
                 Self.unknownOutcome("the stream closed before a response")
             }
-        return self.finish(streamID, .failure(failure), now: now)
+        return self.end(streamID, failing: failure, now: now)
     }
 
     /// The connection is gone: streams above a GOAWAY's last-stream-id were not processed, the rest may
@@ -228,11 +220,13 @@ struct ExchangeStateMachine<Waiter> {
         self.timerArmed = false
         self.deadlines.removeAll()
         return self.exchanges.keys.sorted().compactMap { streamID in
-            if let answered = self.completeIfAnsweredOK(streamID, now: now) { return answered }
-            if let last = self.goAwayLast, streamID > last {
-                return self.finish(streamID, .failure(self.goneAway(last)), now: now)
-            }
-            return self.finish(streamID, .failure(Self.unknownOutcome("the connection closed mid-request")), now: now)
+            let failure =
+                if let last = self.goAwayLast, streamID > last {
+                    self.goneAway(last)
+                } else {
+                    Self.unknownOutcome("the connection closed mid-request")
+                }
+            return self.end(streamID, failing: failure, now: now)
         }
     }
 
@@ -242,8 +236,7 @@ struct ExchangeStateMachine<Waiter> {
     /// the peer); the caller resets their streams (the completions' stream ids).
     mutating func cancel(where matching: (Waiter) -> Bool, now: NIODeadline) -> [Completion] {
         self.exchanges.filter { matching($0.value.slot) }.keys.sorted().compactMap {
-            if let answered = self.completeIfAnsweredOK($0, now: now) { return answered }
-            return self.finish($0, .failure(Self.unknownOutcome("the request was cancelled while in flight")), now: now)
+            self.end($0, failing: Self.unknownOutcome("the request was cancelled while in flight"), now: now)
         }
     }
 
@@ -271,18 +264,13 @@ struct ExchangeStateMachine<Waiter> {
         while let head = self.deadlines.first, head.at <= now || self.exchanges[head.streamID] == nil {
             self.deadlines.removeFirst()
             guard let exchange = self.exchanges[head.streamID] else { continue }
-            // Its 200 was read, only its END_STREAM is missing: delivered (the stream is still reset).
-            if let answered = self.completeIfAnsweredOK(head.streamID, now: now) {
-                expiry.completions.append(answered)
-                expiry.resets.append(head.streamID)
-                continue
-            }
             let failure = TransportError(
                 code: .timeout,
                 mayHaveBeenProcessed: true,
                 message: "no response within \(Duration.nanoseconds(exchange.timeout.nanoseconds))"
             )
-            if let completion = self.finish(head.streamID, .failure(failure), now: now) {
+            // Reset either way: a stream whose 200 was read but whose END_STREAM never came is delivered.
+            if let completion = self.end(head.streamID, failing: failure, now: now) {
                 expiry.completions.append(completion)
                 expiry.resets.append(head.streamID)
             }
@@ -313,7 +301,7 @@ struct ExchangeStateMachine<Waiter> {
     private mutating func complete(_ streamID: HTTP2StreamID, now: NIODeadline) -> Completion? {
         guard let exchange = self.exchanges[streamID] else { return nil }
         guard let status = exchange.status else {
-            return self.finish(streamID, .failure(Self.unknownOutcome("the stream ended without a status")), now: now)
+            return self.finish(streamID, .failure(Self.unknownOutcome("the stream ended without a status")))
         }
         let answer = HTTP2Answer(
             status: status,
@@ -321,13 +309,25 @@ struct ExchangeStateMachine<Waiter> {
             body: exchange.body,
             latency: now - exchange.opened
         )
-        return self.finish(streamID, .success(answer), now: now)
+        return self.finish(streamID, .success(answer))
+    }
+
+    /// Ends a stream that got no complete answer, the one place for the rule: a `:status 200` already read is
+    /// the answer (the push was delivered; anything else would send it again), even when the stream then
+    /// resets, closes, times out, is cancelled, lies above a GOAWAY's last id, or its write fails; otherwise
+    /// `failure`.
+    private mutating func end(
+        _ streamID: HTTP2StreamID,
+        failing failure: TransportError,
+        now: NIODeadline
+    ) -> Completion? {
+        if let answered = self.completeIfAnsweredOK(streamID, now: now) { return answered }
+        return self.finish(streamID, .failure(failure))
     }
 
     private mutating func finish(
         _ streamID: HTTP2StreamID,
-        _ result: Result<HTTP2Answer, TransportError>,
-        now: NIODeadline?
+        _ result: Result<HTTP2Answer, TransportError>
     ) -> Completion? {
         guard let exchange = self.exchanges.removeValue(forKey: streamID) else { return nil }
         return Completion(streamID: streamID, slot: exchange.slot, result: result)

@@ -138,18 +138,29 @@ public struct TestDatabase: Sendable {
     /// A queue on this database.
     public var queue: JobQueue { JobQueue(client: self.client, logger: self.logger) }
 
+    /// How long a test's own statement is waited for: past the server's `statement_timeout` (120 s), so only a
+    /// client that never answers reaches it, and the test fails naming the statement instead of hanging the run.
+    public static let clientDeadline: Duration = .seconds(150)
+
     /// Runs one statement given as plain SQL text (as a producer would send it).
     public func execute(_ sql: String) async throws {
-        try await self.client.query(PostgresQuery(unsafeSQL: sql), logger: self.logger)
+        let (client, logger) = (self.client, self.logger)
+        try await withDeadline(Self.clientDeadline, "the test's statement \(sql.prefix(200))") {
+            for try await _ in try await client.query(PostgresQuery(unsafeSQL: sql), logger: logger) {}
+        }
     }
 
     /// Runs a query and decodes its single `bigint` column.
     public func int64s(_ query: PostgresQuery) async throws -> [Int64] {
-        var values: [Int64] = []
-        for try await value in try await self.client.query(query, logger: self.logger).decode(Int64.self) {
-            values.append(value)
+        let (client, logger) = (self.client, self.logger)
+        let sql = query.sql
+        return try await withDeadline(Self.clientDeadline, "the test's statement \(sql.prefix(200))") {
+            var values: [Int64] = []
+            for try await value in try await client.query(query, logger: logger).decode(Int64.self) {
+                values.append(value)
+            }
+            return values
         }
-        return values
     }
 
     /// Runs a query that returns one `bigint` (e.g. a count).
@@ -159,10 +170,14 @@ public struct TestDatabase: Sendable {
 
     /// Runs a query that returns one `float8` (a duration in seconds, an average).
     public func double(_ query: PostgresQuery) async throws -> Double {
-        for try await value in try await self.client.query(query, logger: self.logger).decode(Double?.self) {
-            return value ?? 0
+        let (client, logger) = (self.client, self.logger)
+        return try await withDeadline(Self.clientDeadline, "the test's statement \(query.sql.prefix(200))") {
+            var first: Double?
+            for try await value in try await client.query(query, logger: logger).decode(Double?.self) {
+                first = first ?? value ?? 0
+            }
+            return first ?? 0
         }
-        return 0
     }
 }
 

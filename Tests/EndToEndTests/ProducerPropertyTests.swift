@@ -2,6 +2,7 @@ import Foundation
 import PostgresNIO
 import PushProcess
 import PushQueue
+import PushQueueTesting
 import Testing
 
 /// The producer contract as a property: any row a producer can write either is refused at the INSERT with
@@ -195,33 +196,43 @@ struct ProducerPropertyTests {
             var inserted: [Int64] = []
             var careful: [Int64] = []
             var skipped = 0
-            for (index, row) in rows.enumerated() {
-                f.phase("inserting row \(index + 1) of \(rows.count): \(row.sql.prefix(300))")
-                do {
-                    let ids = try await f.db.int64s(PostgresQuery(unsafeSQL: row.sql))
-                    if ids.isEmpty { skipped += 1 }
-                    inserted += ids
-                    if row.careful { careful += ids }
-                } catch let error as PSQLError {
-                    let state = error.serverInfo?[.sqlState] ?? "?"
-                    let constraint = error.serverInfo?[.constraintName]
-                    let message = error.serverInfo?[.message] ?? ""
-                    let key: String
-                    switch state {
-                    case "23514", "23505":
-                        key = constraint ?? "?"
-                        #expect(knownRules.contains(key), "a refusal names its rule: \(key) for \(row.sql.prefix(300))")
-                    case "23502": key = "not null: \(error.serverInfo?[.columnName] ?? "?")"
-                    case "428C9": key = "id is generated always"
-                    case "22P02", "22007", "22008", "22021", "22P05", "22003":
-                        key = "invalid input (\(state))"
-                    default:
-                        key = "unexpected \(state)"
-                        Issue.record(
-                            "an INSERT failed without naming a rule: \(state) \(message) for \(row.sql.prefix(300))"
-                        )
+            // One producer session for all the rows, as a producer's own connection would be: 1,500 short
+            // statements through the pool made it open a connection each time a release had not yet landed.
+            try await f.db.client.withConnection { connection in
+                for (index, row) in rows.enumerated() {
+                    f.phase("inserting row \(index + 1) of \(rows.count): \(row.sql.prefix(300))")
+                    do {
+                        let ids = try await withDeadline(TestDatabase.clientDeadline, "INSERT \(index + 1)") {
+                            try await connection.query(PostgresQuery(unsafeSQL: row.sql), logger: f.db.logger)
+                                .collect().map { try $0.decode(Int64.self) }
+                        }
+                        if ids.isEmpty { skipped += 1 }
+                        inserted += ids
+                        if row.careful { careful += ids }
+                    } catch let error as PSQLError {
+                        let state = error.serverInfo?[.sqlState] ?? "?"
+                        let constraint = error.serverInfo?[.constraintName]
+                        let message = error.serverInfo?[.message] ?? ""
+                        let key: String
+                        switch state {
+                        case "23514", "23505":
+                            key = constraint ?? "?"
+                            #expect(
+                                knownRules.contains(key),
+                                "a refusal names its rule: \(key) for \(row.sql.prefix(300))"
+                            )
+                        case "23502": key = "not null: \(error.serverInfo?[.columnName] ?? "?")"
+                        case "428C9": key = "id is generated always"
+                        case "22P02", "22007", "22008", "22021", "22P05", "22003":
+                            key = "invalid input (\(state))"
+                        default:
+                            key = "unexpected \(state)"
+                            Issue.record(
+                                "an INSERT failed without naming a rule: \(state) \(message) for \(row.sql.prefix(300))"
+                            )
+                        }
+                        refused[key, default: 0] += 1
                     }
-                    refused[key, default: 0] += 1
                 }
             }
             #expect(kill(worker.pid, 0) == 0, "the worker is still running: \(worker.output.suffix(2000))")

@@ -2,11 +2,14 @@ import Synchronization
 
 /// A statement that did not answer within its deadline: the caller stops waiting and retries. (Seen once in a
 /// few dozen outages: after Postgres came back, one worker's outcome write never returned, and the worker held
-/// its jobs for ever, silently.)
-struct DeadlineExceeded: Error, CustomStringConvertible {
-    var what: String
-    var limit: Duration
-    var description: String { "\(self.what) did not answer within \(self.limit); no longer waiting for it" }
+/// its jobs for ever, silently. Seen once more in a test's own client: its 1,453rd INSERT in a row never
+/// answered and never reached Postgres, and the run hung until its watchdog.)
+public struct DeadlineExceeded: Error, CustomStringConvertible {
+    /// What was waited for, in words ("the claim").
+    public var what: String
+    /// How long it was waited for.
+    public var limit: Duration
+    public var description: String { "\(self.what) did not answer within \(self.limit); no longer waiting for it" }
 }
 
 /// Runs `operation`, and stops waiting for it after `limit` (throwing ``DeadlineExceeded``). The operation runs
@@ -14,7 +17,7 @@ struct DeadlineExceeded: Error, CustomStringConvertible {
 /// answer is dropped, so it must be safe to repeat (the outcome write is fenced, a claim unanswered leaves its
 /// jobs to their lease). Runs once per claim and per outcome batch: two tasks, and the timer is cancelled as
 /// soon as the operation answers, so no sleeping timer outlives it.
-func withDeadline<T: Sendable>(
+public func withDeadline<T: Sendable>(
     _ limit: Duration,
     _ what: String,
     _ operation: @escaping @Sendable () async throws -> T

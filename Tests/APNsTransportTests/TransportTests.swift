@@ -119,7 +119,10 @@ struct TransportTests {
         try await Fixture.run(client: { $0.requestTimeout = .milliseconds(1_500) }) { f in
             let hung = Fixture.token()
             f.simulator.script(hung, .hang)
-            _ = try await f.send(try Fixture.alert(Fixture.token()))
+            // The connection opens first, outside the 1.5 s deadline (a TLS handshake and a mint on a loaded
+            // machine running other tests can take longer than that).
+            await f.client.warmUp(credentials: ["default"], timeout: .seconds(30))
+            #expect(f.client.openConnections == 1)
             let clock = ContinuousClock()
             let start = clock.now
             await #expect(throws: TransportError.self) { _ = try await f.send(try Fixture.alert(hung)) }

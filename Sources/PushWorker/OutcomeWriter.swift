@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import PushCore
 import PushQueue
 import Synchronization
 
@@ -36,6 +37,7 @@ final class OutcomeWriter: Sendable {
     let interval: Duration
     let logger: Logger
     let metrics: WorkerMetrics
+    let clock: any MonotonicClock
     let onWritten: @Sendable (Report) -> Void
 
     init(
@@ -45,6 +47,7 @@ final class OutcomeWriter: Sendable {
         interval: Duration,
         logger: Logger,
         metrics: WorkerMetrics,
+        clock: any MonotonicClock = ContinuousClock(),
         onWritten: @escaping @Sendable (Report) -> Void
     ) {
         self.queue = queue
@@ -53,6 +56,7 @@ final class OutcomeWriter: Sendable {
         self.interval = interval
         self.logger = logger
         self.metrics = metrics
+        self.clock = clock
         self.onWritten = onWritten
     }
 
@@ -64,12 +68,13 @@ final class OutcomeWriter: Sendable {
         let buffered = self.buffer.withLock { $0.first?.added }
         let inFlight = self.writing.withLock { $0 }
         guard let oldest = [buffered, inFlight].compactMap({ $0 }).min() else { return .zero }
-        return ContinuousClock.now - oldest
+        return self.clock.now - oldest
     }
 
     func add(_ outcome: JobOutcome) {
+        let now = self.clock.now
         let count = self.buffer.withLock { buffer in
-            buffer.append(Waiting(outcome: outcome, added: .now))
+            buffer.append(Waiting(outcome: outcome, added: now))
             return buffer.count
         }
         self.metrics.outcomeBacklog.record(count)
@@ -82,7 +87,7 @@ final class OutcomeWriter: Sendable {
         while true {
             let giveUpAt = self.stopped.withLock { $0 }
             let stopping = giveUpAt != nil
-            if let giveUpAt, ContinuousClock.now > giveUpAt, self.pending > 0 {
+            if let giveUpAt, self.clock.now > giveUpAt, self.pending > 0 {
                 self.logger.error(
                     "could not write the last outcomes before the shutdown deadline; those jobs return to pending when this worker's heartbeat goes stale (same apns_id)",
                     metadata: ["push.outcomes": "\(self.pending)"]
@@ -91,14 +96,14 @@ final class OutcomeWriter: Sendable {
             }
             if self.pending == 0 {
                 if stopping { return }
-                _ = await self.signal.wait(timeout: .seconds(1))
+                _ = await self.signal.wait(timeout: .seconds(1), clock: self.clock)
                 continue
             }
-            if !stopping && self.pending < self.batchSize { try? await Task.sleep(for: self.interval) }
+            if !stopping && self.pending < self.batchSize { try? await self.clock.sleep(for: self.interval) }
             if await self.flush() {
                 backoff = .milliseconds(100)
             } else {
-                try? await Task.sleep(for: backoff)
+                try? await self.clock.sleep(for: backoff)
                 backoff = min(backoff * 2, .seconds(5))
             }
         }
@@ -106,7 +111,8 @@ final class OutcomeWriter: Sendable {
 
     /// Stops after writing what is left, or after `deadline` if the database keeps refusing.
     func stop(giveUpAfter deadline: Duration) {
-        self.stopped.withLock { $0 = .now + deadline }
+        let giveUpAt = self.clock.now + deadline
+        self.stopped.withLock { $0 = giveUpAt }
         self.signal.signal()
     }
 

@@ -1,10 +1,11 @@
+import PushCore
 import Synchronization
 
 /// Things the worker holds back for a while after a refusal, keyed by what was refused: credentials APNs
 /// rejected (InvalidProviderToken, Forbidden, no key configured, …), a credential's topics (TopicDisallowed),
 /// endpoints that could not be reached. Their jobs stay pending until the pause ends, instead of burning
 /// through every job of a misconfigured key. Each consecutive refusal doubles the pause, up to a cap; a
-/// success ends the streak. On the monotonic clock: a wall-clock step neither ends nor stretches a pause.
+/// success ends the streak. On the worker's monotonic clock: a wall-clock step neither ends nor stretches a pause.
 final class Pauses<Key: Hashable & Sendable>: Sendable {
     struct Pause {
         var until: ContinuousClock.Instant
@@ -14,15 +15,18 @@ final class Pauses<Key: Hashable & Sendable>: Sendable {
     private let pauses = Mutex<[Key: Pause]>([:])
     let initial: Duration
     let maximum: Duration
+    let clock: any MonotonicClock
 
-    init(initial: Duration, maximum: Duration) {
+    init(initial: Duration, maximum: Duration, clock: any MonotonicClock = ContinuousClock()) {
         self.initial = initial
         self.maximum = maximum
+        self.clock = clock
     }
 
     /// Pauses `key`; returns how long and whether it was newly paused (log once).
-    func pause(_ key: Key, now: ContinuousClock.Instant = .now) -> (length: Duration, isNew: Bool) {
-        self.pauses.withLock { pauses in
+    func pause(_ key: Key) -> (length: Duration, isNew: Bool) {
+        let now = self.clock.now
+        return self.pauses.withLock { pauses in
             if let current = pauses[key], current.until > now { return (current.until - now, false) }
             let length = pauses[key].map { min($0.length * 2, self.maximum) } ?? self.initial
             pauses[key] = Pause(until: now + length, length: length)
@@ -38,13 +42,15 @@ final class Pauses<Key: Hashable & Sendable>: Sendable {
     }
 
     /// Whether `key` is paused now (a claimed job of it is then held, not sent).
-    func isPaused(_ key: Key, now: ContinuousClock.Instant = .now) -> Bool {
-        self.pauses.withLock { $0[key].map { $0.until > now } ?? false }
+    func isPaused(_ key: Key) -> Bool {
+        let now = self.clock.now
+        return self.pauses.withLock { $0[key].map { $0.until > now } ?? false }
     }
 
     /// Keys paused right now (the claim leaves their jobs pending).
-    func active(now: ContinuousClock.Instant = .now) -> [Key] {
-        self.pauses.withLock { pauses in pauses.filter { $0.value.until > now }.map(\.key) }
+    func active() -> [Key] {
+        let now = self.clock.now
+        return self.pauses.withLock { pauses in pauses.filter { $0.value.until > now }.map(\.key) }
     }
 }
 

@@ -63,7 +63,7 @@ extension PushWorkerService {
     /// (``SendSpacer/admit(_:now:)``, which records the write when it is admitted).
     func withdraws(_ job: PushJob, latest: ContinuousClock.Instant?) -> Bool {
         if self.isCancelled(job.id) { return true }
-        if let latest, ContinuousClock.now > latest {
+        if let latest, self.clock.now > latest {
             self.metrics.lateLimitedSend()
             return true
         }
@@ -88,10 +88,10 @@ extension PushWorkerService {
         var waiting = jobs.sorted { $0.slot < $1.slot }
         while let first = waiting.first {
             // A cancelled wait (a drain past its grace) goes on at once: the writes are then withdrawn.
-            try? await Task.sleep(until: first.slot)
+            try? await self.clock.sleep(until: first.slot, tolerance: nil)
             var ready: [ScheduledSend] = []
             var later: [ScheduledSend] = []
-            let now = ContinuousClock.now
+            let now = self.clock.now
             while let next = waiting.first, next.slot <= now {
                 waiting.removeFirst()
                 if let spacing = next.job.sendSpacing, !next.spaced {
@@ -154,7 +154,7 @@ extension PushWorkerService {
 
     /// A prepared job's send ended (`nil`: refused before sending): decide, react, count, hand to the recorder.
     func complete(_ prepared: JobProcessor.Prepared, with result: Result<APNsResponse, any Error>?) {
-        if case .success(let response) = result { self.clock.observe(response) }
+        if case .success(let response) = result { self.skew.observe(response) }
         self.finished(self.processor.finish(prepared, with: result))
     }
 

@@ -8,7 +8,7 @@ extension PushWorkerService {
     /// pauses come first: sends resume on a fresh heartbeat (after a freeze, say), and they must not resume
     /// with a pause list older than the heartbeat.
     func beat() async throws {
-        let readAt = ContinuousClock.now
+        let readAt = self.clock.now
         let paused = try await self.queue.pauses().map { (credential: $0.credential, topic: $0.topic) }
         self.state.withLock { state in
             state.fleetPauses = paused
@@ -22,7 +22,7 @@ extension PushWorkerService {
             credentials: credentials,
             sessionTracked: self.configuration.sessionTracked
         )
-        let now = ContinuousClock.now
+        let now = self.clock.now
         self.state.withLock { $0.liveness.heartbeatSucceeded(at: now) }
         let held = Array(self.state.withLock { $0.capacity.held })
         if !held.isEmpty {
@@ -45,7 +45,7 @@ extension PushWorkerService {
             do {
                 try await self.beat()
                 self.databaseAnswered()
-                if self.state.withLock({ $0.liveness.mayReap(at: .now) }) {
+                if self.state.withLock({ $0.liveness.mayReap(at: self.clock.now) }) {
                     let reaped = try await self.queue.reapJobsOfGoneWorkers(
                         staleAfter: self.configuration.staleAfter,
                         workerID: self.configuration.workerID,
@@ -71,20 +71,21 @@ extension PushWorkerService {
                 )
                 self.databaseFailed(error)
             }
-            try? await Task.sleep(for: self.configuration.heartbeatInterval)
+            try? await self.clock.sleep(for: self.configuration.heartbeatInterval)
         }
     }
 
     /// A statement reached the database: it is neither gone nor read-only.
     func databaseAnswered() {
-        self.lastDatabaseSuccess.withLock { $0 = .now }
+        self.lastDatabaseSuccess.withLock { $0 = self.clock.now }
         self.readOnlySince.withLock { $0 = nil }
     }
 
     /// A statement failed: a read-only refusal starts (or continues) the read-only spell.
     func databaseFailed(_ error: any Error) {
         guard QueueError.isReadOnlyServer(error) else { return }
-        self.readOnlySince.withLock { $0 = $0 ?? .now }
+        let now = self.clock.now
+        self.readOnlySince.withLock { $0 = $0 ?? now }
     }
 
     /// The primary this worker uses is lost when its writes have been refused as read-only for 2 s (demoted
@@ -96,8 +97,8 @@ extension PushWorkerService {
     func primaryLostWatch() async {
         guard let handler = self.configuration.onPrimaryLost else { return }
         while !Task.isCancelled {
-            try? await Task.sleep(for: .seconds(1))
-            let now = ContinuousClock.now
+            try? await self.clock.sleep(for: .seconds(1))
+            let now = self.clock.now
             let readOnly = self.readOnlySince.withLock { $0 }.map { now - $0 >= .seconds(2) } ?? false
             let quiet = now - self.lastDatabaseSuccess.withLock { $0 }
             var loss: PrimaryLoss? = readOnly ? .readOnly : nil
@@ -110,7 +111,7 @@ extension PushWorkerService {
             if let loss, !self.isShuttingDown, !Task.isCancelled {
                 await handler(loss)
                 // A fresh start for the host now in use.
-                self.lastDatabaseSuccess.withLock { $0 = .now }
+                self.lastDatabaseSuccess.withLock { $0 = self.clock.now }
                 self.readOnlySince.withLock { $0 = nil }
             }
         }
@@ -118,9 +119,9 @@ extension PushWorkerService {
 
     /// Prunes delivered rows, dead-letters jobs nobody can sign, and refreshes the queue gauges on their timers.
     func maintenanceLoop() async {
-        var lastPrune = ContinuousClock.now
+        var lastPrune = self.clock.now
         while !Task.isCancelled {
-            try? await Task.sleep(for: self.configuration.reaperInterval)
+            try? await self.clock.sleep(for: self.configuration.reaperInterval)
             if Task.isCancelled { return }
             do {
                 self.metrics.connections.record(self.client.openConnections)
@@ -129,7 +130,7 @@ extension PushWorkerService {
                     self.credentialPauses.active().count + self.topicPauses.active().count
                 )
                 // Like reaping: not while this worker may have just come back from being cut off.
-                let mayJudge = self.state.withLock { $0.liveness.mayReap(at: .now) }
+                let mayJudge = self.state.withLock { $0.liveness.mayReap(at: self.clock.now) }
                 let unsignable =
                     mayJudge ? try await self.queue.deadLetterUnsignable(wait: self.configuration.credentialWait) : 0
                 if unsignable > 0 {
@@ -138,8 +139,8 @@ extension PushWorkerService {
                         metadata: ["push.jobs": "\(unsignable)"]
                     )
                 }
-                if ContinuousClock.now - lastPrune >= self.configuration.pruneInterval {
-                    lastPrune = .now
+                if self.clock.now - lastPrune >= self.configuration.pruneInterval {
+                    lastPrune = self.clock.now
                     let pruned = try await self.queue.pruneDelivered(olderThan: self.configuration.retention)
                     try await self.queue.forgetRetiredAPNsIDs(olderThan: self.configuration.apnsIDMemory)
                     if pruned > 0 {
@@ -159,7 +160,7 @@ extension PushWorkerService {
     /// in a loop of its own, so a slow count never delays reaping or pruning.
     func gaugesLoop() async {
         // After the first heartbeat, so a lone worker is elected on its first try.
-        try? await Task.sleep(for: self.configuration.heartbeatInterval)
+        try? await self.clock.sleep(for: self.configuration.heartbeatInterval)
         while !Task.isCancelled {
             do {
                 self.metrics.publish(
@@ -174,7 +175,7 @@ extension PushWorkerService {
                     metadata: ["push.error": "\(QueueError.summary(of: error))"]
                 )
             }
-            try? await Task.sleep(for: .seconds(15))
+            try? await self.clock.sleep(for: .seconds(15))
         }
     }
 }

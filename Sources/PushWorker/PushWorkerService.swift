@@ -1,7 +1,7 @@
 public import APNsTransport
 import Foundation
 public import Logging
-import PushCore
+public import PushCore
 public import PushQueue
 public import ServiceLifecycle
 import Synchronization
@@ -30,13 +30,16 @@ public final class PushWorkerService: Service, Sendable {
     let sendEnded = WakeSignal()
     let metrics = WorkerMetrics()
     let recorder: OutcomeWriter
-    let lastDatabaseSuccess = Mutex(ContinuousClock.now)
+    let lastDatabaseSuccess: Mutex<ContinuousClock.Instant>
     /// Since when every statement that failed was refused as read-only (`nil`: not so since the last success).
     let readOnlySince = Mutex<ContinuousClock.Instant?>(nil)
     let state: Locked<State>
     let stats = Locked(WorkerStats())
-    /// The host clock against APNs' `Date` header.
-    let clock: ClockSkewMonitor
+    /// The host's wall clock against APNs' `Date` header.
+    let skew: ClockSkewMonitor
+    /// The monotonic clock every timer of this worker reads (pauses, liveness, the outcome writer's batching
+    /// and backoff, send slots, the heartbeat, reaper and read-only loops).
+    let clock: any MonotonicClock
     /// Ids of held jobs an operator cancelled (see ``noteCancelled(_:)``).
     let cancelled = Locked(CancelledJobs())
 
@@ -51,7 +54,7 @@ public final class PushWorkerService: Service, Sendable {
         /// not send them once it is paused.
         var fleetPauses: [(credential: String?, topic: String?)] = []
         /// When the read of ``fleetPauses`` began.
-        var fleetPausesReadAt: ContinuousClock.Instant = .now
+        var fleetPausesReadAt: ContinuousClock.Instant
         /// The client's not-processed count at the last scrape (the metric counts the difference).
         var notProcessedReported = 0
         /// Bumped when a switch to a new primary begins: a claim that began before it and answers after it is
@@ -75,19 +78,23 @@ public final class PushWorkerService: Service, Sendable {
 
     /// - Parameters:
     ///   - listener: the dedicated LISTEN connection; `nil` polls only.
+    ///   - clock: the monotonic clock of every timer (tests pass a ``ManualClock``).
     public init(
         configuration: WorkerConfiguration,
         queue: JobQueue,
         client: APNsClient,
         listener: JobNotificationListener?,
-        logger: Logger
+        logger: Logger,
+        clock: any MonotonicClock = ContinuousClock()
     ) {
         self.configuration = configuration
+        self.clock = clock
+        self.lastDatabaseSuccess = Mutex(clock.now)
         self.queue = queue
         self.client = client
         self.listener = listener
         self.logger = logger
-        self.clock = ClockSkewMonitor(logger: logger)
+        self.skew = ClockSkewMonitor(logger: logger)
         self.processor = JobProcessor(
             client: client,
             retry: configuration.retry,
@@ -97,12 +104,14 @@ public final class PushWorkerService: Service, Sendable {
         )
         self.credentialPauses = Pauses(
             initial: configuration.credentialPause,
-            maximum: configuration.maximumCredentialPause
+            maximum: configuration.maximumCredentialPause,
+            clock: clock
         )
-        self.unreachableEndpoints = Pauses(initial: .seconds(1), maximum: .seconds(30))
+        self.unreachableEndpoints = Pauses(initial: .seconds(1), maximum: .seconds(30), clock: clock)
         self.topicPauses = Pauses(
             initial: configuration.credentialPause,
-            maximum: configuration.maximumCredentialPause
+            maximum: configuration.maximumCredentialPause,
+            clock: clock
         )
         let state = Locked(
             State(
@@ -111,7 +120,8 @@ public final class PushWorkerService: Service, Sendable {
                     staleAfter: configuration.staleAfter,
                     heartbeatInterval: configuration.heartbeatInterval,
                     reconnectGrace: configuration.reconnectGrace
-                )
+                ),
+                fleetPausesReadAt: clock.now
             )
         )
         self.state = state
@@ -123,7 +133,8 @@ public final class PushWorkerService: Service, Sendable {
             batchSize: configuration.batchSize,
             interval: configuration.recordInterval,
             logger: logger,
-            metrics: self.metrics
+            metrics: self.metrics,
+            clock: clock
         ) { report in
             stats.withLock { stats in
                 stats.fenced += report.fenced.count
@@ -161,7 +172,7 @@ public final class PushWorkerService: Service, Sendable {
 
     /// Readiness: not draining, Postgres answered recently, and no outcome has waited longer than half a lease.
     public var isReady: Bool {
-        let quietFor = ContinuousClock.now - self.lastDatabaseSuccess.withLock { $0 }
+        let quietFor = self.clock.now - self.lastDatabaseSuccess.withLock { $0 }
         return !self.isShuttingDown && quietFor < self.configuration.pollInterval * 3 + .seconds(10)
             && self.recorder.oldestWaiting < self.configuration.lease / 2
     }
@@ -179,7 +190,7 @@ public final class PushWorkerService: Service, Sendable {
 
     /// Whether this worker may start a send now: its heartbeat is fresh, so no other worker takes it
     /// for gone and re-claims its jobs.
-    var heartbeatFresh: Bool { self.state.withLock { $0.liveness.isFresh(at: .now) } }
+    var heartbeatFresh: Bool { self.state.withLock { $0.liveness.isFresh(at: self.clock.now) } }
 
     /// Runs until the service group's graceful shutdown (or ``shutdown()``, or cancellation), then drains.
     public func run() async throws {
@@ -215,7 +226,7 @@ public final class PushWorkerService: Service, Sendable {
                     "could not check in with Postgres; retrying",
                     metadata: ["push.error": "\(QueueError.summary(of: error))"]
                 )
-                _ = await self.wake.wait(timeout: .seconds(1))
+                _ = await self.wake.wait(timeout: .seconds(1), clock: self.clock)
             }
         }
         // A failover's switch to the new primary: first return the claims the old primary committed while their
@@ -293,11 +304,11 @@ public final class PushWorkerService: Service, Sendable {
                     state.switching ? nil : state.capacity.claimLimit().map { (limit: $0, epoch: state.switchEpoch) }
                 }
                 guard let (limit, epoch) = gate, self.heartbeatFresh else {
-                    _ = await self.sendEnded.wait(timeout: .milliseconds(100))
+                    _ = await self.sendEnded.wait(timeout: .milliseconds(100), clock: self.clock)
                     continue
                 }
                 let batch: JobQueue.ClaimBatch
-                let claimStarted = ContinuousClock.now
+                let claimStarted = self.clock.now
                 // Rate-limited jobs are claimed whatever this worker's send backlog: each takes a task of its
                 // own that waits for its slot, and the spacer admits it at the write, so a backlog cannot
                 // bunch them (it may make one late, then the next waits its interval). Leaving them for
@@ -333,7 +344,7 @@ public final class PushWorkerService: Service, Sendable {
                         "could not claim jobs; retrying",
                         metadata: ["push.error": "\(QueueError.summary(of: error))", "push.retry_in": "\(delay)"]
                     )
-                    _ = await self.wake.wait(timeout: delay)
+                    _ = await self.wake.wait(timeout: delay, clock: self.clock)
                     continue
                 }
                 let jobs = batch.jobs
@@ -383,11 +394,11 @@ public final class PushWorkerService: Service, Sendable {
                     // instead, a claim slower than the tolerance, a database across a region, would withdraw
                     // every limited job it took, for ever.)
                     let slot = job.sendAt.map { sendAt in
-                        ContinuousClock.now
+                        self.clock.now
                             + .milliseconds(Int64(sendAt.timeIntervalSince(job.claimedAt ?? sendAt) * 1000))
                     }
                     // Limited jobs are always scheduled: their sends are spaced here too.
-                    guard let slot, slot > .now || job.sendSpacing != nil else {
+                    guard let slot, slot > self.clock.now || job.sendSpacing != nil else {
                         due.append(job)
                         continue
                     }
@@ -419,14 +430,14 @@ public final class PushWorkerService: Service, Sendable {
                 }
                 // A rate limit's bucket ran dry: claim again when it holds a token.
                 if let refill = batch.rateLimitedFor { timeout = min(timeout, refill) }
-                _ = await self.wake.wait(timeout: timeout)
+                _ = await self.wake.wait(timeout: timeout, clock: self.clock)
             }
             // Draining: let in-flight sends finish within the grace period, then cancel them: a send not
             // yet written is withdrawn and its job released uncounted; one in flight has an unknown outcome.
             let grace = configuration.shutdownGrace
-            let deadline = ContinuousClock.now + grace
-            while self.state.withLock({ $0.capacity.inFlight }) > 0 && ContinuousClock.now < deadline {
-                _ = await self.sendEnded.wait(timeout: .milliseconds(50))
+            let deadline = self.clock.now + grace
+            while self.state.withLock({ $0.capacity.inFlight }) > 0 && self.clock.now < deadline {
+                _ = await self.sendEnded.wait(timeout: .milliseconds(50), clock: self.clock)
             }
             if self.state.withLock({ $0.capacity.inFlight }) > 0 {
                 self.logger.warning(

@@ -1,3 +1,4 @@
+import PushCore
 import Synchronization
 
 /// A level-triggered wake-up for the claimer: `signal()` from the LISTEN connection (or anyone), `wait`
@@ -31,7 +32,7 @@ final class WakeSignal: Sendable {
     /// Waits for a signal or until `timeout` passes (the polling fallback), whichever is first.
     ///
     /// - Returns: `true` when woken by a signal, `false` on timeout or cancellation.
-    func wait(timeout: Duration) async -> Bool {
+    func wait(timeout: Duration, clock: any MonotonicClock = ContinuousClock()) async -> Bool {
         if self.state.withLock({ state in
             defer { state.pending = false }
             return state.pending
@@ -41,7 +42,7 @@ final class WakeSignal: Sendable {
         return await withTaskGroup(of: Bool.self) { group in
             group.addTask { await self.waitForSignal() }
             group.addTask {
-                try? await Task.sleep(for: timeout)
+                try? await clock.sleep(for: timeout)
                 return false
             }
             let first = await group.next() ?? false

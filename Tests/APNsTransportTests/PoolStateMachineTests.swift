@@ -128,9 +128,9 @@ struct PoolStateMachineTests {
         #expect(await limiter.acquire(upTo: 50) == 5, "what is free, not what was asked")
         #expect(limiter.available == 0)
         async let first = limiter.acquire(upTo: 3)
-        while limiter.waiting < 1 { await Task.yield() }
+        while limiter.waiting < 1 { try? await Task.sleep(for: .milliseconds(1)) }
         async let second = limiter.acquire(upTo: 3)
-        while limiter.waiting < 2 { await Task.yield() }
+        while limiter.waiting < 2 { try? await Task.sleep(for: .milliseconds(1)) }
         limiter.release(4)
         #expect(await first == 3, "the first waiter takes up to its count")
         #expect(await second == 1, "the next one what is left")

@@ -28,6 +28,11 @@ import Testing
         )
     )
     func everyPageRendersInChromiumWithoutConsoleErrors() async throws {
+        // A browser: at most two heavy tests at once (HeavyTestGate).
+        try await HeavyTestGate.run { try await self.everyPageRendersInChromiumWithoutConsoleErrorsNow() }
+    }
+
+    private func everyPageRendersInChromiumWithoutConsoleErrorsNow() async throws {
         let browser = try #require(Self.chromium)
         let output = Self.repository.appendingPathComponent(".build/console-screenshots").path
         try FileManager.default.createDirectory(atPath: output, withIntermediateDirectories: true)

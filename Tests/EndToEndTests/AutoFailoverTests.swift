@@ -24,6 +24,11 @@ import Testing
         )
     )
     func plannedAndKilled() async throws {
+        // A formation of three clusters and two workers: at most two heavy tests at once (HeavyTestGate).
+        try await HeavyTestGate.run { try await self.plannedAndKilledNow() }
+    }
+
+    private func plannedAndKilledNow() async throws {
         let directory = "/tmp/autofailover-\(UUID().uuidString.prefix(8))"
         let formation = try AutoFailoverFormation.start(in: directory)
         defer {

@@ -60,6 +60,14 @@ struct DaemonFixture: Sendable {
         simulator configure: @Sendable (inout APNsSimulator.Configuration) -> Void = { _ in },
         _ body: @Sendable (DaemonFixture) async throws -> T
     ) async throws -> T {
+        // Workers, a simulator and Postgres driven hard: at most two such tests at once (HeavyTestGate).
+        try await HeavyTestGate.run { try await Self.runNow(simulator: configure, body) }
+    }
+
+    private static func runNow<T: Sendable>(
+        simulator configure: @Sendable (inout APNsSimulator.Configuration) -> Void,
+        _ body: @Sendable (DaemonFixture) async throws -> T
+    ) async throws -> T {
         try #require(
             FileManager.default.isExecutableFile(atPath: binary),
             "build the push-worker executable first (swift build)"

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import PushEmbeddedPostgres
 import PushProcess
+import PushQueueTesting
 import Testing
 
 /// The newcomer's first five minutes: README's block run as written (each `swift run push-worker` is the
@@ -25,6 +26,11 @@ import Testing
         "README's five minutes, as written, from an empty directory with nothing configured: every command exits 0, the pushes are delivered"
     )
     func fiveMinutes() async throws {
+        // A worker and its embedded cluster: at most two heavy tests at once (HeavyTestGate).
+        try await HeavyTestGate.run { try await self.fiveMinutesNow() }
+    }
+
+    private func fiveMinutesNow() async throws {
         let block = try Self.fiveMinutesBlock()
         #expect(
             !block.contains("PGPASSWORD") && !block.contains(".pushworker/"),

@@ -24,6 +24,15 @@ struct OwnClusterFixture: Sendable {
         simulator configure: @Sendable (inout APNsSimulator.Configuration) -> Void = { _ in },
         _ body: @Sendable (OwnClusterFixture) async throws -> Void
     ) async throws {
+        // A cluster of its own and workers: at most two such tests at once (HeavyTestGate).
+        try await HeavyTestGate.run { try await Self.runNow(label, simulator: configure, body) }
+    }
+
+    private static func runNow(
+        _ label: String,
+        simulator configure: @Sendable (inout APNsSimulator.Configuration) -> Void,
+        _ body: @Sendable (OwnClusterFixture) async throws -> Void
+    ) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("\(label)-\(UUID().uuidString)")
             .path
         var logger = Logger(label: "push.test.\(label)")

@@ -166,6 +166,8 @@ struct FleetInterleavingTests {
             _ = try await enqueue(db, count: 3)
             let worker = workerName("frozen")
             let session = try await Self.session(db, applicationName: JobQueue.applicationName(of: worker))
+            let sessionPID = try await session.query("SELECT pg_backend_pid()::bigint", logger: db.logger)
+                .collect().first?.decode(Int64.self)
             try await db.queue.heartbeat(workerID: worker, host: "h", pid: 1, credentials: [], sessionTracked: true)
             let jobs = try await db.queue.claim(limit: 3, workerID: worker, lease: .seconds(30))
             #expect(jobs.count == 3)
@@ -208,7 +210,8 @@ struct FleetInterleavingTests {
                 // What Postgres still shows of the closed session, and the worker row, for the next reader.
                 let seen = try await db.client.query(
                     """
-                    SELECT coalesce(a.state, '') || ' ' || a.backend_type || ' since ' || a.backend_start::text
+                    SELECT 'pid ' || a.pid || ' in ' || a.datname || ' ' || coalesce(a.state, '') || ' since '
+                           || a.backend_start::text || ' (the closed session was pid ' || \(sessionPID ?? 0)::text || ')'
                       FROM pg_stat_activity AS a WHERE a.application_name = left(\(worker), 63)
                     UNION ALL
                     SELECT 'worker row: heartbeat ' || (now() - heartbeat_at)::text || ' ago, tracked '

@@ -329,18 +329,21 @@ extension HostileInputTests {
             for worker in ["w-b", "w-a", "w-c"] {
                 try await db.queue.heartbeat(workerID: worker, host: "h", pid: 1, credentials: ["default"])
             }
-            let a = try #require(try await db.queue.gauges(workerID: "w-a", staleAfter: .seconds(6)))
+            // Live means a heartbeat within `staleAfter`: 60 s here, as the test's own statements can take
+            // seconds each on a machine the parallel suite loads; staleness is set by hand below.
+            let staleAfter = Duration.seconds(60)
+            let a = try #require(try await db.queue.gauges(workerID: "w-a", staleAfter: staleAfter))
             #expect(a.pending == 8 && a.running == 2 && a.deadLetters == 0 && a.oldestDueAgeSeconds >= 0)
-            #expect(try await db.queue.gauges(workerID: "w-b", staleAfter: .seconds(6)) == nil)
-            #expect(try await db.queue.gauges(workerID: "w-c", staleAfter: .seconds(6)) == nil)
+            #expect(try await db.queue.gauges(workerID: "w-b", staleAfter: staleAfter) == nil)
+            #expect(try await db.queue.gauges(workerID: "w-c", staleAfter: staleAfter) == nil)
             // w-a stops (or goes stale): the next smallest live id counts.
             try await db.queue.deregister(workerID: "w-a")
-            #expect(try await db.queue.gauges(workerID: "w-a", staleAfter: .seconds(6)) == nil)
-            #expect(try await db.queue.gauges(workerID: "w-b", staleAfter: .seconds(6)) != nil)
+            #expect(try await db.queue.gauges(workerID: "w-a", staleAfter: staleAfter) == nil)
+            #expect(try await db.queue.gauges(workerID: "w-b", staleAfter: staleAfter) != nil)
             try await db.execute(
-                "UPDATE push.workers SET heartbeat_at = now() - interval '1 minute' WHERE worker_id = 'w-b'"
+                "UPDATE push.workers SET heartbeat_at = now() - interval '2 minutes' WHERE worker_id = 'w-b'"
             )
-            #expect(try await db.queue.gauges(workerID: "w-c", staleAfter: .seconds(6)) != nil)
+            #expect(try await db.queue.gauges(workerID: "w-c", staleAfter: staleAfter) != nil)
         }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import PushCore
 import Testing
 
 @testable import PushWorker
@@ -33,23 +34,28 @@ struct ClaimCapacityTests {
         #expect(capacity.claimLimit() == 1)
     }
 
-    @Test("pauses double up to the cap, end by themselves, and a success ends the streak (monotonic clock passed in)")
+    @Test("pauses double up to the cap, end by themselves, and a success ends the streak (on the injected clock)")
     func pauses() {
-        let pauses = Pauses<String>(initial: .seconds(30), maximum: .seconds(100))
-        let start = ContinuousClock.now
-        let first = pauses.pause("a", now: start)
+        let clock = ManualClock()
+        let pauses = Pauses<String>(initial: .seconds(30), maximum: .seconds(100), clock: clock)
+        let first = pauses.pause("a")
         #expect(first.isNew && first.length == .seconds(30))
-        let again = pauses.pause("a", now: start + .seconds(10))
+        clock.advance(by: .seconds(10))
+        let again = pauses.pause("a")
         #expect(!again.isNew && again.length == .seconds(20), "already paused, 20 s left")
-        #expect(pauses.active(now: start + .seconds(29)) == ["a"])
-        #expect(pauses.active(now: start + .seconds(31)).isEmpty, "the pause ends by itself")
-        #expect(pauses.pause("a", now: start + .seconds(31)).length == .seconds(60), "doubled")
-        #expect(pauses.pause("a", now: start + .seconds(200)).length == .seconds(100), "capped at the maximum")
+        clock.advance(by: .seconds(19))
+        #expect(pauses.active() == ["a"] && pauses.isPaused("a"))
+        clock.advance(by: .seconds(2))
+        #expect(pauses.active().isEmpty && !pauses.isPaused("a"), "the pause ends by itself")
+        #expect(pauses.pause("a").length == .seconds(60), "doubled")
+        clock.advance(by: .seconds(169))
+        #expect(pauses.pause("a").length == .seconds(100), "capped at the maximum")
         pauses.succeeded("a")
-        #expect(pauses.pause("a", now: start + .seconds(400)).length == .seconds(30), "a success ends the streak")
-        let topics = Pauses<TopicKey>(initial: .seconds(1), maximum: .seconds(2))
-        _ = topics.pause(TopicKey(credential: "c", topic: "t"), now: start)
-        #expect(topics.active(now: start).map(\.description) == ["c/t"], "the claim's text")
-        #expect(!topics.isPaused(TopicKey(credential: "c", topic: "u"), now: start))
+        clock.advance(by: .seconds(200))
+        #expect(pauses.pause("a").length == .seconds(30), "a success ends the streak")
+        let topics = Pauses<TopicKey>(initial: .seconds(1), maximum: .seconds(2), clock: clock)
+        _ = topics.pause(TopicKey(credential: "c", topic: "t"))
+        #expect(topics.active().map(\.description) == ["c/t"], "the claim's text")
+        #expect(!topics.isPaused(TopicKey(credential: "c", topic: "u")))
     }
 }

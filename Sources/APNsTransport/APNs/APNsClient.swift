@@ -41,6 +41,9 @@ public final class APNsClient: Sendable {
         public var maximumReconnectBackoff: Duration
         /// Provider token lifetime rules.
         public var tokens: ProviderTokenCache.Configuration
+        /// The monotonic clock the pools' reconnect backoff reads (tests pass a `ManualClock`). Request
+        /// deadlines run on the connection's event loop, and a token's age on the wall clock (`iat`).
+        public var clock: any MonotonicClock = ContinuousClock()
 
         /// What the shared engine's pools need of it.
         var pool: PoolConfiguration {
@@ -51,7 +54,8 @@ public final class APNsClient: Sendable {
                 idlePingAfter: self.idlePingAfter,
                 initialReconnectBackoff: self.initialReconnectBackoff,
                 maximumReconnectBackoff: self.maximumReconnectBackoff,
-                httpsProxy: self.httpsProxy
+                httpsProxy: self.httpsProxy,
+                clock: self.clock
             )
         }
         /// The HTTP CONNECT proxy every connection (sends and channel management) goes through, unless its

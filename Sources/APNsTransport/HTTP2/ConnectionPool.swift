@@ -65,8 +65,9 @@ final class ConnectionPool: Sendable {
     ///   so one handshake (or one failed connect) does not hold up or fail the whole batch.
     func connection(waitForNew: Bool = true) async throws -> HTTP2Connection {
         while true {
+            let now = self.context.configuration.clock.now
             let (action, swept, usable) = self.state.withLock { state in
-                let (action, swept) = state.machine.next(now: .now)
+                let (action, swept) = state.machine.next(now: now)
                 return (action, swept, state.machine.openCount)
             }
             // A swept connection closes once its processed streams have their answers.
@@ -120,7 +121,7 @@ final class ConnectionPool: Sendable {
                     code: .connectFailed,
                     mayHaveBeenProcessed: false,
                     message:
-                        "\(self.context.peer) at \(self.endpoint.host):\(self.endpoint.port) is unreachable; next connect attempt in \(until - .now)"
+                        "\(self.context.peer) at \(self.endpoint.host):\(self.endpoint.port) is unreachable; next connect attempt in \(until - self.context.configuration.clock.now)"
                 )
             }
         }
@@ -156,9 +157,10 @@ final class ConnectionPool: Sendable {
         } catch is ClientClosed {
             throw TransportError(code: .shutdown, mayHaveBeenProcessed: false, message: "the client is shutting down")
         } catch {
+            let now = self.context.configuration.clock.now
             let (waiters, backoff) = self.state.withLock {
                 state -> ([CheckedContinuation<Void, Never>], Duration) in
-                let backoff = state.machine.connectFailed(slot: slot, now: .now)
+                let backoff = state.machine.connectFailed(slot: slot, now: now)
                 defer { state.waiters.removeAll() }
                 return (state.waiters.map(\.continuation), backoff)
             }
@@ -189,7 +191,8 @@ final class ConnectionPool: Sendable {
     /// Takes a connection out of the pool (GOAWAY, PING failure, UnrelatedKeyIdInToken); it closes once
     /// its in-flight requests finish, and its slot reopens on demand.
     func discard(_ connection: HTTP2Connection) async {
-        _ = self.state.withLock { $0.machine.discard(connection, now: .now) }
+        let now = self.context.configuration.clock.now
+        _ = self.state.withLock { $0.machine.discard(connection, now: now) }
         connection.retire()
     }
 

@@ -255,7 +255,11 @@ let package = Package(
         ),
         .testTarget(
             name: "PushWorkerTests",
-            dependencies: ["PushWorker", "PushCore"],
+            dependencies: [
+                "PushWorker", "PushCore", "PushQueue", "PushQueueTesting",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -168,29 +168,49 @@ struct ConnectionTests {
 @Suite("Connections against a hostile peer")
 struct HostilePeerTests {
     @Test(
-        "a peer that accepts and at once sends GOAWAY gets reconnect backoff, not a TLS handshake per request; the request comes back not processed"
+        "a peer that accepts and at once sends GOAWAY gets reconnect backoff (1 s, then 2 s, on the pool's clock), not a TLS handshake per request; the requests come back not processed"
     )
     func immediateGoAway() async throws {
-        try await Fixture.run(simulator: {
-            $0.faults.goAwayEvery = 1
-            $0.faults.goAwayGrace = .milliseconds(100)
-        }) { f in
-            let started = ContinuousClock.now
+        // The backoff runs on an injected clock: the test moves time instead of sleeping through it.
+        let clock = ManualClock()
+        try await Fixture.run(
+            simulator: {
+                $0.faults.goAwayEvery = 1
+                $0.faults.goAwayGrace = .milliseconds(100)
+            },
+            client: { $0.clock = clock }
+        ) { f in
             var faults: [TransportFault] = []
-            while ContinuousClock.now - started < .seconds(3) {
-                do {
-                    _ = try await f.send(try Fixture.alert(Fixture.token()))
-                    Issue.record("a request the peer never processes cannot succeed")
-                } catch let error as TransportError {
-                    faults.append(error.fault)
+            @Sendable func given(_ count: Int) async -> [TransportFault] {
+                var faults: [TransportFault] = []
+                for _ in 0..<count {
+                    do {
+                        _ = try await f.send(try Fixture.alert(Fixture.token()))
+                        Issue.record("a request the peer never processes cannot succeed")
+                    } catch let error as TransportError {
+                        faults.append(error.fault)
+                    } catch {
+                        Issue.record("not a transport error: \(error)")
+                    }
                 }
+                return faults
             }
-            let connections = f.simulator.connectionsAccepted
+            faults += await given(1)
+            #expect(f.simulator.connectionsAccepted == 1, "one connect, then the backoff")
+            faults += await given(20)
+            #expect(f.simulator.connectionsAccepted == 1, "20 sends within the 1 s backoff: no connect")
+            clock.advance(by: .seconds(1))
+            faults += await given(5)
+            #expect(f.simulator.connectionsAccepted == 2, "the backoff over: one connect, and the next backoff")
+            clock.advance(by: .seconds(1))
+            faults += await given(5)
+            #expect(f.simulator.connectionsAccepted == 2, "1 s into a 2 s backoff: no connect")
+            clock.advance(by: .seconds(1))
+            faults += await given(5)
+            #expect(f.simulator.connectionsAccepted == 3, "the doubled backoff over: one connect")
             print(
-                "immediate GOAWAY for 3 s: \(connections) connections, \(faults.count) sends given back (\(Set(faults.map(\.rawValue)).sorted()))"
+                "immediate GOAWAY: \(f.simulator.connectionsAccepted) connections for \(faults.count) sends given back (\(Set(faults.map(\.rawValue)).sorted()))"
             )
-            // Backoff 1 s, 2 s: at most a handful of connects in 3 s (before: one per request, hundreds).
-            #expect(connections <= 4)
             #expect(
                 faults.allSatisfy { $0 == .notProcessed || $0 == .unreachable },
                 "never an unknown outcome: nothing was processed"

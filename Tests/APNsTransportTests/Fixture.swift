@@ -102,8 +102,8 @@ struct Fixture: Sendable {
     }
 }
 
-/// A clock tests move by hand.
-final class ManualClock: Sendable {
+/// A wall clock tests move by hand (a provider token's `iat` and age are wall time).
+final class ManualWallClock: Sendable {
     private let offset = Mutex<TimeInterval>(0)
     func advance(by seconds: TimeInterval) { self.offset.withLock { $0 += seconds } }
     var now: Date { Date().addingTimeInterval(self.offset.withLock { $0 }) }

@@ -40,7 +40,7 @@ struct TokenTests {
 
     @Test("reused within its window, re-minted after it; a replacement happens once and never within 20 minutes")
     func cacheRules() async throws {
-        let clock = ManualClock()
+        let clock = ManualWallClock()
         let cache = ProviderTokenCache(key: Self.key, now: { clock.now })
         let first = try await cache.token()
         clock.advance(by: 49 * 60)
@@ -71,7 +71,7 @@ struct TokenTests {
 
     @Test("processes share tokens through a store: a second process adopts a young token instead of minting")
     func sharedStore() async throws {
-        let clock = ManualClock()
+        let clock = ManualWallClock()
         let store = MemoryTokenStore()
         let first = ProviderTokenCache(key: Self.key, store: store, now: { clock.now })
         let token = try await first.token()
@@ -91,7 +91,7 @@ struct TokenTests {
         "a stored token another key signed under the same key id (the .p8 was replaced) is never sent: the worker mints with its own key and replaces it, whatever its age"
     )
     func storedTokenOfAReplacedKey() async throws {
-        let clock = ManualClock()
+        let clock = ManualWallClock()
         let store = MemoryTokenStore()
         let replaced = SigningKey(teamID: Self.key.teamID, keyID: Self.key.keyID, privateKey: P256.Signing.PrivateKey())
         // Minted a minute ago by a worker that still had the wrong key: young enough to be adopted by age.

@@ -38,7 +38,16 @@ extension APNsSimulator {
                     configuration.stream.targetWindowSize = 1 << 20
                     let multiplexer = try sync.configureAsyncHTTP2Pipeline(mode: .server, configuration: configuration)
                     { stream in
-                        stream.eventLoop.makeCompletedFuture { try Stream(wrappingChannelSynchronously: stream) }
+                        // Runs as the HEADERS that opens the stream is read, in the connection's frame order.
+                        // Only under a GOAWAY fault plan, which reads (and removes) the entry.
+                        if self.configuration.faults.goAwayEvery != nil, let parent = stream.parent,
+                            let id = try? stream.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)
+                        {
+                            let key = SimulatorState.StreamKey(connection: ObjectIdentifier(parent), stream: Int(id))
+                            let now = ContinuousClock.now
+                            self.state.withLock { $0.streamReadAt[key] = now }
+                        }
+                        return stream.eventLoop.makeCompletedFuture { try Stream(wrappingChannelSynchronously: stream) }
                     }
                     return (channel, multiplexer)
                 }

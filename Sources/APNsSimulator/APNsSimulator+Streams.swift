@@ -248,12 +248,18 @@ extension APNsSimulator {
         let now = ContinuousClock.now
         var goAwayLast: Int?
         let action = self.state.withLock { state -> FaultAction in
+            // When the stream's HEADERS was read off the connection, not when this handler got to it (on a
+            // machine the test suite loads, seconds later).
+            let readAt =
+                state.streamReadAt.removeValue(
+                    forKey: SimulatorState.StreamKey(connection: ObjectIdentifier(connection), stream: streamID)
+                ) ?? now
             if let goAway = state.goAways[connectionID] {
                 state.faults.openedAfterGoAway += 1
                 // Late only once the GOAWAY has reached the socket: before that the client cannot know.
                 if let written = state.goAwayWrittenAt[connectionID] {
-                    if now - written > .seconds(1) { state.faults.openedLateAfterGoAway += 1 }
-                    state.faults.maxLatenessAfterGoAway = max(state.faults.maxLatenessAfterGoAway, now - written)
+                    if readAt - written > .seconds(1) { state.faults.openedLateAfterGoAway += 1 }
+                    state.faults.maxLatenessAfterGoAway = max(state.faults.maxLatenessAfterGoAway, readAt - written)
                 }
                 if streamID > goAway.last {
                     state.faults.unansweredAfterGoAway += 1

@@ -30,6 +30,14 @@ struct SimulatorState {
     var goAways: [Int: (last: Int, at: ContinuousClock.Instant)] = [:]
     /// When each connection's GOAWAY was written to its socket (lateness counts from there).
     var goAwayWrittenAt: [Int: ContinuousClock.Instant] = [:]
+    /// When the HEADERS opening each stream was read off its connection (by connection channel and stream
+    /// id), in frame order on the event loop: a stream's handler may run much later on a loaded machine.
+    var streamReadAt: [StreamKey: ContinuousClock.Instant] = [:]
+
+    struct StreamKey: Hashable {
+        var connection: ObjectIdentifier
+        var stream: Int
+    }
     /// Per connection: the highest stream whose answer the simulator has committed to write. A GOAWAY's
     /// last-stream-id is never below it: a stream being answered was processed.
     var answeringStreamID: [Int: Int] = [:]

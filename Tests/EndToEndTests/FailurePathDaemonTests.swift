@@ -127,17 +127,17 @@ struct FailurePathDaemonTests {
     }
 
     @Test(
-        "Postgres stopped for 60 s with 500 requests in flight and two workers: no apns-id answered 200 twice, every job delivered"
+        "Postgres stopped for 15 s (longer than the 8 s lease and the stale period) with 500 requests in flight and two workers: no apns-id answered 200 twice, every job delivered"
     )
     func postgresOutage() async throws {
         try await self.outage(
             .restart,
-            Duration.seconds(Int64(ProcessInfo.processInfo.environment["PUSH_PG_OUTAGE_SECONDS"] ?? "") ?? 60)
+            Duration.seconds(Int64(ProcessInfo.processInfo.environment["PUSH_PG_OUTAGE_SECONDS"] ?? "") ?? 15)
         )
     }
 
     @Test(
-        "Postgres frozen for 40 s (a network cut or failover: queries hang, no restart) with two workers: no apns-id answered 200 twice"
+        "Postgres frozen for 40 s (a network cut or failover: queries hang past the worker's 30 s statement deadlines, no restart) with two workers: no apns-id answered 200 twice"
     )
     func postgresFrozen() async throws {
         try await self.outage(.freeze, .seconds(40))
@@ -158,8 +158,8 @@ struct FailurePathDaemonTests {
                 try f.startWorker(
                     name,
                     [
-                        "--log-level", "error", "--concurrency", "250", "--batch-size", "250", "--lease", "20s",
-                        "--request-timeout-ms", "10000",
+                        "--log-level", "error", "--concurrency", "250", "--batch-size", "250", "--lease", "8s",
+                        "--request-timeout-ms", "5000",
                     ]
                 )
             }
@@ -187,7 +187,7 @@ struct FailurePathDaemonTests {
             // The outage comes with the requests in flight, as the title says: each connection first sends one
             // request and widens to the peer's limit after its 200 (2 s here), so the claim alone is not enough.
             try await waitFor("most requests in flight") { simulator.requests.count >= 400 }
-            // Longer than the lease (20 s) and than the stale period: every lease lapses meanwhile.
+            // Longer than the lease (8 s) and than the stale period: every lease lapses meanwhile.
             switch kind {
             case .restart:
                 cluster.stop()

@@ -76,9 +76,14 @@ extension APNsSimulator {
         }
         defer {
             let now = self.configuration.now()
+            let channel = ObjectIdentifier(connection.channel)
             self.state.withLock {
                 _ = $0.connections.removeValue(forKey: id)
                 _ = $0.clientCertificates.removeValue(forKey: id)
+                // Streams reset or cut before their request was read leave their read time behind.
+                if !$0.streamReadAt.isEmpty {
+                    $0.streamReadAt = $0.streamReadAt.filter { $0.key.connection != channel }
+                }
                 if $0.requestsPerConnection.removeValue(forKey: id) == nil, !self.configuration.fastMode {
                     $0.idleCloses.append(now)
                 }

@@ -14,43 +14,60 @@ public enum HeavyTestGate {
 
     private struct State {
         var free: Int
-        var waiters: [CheckedContinuation<Void, Never>] = []
+        /// Waiting tests in arrival order, each with the permits it needs (the head is served first).
+        var waiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
     }
 
-    private static let state = Mutex(
-        State(free: max(1, ProcessInfo.processInfo.environment["PUSH_HEAVY_TESTS"].flatMap(Int.init) ?? 2))
-    )
+    /// The number of permits.
+    public static let permits = max(1, ProcessInfo.processInfo.environment["PUSH_HEAVY_TESTS"].flatMap(Int.init) ?? 2)
 
-    /// Runs `body` once a permit is free.
-    public static func run<T>(_ body: () async throws -> T) async throws -> T {
+    private static let state = Mutex(State(free: Self.permits))
+
+    /// Runs `body` once a permit is free; `exclusive`: once every permit is, so no other heavy test runs
+    /// beside it (the failover formation: under a neighbour's load pg_auto_failover let its primary commit
+    /// without the standby, and the planned switchover lost the commits of 821 claims and outcomes).
+    public static func run<T>(exclusive: Bool = false, _ body: () async throws -> T) async throws -> T {
         if Self.holdsPermit { return try await body() }
-        await Self.acquire()
-        defer { Self.release() }
+        let count = exclusive ? Self.permits : 1
+        await Self.acquire(count)
+        defer { Self.release(count) }
         return try await Self.$holdsPermit.withValue(true) { try await body() }
     }
 
-    private static func acquire() async {
+    private static func acquire(_ count: Int) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let granted = Self.state.withLock { state -> Bool in
-                if state.free > 0 {
-                    state.free -= 1
+                if state.waiters.isEmpty && state.free >= count {
+                    state.free -= count
                     return true
                 }
-                state.waiters.append(continuation)
+                state.waiters.append((count, continuation))
                 return false
             }
             if granted { continuation.resume() }
         }
     }
 
-    private static func release() {
-        let next = Self.state.withLock { state -> CheckedContinuation<Void, Never>? in
-            if state.waiters.isEmpty {
-                state.free += 1
-                return nil
+    private static func release(_ count: Int) {
+        let next = Self.state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.free += count
+            var granted: [CheckedContinuation<Void, Never>] = []
+            while let head = state.waiters.first, head.count <= state.free {
+                state.free -= head.count
+                granted.append(head.continuation)
+                state.waiters.removeFirst()
             }
-            return state.waiters.removeFirst()
+            return granted
         }
-        next?.resume()
+        for continuation in next { continuation.resume() }
+    }
+}
+
+/// Runs blocking work (a socket, a child process, `initdb`) on a Dispatch thread, never on the concurrency
+/// pool: two blocked pool threads on a 2-core machine stall every other test's async work, in-process
+/// simulators and servers included.
+public func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        DispatchQueue.global().async { continuation.resume(with: Result { try body() }) }
     }
 }

@@ -67,7 +67,8 @@ extension PushWorkerService {
             self.metrics.lateLimitedSend()
             return true
         }
-        return job.sendSpacing.map { !self.spacer.admit($0) } ?? false
+        let now = self.clock.now
+        return job.sendSpacing.map { !self.spacer.admit($0, now: now) } ?? false
     }
 
     /// Sends claimed jobs whose send time is later, as batches as their times come: every job whose time has

@@ -1,7 +1,7 @@
 public import APNsTransport
 import Foundation
 public import Logging
-public import PushCore
+import PushCore
 public import PushQueue
 public import ServiceLifecycle
 import Synchronization
@@ -78,15 +78,17 @@ public final class PushWorkerService: Service, Sendable {
 
     /// - Parameters:
     ///   - listener: the dedicated LISTEN connection; `nil` polls only.
-    ///   - clock: the monotonic clock of every timer (tests pass a ``ManualClock``).
+    ///
+    /// Every timer reads the APNs client's clock (``APNsClient/clock``), so a test injects one clock, in the
+    /// client's configuration, for the pools and the worker alike.
     public init(
         configuration: WorkerConfiguration,
         queue: JobQueue,
         client: APNsClient,
         listener: JobNotificationListener?,
-        logger: Logger,
-        clock: any MonotonicClock = ContinuousClock()
+        logger: Logger
     ) {
+        let clock = client.clock
         self.configuration = configuration
         self.clock = clock
         self.lastDatabaseSuccess = Mutex(clock.now)

@@ -23,7 +23,7 @@ final class SendSpacer: Sendable {
 
     /// Whether a request of `spacing`'s limit may be written now (asked just before the write): at least
     /// nine tenths of an interval after the last one this worker wrote. Records the write when it may.
-    func admit(_ spacing: SendSpacing, now: ContinuousClock.Instant = .now) -> Bool {
+    func admit(_ spacing: SendSpacing, now: ContinuousClock.Instant) -> Bool {
         let interval = Duration.nanoseconds(Int64(min(max(spacing.interval, 0), 86_400 * 30) * 0.9e9))
         return self.written.withLock { written in
             if let last = written[spacing.scope], now - last < interval { return false }

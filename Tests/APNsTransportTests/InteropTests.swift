@@ -3,6 +3,7 @@ import APNsTransport
 import Crypto
 import Foundation
 import PushProcess
+import PushQueueTesting
 import Testing
 
 @Suite("An independent client agrees with the simulator")
@@ -33,13 +34,12 @@ struct InteropTests {
 
             let gone = Fixture.token()
             f.simulator.script(gone, .unregistered(timestampMs: 1_700_000_000_123))
-            let result = try ChildProcess.run(
-                "/usr/bin/env",
-                [
-                    "python3", script, "--url", "https://localhost:\(f.simulator.port)", "--ca", ca, "--key", keyPath,
-                    "--team", Fixture.teamID, "--key-id", Fixture.keyID, "--token", Fixture.token(), "--token", gone,
-                ]
-            )
+            // Waited for on a Dispatch thread: the in-process simulator answering it needs the concurrency pool.
+            let arguments = [
+                "python3", script, "--url", "https://localhost:\(f.simulator.port)", "--ca", ca, "--key", keyPath,
+                "--team", Fixture.teamID, "--key-id", Fixture.keyID, "--token", Fixture.token(), "--token", gone,
+            ]
+            let result = try await offPool { try ChildProcess.run("/usr/bin/env", arguments) }
             try #require(result.status == 0, "httpx client failed: \(result.output)")
             let lines = try result.output.split(separator: "\n").filter { $0.hasPrefix("{") }.map {
                 try #require(try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])

@@ -2,6 +2,7 @@ import APNsSimulator
 import Foundation
 import PushCore
 import PushProcess
+import PushQueueTesting
 import Testing
 
 @testable import APNsTransport
@@ -79,7 +80,11 @@ struct SimulatorStrictnessTests {
                 .path
             try f.simulator.writeCACertificate(to: ca)
             defer { try? FileManager.default.removeItem(atPath: ca) }
-            let churn = try ChildProcess.run("/usr/bin/env", ["python3", "-c", script, "\(f.simulator.port)", ca])
+            // Off the concurrency pool: the in-process simulator it talks to needs it.
+            let port = f.simulator.port
+            let churn = try await offPool {
+                try ChildProcess.run("/usr/bin/env", ["python3", "-c", script, "\(port)", ca])
+            }
             #expect(churn.status == 0, "\(churn.output)")
             try await Task.sleep(for: .milliseconds(300))
             // The client's first connection now is refused.

@@ -204,7 +204,9 @@ struct TokenTests {
         let now: @Sendable () -> Date = { Date().addingTimeInterval(Double(offset.load(ordering: .relaxed))) }
         try await Fixture.run(
             simulator: {
-                $0.tokenMaxAge = 3
+                // Old at 60 s: far from any real time the test takes (a loaded run took 15 s, and a 3 s limit
+                // expired the re-minted token too).
+                $0.tokenMaxAge = 60
                 $0.minimumTokenRefresh = 1
                 $0.now = now
             },
@@ -213,8 +215,8 @@ struct TokenTests {
             }
         ) { f in
             #expect(try await f.send(try Fixture.alert(Fixture.token())).status == 200)
-            // iat is whole seconds: 5 s on, the first token is certainly older than the simulator's 3 s.
-            offset.store(5, ordering: .relaxed)
+            // iat is whole seconds: 65 s on, the first token is certainly older than the simulator's 60 s.
+            offset.store(65, ordering: .relaxed)
             let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
                 for _ in 0..<20 { group.addTask { try await f.send(try Fixture.alert(Fixture.token())).status } }
                 var statuses: [Int] = []

@@ -30,14 +30,6 @@ struct HTTPResult {
     }
 }
 
-/// Runs blocking work (a socket, a child process) on a Dispatch thread, never on the concurrency pool the
-/// console's handlers need: two blocked pool threads on a 2-core machine would stall the server.
-func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        DispatchQueue.global().async { continuation.resume(with: Result { try body() }) }
-    }
-}
-
 func http(
     _ method: String,
     port: Int,

@@ -15,14 +15,14 @@ struct APNsFeatureTests {
     func deliverOnceAndBroadcasts() async throws {
         try await DaemonFixture.run { f in
             let endpoint = ["--apns-endpoint", "https://localhost:\(f.simulator.port)", "--apns-ca-file", f.caFile]
-            let noStorage = try f.cli(["channels", "create", "--bundle-id", "com.example.app"] + endpoint)
-            let stored = try f.cli(
+            let noStorage = try await f.cli(["channels", "create", "--bundle-id", "com.example.app"] + endpoint)
+            let stored = try await f.cli(
                 ["channels", "create", "--bundle-id", "com.example.app", "--storage", "most-recent"] + endpoint
             )
             #expect(noStorage.status == 0 && stored.status == 0, "\(noStorage.output) \(stored.output)")
             let plain = noStorage.output.trimmingCharacters(in: .whitespacesAndNewlines)
             let keeping = stored.output.trimmingCharacters(in: .whitespacesAndNewlines)
-            let listed = try f.cli(["channels", "list", "--bundle-id", "com.example.app"] + endpoint)
+            let listed = try await f.cli(["channels", "list", "--bundle-id", "com.example.app"] + endpoint)
             #expect(listed.output.contains(plain) && listed.output.contains(keeping))
 
             let ids = try await f.db.int64s(
@@ -37,7 +37,7 @@ struct APNsFeatureTests {
                 RETURNING id
                 """
             )
-            let described = try f.cli(["describe", "\(ids[0])"])
+            let described = try await f.cli(["describe", "\(ids[0])"])
             #expect(described.output.contains("apns-expiration: 0"), "\(described.output)")
 
             let worker = try f.startWorker()
@@ -80,7 +80,7 @@ struct APNsFeatureTests {
                 "SELECT array_to_string(trap_ids, ',') FROM push.jobs WHERE id = \(ids[5])"
             ).decode(String.self).collect()
             #expect(traps == ["PW101,PW102"], "\(traps)")
-            let warned = try f.cli(["describe", "\(ids[5])"])
+            let warned = try await f.cli(["describe", "\(ids[5])"])
             #expect(
                 warned.output.contains("warning PW101") && warned.output.contains("warning PW102"),
                 "\(warned.output)"
@@ -141,7 +141,7 @@ struct APNsFeatureTests {
             for (n, testCase) in cases.enumerated() {
                 let file = f.directory + "/row-\(n).json"
                 try testCase.row.write(toFile: file, atomically: true, encoding: .utf8)
-                let described = try f.cli(["describe", "--row", file, "--apns-port", "2197"])
+                let described = try await f.cli(["describe", "--row", file, "--apns-port", "2197"])
                 #expect(described.status == testCase.exit, "row \(n): \(described.output)")
                 for fragment in testCase.expect {
                     #expect(described.output.contains(fragment), "row \(n): \(described.output)")
@@ -149,9 +149,9 @@ struct APNsFeatureTests {
                 #expect(!described.output.contains(token), "row \(n): the device token is masked")
                 print("describe --row \(n):\n\(described.output)")
             }
-            let port = try f.cli(["describe", "--row", f.directory + "/row-0.json", "--apns-port", "8443"])
+            let port = try await f.cli(["describe", "--row", f.directory + "/row-0.json", "--apns-port", "8443"])
             #expect(port.status != 0 && port.output.contains("443 and 2197"))
-            let run = try f.cli(["run", "--apns-port", "80", "--worker-id", "x"])
+            let run = try await f.cli(["run", "--apns-port", "80", "--worker-id", "x"])
             #expect(run.status != 0 && run.output.contains("443 and 2197"), "\(run.output)")
         }
     }
@@ -197,7 +197,7 @@ struct APNsFeatureTests {
             let probe = "5f9d2c0e8a7b4c31" + String(repeating: "0", count: 32) + "70757368776f726b"
             f.simulator.script(probe, .respond(status: 400, reason: "BadDeviceToken"))
             let endpoint = ["--apns-endpoint", "https://localhost:\(f.simulator.port)", "--apns-ca-file", f.caFile]
-            let good = try f.cli(["check-keys", "--online", "--topic", "com.example.app"] + endpoint)
+            let good = try await f.cli(["check-keys", "--online", "--topic", "com.example.app"] + endpoint)
             #expect(good.status == 0, "\(good.output)")
             #expect(good.output.contains("online: credential default (production, topic com.example.app): ok"))
             #expect(f.simulator.requests.count == 1 && f.simulator.requests[0].deviceToken == probe)
@@ -209,14 +209,14 @@ struct APNsFeatureTests {
               "stranger": {"team_id": "\(untrusted.teamID)", "key_id": "\(untrusted.keyID)", "key_path": "\(untrusted.keyPath)"}
             }}
             """.write(toFile: config, atomically: true, encoding: .utf8)
-            let mixed = try f.cli(
+            let mixed = try await f.cli(
                 ["check-keys", "--online", "--topic", "com.example.app", "--config", config] + endpoint
             )
             #expect(mixed.status == 1, "\(mixed.output)")
             #expect(mixed.output.contains("credential default (production, topic com.example.app): ok"))
             #expect(mixed.output.contains("credential stranger (production, topic com.example.app): refused: 403"))
             #expect(mixed.output.contains("[MS030]"), "\(mixed.output)")
-            let noTopic = try f.cli(["check-keys", "--online"] + endpoint)
+            let noTopic = try await f.cli(["check-keys", "--online"] + endpoint)
             #expect(noTopic.status != 0 && noTopic.output.contains("--topic"))
         }
     }
@@ -237,9 +237,9 @@ struct APNsFeatureTests {
                     """
                 )
             }
-            let old = try f.cli(["describe", "1"])
+            let old = try await f.cli(["describe", "1"])
             #expect(old.status == 0 && old.output.contains("a replay would send"), "\(old.output)")
-            let expired = try f.cli(["describe", "2"])
+            let expired = try await f.cli(["describe", "2"])
             #expect(expired.status == 2 && expired.output.contains("--expires-in"), "\(expired.output)")
         }
     }
@@ -259,7 +259,7 @@ struct APNsFeatureTests {
                 """
             )
             for arguments in [["describe", "3"], ["dead", "list"], ["dead", "show", "3"]] {
-                let result = try f.cli(arguments)
+                let result = try await f.cli(arguments)
                 let scalars = result.output.unicodeScalars.map(\.value)
                 #expect(
                     !scalars.contains(where: { [0x1B, 0x07, 0x9B, 0x202E].contains($0) }),
@@ -370,18 +370,18 @@ struct APNsFeatureTests {
                 "--bundle-id", "com.example.app", "--apns-endpoint", "https://localhost:\(f.simulator.port)",
                 "--apns-ca-file", f.caFile, "--config", config, "--credential", "brand-c",
             ]
-            let created = try f.cli(["channels", "create", "--storage", "most-recent"] + common)
+            let created = try await f.cli(["channels", "create", "--storage", "most-recent"] + common)
             #expect(created.status == 0, "\(created.output)")
             let id = created.output.trimmingCharacters(in: .whitespacesAndNewlines)
             #expect(f.simulator.requests.last?.tokenKeyID == second.keyID, "signed by brand-c's key")
-            #expect(try f.cli(["channels", "list"] + common).output.contains(id))
-            let shown = try f.cli(["channels", "show", id, "--json"] + common)
+            #expect(try await f.cli(["channels", "list"] + common).output.contains(id))
+            let shown = try await f.cli(["channels", "show", id, "--json"] + common)
             #expect(shown.status == 0 && shown.output.contains("most-recent"), "\(shown.output)")
-            let deleted = try f.cli(["channels", "delete", id] + common)
+            let deleted = try await f.cli(["channels", "delete", id] + common)
             #expect(deleted.status == 0 && deleted.output.contains("deleted"), "\(deleted.output)")
-            let gone = try f.cli(["channels", "show", id] + common)
+            let gone = try await f.cli(["channels", "show", id] + common)
             #expect(gone.status != 0 && gone.output.contains("ChannelNotRegistered"), "\(gone.output)")
-            let unknown = try f.cli(["channels", "list", "--credential", "nobody"] + Array(common.dropLast(2)))
+            let unknown = try await f.cli(["channels", "list", "--credential", "nobody"] + Array(common.dropLast(2)))
             #expect(unknown.status != 0 && unknown.output.contains("nobody"), "\(unknown.output)")
         }
     }

@@ -24,8 +24,8 @@ import Testing
         )
     )
     func plannedAndKilled() async throws {
-        // A formation of three clusters and two workers: at most two heavy tests at once (HeavyTestGate).
-        try await HeavyTestGate.run { try await self.plannedAndKilledNow() }
+        // A formation of three clusters and two workers: no other heavy test beside it (HeavyTestGate).
+        try await HeavyTestGate.run(exclusive: true) { try await self.plannedAndKilledNow() }
     }
 
     private func plannedAndKilledNow() async throws {

@@ -2,6 +2,7 @@ import APNsSimulator
 import Foundation
 import PushProcess
 import PushQueue
+import PushQueueTesting
 import Testing
 
 /// Certificate credentials and HTTPS proxies, end to end with the real binary: what the simulator recorded
@@ -54,7 +55,7 @@ struct CertificateProxyTests {
                 config,
                 mode: 0o644
             )
-            let checked = try f.cli(["check-keys", "--config", config])
+            let checked = try await f.cli(["check-keys", "--config", config])
             #expect(checked.status == 0, "\(checked.output)")
             #expect(
                 checked.output.contains("ok: credential p12: certificate 'Apple Push Services: com.example.app'")
@@ -157,7 +158,7 @@ struct CertificateProxyTests {
                 dir + "/combined.json",
                 mode: 0o644
             )
-            let single = try f.cli(["check-keys", "--config", dir + "/combined.json"])
+            let single = try await f.cli(["check-keys", "--config", dir + "/combined.json"])
             #expect(single.status == 0 && single.output.contains("ok: credential all: certificate"), "\(single.output)")
 
             // Bad files: each refusal names the file and the fix.
@@ -184,7 +185,7 @@ struct CertificateProxyTests {
             for (credential, _, fragments) in badCases {
                 let bad = dir + "/bad.json"
                 try Self.write(#"{"credentials": {"c": \#(credential)}}"#, bad, mode: 0o644)
-                let result = try f.cli(["check-keys", "--config", bad])
+                let result = try await f.cli(["check-keys", "--config", bad])
                 #expect(result.status != 0, "\(credential)")
                 for fragment in fragments {
                     #expect(result.output.contains(fragment), "\(credential): \(result.output)")
@@ -247,7 +248,7 @@ struct CertificateProxyTests {
             let proxyURL = "http://pushuser:s3cret@127.0.0.1:\(port)"
 
             // Channel management through the proxy (the CLI), then sends through it (the daemon).
-            let created = try f.cli(
+            let created = try await f.cli(
                 ["channels", "create", "--bundle-id", "com.example.app", "--https-proxy", proxyURL] + endpoint
             )
             #expect(created.status == 0, "\(created.output)")
@@ -275,7 +276,7 @@ struct CertificateProxyTests {
             try await FaultTests.assertInvariants(f, jobs: 20, diedWorkers: [])
 
             // A refused proxy: the sentence names the proxy's answer and the fix; never the password.
-            let refused = try f.cli(
+            let refused = try await f.cli(
                 [
                     "channels", "list", "--bundle-id", "com.example.app", "--https-proxy",
                     "http://pushuser:nope@127.0.0.1:\(port)",
@@ -291,7 +292,7 @@ struct CertificateProxyTests {
 
             // Credentials from a file instead of the URL.
             try Self.write("pushuser:s3cret\n", f.directory + "/proxy.auth")
-            let fromFile = try f.cli(
+            let fromFile = try await f.cli(
                 [
                     "channels", "list", "--bundle-id", "com.example.app", "--https-proxy", "http://127.0.0.1:\(port)",
                     "--https-proxy-auth-file", f.directory + "/proxy.auth",
@@ -301,15 +302,15 @@ struct CertificateProxyTests {
 
             // NO_PROXY names the host: a dead proxy is never used.
             let before = proxy.output.components(separatedBy: "CONNECT localhost").count
-            let bypass = try ChildProcess.run(
-                "/usr/bin/env",
+            let bypassArguments =
                 [
                     "DATABASE_URL=\(f.db.url.connectionString)", "APNS_KEY_PATH=\(f.keyPath)",
                     "APNS_KEY_ID=\(f.credentials.keyID)", "APNS_TEAM_ID=\(f.credentials.teamID)",
                     "HTTPS_PROXY=http://127.0.0.1:1", "NO_PROXY=example.org,localhost",
                     DaemonFixture.binary, "channels", "list", "--bundle-id", "com.example.app",
                 ] + endpoint
-            )
+            // Off the concurrency pool: the in-process simulator it talks to needs it.
+            let bypass = try await offPool { try ChildProcess.run("/usr/bin/env", bypassArguments) }
             #expect(bypass.status == 0, "\(bypass.output)")
             #expect(proxy.output.components(separatedBy: "CONNECT localhost").count == before)
 
@@ -317,7 +318,7 @@ struct CertificateProxyTests {
             for (url, fragment) in [
                 ("https://proxy.internal:3128", "only http://"), ("http://proxy.internal", "has no port"),
             ] {
-                let bad = try f.cli(["check-keys", "--https-proxy", url])
+                let bad = try await f.cli(["check-keys", "--https-proxy", url])
                 #expect(bad.status != 0 && bad.output.contains(fragment), "\(url): \(bad.output)")
             }
         }

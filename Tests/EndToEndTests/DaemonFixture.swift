@@ -162,10 +162,14 @@ struct DaemonFixture: Sendable {
     }
 
     /// Runs a CLI verb to completion.
-    func cli(_ arguments: [String]) throws -> ChildProcess.Result {
+    /// Runs a `push-worker` command, waited for on a Dispatch thread: many talk to the in-process simulator,
+    /// whose handlers need the concurrency pool this would otherwise block (a CLI request timed out at 10 s
+    /// with two such waits side by side on two cores).
+    func cli(_ arguments: [String]) async throws -> ChildProcess.Result {
         var command = ["env"]
         for (key, value) in self.environment { command.append("\(key)=\(value)") }
-        return try ChildProcess.run("/usr/bin/env", Array(command.dropFirst()) + [Self.binary] + arguments)
+        let argv = Array(command.dropFirst()) + [Self.binary] + arguments
+        return try await offPool { try ChildProcess.run("/usr/bin/env", argv) }
     }
 
     var environment: [String: String] {

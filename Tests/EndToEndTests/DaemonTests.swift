@@ -228,12 +228,12 @@ struct DaemonTests {
             #expect(try await f.get(worker, "/nope").0 == 404)
             // The container health check: the real CLI against the real endpoint.
             let port = try await f.metricsPort(worker)
-            let alive = try f.cli(["healthcheck", "--port", "\(port)"])
+            let alive = try await f.cli(["healthcheck", "--port", "\(port)"])
             #expect(alive.status == 0 && alive.output.contains("/healthz: ok"), "\(alive.output)")
-            #expect(try f.cli(["healthcheck", "--port", "\(port)", "--ready"]).status == 0)
+            #expect(try await f.cli(["healthcheck", "--port", "\(port)", "--ready"]).status == 0)
             worker.signal(SIGTERM)
             #expect(worker.wait() == 0)
-            let stopped = try f.cli(["healthcheck", "--port", "\(port)"])
+            let stopped = try await f.cli(["healthcheck", "--port", "\(port)"])
             #expect(
                 stopped.status == 1 && stopped.output.contains("cannot connect"),
                 "a stopped worker fails the check: \(stopped.output)"
@@ -356,7 +356,7 @@ struct DaemonTests {
                 try await f.db.int64("SELECT count(*) FROM push.dead_jobs") == 1
             }
             f.simulator.script(token, .respond(status: 200, reason: nil))
-            let replay = try f.cli(["dead", "replay", String(id)])
+            let replay = try await f.cli(["dead", "replay", String(id)])
             #expect(replay.status == 0, "\(replay.output)")
             try await f.waitUntil(.seconds(30), "delivered after replay") {
                 try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == 1

@@ -163,8 +163,8 @@ struct FailurePathDaemonTests {
                     ]
                 )
             }
-            func psql(_ sql: String) throws -> String { try f.psql(sql) }
-            func waitFor(_ what: String, _ condition: () throws -> Bool) async throws {
+            @Sendable func psql(_ sql: String) throws -> String { try f.psql(sql) }
+            func waitFor(_ what: String, _ condition: @escaping @Sendable () throws -> Bool) async throws {
                 try await f.waitFor(what, .seconds(240), condition)
             }
             let a = try start("a")

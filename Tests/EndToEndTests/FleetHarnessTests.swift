@@ -241,7 +241,7 @@ struct FleetHarnessTests {
                 }
                 events.addTask {
                     try await Task.sleep(until: started + plan.limitAt)
-                    let set = try f.cli([
+                    let set = try await f.cli([
                         "limits", "set", "--topic", Self.limitedTopic, "--per-second", "\(plan.perSecond)", "--burst",
                         "\(plan.burst)",
                     ])
@@ -258,17 +258,17 @@ struct FleetHarnessTests {
                     )
                     try await Task.sleep(for: plan.limitFor)
                     let to = Date()
-                    _ = try f.cli(["limits", "clear", "--topic", Self.limitedTopic])
+                    _ = try await f.cli(["limits", "clear", "--topic", Self.limitedTopic])
                     return .limit(from, to, limited)
                 }
                 events.addTask {
                     try await Task.sleep(until: started + plan.pauseAt)
-                    let paused = try f.cli(["pause", "--topic", Self.pausedTopic, "--reason", "fleet-harness"])
+                    let paused = try await f.cli(["pause", "--topic", Self.pausedTopic, "--reason", "fleet-harness"])
                     #expect(paused.status == 0, "\(paused.output)")
                     let from = Date()
                     try await Task.sleep(for: plan.pauseFor)
                     let to = Date()
-                    _ = try f.cli(["resume", "--topic", Self.pausedTopic])
+                    _ = try await f.cli(["resume", "--topic", Self.pausedTopic])
                     return .pause(from, to)
                 }
                 events.addTask {
@@ -327,7 +327,7 @@ struct FleetHarnessTests {
                             "SELECT count(*) FROM push.dead_jobs WHERE id = ANY ('{\(unescaped: newers.map(String.init).joined(separator: ","))}')"
                         ) == 10
                     }
-                    let revive = try f.cli(["jobs", "revive"] + olders.map(String.init))
+                    let revive = try await f.cli(["jobs", "revive"] + olders.map(String.init))
                     #expect(revive.status == 0 && revive.output.contains("revived 10"), "\(revive.output)")
                     return .revived(20)
                 }

@@ -42,7 +42,7 @@ struct FlowControlDaemonTests {
             #expect(superseded.map(\.0) == [ids[0], ids[1], ids[2], ids[3], ids[5], ids[6]])
             #expect(superseded.allSatisfy { [ids[4], ids[7]].contains($0.1) })
             #expect(try await f.db.int64("SELECT count(*) FROM push.dead_jobs") == 0, "never dead letters")
-            let stats = try f.cli(["stats"])
+            let stats = try await f.cli(["stats"])
             #expect(stats.output.contains("superseded 6"), "\(stats.output)")
 
             // Two workers, 50 keys × 20 jobs inserted before either starts: exactly 50 requests.
@@ -114,7 +114,9 @@ struct FlowControlDaemonTests {
     @Test("pause by topic: those jobs stay pending with no attempt while others are delivered; resume delivers them")
     func pauseAndResume() async throws {
         try await DaemonFixture.run { f in
-            let paused = try f.cli(["pause", "--topic", "com.example.paused", "--reason", "campaign copy is wrong"])
+            let paused = try await f.cli([
+                "pause", "--topic", "com.example.paused", "--reason", "campaign copy is wrong",
+            ])
             #expect(paused.status == 0, "\(paused.output)")
             try await f.db.execute(
                 """
@@ -139,7 +141,7 @@ struct FlowControlDaemonTests {
                 ) == 20
             )
             #expect(!f.simulator.requests.contains { $0.headers["apns-topic"] == "com.example.paused" })
-            let listed = try f.cli(["pauses", "--json"])
+            let listed = try await f.cli(["pauses", "--json"])
             let pauses = try JSONSerialization.jsonObject(with: Data(listed.output.utf8)) as? [[String: Any]]
             #expect(
                 pauses?.count == 1 && pauses?.first?["topic"] as? String == "com.example.paused",
@@ -158,13 +160,13 @@ struct FlowControlDaemonTests {
 
             // Resume: NOTIFY wakes the worker (its poll interval is 5 s): delivered within a few seconds.
             let resumedAt = ContinuousClock.now
-            let resumed = try f.cli(["resume", "--topic", "com.example.paused"])
+            let resumed = try await f.cli(["resume", "--topic", "com.example.paused"])
             #expect(resumed.status == 0, "\(resumed.output)")
             try await f.waitUntil(.seconds(10), "the paused topic delivered after resume") {
                 try await f.unfinished() == 0
             }
             #expect(ContinuousClock.now - resumedAt < .seconds(4), "resume reached the worker without a restart")
-            #expect(try f.cli(["resume", "--topic", "com.example.paused"]).status == 1, "nothing left to resume")
+            #expect(try await f.cli(["resume", "--topic", "com.example.paused"]).status == 1, "nothing left to resume")
             try await FaultTests.assertInvariants(f, jobs: 40, diedWorkers: [])
         }
     }
@@ -174,7 +176,7 @@ struct FlowControlDaemonTests {
     )
     func rateLimit() async throws {
         try await DaemonFixture.run { f in
-            let set = try f.cli([
+            let set = try await f.cli([
                 "limits", "set", "--topic", "com.example.limited", "--per-second", "50", "--burst", "10",
             ])
             #expect(set.status == 0, "\(set.output)")
@@ -246,6 +248,9 @@ struct FlowControlDaemonTests {
             )
             #expect(left1 <= 60, "a 1-second window held \(left1) requests leaving the workers")
             #expect(left5 <= 260, "a 5-second window held \(left5) requests leaving the workers")
+            // Arrivals over 5 s: the simulator's reading stalls shift requests between seconds but cannot add
+            // any (271 in the run that read nothing for 2 s); an independent check of the workers' own times.
+            #expect(worst5 <= 285, "a 5-second window held \(worst5) arriving requests")
             #expect(limitedDone >= 5, "300 jobs at 50/s take about 6 s to leave, not \(limitedDone)")
             #expect(freeDone < limitedDone / 2, "the free topic is not held back by the limited one")
             let metrics = try await f.get(workers[0], "/metrics").1 + (try await f.get(workers[1], "/metrics").1)
@@ -260,7 +265,7 @@ struct FlowControlDaemonTests {
     func cancelHeldAndWaiting() async throws {
         try await DaemonFixture.run { f in
             // One every 4 s, burst 2: the claim takes the first two (now and in 4 s); the third waits.
-            let limit = try f.cli([
+            let limit = try await f.cli([
                 "limits", "set", "--topic", "com.example.app", "--per-second", "0.25", "--burst", "2",
             ])
             #expect(limit.status == 0, "\(limit.output)")
@@ -275,7 +280,7 @@ struct FlowControlDaemonTests {
             }
             let held = try await f.db.int64s("SELECT id FROM push.jobs WHERE state = 'running' ORDER BY id")
             let waiting = try await f.db.int64s("SELECT id FROM push.jobs WHERE state = 'pending' ORDER BY id")
-            let cancelled = try f.cli(["jobs", "cancel"] + (held + waiting).map(String.init))
+            let cancelled = try await f.cli(["jobs", "cancel"] + (held + waiting).map(String.init))
             #expect(cancelled.status == 0 && cancelled.output.contains("held by a worker"), "\(cancelled.output)")
             // Past the held job's slot: nothing more was sent, and the jobs stay cancelled.
             try await Task.sleep(for: .seconds(6))
@@ -284,7 +289,7 @@ struct FlowControlDaemonTests {
                 try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'cancelled'")
                     == Int64(held.count + waiting.count)
             )
-            let shown = try f.cli(["jobs", "show", "\(held[0])"])
+            let shown = try await f.cli(["jobs", "show", "\(held[0])"])
             #expect(shown.output.contains("cancelled"), "\(shown.output)")
             worker.signal(SIGTERM)
             #expect(worker.wait() == 0)
@@ -306,7 +311,7 @@ struct FlowControlDaemonTests {
                 return running == 8 && f.simulator.requests.count == 1
             }
             let ids = try await f.db.int64s("SELECT id FROM push.jobs ORDER BY id")
-            let cancelled = try f.cli(["jobs", "cancel"] + ids.map(String.init))
+            let cancelled = try await f.cli(["jobs", "cancel"] + ids.map(String.init))
             #expect(cancelled.status == 0, "\(cancelled.output)")
             // The request in flight completes: its 200 is recorded (the job ends delivered).
             try await f.waitUntil(.seconds(20), "the first one's outcome") {

@@ -3,6 +3,7 @@ import Logging
 import PushEmbeddedPostgres
 import PushProcess
 import PushQueue
+import PushQueueTesting
 import Testing
 
 /// Other users on the same machine, and operators' half-filled settings: each case here was exploitable
@@ -17,7 +18,12 @@ struct HostileNeighbourTests {
     @Test(
         "the embedded Postgres admits only its owner: a password kept 0600, no Unix socket; a trust cluster is closed"
     )
-    func embeddedPostgresIsPrivate() throws {
+    func embeddedPostgresIsPrivate() async throws {
+        // A cluster of its own, started and stopped with blocking calls: gated, and off the concurrency pool.
+        try await HeavyTestGate.run { try await offPool { try Self.embeddedPostgresIsPrivateNow() } }
+    }
+
+    private static func embeddedPostgresIsPrivateNow() throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("private-pg-\(UUID().uuidString)")
             .path
         var logger = Logger(label: "push.test.private")
@@ -163,7 +169,7 @@ struct HostileNeighbourTests {
             let fine = try ChildProcess.run(DaemonFixture.binary, ["check-keys", "--config", config])
             #expect(fine.status == 0 && fine.output.contains("ok: credential default"), "\(fine.output)")
 
-            let huge = try f.cli(["dead", "purge", "--older-than", "99999999999999999w"])
+            let huge = try await f.cli(["dead", "purge", "--older-than", "99999999999999999w"])
             #expect(huge.status == 64 && huge.output.contains("--older-than"), "an error, not a trap: \(huge.output)")
 
             var withPassword = f.db.url

@@ -170,7 +170,7 @@ import Testing
             let promoted = try Self.asPostgres([Self.bin + "/pg_ctl", "-D", standby, "-w", "promote"])
             #expect(promoted.status == 0, "\(promoted.output)")
             // The worker switches its pool and LISTEN connection to the promoted standby, without a restart.
-            func onNew(_ sql: String) throws -> String {
+            @Sendable func onNew(_ sql: String) throws -> String {
                 try ChildProcess.run(
                     "/usr/bin/env",
                     [
@@ -275,8 +275,9 @@ import Testing
             rename(temporary, file)
             var current = f.url
             current.password = renewed
-            func psqlNow(_ sql: String) throws -> String {
-                try ChildProcess.run("/usr/bin/env", ["psql", current.connectionString, "-Atc", sql]).output
+            let currentURL = current.connectionString
+            @Sendable func psqlNow(_ sql: String) throws -> String {
+                try ChildProcess.run("/usr/bin/env", ["psql", currentURL, "-Atc", sql]).output
                     .trimmingCharacters(in: .whitespacesAndNewlines)
             }
             _ = try psqlNow(

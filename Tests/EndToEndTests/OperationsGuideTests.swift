@@ -123,7 +123,7 @@ struct OperationsGuideTests {
                 }
                 // The guide's health checks use the default port; this worker listens on a free one.
                 if arguments[0] == "healthcheck" { arguments += ["--port", "\(port)"] }
-                let result = try f.cli(arguments)
+                let result = try await f.cli(arguments)
                 #expect(
                     result.status == expected,
                     "push-worker \(command) exited \(result.status), not \(expected): \(result.output.suffix(800))"

@@ -71,7 +71,7 @@ struct OperationsTests {
     func migrationsCheck() async throws {
         try await DaemonFixture.run { f in
             try await f.db.execute("DROP SCHEMA push CASCADE")
-            let pending = try f.cli(["migrate", "--check"])
+            let pending = try await f.cli(["migrate", "--check"])
             #expect(pending.status == 3, "\(pending.output)")
             #expect(pending.output.contains("pending: 0001_schema.sql, 0002_provider_tokens.sql"), "\(pending.output)")
 
@@ -87,8 +87,8 @@ struct OperationsTests {
                 "check changed nothing"
             )
 
-            #expect(try f.cli(["migrate"]).status == 0)
-            let current = try f.cli(["migrate", "--check", "--json"])
+            #expect(try await f.cli(["migrate"]).status == 0)
+            let current = try await f.cli(["migrate", "--check", "--json"])
             #expect(current.status == 0, "\(current.output)")
             let answer = try JSONSerialization.jsonObject(with: Data(current.output.utf8)) as? [String: [String]]
             #expect(

@@ -106,10 +106,15 @@ struct OwnClusterFixture: Sendable {
     }
 
     /// Polls `condition` (errors count as false: the server may be down) until it holds.
-    func waitFor(_ what: String, _ timeout: Duration = .seconds(120), _ condition: () throws -> Bool) async throws {
+    func waitFor(
+        _ what: String,
+        _ timeout: Duration = .seconds(120),
+        _ condition: @escaping @Sendable () throws -> Bool
+    ) async throws {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
-            if (try? condition()) == true { return }
+            // psql is a child process: waited for on a Dispatch thread, not on the concurrency pool.
+            if (try? await offPool(condition)) == true { return }
             try await Task.sleep(for: .milliseconds(100))
         }
         // Say what the workers said: their logs go with the directory.

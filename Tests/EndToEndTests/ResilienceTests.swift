@@ -108,8 +108,8 @@ struct ResilienceTests {
                 worker.reap()
             }
             let cluster = f.cluster
-            func psql(_ sql: String) throws -> String { try f.psql(sql) }
-            func waitFor(_ what: String, _ condition: () throws -> Bool) async throws {
+            @Sendable func psql(_ sql: String) throws -> String { try f.psql(sql) }
+            func waitFor(_ what: String, _ condition: @escaping @Sendable () throws -> Bool) async throws {
                 try await f.waitFor("\(what): \(worker.output.suffix(2000))", .seconds(60), condition)
             }
             try await waitFor("the schema") {

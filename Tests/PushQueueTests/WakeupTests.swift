@@ -6,7 +6,9 @@ import Testing
 
 @Suite("Wake-ups: LISTEN with a polling fallback")
 struct WakeupTests {
-    @Test("LISTEN wakes a waiting claimer within milliseconds of a plain-SQL INSERT from another connection")
+    @Test(
+        "LISTEN wakes a waiting claimer within milliseconds of a plain-SQL INSERT from another connection (printed; under 2 s with other tests running)"
+    )
     func listenWakesClaimer() async throws {
         try await TestPostgres.withDatabase { db in
             let (notifications, notify) = AsyncStream<Void>.makeStream()
@@ -25,12 +27,21 @@ struct WakeupTests {
                 #expect(await catchUp.next() != nil)
 
                 let clock = ContinuousClock()
-                async let woken: (Bool, Duration) = {
+                // Woken by the NOTIFY, or given up on after 10 s (a lost NOTIFY fails here, not hangs).
+                async let woken: (Bool, Duration) = withTaskGroup(of: Bool.self) { group in
                     let start = clock.now
-                    var iterator = notifications.makeAsyncIterator()
-                    let notified = await iterator.next() != nil
+                    group.addTask {
+                        var iterator = notifications.makeAsyncIterator()
+                        return await iterator.next() != nil
+                    }
+                    group.addTask {
+                        try? await Task.sleep(for: .seconds(10))
+                        return false
+                    }
+                    let notified = await group.next() ?? false
+                    group.cancelAll()
                     return (notified, clock.now - start)
-                }()
+                }
                 try await Task.sleep(for: .milliseconds(50))
                 // Another connection, plain SQL: psql if present, else a second client connection.
                 try await db.execute(
@@ -39,10 +50,10 @@ struct WakeupTests {
                 let insertedAt = clock.now
                 let (notified, _) = await woken
                 let latency = clock.now - insertedAt
-                #expect(notified, "woken by NOTIFY, not by the poll timeout")
-                // The figure is printed; the bound only tells a wake-up from none on a machine running other
-                // tests beside this one (the worker's poll fallback is 1 s by default, 5 s at most).
-                #expect(latency < .seconds(5))
+                #expect(notified, "woken by NOTIFY within 10 s")
+                // Milliseconds on a quiet machine (the figure is printed); the bound allows for the tests
+                // that run beside this one.
+                #expect(latency < .seconds(2))
                 print("LISTEN wake-up latency after INSERT returned: \(latency)")
                 let jobs = try await db.queue.claim(limit: 10, workerID: "w", lease: .seconds(30))
                 #expect(jobs.count == 1)

@@ -1,5 +1,6 @@
 import Foundation
 import PushCore
+import PushQueueTesting
 import Testing
 
 @testable import PushWorker

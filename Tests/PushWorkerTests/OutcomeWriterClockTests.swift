@@ -34,12 +34,13 @@ struct OutcomeWriterClockTests {
             ) { _ in }
             let running = Task { await writer.run() }
             // Idle: the writer waits for a signal (its 1 s poll on the same clock).
-            await clock.waitForSleepers(1)
+            #expect(await clock.waitForSleepers(1), "the idle writer waits on the injected clock")
             for job in jobs {
                 writer.add(JobOutcome(jobID: job.id, attempt: job.attempts, disposition: .delivered, status: 200))
             }
             // Woken by the first outcome, it waits the 5 s interval for more, on the injected clock.
-            while clock.nextDeadline != clock.now + .seconds(5) { try await Task.sleep(for: .milliseconds(1)) }
+            let waiting = await clock.wait { $0.nextDeadline == $0.now + .seconds(5) }
+            try #require(waiting, "the writer waits its 5 s interval on the injected clock")
             clock.advance(by: .seconds(3))
             #expect(writer.oldestWaiting == .seconds(3), "the backlog gauge reads the same clock")
             // Real time passes, the worker's does not: nothing is written.

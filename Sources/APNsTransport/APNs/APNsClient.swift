@@ -92,6 +92,9 @@ public final class APNsClient: Sendable {
     }
 
     let configuration: Configuration
+
+    /// The monotonic clock its pools read (``Configuration/clock``); the worker's timers read the same one.
+    public var clock: any MonotonicClock { self.configuration.clock }
     let tokenCaches: [String: ProviderTokenCache]
     /// Certificate credentials: the environments each certificate is for.
     let certificateEnvironments: [String: Set<String>]

@@ -62,10 +62,13 @@ import Testing
                 logger: Logger(label: "newcomer")
             ).stop()
         }
-        for _ in 0..<600 where !worker.output.contains("sending to the built-in APNs simulator") {
+        // Ready once it says it runs (printed after the schema is migrated; the simulator's line comes before
+        // the migration, and a loaded machine once ran the INSERT between the two).
+        for _ in 0..<600 where !worker.output.contains("running against") {
             try await Task.sleep(for: .milliseconds(100))
         }
         #expect(worker.output.contains("sending to the built-in APNs simulator"), "\(worker.output)")
+        #expect(worker.output.contains("running against"), "\(worker.output)")
         // The second terminal: the block as written, stopping at the first command that fails.
         let script = block.replacingOccurrences(of: "swift run push-worker", with: "'\(binary)'")
         try script.write(toFile: directory + "/five-minutes.sh", atomically: true, encoding: .utf8)

@@ -1,7 +1,7 @@
 /// The clock the worker's timers read: pauses, the outcome writer's batching and backoff, the connection
 /// pool's reconnect backoff, the heartbeat's freshness. Monotonic, so a wall-clock step neither ends nor
-/// stretches a wait. `ContinuousClock` in production; tests pass a `ManualClock` (PushQueueTesting) and move time by hand
-/// instead of sleeping (as postgres-nio's `ConnectionPool` takes its `Clock`).
+/// stretches a wait. `ContinuousClock` in production; tests pass a `ManualClock` (PushQueueTesting) and move
+/// time by hand instead of sleeping (as postgres-nio's `ConnectionPool` takes its `Clock`).
 ///
 /// Its instants are `ContinuousClock`'s, so the state machines that store them (`PoolStateMachine`,
 /// `WorkerLiveness`, `Pauses`) need no generic parameter. What is written to Postgres or into a JWT (`iat`)
@@ -10,10 +10,3 @@ public protocol MonotonicClock: Clock, Sendable
 where Instant == ContinuousClock.Instant, Duration == Swift.Duration {}
 
 extension ContinuousClock: MonotonicClock {}
-
-extension MonotonicClock {
-    /// Sleeps `duration` on this clock.
-    public func sleep(for duration: Duration) async throws {
-        try await self.sleep(until: self.now.advanced(by: duration), tolerance: nil)
-    }
-}

@@ -144,21 +144,14 @@ public struct TestDatabase: Sendable {
 
     /// Runs one statement given as plain SQL text (as a producer would send it).
     public func execute(_ sql: String) async throws {
-        let (client, logger) = (self.client, self.logger)
-        try await withDeadline(Self.clientDeadline, "the test's statement \(sql.prefix(200))") {
-            for try await _ in try await client.query(PostgresQuery(unsafeSQL: sql), logger: logger) {}
-        }
+        try await self.bounded(PostgresQuery(unsafeSQL: sql)) { rows in for try await _ in rows {} }
     }
 
     /// Runs a query and decodes its single `bigint` column.
     public func int64s(_ query: PostgresQuery) async throws -> [Int64] {
-        let (client, logger) = (self.client, self.logger)
-        let sql = query.sql
-        return try await withDeadline(Self.clientDeadline, "the test's statement \(sql.prefix(200))") {
+        try await self.bounded(query) { rows in
             var values: [Int64] = []
-            for try await value in try await client.query(query, logger: logger).decode(Int64.self) {
-                values.append(value)
-            }
+            for try await value in rows.decode(Int64.self) { values.append(value) }
             return values
         }
     }
@@ -170,13 +163,21 @@ public struct TestDatabase: Sendable {
 
     /// Runs a query that returns one `float8` (a duration in seconds, an average).
     public func double(_ query: PostgresQuery) async throws -> Double {
+        try await self.bounded(query) { rows in
+            var first: Double?
+            for try await value in rows.decode(Double?.self) { first = first ?? value ?? 0 }
+            return first ?? 0
+        }
+    }
+
+    /// Runs `query` and reads its rows with `read`, waiting at most ``clientDeadline`` for both.
+    private func bounded<T: Sendable>(
+        _ query: PostgresQuery,
+        _ read: @escaping @Sendable (PostgresRowSequence) async throws -> T
+    ) async throws -> T {
         let (client, logger) = (self.client, self.logger)
         return try await withDeadline(Self.clientDeadline, "the test's statement \(query.sql.prefix(200))") {
-            var first: Double?
-            for try await value in try await client.query(query, logger: logger).decode(Double?.self) {
-                first = first ?? value ?? 0
-            }
-            return first ?? 0
+            try await read(try await client.query(query, logger: logger))
         }
     }
 }

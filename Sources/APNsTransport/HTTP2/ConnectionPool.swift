@@ -33,6 +33,9 @@ final class ConnectionPool: Sendable {
     let context: Context
     private let state: Mutex<State>
 
+    /// Now, on the pool's clock (the reconnect backoff's).
+    private var now: ContinuousClock.Instant { self.context.configuration.clock.now }
+
     init(endpoint: PushEndpoint, context: Context) {
         self.endpoint = endpoint
         self.context = context
@@ -65,7 +68,7 @@ final class ConnectionPool: Sendable {
     ///   so one handshake (or one failed connect) does not hold up or fail the whole batch.
     func connection(waitForNew: Bool = true) async throws -> HTTP2Connection {
         while true {
-            let now = self.context.configuration.clock.now
+            let now = self.now
             let (action, swept, usable) = self.state.withLock { state in
                 let (action, swept) = state.machine.next(now: now)
                 return (action, swept, state.machine.openCount)
@@ -121,7 +124,7 @@ final class ConnectionPool: Sendable {
                     code: .connectFailed,
                     mayHaveBeenProcessed: false,
                     message:
-                        "\(self.context.peer) at \(self.endpoint.host):\(self.endpoint.port) is unreachable; next connect attempt in \(until - self.context.configuration.clock.now)"
+                        "\(self.context.peer) at \(self.endpoint.host):\(self.endpoint.port) is unreachable; next connect attempt in \(until - self.now)"
                 )
             }
         }
@@ -157,7 +160,7 @@ final class ConnectionPool: Sendable {
         } catch is ClientClosed {
             throw TransportError(code: .shutdown, mayHaveBeenProcessed: false, message: "the client is shutting down")
         } catch {
-            let now = self.context.configuration.clock.now
+            let now = self.now
             let (waiters, backoff) = self.state.withLock {
                 state -> ([CheckedContinuation<Void, Never>], Duration) in
                 let backoff = state.machine.connectFailed(slot: slot, now: now)
@@ -191,7 +194,7 @@ final class ConnectionPool: Sendable {
     /// Takes a connection out of the pool (GOAWAY, PING failure, UnrelatedKeyIdInToken); it closes once
     /// its in-flight requests finish, and its slot reopens on demand.
     func discard(_ connection: HTTP2Connection) async {
-        let now = self.context.configuration.clock.now
+        let now = self.now
         _ = self.state.withLock { $0.machine.discard(connection, now: now) }
         connection.retire()
     }

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import Testing
 
 /// At most a few heavy tests at once, whatever the test runner's width: those that start `push-worker`
 /// processes, Postgres clusters of their own or a browser. Each such test drives its in-process simulator,
@@ -7,7 +8,8 @@ import Synchronization
 /// width there) starved each other's timed exchanges past their deadlines (a 10 s request timeout missed, a
 /// simulator that read nothing for 2 s). Light tests (unit, one database) run beside them as before.
 ///
-/// `PUSH_HEAVY_TESTS=N` sets the number (default 2). A heavy test inside another (a fixture in a fixture)
+/// `PUSH_HEAVY_TESTS=N` sets the number (default 3: the heavy tests mostly wait on timers, children and
+/// sockets; at 3 the machine's two cores were busy a third of the run, and five runs passed). A heavy test inside another (a fixture in a fixture)
 /// runs on its parent's permit.
 public enum HeavyTestGate {
     @TaskLocal static var holdsPermit = false
@@ -19,7 +21,10 @@ public enum HeavyTestGate {
     }
 
     /// The number of permits.
-    public static let permits = max(1, ProcessInfo.processInfo.environment["PUSH_HEAVY_TESTS"].flatMap(Int.init) ?? 2)
+    public static let permits = max(1, ProcessInfo.processInfo.environment["PUSH_HEAVY_TESTS"].flatMap(Int.init) ?? 3)
+
+    /// `PUSH_HEAVY_TESTS_TRACE=1` prints each heavy test's wait for its permit and how long it held it.
+    static let trace = ProcessInfo.processInfo.environment["PUSH_HEAVY_TESTS_TRACE"] == "1"
 
     private static let state = Mutex(State(free: Self.permits))
 
@@ -29,8 +34,16 @@ public enum HeavyTestGate {
     public static func run<T>(exclusive: Bool = false, _ body: () async throws -> T) async throws -> T {
         if Self.holdsPermit { return try await body() }
         let count = exclusive ? Self.permits : 1
+        let arrived = ContinuousClock.now
         await Self.acquire(count)
-        defer { Self.release(count) }
+        let granted = ContinuousClock.now
+        defer {
+            Self.release(count)
+            if Self.trace {
+                let name = Test.current?.displayName ?? Test.current?.name ?? "?"
+                print("heavy test: waited \(granted - arrived), held \(ContinuousClock.now - granted): \(name)")
+            }
+        }
         return try await Self.$holdsPermit.withValue(true) { try await body() }
     }
 

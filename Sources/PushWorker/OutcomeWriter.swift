@@ -35,6 +35,8 @@ final class OutcomeWriter: Sendable {
     let workerID: String
     let batchSize: Int
     let interval: Duration
+    /// How long one write may take before the connection is given up and the batch tried again.
+    let statementDeadline: Duration
     let logger: Logger
     let metrics: WorkerMetrics
     let clock: any MonotonicClock
@@ -45,6 +47,7 @@ final class OutcomeWriter: Sendable {
         workerID: String,
         batchSize: Int,
         interval: Duration,
+        statementDeadline: Duration = .seconds(30),
         logger: Logger,
         metrics: WorkerMetrics,
         clock: any MonotonicClock = ContinuousClock(),
@@ -54,6 +57,7 @@ final class OutcomeWriter: Sendable {
         self.workerID = workerID
         self.batchSize = batchSize
         self.interval = interval
+        self.statementDeadline = statementDeadline
         self.logger = logger
         self.metrics = metrics
         self.clock = clock
@@ -150,7 +154,7 @@ final class OutcomeWriter: Sendable {
         let outcomes = batch.map(\.outcome)
         do {
             let (queue, workerID) = (self.queue, self.workerID)
-            let result = try await withDeadline(.seconds(30), "the outcome write") {
+            let result = try await withDeadline(self.statementDeadline, "the outcome write") {
                 try await queue.writeOutcomes(outcomes, workerID: workerID)
             }
             let written = Set(result.recorded)

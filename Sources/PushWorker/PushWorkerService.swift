@@ -134,6 +134,7 @@ public final class PushWorkerService: Service, Sendable {
             workerID: configuration.workerID,
             batchSize: configuration.batchSize,
             interval: configuration.recordInterval,
+            statementDeadline: configuration.statementDeadline,
             logger: logger,
             metrics: self.metrics,
             clock: clock
@@ -323,7 +324,7 @@ public final class PushWorkerService: Service, Sendable {
                         self.unreachableEndpoints.active().map(\.description),
                         self.topicPauses.active().map(\.description)
                     )
-                    batch = try await withDeadline(.seconds(30), "the claim") {
+                    batch = try await withDeadline(configuration.statementDeadline, "the claim") {
                         try await queue.claimBatch(
                             limit: limit,
                             workerID: configuration.workerID,

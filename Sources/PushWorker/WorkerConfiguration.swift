@@ -33,6 +33,13 @@ public struct WorkerConfiguration: Sendable {
     public var lease: Duration
     /// The polling fallback when no NOTIFY arrives.
     public var pollInterval: Duration
+    /// How long the worker waits for a claim or an outcome write before it gives the connection up and
+    /// tries again: half the lease, from 5 s to 30 s. A statement unanswered for longer (a network cut, a
+    /// frozen server) cannot be trusted to land before the lease lapses; waiting on it only delays the retry
+    /// on a working connection.
+    public var statementDeadline: Duration {
+        min(.seconds(30), max(.seconds(5), self.lease / 2))
+    }
     /// How often expired leases are reclaimed.
     public var reaperInterval: Duration
     /// Delivered jobs are deleted this long after delivery.

@@ -441,10 +441,13 @@ struct AutoFailoverFormation: Sendable {
         try #require(listen.status == 0, "pg_autoctl config set: \(listen.output)")
         try formation.run(formation.monitor)
         try Self.until("the monitor answers") { try formation.monitorSQL("SELECT 1") == "1" }
-        // A dead primary noticed in ~3 s (defaults: 5 s checks, 20 s unhealthy).
+        // A dead primary noticed in ~3 s (defaults: 5 s checks, 20 s unhealthy), and the standby promoted 5 s
+        // later, not 30 s (primary_demote_timeout: the time a partitioned primary's keeper is given to demote
+        // it; here the killed primary's keeper dies with it).
         for (name, value) in [
             ("health_check_period", 1000), ("health_check_timeout", 1000), ("health_check_max_retries", 1),
             ("health_check_retry_delay", 500), ("node_considered_unhealthy_timeout", 3000),
+            ("primary_demote_timeout", 5000),
         ] {
             _ = try formation.monitorSQL("ALTER SYSTEM SET pgautofailover.\(name) = \(value)")
         }

@@ -137,10 +137,10 @@ struct FailurePathDaemonTests {
     }
 
     @Test(
-        "Postgres frozen for 40 s (a network cut or failover: queries hang past the worker's 30 s statement deadlines, no restart) with two workers: no apns-id answered 200 twice"
+        "Postgres frozen for 15 s (a network cut or failover: queries hang past the worker's statement deadline, half the 8 s lease, and past the lease, no restart) with two workers: no apns-id answered 200 twice"
     )
     func postgresFrozen() async throws {
-        try await self.outage(.freeze, .seconds(40))
+        try await self.outage(.freeze, .seconds(15))
     }
 
     enum OutageKind { case restart, freeze }

@@ -73,6 +73,7 @@ let package = Package(
                 .embedInCode("Migrations/0007_cheaper_checks.sql"),
                 .embedInCode("Migrations/0008_fleet.sql"),
                 .embedInCode("Migrations/0009_operator_truth.sql"),
+                .embedInCode("Migrations/0010_fcm.sql"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -100,6 +101,7 @@ let package = Package(
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Logging", package: "swift-log"),
@@ -115,6 +117,7 @@ let package = Package(
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Logging", package: "swift-log"),

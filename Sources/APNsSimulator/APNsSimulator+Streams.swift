@@ -56,6 +56,10 @@ extension APNsSimulator {
                 self.state.withLock { _ = $0.openStreamIDs[connectionID, default: []].insert(streamID) }
                 defer { self.state.withLock { _ = $0.openStreamIDs[connectionID]?.remove(streamID) } }
                 var answer: SimulatorAnswer
+                let path = headers.first(name: ":path") ?? ""
+                let isFCM = Self.isFCM(path)
+                // The notification's id: apns-id (or apns-request-id), or an FCM message's data.push_id.
+                let notificationID = isFCM ? Self.fcmPushID(body) : headers.notificationIDHeader?.value
                 let fault =
                     self.configuration.faults.isActive
                     ? self.fault(for: headers, streamID: streamID, connectionID: connectionID, connection: connection)
@@ -74,8 +78,12 @@ extension APNsSimulator {
                     return
                 }
                 if case .respond(let status, let reason) = fault {
-                    answer = .error(status, reason)
+                    answer = isFCM ? Self.fcmError(status, Self.fcmCode(for: status)) : .error(status, reason)
                     if status == 429 { answer.headers.append(("retry-after", "1")) }
+                } else if self.configuration.fastMode && isFCM {
+                    answer =
+                        path == Self.fcmTokenPath
+                        ? self.grantAccessToken(body) : self.fcmSuccess(project: "fast")
                 } else if self.configuration.fastMode {
                     answer = SimulatorAnswer(
                         status: 200,
@@ -157,7 +165,7 @@ extension APNsSimulator {
                             .data(.init(data: .byteBuffer(ByteBuffer(bytes: answer.body)), endStream: true))
                         )
                     }
-                    if answer.status == 200, let id = headers.notificationIDHeader?.value {
+                    if answer.status == 200, let id = notificationID {
                         self.state.withLock {
                             $0.faults.okAnswers[id.lowercased(), default: 0] += 1
                             $0.faults.okAnswerLog[id.lowercased(), default: []].append(
@@ -189,11 +197,13 @@ extension APNsSimulator {
                     try await connection.writeAndFlush(frame)
                     if last >= streamID {
                         try await respond(
-                            SimulatorAnswer(
-                                status: 200,
-                                reason: nil,
-                                headers: headers.notificationIDHeader.map { [$0] } ?? []
-                            )
+                            isFCM
+                                ? self.fcmSuccess(project: "processed")
+                                : SimulatorAnswer(
+                                    status: 200,
+                                    reason: nil,
+                                    headers: headers.notificationIDHeader.map { [$0] } ?? []
+                                )
                         )
                     }
                     // Like APNs, finish the streams it processed before closing.

@@ -13,6 +13,7 @@ extension APNsSimulator {
     ) -> SimulatorAnswer {
         let method = headers.first(name: ":method") ?? ""
         let path = headers.first(name: ":path") ?? ""
+        if Self.isFCM(path) { return self.fcmAnswer(headers: headers, body: body, path: path) }
         let segments = path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
 
         // Channel management: /1/apps/<bundle>/channels, /1/apps/<bundle>/all-channels.

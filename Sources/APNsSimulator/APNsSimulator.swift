@@ -68,6 +68,10 @@ public final class APNsSimulator: Sendable {
         /// connection is refused (GOAWAY `ENHANCE_YOUR_CALM`), as APNs treats connect/disconnect churn as an
         /// attack. `nil`: no limit.
         public var idleConnectionLimit: Budget? = Budget(count: 20, window: 60)
+        /// FCM service accounts the token endpoint trusts, by client email (`push-worker simulator --fcm`).
+        public var fcmAccounts: [String: FCMAccount] = [:]
+        /// How long a granted FCM access token lives (`expires_in`).
+        public var accessTokenLifetime: TimeInterval = 3600
 
         /// So many within a sliding window of seconds.
         public struct Budget: Sendable, Hashable {

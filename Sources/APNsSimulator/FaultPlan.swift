@@ -40,6 +40,8 @@ public struct FaultPlan: Sendable, Hashable {
 public struct FaultCounters: Sendable, Hashable {
     /// GOAWAY frames sent.
     public var goAways = 0
+    /// FCM access tokens the token endpoint granted.
+    public var accessTokenGrants = 0
     /// Connections refused because too many before them closed without a request (connect/disconnect churn).
     public var churnRefusals = 0
     /// Connections sent back to one stream (SETTINGS) after a rejected provider token.

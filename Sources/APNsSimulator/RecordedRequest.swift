@@ -29,8 +29,16 @@ public struct RecordedRequest: Sendable, Hashable {
     /// The reason it answered, if any.
     public var reason: String?
 
-    /// The device token of a `/3/device/` request.
+    /// The device token of a `/3/device/` request, or an FCM send's registration token.
     public var deviceToken: String? {
-        self.path.hasPrefix("/3/device/") ? String(self.path.dropFirst("/3/device/".count)) : nil
+        if self.path.hasPrefix("/3/device/") { return String(self.path.dropFirst("/3/device/".count)) }
+        return self.path.hasSuffix("/messages:send") ? APNsSimulator.fcmToken(self.body) : nil
+    }
+
+    /// The notification's id: `apns-id` (or a broadcast's `apns-request-id`), or an FCM send's
+    /// `data.push_id`, lower-case.
+    public var notificationID: String? {
+        if self.path.hasSuffix("/messages:send") { return APNsSimulator.fcmPushID(self.body) }
+        return (self.headers["apns-id"] ?? self.headers["apns-request-id"])?.lowercased()
     }
 }

@@ -53,6 +53,11 @@ struct SimulatorState {
     var refusedKeys: [String: String] = [:]
     /// Per connection: the provider certificate it presented in TLS (`nil` inside: none).
     var clientCertificates: [Int: ProviderCertificateInfo?] = [:]
+    /// FCM: access tokens granted (client email, project, expiry in seconds since the epoch), accounts whose
+    /// assertions the token endpoint refuses, and messages accepted.
+    var accessTokens: [String: (email: String, project: String, expires: Double)] = [:]
+    var refusedAccounts: Set<String> = []
+    var fcmMessages = 0
     /// Certificate topics refused now, with the reason (BadCertificate: revoked).
     var refusedCertificates: [String: String] = [:]
 

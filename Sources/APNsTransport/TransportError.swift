@@ -16,6 +16,7 @@ public struct TransportError: Error, Sendable, Hashable, CustomStringConvertible
             case invalidKey = "InvalidKey"
             case shutdown = "Shutdown"
             case invalidProxy = "InvalidProxy"
+            case credentialRefused = "CredentialRefused"
         }
         private let base: Base
         private init(_ base: Base) { self.base = base }
@@ -39,6 +40,8 @@ public struct TransportError: Error, Sendable, Hashable, CustomStringConvertible
         /// The `--https-proxy` setting cannot be used (not an http:// URL with host and port, unreadable
         /// credentials file).
         public static let invalidProxy = Code(.invalidProxy)
+        /// The provider's token endpoint refused the credential (FCM: the service account's key or grant).
+        public static let credentialRefused = Code(.credentialRefused)
         /// The client is shutting down, or the caller withdrew the request before it was written (its
         /// lease lapsed, the worker is stopping): nothing was sent.
         public static let shutdown = Code(.shutdown)
@@ -67,6 +70,7 @@ public struct TransportError: Error, Sendable, Hashable, CustomStringConvertible
         switch self.code {
         case .connectFailed, .protocolNotNegotiated, .invalidProxy: return .unreachable
         case .credentialsMissing, .invalidKey: return .credentialMissing
+        case .credentialRefused: return .credentialRefused
         case .shutdown: return .cancelled
         default: return self.mayHaveBeenProcessed ? .unknownOutcome : .notProcessed
         }

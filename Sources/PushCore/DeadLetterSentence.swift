@@ -9,14 +9,15 @@ public enum DeadLetterSentence {
         reason: String?,
         attempts: Int,
         exhausted: Bool,
-        limit: String? = nil
+        limit: String? = nil,
+        provider: String = "APNs"
     ) -> String {
         if exhausted {
             let reason = reason ?? "no reason"
             let what = status.map { "\($0) \(reason)" } ?? reason
             let cap = limit.map { " (the limit: \($0))" } ?? ""
             return
-                "gave up after \(attempts) attempt\(attempts == 1 ? "" : "s")\(cap); the last ended in \(what). Check APNs status and the worker's connectivity, then replay if it is still worth sending."
+                "gave up after \(attempts) attempt\(attempts == 1 ? "" : "s")\(cap); the last ended in \(what). Check \(provider) status and the worker's connectivity, then replay if it is still worth sending."
         }
         return APNsReason(reason ?? "no reason").sentence(status: status)
     }

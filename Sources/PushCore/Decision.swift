@@ -49,6 +49,9 @@ public struct DecidedOutcome: Sendable, Hashable {
     public var invalidatesToken: Bool = false
     /// The job's credential must be paused (credential-fatal answer, missing key).
     public var pausesCredential: Bool = false
+    /// How long the credential pauses, when the answer says (FCM's `QUOTA_EXCEEDED`: `Retry-After`); `nil`:
+    /// the worker's doubling pause.
+    public var pauseLength: Duration? = nil
     /// The job's credential must be paused for the job's topic only (TopicDisallowed).
     public var pausesTopic: Bool = false
     /// The endpoint could not be reached: stop claiming its jobs for a while.
@@ -105,6 +108,13 @@ extension Decision {
                     trapID: .credentialsMissing,
                     pausesCredential: true
                 )
+            case .credentialRefused:
+                return DecidedOutcome(
+                    decision: .requeue(after: Self.requeueDelay),
+                    reason: reason,
+                    trapID: .fcmCredential,
+                    pausesCredential: true
+                )
             case .unknownOutcome:
                 guard transportRetries < transportBudget else {
                     let sentence =
@@ -120,51 +130,100 @@ extension Decision {
 
         case .response(let status, let reason, let retryAfter):
             let verdict = APNsVerdict.classify(status: status, reason: reason)
-            var decided = DecidedOutcome(decision: .delivered, reason: reason, trapID: verdict.trapID)
-            switch verdict.responseClass {
-            case .delivered:
-                return decided
-            case .tokenInvalid, .permanent:
-                decided.invalidatesToken = verdict.responseClass == .tokenInvalid
-                decided.decision = .dead(
-                    sentence: DeadLetterSentence.sentence(
+            return Self.decide(
+                verdict,
+                status: status,
+                reason: reason,
+                // APNs' Retry-After comes with a 429 only.
+                retryAfter: status == 429 ? retryAfter : nil,
+                attempt: attempt,
+                policy: policy,
+                sentence: { exhausted in
+                    DeadLetterSentence.sentence(
                         status: status,
                         reason: reason,
                         attempts: attempt,
-                        exhausted: false
+                        exhausted: exhausted,
+                        limit: policy.limit
                     )
-                )
-            case .credentialFatal:
+                },
+                using: &random
+            )
+
+        case .fcm(let status, let code, let namesToken, let retryAfter):
+            let reason = status == 200 ? nil : code ?? "HTTP\(status)"
+            if FCMReason.row(status: status, code: code, namesToken: namesToken)?.waitsCredential == true {
+                // Not processed: the project's quota is spent. The credential waits, the job goes back uncounted.
+                let wait = min(retryAfter ?? FCMReason.quotaWait, Self.maximumRetryAfter)
+                var decided = DecidedOutcome(decision: .requeue(after: wait), reason: reason, trapID: .fcmQuota)
                 decided.pausesCredential = true
-                decided.decision = .requeue(after: Self.requeueDelay)
-            case .topicFatal:
-                decided.pausesTopic = true
-                decided.decision = .requeue(after: Self.requeueDelay)
-            case .retryable, .credentialRetry, .unknown:
-                decided.unknownReason = verdict.responseClass == .unknown
-                let honoured = status == 429 ? retryAfter.map { min($0, Self.maximumRetryAfter) } : nil
-                switch policy.decide(
-                    after: attempt,
-                    responseClass: verdict.responseClass,
-                    retryAfter: honoured,
-                    using: &random
-                ) {
-                case .retry(let delay):
-                    decided.decision = .retry(after: delay)
-                case .exhausted, .stop:
-                    decided.decision = .dead(
-                        sentence: DeadLetterSentence.sentence(
+                decided.pauseLength = wait
+                return decided
+            }
+            return Self.decide(
+                FCMReason.classify(status: status, code: code, namesToken: namesToken),
+                status: status,
+                reason: reason,
+                retryAfter: retryAfter,
+                attempt: attempt,
+                policy: policy,
+                sentence: { exhausted in
+                    exhausted
+                        ? DeadLetterSentence.sentence(
                             status: status,
                             reason: reason,
                             attempts: attempt,
                             exhausted: true,
-                            limit: policy.limit
+                            limit: policy.limit,
+                            provider: "FCM"
                         )
-                    )
-                }
-            }
-            return decided
+                        : FCMReason.sentence(status: status, code: code, namesToken: namesToken)
+                },
+                using: &random
+            )
         }
+    }
+
+    /// What a provider's classified answer does to the job: the class's column, shared by every provider.
+    private static func decide(
+        _ verdict: APNsVerdict,
+        status: Int,
+        reason: String?,
+        retryAfter: Duration?,
+        attempt: Int,
+        policy: RetryPolicy,
+        sentence: (_ exhausted: Bool) -> String,
+        using random: inout some RandomNumberGenerator
+    ) -> DecidedOutcome {
+        var decided = DecidedOutcome(decision: .delivered, reason: reason, trapID: verdict.trapID)
+        switch verdict.responseClass {
+        case .delivered:
+            return decided
+        case .tokenInvalid, .permanent:
+            decided.invalidatesToken = verdict.responseClass == .tokenInvalid
+            decided.decision = .dead(sentence: sentence(false))
+        case .credentialFatal:
+            decided.pausesCredential = true
+            decided.decision = .requeue(after: Self.requeueDelay)
+        case .topicFatal:
+            decided.pausesTopic = true
+            decided.decision = .requeue(after: Self.requeueDelay)
+        case .retryable, .credentialRetry, .unknown:
+            decided.unknownReason = verdict.responseClass == .unknown
+            let honoured = retryAfter.map { min($0, Self.maximumRetryAfter) }
+            switch policy.decide(
+                after: attempt,
+                responseClass: verdict.responseClass,
+                retryAfter: honoured,
+                using: &random
+            ) {
+            case .retry(let delay):
+                decided.decision = .retry(after: delay)
+            case .exhausted, .stop:
+                decided.decision = .dead(sentence: sentence(true))
+            }
+        }
+        return decided
     }
 
     /// ``decide(_:attempt:transportRetries:policy:transportBudget:using:)`` with the system's random numbers.

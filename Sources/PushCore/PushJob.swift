@@ -70,6 +70,8 @@ public struct PushJob: Sendable, Hashable {
     /// The rate limit that gave ``sendAt`` (its `push.rate_limits` id) and its interval in seconds: a worker
     /// whose sends of one limit wake late (a busy machine) spaces them again instead of sending them at once.
     public var sendSpacing: SendSpacing?
+    /// Which provider sends it (`apns` unless the producer set `platform`).
+    public var platform: Platform
 
     /// Creates a job value; every field is as stored in `push.jobs`.
     public init(
@@ -95,8 +97,10 @@ public struct PushJob: Sendable, Hashable {
         transportRetries: Int = 0,
         claimedAt: Date? = nil,
         coalesceKey: String? = nil,
-        tokenInvalidatedAt: Date? = nil
+        tokenInvalidatedAt: Date? = nil,
+        platform: Platform = .apns
     ) {
+        self.platform = platform
         self.transportRetries = transportRetries
         self.claimedAt = claimedAt
         self.coalesceKey = coalesceKey

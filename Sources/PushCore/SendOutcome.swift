@@ -3,6 +3,9 @@
 public enum SendOutcome: Sendable, Hashable {
     /// APNs answered.
     case response(status: Int, reason: String?, retryAfter: Duration?)
+    /// FCM answered: its error code (FcmError's `errorCode`, or the error's `status`), whether an
+    /// `INVALID_ARGUMENT`'s details name the registration token, and `Retry-After`.
+    case fcm(status: Int, code: String?, namesToken: Bool, retryAfter: Duration?)
     /// No answer came back; the fault says whether APNs may have processed the request.
     case transport(TransportFault, reason: String)
     /// The worker refused the job before any network call (validation, expiry, attempts used up).
@@ -25,4 +28,7 @@ public enum TransportFault: String, Sendable, Hashable, CaseIterable {
     case credentialMissing
     /// The worker stopped before the request was written (shutdown, lease lost): uncounted.
     case cancelled
+    /// The provider's token endpoint refused the credential before anything was sent (FCM's service account,
+    /// trap FC030): the credential is paused, the job goes back uncounted.
+    case credentialRefused
 }

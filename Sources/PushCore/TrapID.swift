@@ -51,6 +51,31 @@ public struct TrapID: RawRepresentable, Sendable, Hashable, Codable, CustomStrin
     /// A critical alert's `sound` dictionary outside Apple's shape (`critical` 0 or 1, `volume` 0–1, `name`).
     public static let criticalSound = TrapID(rawValue: "PW107")
 
+    /// FCM's traps (CONTRACT.md 1b), `FC` + number, each with a runbook entry.
+    ///
+    /// The payload is not an FCM message's fields without its target, or sets a field the worker sets.
+    public static let fcmPayload = TrapID(rawValue: "FC001")
+    /// FCM takes `data` values as strings only.
+    public static let fcmDataStrings = TrapID(rawValue: "FC002")
+    /// FCM's 4,096-byte payload ceiling.
+    public static let fcmPayloadTooLarge = TrapID(rawValue: "FC003")
+    /// The registration token is dead (UNREGISTERED, or INVALID_ARGUMENT naming the token).
+    public static let fcmTokenUnregistered = TrapID(rawValue: "FC010")
+    /// The token belongs to another Firebase project (SENDER_ID_MISMATCH).
+    public static let fcmSenderMismatch = TrapID(rawValue: "FC011")
+    /// The project's sending quota is spent (QUOTA_EXCEEDED).
+    public static let fcmQuota = TrapID(rawValue: "FC020")
+    /// The service account or its access token is refused (401, PERMISSION_DENIED, THIRD_PARTY_AUTH_ERROR).
+    public static let fcmCredential = TrapID(rawValue: "FC030")
+    /// FCM refused the message as written (INVALID_ARGUMENT not about the token).
+    public static let fcmInvalidArgument = TrapID(rawValue: "FC040")
+
+    /// The FCM trap ids, in catalog order.
+    public static let fcm: [TrapID] = [
+        .fcmPayload, .fcmDataStrings, .fcmPayloadTooLarge, .fcmTokenUnregistered, .fcmSenderMismatch, .fcmQuota,
+        .fcmCredential, .fcmInvalidArgument,
+    ]
+
     /// The warning codes, in order.
     public static let warnings: [TrapID] = [
         .mutableContentWithoutAlert, .interruptionLevel, .relevanceScore, .backgroundWithAlert,

@@ -143,6 +143,66 @@ public enum TrapRunbook {
                 `MissingTopic`: the job had no usable topic. Producers must set `topic` to the app's bundle id.
                 """#
         ),
+        Entry(
+            codes: ["FC001", "FC002", "FC003"],
+            title: "FCM payload not as FCM takes it",
+            markdown: #"""
+                Refused before sending; no request is made. An FCM job's `payload` is an FCM v1 message's fields
+                without its target: `notification`, `data`, `android`, `fcm_options`. FC001: anything else (an APNs
+                payload with `aps`, a `token`, `topic` or `condition`), or a field the worker sets from the job's
+                columns (`android.priority` from `priority`, `android.ttl` from `expires_at`/`deliver_once`,
+                `android.collapse_key` from `collapse_id`, `data.push_id` from `apns_id`). FC002: a `data` value
+                that is not a string; FCM takes strings only, so encode numbers and objects as text. FC003: over
+                FCM's 4,096 bytes. Fix the producer, then replay.
+                """#
+        ),
+        Entry(
+            codes: ["FC010"],
+            title: "FCM registration token dead",
+            markdown: #"""
+                `404 UNREGISTERED`, or `400 INVALID_ARGUMENT` whose details name the token: the app was uninstalled,
+                or the token was rotated or never valid. The job dies and the token is recorded in
+                `push.invalid_tokens` (platform `fcm`); later jobs for it are dead-lettered unsent
+                (`TokenInvalidated`). Drop the token from your store; the app gets a new one from FirebaseMessaging.
+                """#
+        ),
+        Entry(
+            codes: ["FC011"],
+            title: "FCM token of another Firebase project",
+            markdown: #"""
+                `403 SENDER_ID_MISMATCH`: the token was issued for another Firebase project than the service
+                account's. Check the job's `credential` names the service account of the app's project.
+                """#
+        ),
+        Entry(
+            codes: ["FC020"],
+            title: "FCM quota spent",
+            markdown: #"""
+                `429 QUOTA_EXCEEDED`: the project's sending quota (600,000 messages a minute by default) is spent.
+                FCM did not process the request: the credential's jobs wait `Retry-After` (60 s when absent) and are
+                resent without using an attempt. Set a rate limit under the quota (`push-worker limits set
+                --credential …`), or ask Google for more.
+                """#
+        ),
+        Entry(
+            codes: ["FC030"],
+            title: "FCM service account refused",
+            markdown: #"""
+                A `401` the worker could not cure by minting a new access token, `403 PERMISSION_DENIED`, `404` for
+                the project, `THIRD_PARTY_AUTH_ERROR`, or the token endpoint refusing the key: the credential's jobs
+                stay pending with no attempt used, one log line per pause. Check the key file belongs to the
+                project, that the service account has the Firebase Cloud Messaging API Admin role, and that the
+                API is enabled; then the jobs go out by themselves.
+                """#
+        ),
+        Entry(
+            codes: ["FC040"],
+            title: "FCM refused the message",
+            markdown: #"""
+                `400 INVALID_ARGUMENT` about the message rather than the token: a field FCM does not accept or a
+                value out of range. The dead letter's `error` carries FCM's message; fix the producer, then replay.
+                """#
+        ),
     ]
 
     /// The entry covering `trapID`, if any.

@@ -211,7 +211,9 @@ extension JobQueue {
             firstAttemptAt: try c.next(Date?.self),
             transportRetries: Int(try c.next(Int16.self)),
             claimedAt: try c.next(Date.self),
-            coalesceKey: try c.next(String?.self)
+            coalesceKey: try c.next(String?.self),
+            // The schema's constraint admits only these two.
+            platform: Platform(rawValue: try c.next(String.self)) ?? .apns
         )
     }
 }

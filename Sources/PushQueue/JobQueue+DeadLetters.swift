@@ -43,8 +43,8 @@ extension QueueOperations {
         // A dead letter that breaks a rule the schema checks at INSERT (from before it did) cannot go back:
         // it is reported with the rule, and the others move.
         let broken = """
-            push.broken_rule(j.topic, j.device_token, j.channel_id, j.payload, j.collapse_id, j.credential, now(),
-                             coalesce(\(newExpiry), j.expires_at))
+            push.broken_rule(j.platform, j.environment, j.topic, j.device_token, j.channel_id, j.payload, j.push_type, j.priority,
+                             j.collapse_id, j.credential, now(), coalesce(\(newExpiry), j.expires_at))
             """
         // Two dead letters sharing an apns_id (from before apns_ids were kept unique): the first moves, the
         // others are reported as conflicts.
@@ -76,7 +76,7 @@ extension QueueOperations {
                     INSERT INTO push.jobs (
                         id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
                         collapse_id, expires_at, run_at, apns_id, max_attempts, created_at, history, deliver_once,
-                        coalesce_key)
+                        coalesce_key, platform)
                     OVERRIDING SYSTEM VALUE
                     SELECT id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
                            collapse_id, coalesce(\(newExpiry), expires_at), now(),
@@ -85,7 +85,7 @@ extension QueueOperations {
                            history || jsonb_build_array(jsonb_build_object(
                                'outcome', 'replayed', 'at', now(), 'dead_reason', reason,
                                'previous_apns_id', apns_id, 'attempts_before', attempts)),
-                           deliver_once, coalesce_key
+                           deliver_once, coalesce_key, platform
                       FROM moved
                     RETURNING id, apns_id, expires_at < now() AS expired
                 )

@@ -60,12 +60,13 @@ extension QueueOperations {
               LEFT JOIN push.jobs AS j ON j.id = a.id
               LEFT JOIN push.coalesce_marks AS m
                 ON m.topic = j.topic AND m.environment = j.environment AND m.coalesce_key = j.coalesce_key
+               AND m.platform = j.platform
               LEFT JOIN LATERAL (SELECT greatest(m.high_id, j.superseded_by) AS id) AS newest ON true
               -- The newest job of the key that is or will be sent.
               LEFT JOIN LATERAL (
                 SELECT n.id, n.state FROM push.jobs AS n
                  WHERE n.coalesce_key = j.coalesce_key AND n.topic = j.topic AND n.environment = j.environment
-                   AND n.id > j.id AND n.state IN ('pending', 'running', 'delivered')
+                   AND n.platform = j.platform AND n.id > j.id AND n.state IN ('pending', 'running', 'delivered')
                  ORDER BY n.id DESC LIMIT 1
               ) AS blocker ON true
             """
@@ -140,13 +141,13 @@ extension QueueOperations {
                     INSERT INTO push.jobs (
                         topic, device_token, channel_id, payload, push_type, priority, environment, credential,
                         collapse_id, expires_at, run_at, apns_id, max_attempts, created_at, history, deliver_once,
-                        coalesce_key)
+                        coalesce_key, platform)
                     SELECT topic, device_token, channel_id, payload, push_type, priority, environment, credential,
                            collapse_id, expires_at, now(), apns_id, max_attempts, created_at,
                            history || jsonb_build_array(jsonb_build_object(
                                'outcome', 'revived', 'at', now(), 'previous_id', id,
                                'superseded_by', superseded_by)),
-                           deliver_once, coalesce_key
+                           deliver_once, coalesce_key, platform
                       FROM moved ORDER BY id
                     RETURNING id, apns_id
                 )

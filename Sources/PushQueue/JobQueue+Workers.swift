@@ -173,7 +173,10 @@ extension JobQueue {
                  WHERE j.id IN (SELECT p.id FROM push.jobs AS p
                                  WHERE p.state = 'pending' AND p.run_at < now() - make_interval(secs => \(waitSeconds))
                                    AND NOT EXISTS (SELECT 1 FROM seen AS w
-                                                    WHERE cardinality(w.credentials) = 0 OR p.credential = ANY (w.credentials))
+                                                    WHERE cardinality(w.credentials) = 0
+                                                       -- An FCM credential registers as fcm:<name>.
+                                                       OR (CASE WHEN p.environment = 'fcm' THEN 'fcm:' || p.credential
+                                                                ELSE p.credential END) = ANY (w.credentials))
                                  LIMIT 1000 FOR UPDATE SKIP LOCKED)
                 RETURNING j.*
             )
@@ -184,7 +187,7 @@ extension JobQueue {
                    first_attempt_at, last_attempt_at, latency_ms, now(),
                    'no running worker has a signing key for credential ''' || credential || ''' (MS028): name it in a worker''s --config or APNS_* settings, then replay this job.',
                    push.append_history(history, jsonb_build_object('outcome', 'dead', 'at', now(), 'reason', 'CredentialsMissing')),
-                   deliver_once, coalesce_key
+                   deliver_once, coalesce_key, platform, provider_message_id
               FROM moved
             \(unescaped: Self.deadConflict)
             RETURNING id

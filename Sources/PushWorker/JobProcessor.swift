@@ -8,6 +8,8 @@ import PushQueue
 /// hand over. The only I/O is the send itself; the only interpretation of it is PushCore's.
 struct JobProcessor: Sendable {
     let client: APNsClient
+    /// FCM's client, when the worker has FCM credentials.
+    let fcm: FCMClient?
     let retry: RetryPolicy.Configuration
     let transportBudget: Int
     /// ``RetryPolicy/killSwitchVariable``, read once.
@@ -16,22 +18,36 @@ struct JobProcessor: Sendable {
 
     init(
         client: APNsClient,
+        fcm: FCMClient? = nil,
         retry: RetryPolicy.Configuration,
         transportBudget: Int,
         environment: [String: String],
         logger: Logger
     ) {
         self.client = client
+        self.fcm = fcm
         self.retry = retry
         self.transportBudget = transportBudget
         self.killSwitch = RetryPolicy.killSwitchIsSet(in: environment)
         self.logger = logger
     }
 
+    /// What a job is sent as: its provider's request.
+    enum Request: Sendable {
+        case apns(APNsRequest)
+        case fcm(FCMMessage)
+    }
+
+    /// A provider's answer to a request.
+    enum Answer: Sendable {
+        case apns(APNsResponse)
+        case fcm(FCMResponse)
+    }
+
     /// A claimed job made ready: its request, or the reason nothing is sent.
     enum Prepared: Sendable {
         /// Send this request.
-        case send(Claimed, APNsRequest)
+        case send(Claimed, Request)
         /// Refused before sending: the rejection says why.
         case refuse(Claimed, PreSendRejection)
 
@@ -45,7 +61,7 @@ struct JobProcessor: Sendable {
         var job: PushJob { self.claimed.job }
 
         /// What to send; `nil` when the job is refused.
-        var request: APNsRequest? {
+        var request: Request? {
             if case .send(_, let request) = self { request } else { nil }
         }
     }
@@ -89,6 +105,14 @@ struct JobProcessor: Sendable {
                 )
             )
         }
+        if job.platform == .fcm {
+            // An FCM credential this worker lacks is the transport's credentialsMissing: paused, not dead.
+            do throws(PreSendRejection) {
+                return .send(claimed, .fcm(try FCMMessageBuilder.describe(job, now: databaseNow)))
+            } catch {
+                return .refuse(claimed, error)
+            }
+        }
         do throws(PreSendRejection) {
             let request = try RequestBuilder.describe(job, now: databaseNow)
             claimed.warnings = request.warnings
@@ -101,14 +125,14 @@ struct JobProcessor: Sendable {
                     covered: covered.sorted()
                 )
             }
-            return .send(claimed, request)
+            return .send(claimed, .apns(request))
         } catch {
             return .refuse(claimed, error)
         }
     }
 
     /// Decides a prepared job's outcome from its send's result (`nil`: it was refused before sending).
-    func finish(_ prepared: Prepared, with result: Result<APNsResponse, any Error>?) -> Attempt {
+    func finish(_ prepared: Prepared, with result: Result<Answer, any Error>?) -> Attempt {
         let claimed = prepared.claimed
         let job = claimed.job
         let started = claimed.started
@@ -116,9 +140,10 @@ struct JobProcessor: Sendable {
         let warnings = claimed.warnings
         var status: Int?
         var response: APNsResponse?
+        var fcmResponse: FCMResponse?
         let sendOutcome: SendOutcome
         switch result {
-        case .success(let answer):
+        case .success(.apns(let answer)):
             response = answer
             status = answer.status
             sendOutcome = .response(
@@ -126,6 +151,10 @@ struct JobProcessor: Sendable {
                 reason: answer.reason,
                 retryAfter: answer.status == 429 ? RetryAfter.parse(answer.retryAfter) : nil
             )
+        case .success(.fcm(let answer)):
+            fcmResponse = answer
+            status = answer.status
+            sendOutcome = answer.sendOutcome
         case .failure(let error as TransportError):
             sendOutcome = .transport(error.fault, reason: error.reason)
         case .failure:
@@ -148,7 +177,7 @@ struct JobProcessor: Sendable {
         )
         let sent: Bool
         switch sendOutcome {
-        case .response: sent = true
+        case .response, .fcm: sent = true
         case .transport(let fault, _): sent = fault == .unknownOutcome
         case .rejected: sent = false
         }
@@ -160,10 +189,14 @@ struct JobProcessor: Sendable {
             reason: decided.reason,
             // Warnings first: they describe the payload the attempt carried, whatever APNs answered.
             trapIDs: warnings.map(\.trapID) + (decided.trapID.map { [$0] } ?? []),
-            // A broadcast's answer carries apns-request-id instead: the same column keeps it.
-            apnsUniqueID: response?.apnsUniqueID ?? response?.requestID,
+            // A broadcast's answer carries apns-request-id instead: the same column keeps it. An FCM job's
+            // message name goes to provider_message_id (the statement picks the column by platform).
+            apnsUniqueID: response?.apnsUniqueID ?? response?.requestID ?? fcmResponse?.messageName,
             latencyMs: sent
-                ? Int(((response?.latency ?? (ContinuousClock.now - started)).seconds * 1000).rounded()) : nil,
+                ? Int(
+                    ((response?.latency ?? fcmResponse?.latency ?? (ContinuousClock.now - started)).seconds * 1000)
+                        .rounded()
+                ) : nil,
             attemptedAt: started,
             sent: sent,
             invalidatesToken: decided.invalidatesToken,
@@ -185,7 +218,7 @@ struct JobProcessor: Sendable {
             logger[metadataKey: "push.token_fp"] = "\(job.tokenFingerprint)"
             if decided.unknownReason {
                 logger.warning(
-                    "unknown APNs reason; retrying with the normal budget",
+                    "unknown \(job.platform.providerName) reason; retrying with the normal budget",
                     metadata: ["push.status": "\(status ?? 0)", "push.reason": "\(decided.reason ?? "-")"]
                 )
             } else {

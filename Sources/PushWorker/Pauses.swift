@@ -35,6 +35,18 @@ final class Pauses<Key: Hashable & Sendable>: Sendable {
     }
 
     /// A send with `key` succeeded: forget its streak.
+    /// Pauses `key` for exactly `length` (the peer said how long: FCM's `Retry-After` for a spent quota),
+    /// extending a shorter pause; `isNew` when it was not paused.
+    func pause(_ key: Key, for length: Duration) -> (length: Duration, isNew: Bool) {
+        let now = self.clock.now
+        return self.pauses.withLock { pauses in
+            let current = pauses[key].flatMap { $0.until > now ? $0 : nil }
+            let until = max(current?.until ?? now, now + length)
+            pauses[key] = Pause(until: until, length: current?.length ?? self.initial)
+            return (until - now, current == nil)
+        }
+    }
+
     func succeeded(_ key: Key) {
         self.pauses.withLock { pauses in
             if pauses[key] != nil { pauses[key] = nil }

@@ -44,13 +44,13 @@ extension PushWorkerService {
 
     /// Whether the requests of `credential` (and `topic`) may be written now (asked just before the write):
     /// the worker is healthy and nothing pauses them.
-    func mayWrite(credential: String, topic: String? = nil) -> @Sendable () -> Bool {
+    func mayWrite(credential: String, topic: String? = nil, platform: Platform = .apns) -> @Sendable () -> Bool {
         let pair = topic.map { TopicKey(credential: credential, topic: $0) }
+        let pauses = platform == .fcm ? self.fcmCredentialPauses : self.credentialPauses
         return { [weak self] in
             guard let self else { return false }
             let topicPaused = pair.map { self.topicPauses.isPaused($0) } ?? false
-            guard
-                !Task.isCancelled && self.heartbeatFresh && !self.credentialPauses.isPaused(credential) && !topicPaused
+            guard !Task.isCancelled && self.heartbeatFresh && !pauses.isPaused(credential) && !topicPaused
             else { return false }
             if let topic, self.isPausedByFleet(credential: credential, topic: topic) { return false }
             return true
@@ -124,8 +124,13 @@ extension PushWorkerService {
                 self.complete(prepared, with: nil)
                 continue
             }
-            // One batch per (environment, credential, topic): a topic APNs refuses stops only its own batch.
-            let key = "\(request.environment)/\(job.credential)/\(job.topic)"
+            // One batch per (platform, environment, credential, topic): a topic APNs refuses stops only its own
+            // batch.
+            let key: String
+            switch request {
+            case .apns(let apns): key = "apns/\(apns.environment)/\(job.credential)/\(job.topic)"
+            case .fcm: key = "fcm/\(job.credential)/\(job.topic)"
+            }
             let entry = (prepared, latest?[position] ?? nil)
             if let index = groupOf[key] {
                 groups[index].append(entry)
@@ -138,15 +143,44 @@ extension PushWorkerService {
             for group in groups {
                 pairs.addTask {
                     let credential = group[0].prepared.job.credential
-                    await self.client.sendBatch(
-                        group.map { $0.prepared.request! },
-                        credential: credential,
-                        mayWrite: self.mayWrite(credential: credential, topic: group[0].prepared.job.topic),
-                        // A job cancelled while it waited for a stream, or a limited one now late or too close
-                        // to its limit's last request, is withdrawn alone.
-                        withdraws: { index in self.withdraws(group[index].prepared.job, latest: group[index].latest) }
-                    ) { index, result in
-                        self.complete(group[index].prepared, with: result)
+                    let first = group[0].prepared.job
+                    let mayWrite = self.mayWrite(credential: credential, topic: first.topic, platform: first.platform)
+                    // A job cancelled while it waited for a stream, or a limited one now late or too close to its
+                    // limit's last request, is withdrawn alone.
+                    let withdraws: @Sendable (Int) -> Bool = { index in
+                        self.withdraws(group[index].prepared.job, latest: group[index].latest)
+                    }
+                    switch group[0].prepared.request {
+                    case .fcm:
+                        let messages = group.compactMap { entry -> FCMMessage? in
+                            if case .fcm(let message) = entry.prepared.request { message } else { nil }
+                        }
+                        guard let fcm = self.processor.fcm else {
+                            let error = TransportError(
+                                code: .credentialsMissing,
+                                mayHaveBeenProcessed: false,
+                                message: "no FCM service account is configured in this worker for credential '\(credential)'"
+                            )
+                            for entry in group { self.complete(entry.prepared, with: .failure(error)) }
+                            return
+                        }
+                        await fcm.sendBatch(messages, credential: credential, mayWrite: mayWrite, withdraws: withdraws) {
+                            index,
+                            result in
+                            self.complete(group[index].prepared, with: result.map(JobProcessor.Answer.fcm))
+                        }
+                    default:
+                        let requests = group.compactMap { entry -> APNsRequest? in
+                            if case .apns(let request) = entry.prepared.request { request } else { nil }
+                        }
+                        await self.client.sendBatch(
+                            requests,
+                            credential: credential,
+                            mayWrite: mayWrite,
+                            withdraws: withdraws
+                        ) { index, result in
+                            self.complete(group[index].prepared, with: result.map(JobProcessor.Answer.apns))
+                        }
                     }
                 }
             }
@@ -154,8 +188,8 @@ extension PushWorkerService {
     }
 
     /// A prepared job's send ended (`nil`: refused before sending): decide, react, count, hand to the recorder.
-    func complete(_ prepared: JobProcessor.Prepared, with result: Result<APNsResponse, any Error>?) {
-        if case .success(let response) = result { self.skew.observe(response) }
+    func complete(_ prepared: JobProcessor.Prepared, with result: Result<JobProcessor.Answer, any Error>?) {
+        if case .success(.apns(let response)) = result { self.skew.observe(response) }
         self.finished(self.processor.finish(prepared, with: result))
     }
 
@@ -174,15 +208,23 @@ extension PushWorkerService {
         let (job, decided) = (attempt.job, attempt.decided)
         let endpoint = EndpointKey(environment: job.environment, credential: job.credential)
         if decided.decision == .delivered {
-            self.credentialPauses.succeeded(job.credential)
+            (job.platform == .fcm ? self.fcmCredentialPauses : self.credentialPauses).succeeded(job.credential)
             self.unreachableEndpoints.succeeded(endpoint)
         }
         if decided.pausesCredential {
-            let (length, isNew) = self.credentialPauses.pause(job.credential)
-            if isNew {
+            let pauses = job.platform == .fcm ? self.fcmCredentialPauses : self.credentialPauses
+            let (length, isNew) =
+                decided.pauseLength.map { pauses.pause(job.credential, for: $0) } ?? pauses.pause(job.credential)
+            if isNew, decided.pauseLength != nil {
+                self.logger.warning(
+                    "\(job.platform.providerName) asked credential '\(job.credential)' to wait (\(decided.reason ?? "-")): its jobs stay pending for \(length), no attempt used",
+                    metadata: ["push.credential": "\(job.credential)", "push.reason": "\(decided.reason ?? "-")"]
+                )
+            } else if isNew {
                 let reason = decided.reason ?? "-"
+                let what = job.platform == .fcm ? "its service account key file" : "its key or certificate"
                 self.logger.error(
-                    "APNs refused credential '\(job.credential)' (\(reason)): its jobs stay pending for \(length); fix the credential (its key or certificate)",
+                    "\(job.platform.providerName) refused credential '\(job.credential)' (\(reason)): its jobs stay pending for \(length); fix the credential (\(what))",
                     metadata: ["push.credential": "\(job.credential)", "push.reason": "\(reason)"]
                 )
             }

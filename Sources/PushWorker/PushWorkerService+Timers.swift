@@ -14,7 +14,12 @@ extension PushWorkerService {
             state.fleetPauses = paused
             state.fleetPausesReadAt = readAt
         }
-        let credentials = self.configuration.credentials ?? []
+        // An FCM credential registers as fcm:<name> (the fleet's check for jobs no worker can send).
+        let fcm = self.processor.fcm
+        let credentials = (self.configuration.credentials ?? []).flatMap { name -> [String] in
+            (self.client.credentialNames.contains(name) || fcm?.project(of: name) == nil ? [name] : [])
+                + (fcm?.project(of: name) != nil ? ["fcm:\(name)"] : [])
+        }
         try await self.queue.heartbeat(
             workerID: self.configuration.workerID,
             host: ProcessInfo.processInfo.hostName,
@@ -124,10 +129,13 @@ extension PushWorkerService {
             try? await self.clock.sleep(for: self.configuration.reaperInterval)
             if Task.isCancelled { return }
             do {
-                self.metrics.connections.record(self.client.openConnections)
+                self.metrics.connections.record(
+                    self.client.openConnections + (self.processor.fcm?.openConnections ?? 0)
+                )
                 self.metrics.jwtMints.record(self.client.mintCount)
                 self.metrics.pausedCredentials.record(
-                    self.credentialPauses.active().count + self.topicPauses.active().count
+                    self.credentialPauses.active().count + self.fcmCredentialPauses.active().count
+                        + self.topicPauses.active().count
                 )
                 // Like reaping: not while this worker may have just come back from being cut off.
                 let mayJudge = self.state.withLock { $0.liveness.mayReap(at: self.clock.now) }

@@ -18,6 +18,13 @@ public final class PushWorkerService: Service, Sendable {
     let processor: JobProcessor
     /// Credentials APNs refused: their jobs are not claimed or sent for a while.
     let credentialPauses: Pauses<String>
+    /// FCM credentials FCM refused or asked to wait (QUOTA_EXCEEDED): their jobs are not claimed or sent
+    /// for a while. Apart from APNs': a team may name its APNs key and its service account alike.
+    let fcmCredentialPauses: Pauses<String>
+    /// The (environment, credential) pairs this worker cannot send: a name it has only for APNs is
+    /// `fcm/<name>`, one it has only for FCM `production/<name>` and `development/<name>`. The claim leaves
+    /// them to workers that can.
+    let platformGaps: [String]
     /// APNs pools (environment and credential) whose endpoint could not be reached: their jobs are not
     /// claimed for a while.
     let unreachableEndpoints: Pauses<EndpointKey>
@@ -85,6 +92,7 @@ public final class PushWorkerService: Service, Sendable {
         configuration: WorkerConfiguration,
         queue: JobQueue,
         client: APNsClient,
+        fcm: FCMClient? = nil,
         listener: JobNotificationListener?,
         logger: Logger
     ) {
@@ -99,6 +107,7 @@ public final class PushWorkerService: Service, Sendable {
         self.skew = ClockSkewMonitor(logger: logger)
         self.processor = JobProcessor(
             client: client,
+            fcm: fcm,
             retry: configuration.retry,
             transportBudget: configuration.transportBudget,
             environment: ProcessInfo.processInfo.environment,
@@ -109,6 +118,15 @@ public final class PushWorkerService: Service, Sendable {
             maximum: configuration.maximumCredentialPause,
             clock: clock
         )
+        self.fcmCredentialPauses = Pauses(
+            initial: configuration.credentialPause,
+            maximum: configuration.maximumCredentialPause,
+            clock: clock
+        )
+        self.platformGaps = (configuration.credentials ?? []).flatMap { name -> [String] in
+            (client.credentialNames.contains(name) ? [] : ["production/\(name)", "development/\(name)"])
+                + (fcm?.project(of: name) == nil ? ["fcm/\(name)"] : [])
+        }
         self.unreachableEndpoints = Pauses(initial: .seconds(1), maximum: .seconds(30), clock: clock)
         self.topicPauses = Pauses(
             initial: configuration.credentialPause,
@@ -183,7 +201,7 @@ public final class PushWorkerService: Service, Sendable {
     /// Sets the `push_worker_ready` gauge from ``isReady``; call it before each scrape.
     public func publishReadiness() {
         self.metrics.ready.record(self.isReady ? 1 : 0)
-        let notProcessed = self.client.notProcessedCount
+        let notProcessed = self.client.notProcessedCount + (self.processor.fcm?.notProcessedCount ?? 0)
         let delta = self.state.withLock { state -> Int in
             defer { state.notProcessedReported = notProcessed }
             return notProcessed - state.notProcessedReported
@@ -282,6 +300,9 @@ public final class PushWorkerService: Service, Sendable {
                     credentials: self.configuration.credentials ?? self.client.credentialNames,
                     timeout: .seconds(2)
                 )
+                if let fcm = self.processor.fcm {
+                    await fcm.warmUp(credentials: self.configuration.credentials ?? fcm.credentialNames, timeout: .seconds(2))
+                }
                 await self.claimLoop()
                 // The recorder writes what is left, then returns; this group waits for it.
                 self.recorder.stop(giveUpAfter: self.configuration.shutdownGrace)
@@ -321,7 +342,8 @@ public final class PushWorkerService: Service, Sendable {
                     let (queue, held) = (self.queue, self.state.withLock { Array($0.capacity.held) })
                     let (paused, unreachable, topics) = (
                         self.credentialPauses.active().sorted(),
-                        self.unreachableEndpoints.active().map(\.description),
+                        self.unreachableEndpoints.active().map(\.description)
+                            + self.fcmCredentialPauses.active().map { "fcm/\($0)" } + self.platformGaps,
                         self.topicPauses.active().map(\.description)
                     )
                     batch = try await withDeadline(configuration.statementDeadline, "the claim") {

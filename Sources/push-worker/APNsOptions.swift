@@ -32,6 +32,22 @@ struct APNsOptions: ParsableArguments {
     )
     var caFile: String?
     @Option(
+        name: .customLong("fcm-endpoint"),
+        help: ArgumentHelp(
+            "Send FCM messages to this endpoint instead of fcm.googleapis.com (a stand-in): https://host:port. The token endpoint is each service account file's token_uri.",
+            valueName: "url"
+        )
+    )
+    var fcmEndpoint: String?
+    @Option(
+        name: .customLong("fcm-ca-file"),
+        help: ArgumentHelp(
+            "Extra trusted CA certificate (PEM) for --fcm-endpoint and the service accounts' token_uri. TLS verification is never switched off.",
+            valueName: "pem"
+        )
+    )
+    var fcmCAFile: String?
+    @Option(
         name: .customLong("apns-key-path"),
         help: ArgumentHelp("The .p8 signing key (default: $APNS_KEY_PATH).", valueName: "path")
     )
@@ -134,6 +150,8 @@ struct APNsOptions: ParsableArguments {
         var keys: [String: SigningKey]
         /// Certificate credentials.
         var certificates: [String: ClientCertificate]
+        /// FCM credentials (service accounts).
+        var serviceAccounts: [String: ServiceAccount] = [:]
     }
 
     /// Every configured key and certificate, loaded and checked (file permissions, key type, ids, expiry),
@@ -152,12 +170,18 @@ struct APNsOptions: ParsableArguments {
             )
             certificates["default"] = nil
         }
-        guard !keys.isEmpty || !certificates.isEmpty else {
+        let serviceAccounts = try file?.serviceAccounts() ?? [:]
+        if let both = Set(serviceAccounts.keys).intersection(keys.keys).sorted().first {
+            throw CLIError(
+                "credential '\(both)' is both an FCM service account (--config) and an APNs key (APNS_KEY_PATH or --apns-key-path set 'default'): give the FCM one another name"
+            )
+        }
+        guard !keys.isEmpty || !certificates.isEmpty || !serviceAccounts.isEmpty else {
             throw CLIError(
                 "no APNs key configured (trap MS028): set APNS_KEY_PATH, APNS_KEY_ID and APNS_TEAM_ID, pass --apns-key-path, --apns-key-id and --apns-team-id, or name credentials in --config"
             )
         }
-        return Credentials(file: file, keys: keys, certificates: certificates)
+        return Credentials(file: file, keys: keys, certificates: certificates, serviceAccounts: serviceAccounts)
     }
 
     /// A client with every configured key: the config file's credentials, and `default` from the flags
@@ -203,6 +227,37 @@ struct APNsOptions: ParsableArguments {
             configuration: configuration,
             credentials: loaded.keys,
             certificates: loaded.certificates,
+            tokenStore: tokenStore,
+            logger: logger
+        )
+    }
+
+    /// FCM's client with every configured service account, or `nil` when none is configured.
+    func makeFCMClient(
+        logger: Logger,
+        base: FCMClient.Configuration = .init(),
+        tokenStore: (any ProviderTokenStore)? = nil
+    ) throws -> FCMClient? {
+        let loaded = try self.credentials()
+        guard !loaded.serviceAccounts.isEmpty else { return nil }
+        var configuration = base
+        configuration.caFile = self.fcmCAFile ?? loaded.file?.fcmCAFile ?? configuration.caFile
+        if let endpoint = self.fcmEndpoint ?? loaded.file?.fcmEndpoint {
+            configuration.endpointOverride = try PushEndpoint(url: endpoint, flag: "--fcm-endpoint")
+        }
+        configuration.httpsProxy = try self.proxy()
+        for (name, account) in loaded.serviceAccounts.sorted(by: { $0.key < $1.key }) {
+            logger.info(
+                "FCM credential",
+                metadata: [
+                    "push.credential": "\(name)", "push.project": "\(account.projectID)",
+                    "push.account": "\(account.clientEmail)",
+                ]
+            )
+        }
+        return try FCMClient(
+            configuration: configuration,
+            accounts: loaded.serviceAccounts,
             tokenStore: tokenStore,
             logger: logger
         )

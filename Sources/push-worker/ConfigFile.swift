@@ -12,7 +12,8 @@ import Foundation
 ///     "default": { "team_id": "DEF123GHIJ", "key_id": "ABC123DEFG", "key_path": "/etc/push-worker/AuthKey_ABC123DEFG.p8" },
 ///     "brand-b": { "team_id": "XYZ987WVUT", "key_id": "KLM456NOPQ", "key_path": "/etc/push-worker/AuthKey_KLM456NOPQ.p8" },
 ///     "legacy": { "type": "certificate", "p12_path": "/etc/push-worker/apns.p12", "password_file": "/etc/push-worker/apns.pass" },
-///     "mdm": { "type": "certificate", "cert_path": "/etc/push-worker/mdm.pem", "key_path": "/etc/push-worker/mdm.key" }
+///     "mdm": { "type": "certificate", "cert_path": "/etc/push-worker/mdm.pem", "key_path": "/etc/push-worker/mdm.key" },
+///     "android": { "type": "fcm", "service_account_path": "/etc/push-worker/firebase-sa.json" }
 ///   }
 /// }
 /// ```
@@ -27,6 +28,7 @@ struct ConfigFile: Decodable {
         var p12Path: String?
         var certPath: String?
         var passwordFile: String?
+        var serviceAccountPath: String?
 
         enum CodingKeys: String, CodingKey {
             case type
@@ -36,9 +38,12 @@ struct ConfigFile: Decodable {
             case p12Path = "p12_path"
             case certPath = "cert_path"
             case passwordFile = "password_file"
+            case serviceAccountPath = "service_account_path"
         }
 
         var isCertificate: Bool { self.type == "certificate" }
+        /// An FCM service account (`"type": "fcm"`).
+        var isFCM: Bool { self.type == "fcm" }
 
         /// What is missing or contradictory, as a sentence; `nil` when the fields fit the type.
         var problem: String? {
@@ -64,19 +69,33 @@ struct ConfigFile: Decodable {
                         "is a certificate credential: team_id and key_id belong to token (.p8) credentials; drop them"
                 }
                 return nil
+            case "fcm":
+                if (self.serviceAccountPath ?? "").isEmpty {
+                    return
+                        "is an FCM credential: set service_account_path to the service account's JSON key file (Firebase console > Project settings > Service accounts)"
+                }
+                if [self.teamID, self.keyID, self.keyPath, self.p12Path, self.certPath].contains(where: { $0 != nil }) {
+                    return "is an FCM credential: it takes service_account_path only; drop the APNs fields"
+                }
+                return nil
             default:
-                return "has type \"\(self.type!)\": use \"token\" (the default) or \"certificate\""
+                return
+                    "has type \"\(self.type!)\": use \"token\" (the default), \"certificate\" or \"fcm\""
             }
         }
     }
 
     var apnsEndpoint: String?
     var apnsCAFile: String?
+    var fcmEndpoint: String?
+    var fcmCAFile: String?
     var credentials: [String: Credential]
 
     enum CodingKeys: String, CodingKey {
         case apnsEndpoint = "apns_endpoint"
         case apnsCAFile = "apns_ca_file"
+        case fcmEndpoint = "fcm_endpoint"
+        case fcmCAFile = "fcm_ca_file"
         case credentials
     }
 
@@ -122,8 +141,16 @@ struct ConfigFile: Decodable {
 
     /// Loads every token credential's key (each refused clearly if missing, world-readable or not P-256).
     func signingKeys() throws -> [String: SigningKey] {
-        try self.credentials.filter { !$0.value.isCertificate }.mapValues {
+        try self.credentials.filter { !$0.value.isCertificate && !$0.value.isFCM }.mapValues {
             try SigningKey.load(teamID: $0.teamID ?? "", keyID: $0.keyID ?? "", path: $0.keyPath ?? "")
+        }
+    }
+
+    /// Loads every FCM credential's service account (each refused clearly if missing, readable by others,
+    /// or not a service account key).
+    func serviceAccounts() throws -> [String: ServiceAccount] {
+        try self.credentials.filter { $0.value.isFCM }.mapValues {
+            try ServiceAccount.load(path: $0.serviceAccountPath ?? "")
         }
     }
 

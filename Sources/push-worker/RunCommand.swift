@@ -158,7 +158,10 @@ struct RunCommand: AsyncParsableCommand {
         try await url.probe(logger: logger)
         if useKey {
             try await self.serve(url: url, hosts: configured, logger: logger) { store in
-                try self.makeClient(logger: logger, simulator: nil, tokenStore: store)
+                (
+                    try self.makeClient(logger: logger, simulator: nil, tokenStore: store),
+                    try self.apns.makeFCMClient(logger: logger, base: self.fcmConfiguration, tokenStore: store)
+                )
             }
             return
         }
@@ -166,10 +169,14 @@ struct RunCommand: AsyncParsableCommand {
         let stateDirectory = URL(fileURLWithPath: self.database.dataDirectory).deletingLastPathComponent()
             .appendingPathComponent("simulator").standardizedFileURL.path
         let credentials = try SimulatorCredentials.generate(in: stateDirectory)
-        let simulator = try APNsSimulator(
-            configuration: .init(keys: [credentials.keyID: credentials.trustedKey], recordRequests: false),
-            logger: logger
+        // Android too: a throwaway service account whose token endpoint is the simulator's.
+        let account = try SimulatorFCMAccount.make()
+        var simulatorConfiguration = APNsSimulator.Configuration(
+            keys: [credentials.keyID: credentials.trustedKey],
+            recordRequests: false
         )
+        simulatorConfiguration.fcmAccounts = account.trusted
+        let simulator = try APNsSimulator(configuration: simulatorConfiguration, logger: logger)
         let caPath = try simulator.writeCACertificate(to: (stateDirectory as NSString).appendingPathComponent("ca.pem"))
         try await simulator.run { simulator in
             printError(
@@ -180,15 +187,34 @@ struct RunCommand: AsyncParsableCommand {
                 keyID: credentials.keyID,
                 path: credentials.keyPath
             )
+            let accountPath = try account.write(in: stateDirectory, host: "localhost", port: simulator.port)
             try await self.serve(url: url, hosts: configured, logger: logger) { _ in
-                // The throwaway key is new each run: a token shared from an earlier run would not verify.
-                try self.makeClient(
-                    logger: logger,
-                    simulator: (APNsEndpoint(host: "localhost", port: simulator.port), caPath, key),
-                    tokenStore: nil
+                // The throwaway keys are new each run: a token shared from an earlier run would not verify.
+                var fcm = self.fcmConfiguration
+                fcm.endpointOverride = PushEndpoint(host: "localhost", port: simulator.port)
+                fcm.caFile = caPath
+                return (
+                    try self.makeClient(
+                        logger: logger,
+                        simulator: (APNsEndpoint(host: "localhost", port: simulator.port), caPath, key),
+                        tokenStore: nil
+                    ),
+                    try FCMClient(
+                        configuration: fcm,
+                        accounts: ["default-fcm": try ServiceAccount.load(path: accountPath)],
+                        logger: logger
+                    )
                 )
             }
         }
+    }
+
+    /// FCM's pool size and request deadline, as APNs'.
+    var fcmConfiguration: FCMClient.Configuration {
+        var configuration = FCMClient.Configuration()
+        configuration.connectionsPerPool = self.connections
+        configuration.requestTimeout = .milliseconds(self.requestTimeoutMs)
+        return configuration
     }
 
     func makeClient(
@@ -218,7 +244,7 @@ struct RunCommand: AsyncParsableCommand {
         url: DatabaseURL,
         hosts: DatabaseURL,
         logger: Logger,
-        makeClient: (any ProviderTokenStore) throws -> APNsClient
+        makeClient: (any ProviderTokenStore) throws -> (APNsClient, FCMClient?)
     ) async throws {
         let workerID = self.workerID ?? "\(ProcessInfo.processInfo.hostName)-\(getpid())"
         let parameters =
@@ -278,12 +304,13 @@ struct RunCommand: AsyncParsableCommand {
         let registry: PrometheusCollectorRegistry? = self.noMetrics ? nil : PrometheusCollectorRegistry()
         if let registry { MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry)) }
         // One provider token per key for the whole fleet, shared through Postgres.
-        let apnsClient = try makeClient(ProviderTokenTable(primary: primary, logger: logger))
-        configuration.credentials = apnsClient.credentialNames
+        let (apnsClient, fcmClient) = try makeClient(ProviderTokenTable(primary: primary, logger: logger))
+        configuration.credentials = (apnsClient.credentialNames + (fcmClient?.credentialNames ?? [])).sorted()
         let service = PushWorkerService(
             configuration: configuration,
             queue: JobQueue(primary: primary, logger: logger, preparedStatements: !self.noSessionSettings),
             client: apnsClient,
+            fcm: fcmClient,
             listener: listener,
             logger: logger
         )
@@ -291,6 +318,7 @@ struct RunCommand: AsyncParsableCommand {
         let daemon = WorkerDaemon(
             service: service,
             apnsClient: apnsClient,
+            fcmClient: fcmClient,
             notifier: notifier,
             logger: logger,
             workerID: workerID,
@@ -369,6 +397,7 @@ struct PrimaryClientService: Service {
 struct WorkerDaemon: Service {
     let service: PushWorkerService
     let apnsClient: APNsClient
+    let fcmClient: FCMClient?
     let notifier: ServiceManagerNotifier
     let logger: Logger
     let workerID: String
@@ -383,6 +412,7 @@ struct WorkerDaemon: Service {
         } catch  where Task.isShuttingDownGracefully {
             self.logger.notice("stopped before starting: the signal came while the push schema was being checked")
             await self.apnsClient.shutdown()
+            await self.fcmClient?.shutdown()
             return
         }
         writeLine(self.banner)
@@ -390,6 +420,7 @@ struct WorkerDaemon: Service {
         self.notifier.notify("READY=1\nSTATUS=claiming and sending as \(self.workerID)\nMAINPID=\(getpid())")
         try await self.service.run()
         await self.apnsClient.shutdown()
+        await self.fcmClient?.shutdown()
         let counters = self.service.counters
         self.logger.notice(
             "drained",

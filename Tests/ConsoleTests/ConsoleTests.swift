@@ -422,7 +422,7 @@ import Testing
             "docs/operations.md and Sources/PushCore/TrapRunbook.swift differ: edit TrapRunbook and copy its markdown into the docs"
         )
         // Every trap id the worker records has advice.
-        for trap in TrapID.all + TrapID.warnings {
+        for trap in TrapID.all + TrapID.warnings + TrapID.fcm {
             #expect(TrapRunbook.entry(for: trap.rawValue) != nil, "no runbook entry for \(trap)")
         }
     }

@@ -389,6 +389,20 @@ final class PushClient<Provider: PushProvider>: Sendable {
         }
     }
 
+    /// Sends one request that carries no bearer token (an OAuth token exchange) to `endpoint`, on a pool of
+    /// its own through the same TLS trust, proxy and deadlines; no in-call rules.
+    func exchange(_ request: OutgoingRequest, endpoint: PushEndpoint) async throws -> HTTP2Answer {
+        let connection = try await self.pool(for: PoolKey(endpoint: endpoint, credential: "")).connection()
+        return try await connection.send(
+            method: request.method,
+            path: request.path,
+            headers: request.headers,
+            body: request.body,
+            authorization: nil,
+            deadline: self.configuration.requestTimeout
+        )
+    }
+
     func pool(for key: PoolKey) -> ConnectionPool {
         self.pools.withLock { pools in
             if let pool = pools[key] { return pool }

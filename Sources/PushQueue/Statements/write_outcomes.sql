@@ -19,7 +19,12 @@ WITH updated AS (
            reason = CASE WHEN i.kind = 'delivered' THEN j.reason ELSE i.rs END,
            trap_ids = CASE WHEN cardinality(i.trap_arr) = 0 THEN j.trap_ids
                            ELSE push.merge_trap_ids(j.trap_ids, i.trap_arr) END,
-           apns_unique_id = coalesce(NULLIF(i.unique_id, ''), j.apns_unique_id),
+           -- unique_id: the provider's id of the answer (APNs' apns-unique-id or apns-request-id; FCM's
+           -- message name).
+           apns_unique_id = CASE WHEN j.platform = 'fcm' THEN j.apns_unique_id
+                                 ELSE coalesce(NULLIF(i.unique_id, ''), j.apns_unique_id) END,
+           provider_message_id = CASE WHEN j.platform = 'fcm' THEN coalesce(NULLIF(i.unique_id, ''), j.provider_message_id)
+                                      ELSE j.provider_message_id END,
            first_attempt_at = coalesce(j.first_attempt_at, CASE WHEN i.sent THEN i.at END),
            last_attempt_at = CASE WHEN i.sent THEN i.at ELSE j.last_attempt_at END,
            delivered_at = CASE WHEN i.kind = 'delivered' THEN now() ELSE NULL END,
@@ -46,26 +51,28 @@ WITH updated AS (
     SELECT id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
            collapse_id, expires_at, run_at, apns_id, max_attempts, attempts, transport_retries, st,
            coalesce(rs, 'Unknown'), push.merge_trap_ids(trap_ids, trap_arr),
-           coalesce(NULLIF(unique_id, ''), apns_unique_id), created_at,
+           CASE WHEN platform = 'fcm' THEN apns_unique_id ELSE coalesce(NULLIF(unique_id, ''), apns_unique_id) END,
+           created_at,
            coalesce(first_attempt_at, CASE WHEN sent THEN at END), CASE WHEN sent THEN at ELSE last_attempt_at END,
-           lat, now(), error, push.append_history(history, entry), deliver_once, coalesce_key
+           lat, now(), error, push.append_history(history, entry), deliver_once, coalesce_key, platform,
+           provider_message_id
       FROM moved
     {{dead_conflict}}
     RETURNING id
 ), tokens AS (
     INSERT INTO push.invalid_tokens AS t
-           (device_token, topic, environment, reason, invalidated_at, apns_timestamp_ms, job_id)
-    SELECT DISTINCT ON (device_token, topic, environment)
-           device_token, topic, environment, coalesce(rs, 'Unknown'),
+           (platform, device_token, topic, environment, reason, invalidated_at, apns_timestamp_ms, job_id)
+    SELECT DISTINCT ON (platform, device_token, topic, environment)
+           platform, device_token, topic, environment, coalesce(rs, 'Unknown'),
            CASE WHEN ts_sane THEN to_timestamp(ts_ms::double precision / 1000) ELSE now() END,
            CASE WHEN ts_sane THEN ts_ms END, id
       FROM (SELECT m.*, (m.ts_ms BETWEEN 1262304000000 AND (extract(epoch FROM now()) * 1000 + 86400000)::bigint) AS ts_sane
               FROM moved AS m) AS moved
      -- A 410 timestamp is range-checked (2010 to tomorrow); a token too long for the index is
      -- no real token: its dead letter says so, and no invalid-token row is written.
-     WHERE invalidate AND device_token IS NOT NULL AND octet_length(device_token) <= 512
-     ORDER BY device_token, topic, environment, ts_ms DESC
-    ON CONFLICT (device_token, topic, environment) DO UPDATE
+     WHERE invalidate AND device_token IS NOT NULL AND octet_length(device_token) <= 2048
+     ORDER BY platform, device_token, topic, environment, ts_ms DESC
+    ON CONFLICT (platform, device_token, topic, environment) DO UPDATE
        SET reason = excluded.reason, invalidated_at = excluded.invalidated_at,
            apns_timestamp_ms = excluded.apns_timestamp_ms, job_id = excluded.job_id
      WHERE excluded.invalidated_at >= t.invalidated_at

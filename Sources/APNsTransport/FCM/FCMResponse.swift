@@ -1,0 +1,123 @@
+import Foundation
+public import PushCore
+
+/// FCM's answer to one send: a 200's message `name`, or an error's code, whether it names the token, and
+/// FCM's own message (kept for the dead letter's history; it never carries the token).
+public struct FCMResponse: Sendable, Hashable {
+    /// The HTTP status.
+    public var status: Int
+    /// FcmError's `errorCode` (`UNREGISTERED`, `QUOTA_EXCEEDED`, …), else the error's `status`.
+    public var code: String?
+    /// Whether an error's details name the registration token (a `BadRequest` field violation on
+    /// `message.token`).
+    public var namesToken: Bool
+    /// FCM's `error.message`.
+    public var message: String?
+    /// A 200's message `name` (`projects/<project>/messages/<id>`): the job's `provider_message_id`.
+    public var messageName: String?
+    /// The `Retry-After` header as sent.
+    public var retryAfter: String?
+    /// How long the request took, from write to the end of the response.
+    public var latency: Duration
+    /// The `Date` header.
+    public var serverDate: String?
+
+    /// Creates a response.
+    public init(
+        status: Int,
+        code: String? = nil,
+        namesToken: Bool = false,
+        message: String? = nil,
+        messageName: String? = nil,
+        retryAfter: String? = nil,
+        latency: Duration = .zero,
+        serverDate: String? = nil
+    ) {
+        self.status = status
+        self.code = code
+        self.namesToken = namesToken
+        self.message = message
+        self.messageName = messageName
+        self.retryAfter = retryAfter
+        self.latency = latency
+        self.serverDate = serverDate
+    }
+
+    /// What the answer means for the job, with its trap id.
+    public var verdict: APNsVerdict {
+        FCMReason.classify(status: self.status, code: self.code, namesToken: self.namesToken)
+    }
+
+    /// The answer as ``Decision`` reads it.
+    public var sendOutcome: SendOutcome {
+        .fcm(
+            status: self.status,
+            code: self.code,
+            namesToken: self.namesToken,
+            retryAfter: RetryAfter.parse(self.retryAfter)
+        )
+    }
+
+    /// FCM's answer as read off its stream.
+    init(_ answer: HTTP2Answer) {
+        let object = (try? JSONSerialization.jsonObject(with: Data(answer.body))) as? [String: Any]
+        var code: String?
+        var namesToken = false
+        var message: String?
+        if answer.status != 200, let error = object?["error"] as? [String: Any] {
+            message = error["message"] as? String
+            code = error["status"] as? String
+            for detail in error["details"] as? [[String: Any]] ?? [] {
+                let type = detail["@type"] as? String ?? ""
+                if type.hasSuffix(".FcmError"), let errorCode = detail["errorCode"] as? String { code = errorCode }
+                if type.hasSuffix("google.rpc.BadRequest") {
+                    for violation in detail["fieldViolations"] as? [[String: Any]] ?? []
+                    where (violation["field"] as? String) == "message.token" {
+                        namesToken = true
+                    }
+                }
+            }
+        }
+        self.init(
+            status: answer.status,
+            code: code,
+            namesToken: namesToken,
+            message: message,
+            messageName: answer.status == 200 ? object?["name"] as? String : nil,
+            retryAfter: answer.headers.first(name: "retry-after"),
+            latency: .nanoseconds(answer.latency.nanoseconds),
+            serverDate: answer.headers.first(name: "date")
+        )
+    }
+}
+
+/// FCM as a provider of the shared HTTP/2 engine: its answers (``FCMResponse``), what they do to the
+/// connection (``FCMReason``'s connection column), and the sentence for a credential with nothing configured.
+struct FCMProvider: PushProvider {
+    var peerName: String { "FCM" }
+
+    /// FCM's request headers are the same on every request.
+    func changesEveryRequest(_ headerName: String) -> Bool { false }
+
+    func parse(_ answer: HTTP2Answer) -> FCMResponse { FCMResponse(answer) }
+
+    func status(of response: FCMResponse) -> Int { response.status }
+
+    func connectionEffect(of response: FCMResponse) -> ConnectionEffect {
+        FCMReason.connectionEffect(status: response.status, code: response.code)
+    }
+
+    func credentialAccepted(by response: FCMResponse) -> Bool? {
+        if (200...299).contains(response.status) { return true }
+        return response.verdict.responseClass == .credentialFatal ? false : nil
+    }
+
+    func missingCredential(_ name: String) -> TransportError {
+        TransportError(
+            code: .credentialsMissing,
+            mayHaveBeenProcessed: false,
+            message:
+                "no FCM service account is configured for credential '\(name)': name it in the config file as {\"type\": \"fcm\", \"service_account_path\": FILE}"
+        )
+    }
+}

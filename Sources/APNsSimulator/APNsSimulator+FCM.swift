@@ -1,7 +1,7 @@
-public import _CryptoExtras
 import Foundation
 import NIOCore
 import NIOHPACK
+public import _CryptoExtras
 
 /// FCM's side of the simulator (`push-worker simulator --fcm`): a token endpoint that verifies a service
 /// account's RS256 JWT and grants short-lived access tokens, and the HTTP v1 send endpoint, which checks the
@@ -28,7 +28,12 @@ extension APNsSimulator {
     }
 
     /// FCM's error body: `{"error": {"code", "message", "status", "details": [FcmError]}}`.
-    static func fcmError(_ status: Int, _ code: String, message: String? = nil, tokenViolation: Bool = false)
+    static func fcmError(
+        _ status: Int,
+        _ code: String,
+        message: String? = nil,
+        tokenViolation: Bool = false
+    )
         -> SimulatorAnswer
     {
         let statusWord: String =
@@ -48,7 +53,10 @@ extension APNsSimulator {
             details.append([
                 "@type": "type.googleapis.com/google.rpc.BadRequest",
                 "fieldViolations": [
-                    ["field": "message.token", "description": "The registration token is not a valid FCM registration token"]
+                    [
+                        "field": "message.token",
+                        "description": "The registration token is not a valid FCM registration token",
+                    ]
                 ],
             ])
         }
@@ -58,7 +66,12 @@ extension APNsSimulator {
             ]
         ]
         let body = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])).map(Array.init) ?? []
-        return SimulatorAnswer(status: status, reason: code, headers: [("content-type", "application/json")], body: body)
+        return SimulatorAnswer(
+            status: status,
+            reason: code,
+            headers: [("content-type", "application/json")],
+            body: body
+        )
     }
 
     /// The FCM error code for a fault plan's or a script's APNs-style status.
@@ -148,7 +161,13 @@ extension APNsSimulator {
         let now = self.configuration.now().timeIntervalSince1970
         guard let iat = (claims["iat"] as? NSNumber)?.doubleValue, let exp = (claims["exp"] as? NSNumber)?.doubleValue,
             abs(iat - now) < 300, exp > now, exp - iat <= 3600
-        else { return refuse(400, "invalid_grant", "Invalid JWT: Token must be a short-lived token and in a reasonable timeframe") }
+        else {
+            return refuse(
+                400,
+                "invalid_grant",
+                "Invalid JWT: Token must be a short-lived token and in a reasonable timeframe"
+            )
+        }
         if self.state.withLock({ $0.refusedAccounts.contains(issuer) }) {
             return refuse(400, "invalid_grant", "Invalid grant: account not found")
         }
@@ -160,14 +179,23 @@ extension APNsSimulator {
         }
         let object: [String: Any] = ["access_token": token, "expires_in": Int(lifetime), "token_type": "Bearer"]
         let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()
-        return SimulatorAnswer(status: 200, reason: nil, headers: [("content-type", "application/json")], body: Array(data))
+        return SimulatorAnswer(
+            status: 200,
+            reason: nil,
+            headers: [("content-type", "application/json")],
+            body: Array(data)
+        )
     }
 
     /// A send: a valid access token for the path's project, then the message's shape, then the script.
     func fcmSend(headers: HPACKHeaders, body: [UInt8], path: String) -> SimulatorAnswer {
         let project = String(path.dropFirst("/v1/projects/".count).dropLast("/messages:send".count))
         guard let authorization = headers.first(name: "authorization"), authorization.hasPrefix("Bearer ") else {
-            return Self.fcmError(401, "UNAUTHENTICATED", message: "Request is missing required authentication credential.")
+            return Self.fcmError(
+                401,
+                "UNAUTHENTICATED",
+                message: "Request is missing required authentication credential."
+            )
         }
         let now = self.configuration.now().timeIntervalSince1970
         guard let grant = self.state.withLock({ $0.accessTokens[String(authorization.dropFirst("Bearer ".count))] }),
@@ -182,16 +210,26 @@ extension APNsSimulator {
             let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
             let message = object["message"] as? [String: Any]
         else { return Self.fcmError(400, "INVALID_ARGUMENT", message: "Invalid JSON payload received.") }
-        let allowed: Set<String> = ["token", "notification", "data", "android", "fcm_options", "webpush", "apns", "name"]
+        let allowed: Set<String> = [
+            "token", "notification", "data", "android", "fcm_options", "webpush", "apns", "name",
+        ]
         if let unknown = message.keys.first(where: { !allowed.contains($0) }) {
-            return Self.fcmError(400, "INVALID_ARGUMENT", message: "Invalid JSON payload received. Unknown name \"\(unknown)\"")
+            return Self.fcmError(
+                400,
+                "INVALID_ARGUMENT",
+                message: "Invalid JSON payload received. Unknown name \"\(unknown)\""
+            )
         }
         guard let token = message["token"] as? String, !token.isEmpty else {
             return Self.fcmError(400, "INVALID_ARGUMENT", message: "Recipient of the message is not set.")
         }
         if let data = message["data"] {
             guard let data = data as? [String: Any], data.values.allSatisfy({ $0 is String }) else {
-                return Self.fcmError(400, "INVALID_ARGUMENT", message: "Invalid value at 'message.data': values must be strings")
+                return Self.fcmError(
+                    400,
+                    "INVALID_ARGUMENT",
+                    message: "Invalid value at 'message.data': values must be strings"
+                )
             }
         }
         if let android = message["android"] as? [String: Any] {
@@ -203,12 +241,19 @@ extension APNsSimulator {
             }
         }
         if token.utf8.count > 4096 || token.contains(" ") {
-            return Self.fcmError(400, "INVALID_ARGUMENT", message: "The registration token is not a valid FCM registration token", tokenViolation: true)
+            return Self.fcmError(
+                400,
+                "INVALID_ARGUMENT",
+                message: "The registration token is not a valid FCM registration token",
+                tokenViolation: true
+            )
         }
         if let behaviour = self.state.withLock({ $0.behaviour(for: token) }) {
             var scripted = self.scripted(behaviour)
             if scripted.action == .respond && scripted.status != 200 {
-                let code = scripted.reason.flatMap { Self.fcmCodes.contains($0) ? $0 : nil } ?? Self.fcmCode(for: scripted.status)
+                let code =
+                    scripted.reason.flatMap { Self.fcmCodes.contains($0) ? $0 : nil }
+                    ?? Self.fcmCode(for: scripted.status)
                 // FCM answers a dead token 404, whatever status the script was written with (410 for APNs).
                 var answer = Self.fcmError(
                     code == "UNREGISTERED" ? 404 : scripted.status,
@@ -238,8 +283,15 @@ extension APNsSimulator {
             return state.fcmMessages
         }
         let object = ["name": "projects/\(project)/messages/0:\(1_700_000_000_000 + number)%sim"]
-        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
-        var answer = SimulatorAnswer(status: 200, reason: nil, headers: [("content-type", "application/json")], body: Array(data))
+        let data =
+            (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]))
+            ?? Data()
+        var answer = SimulatorAnswer(
+            status: 200,
+            reason: nil,
+            headers: [("content-type", "application/json")],
+            body: Array(data)
+        )
         answer.delay = delay
         return answer
     }

@@ -1,6 +1,6 @@
 public import Crypto
-import _CryptoExtras
 import Foundation
+import _CryptoExtras
 
 /// A throwaway signing key for the simulator, written as an Apple-style `AuthKey_<KEYID>.p8` (mode 600)
 /// next to the simulator's CA certificate, so a newcomer can point any client at the simulator.
@@ -76,13 +76,14 @@ public struct SimulatorFCMAccount: Sendable {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let object: [String: String] = [
             "type": "service_account", "project_id": self.projectID, "private_key_id": "simulator",
-            "private_key": self.privateKey.pemRepresentation, "client_email": self.clientEmail,
+            "private_key": self.privateKey.pkcs8PEMRepresentation, "client_email": self.clientEmail,
             "token_uri": "https://\(host):\(port)\(APNsSimulator.fcmTokenPath)",
         ]
         let data = try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
         let path = (directory as NSString).appendingPathComponent("fcm-service-account.json")
         try? FileManager.default.removeItem(atPath: path)
-        guard FileManager.default.createFile(atPath: path, contents: data, attributes: [.posixPermissions: 0o600]) else {
+        guard FileManager.default.createFile(atPath: path, contents: data, attributes: [.posixPermissions: 0o600])
+        else {
             throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path])
         }
         return path

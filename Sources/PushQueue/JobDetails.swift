@@ -25,6 +25,8 @@ public struct JobDetails: Sendable, Hashable {
     public var lockedUntil: Date?
     /// The newer job with the same `coalesce_key` that replaced it, when `superseded`.
     public var supersededBy: Int64? = nil
+    /// FCM's message `name` for a delivered fcm job.
+    public var providerMessageID: String? = nil
     /// The attempt history as JSON: one object per attempt.
     public var historyJSON: String
     /// The whole row as a JSON object, every column by its SQL name (for `--json`).

@@ -9,6 +9,7 @@ extension QueueOperations {
             """
             SELECT \(unescaped: JobQueue.jobColumns), j.state, j.status, j.reason, j.apns_unique_id, j.delivered_at,
                    j.last_attempt_at, j.latency_ms, j.locked_by, j.locked_until, j.superseded_by,
+                   j.provider_message_id,
                    \(unescaped: JobQueue.shownHistory)::text AS history_json,
                    (to_jsonb(j) - 'send_priority' || jsonb_build_object('history', \(unescaped: JobQueue.shownHistory)))::text
                        AS row_json
@@ -31,6 +32,7 @@ extension QueueOperations {
                 lockedBy: try c["locked_by"].decode(String?.self),
                 lockedUntil: try c["locked_until"].decode(Date?.self),
                 supersededBy: try c["superseded_by"].decode(Int64?.self),
+                providerMessageID: try c["provider_message_id"].decode(String?.self),
                 historyJSON: try c["history_json"].decode(String.self),
                 rowJSON: try c["row_json"].decode(String.self)
             )

@@ -159,12 +159,14 @@ extension PushWorkerService {
                             let error = TransportError(
                                 code: .credentialsMissing,
                                 mayHaveBeenProcessed: false,
-                                message: "no FCM service account is configured in this worker for credential '\(credential)'"
+                                message:
+                                    "no FCM service account is configured in this worker for credential '\(credential)'"
                             )
                             for entry in group { self.complete(entry.prepared, with: .failure(error)) }
                             return
                         }
-                        await fcm.sendBatch(messages, credential: credential, mayWrite: mayWrite, withdraws: withdraws) {
+                        await fcm.sendBatch(messages, credential: credential, mayWrite: mayWrite, withdraws: withdraws)
+                        {
                             index,
                             result in
                             self.complete(group[index].prepared, with: result.map(JobProcessor.Answer.fcm))

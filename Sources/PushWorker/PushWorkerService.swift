@@ -301,7 +301,10 @@ public final class PushWorkerService: Service, Sendable {
                     timeout: .seconds(2)
                 )
                 if let fcm = self.processor.fcm {
-                    await fcm.warmUp(credentials: self.configuration.credentials ?? fcm.credentialNames, timeout: .seconds(2))
+                    await fcm.warmUp(
+                        credentials: self.configuration.credentials ?? fcm.credentialNames,
+                        timeout: .seconds(2)
+                    )
                 }
                 await self.claimLoop()
                 // The recorder writes what is left, then returns; this group waits for it.

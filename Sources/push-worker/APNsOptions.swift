@@ -48,6 +48,14 @@ struct APNsOptions: ParsableArguments {
     )
     var fcmCAFile: String?
     @Option(
+        name: .customLong("fcm-service-account"),
+        help: ArgumentHelp(
+            "The FCM service account's JSON key file for credential 'default' of platform fcm jobs (default: $FCM_SERVICE_ACCOUNT_PATH). It must not be readable by other users.",
+            valueName: "path"
+        )
+    )
+    var fcmServiceAccount: String?
+    @Option(
         name: .customLong("apns-key-path"),
         help: ArgumentHelp("The .p8 signing key (default: $APNS_KEY_PATH).", valueName: "path")
     )
@@ -132,6 +140,10 @@ struct APNsOptions: ParsableArguments {
                 ("APNS_KEY_ID", "--apns-key-id", self.keyID ?? env["APNS_KEY_ID"]),
                 ("APNS_TEAM_ID", "--apns-team-id", self.teamID ?? env["APNS_TEAM_ID"]),
                 ("--config", "--config", self.config),
+                (
+                    "FCM_SERVICE_ACCOUNT_PATH", "--fcm-service-account",
+                    self.fcmServiceAccount ?? env["FCM_SERVICE_ACCOUNT_PATH"]
+                ),
             ] {
                 if let value, value.trimmingCharacters(in: .whitespaces).isEmpty {
                     throw CLIError(
@@ -140,6 +152,7 @@ struct APNsOptions: ParsableArguments {
                 }
             }
             return self.keyPath ?? env["APNS_KEY_PATH"] != nil || self.config != nil
+                || self.fcmServiceAccount ?? env["FCM_SERVICE_ACCOUNT_PATH"] != nil
         }
     }
 
@@ -170,11 +183,11 @@ struct APNsOptions: ParsableArguments {
             )
             certificates["default"] = nil
         }
-        let serviceAccounts = try file?.serviceAccounts() ?? [:]
-        if let both = Set(serviceAccounts.keys).intersection(keys.keys).sorted().first {
-            throw CLIError(
-                "credential '\(both)' is both an FCM service account (--config) and an APNs key (APNS_KEY_PATH or --apns-key-path set 'default'): give the FCM one another name"
-            )
+        // FCM's credentials are apart from APNs' (an fcm job's environment is 'fcm'): 'default' may name
+        // an APNs key (APNS_KEY_PATH) and a service account (FCM_SERVICE_ACCOUNT_PATH) at once.
+        var serviceAccounts = try file?.serviceAccounts() ?? [:]
+        if let path = self.fcmServiceAccount ?? env["FCM_SERVICE_ACCOUNT_PATH"], !path.isEmpty {
+            serviceAccounts["default"] = try ServiceAccount.load(path: path)
         }
         guard !keys.isEmpty || !certificates.isEmpty || !serviceAccounts.isEmpty else {
             throw CLIError(

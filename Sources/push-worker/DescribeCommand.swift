@@ -23,6 +23,13 @@ struct DescribeCommand: AsyncParsableCommand {
     )
 
     @OptionGroup var database: DatabaseOptions
+    @Option(
+        help: ArgumentHelp(
+            "The worker's config file: an FCM job's URL then names its credential's Firebase project.",
+            valueName: "path"
+        )
+    )
+    var config: String?
     @Argument(help: "The job id (live or dead letter); leave it out with --row.") var id: Int64?
     @Option(
         help: ArgumentHelp(
@@ -70,6 +77,10 @@ struct DescribeCommand: AsyncParsableCommand {
         let what = self.row == nil ? "job \(self.id ?? 0)" : "the row"
         let request: APNsRequest
         do {
+            if job.platform == .fcm {
+                try self.describeFCM(job, isDeadLetter: isDeadLetter)
+                return
+            }
             request = try RequestBuilder.describe(job)
         } catch {
             if self.json {
@@ -128,6 +139,47 @@ struct DescribeCommand: AsyncParsableCommand {
     }
 }
 
+extension DescribeCommand {
+    /// An FCM job's exact request: the send URL (the credential's project, when the config file names
+    /// it), headers without the access token, and the message body.
+    func describeFCM(_ job: PushJob, isDeadLetter: Bool) throws(PreSendRejection) {
+        let message = try FCMMessageBuilder.describe(job)
+        let project =
+            (try? self.config.map(ConfigFile.load)?.serviceAccounts()[job.credential]?.projectID) ?? "<project_id>"
+        var body = String(decoding: message.body, as: UTF8.self)
+        if !self.showToken, let token = job.deviceToken {
+            body = body.replacingOccurrences(of: token, with: "<token fp \(job.tokenFingerprint)>")
+        }
+        let url = "https://\(FCMClient.googleEndpoint.host)\(FCMMessage.path(project: project))"
+        if self.json {
+            printJSON(
+                DescribeJSON(
+                    method: "POST",
+                    url: url,
+                    headers: ["content-type": "application/json"],
+                    payload: body,
+                    bytes: message.body.count,
+                    limit: FCMMessageBuilder.payloadLimit,
+                    warnings: []
+                )
+            )
+            return
+        }
+        print("POST \(url)  HTTP/2")
+        print("authorization: Bearer <OAuth access token of the service account of credential '\(job.credential)'>")
+        print("content-type: application/json")
+        print("")
+        print(body)
+        print("")
+        print(
+            "android.priority \(message.androidPriority), ttl \(message.ttl), data.push_id \(job.apnsID.uuidString.lowercased())"
+        )
+        if isDeadLetter {
+            print("(job \(self.id ?? 0) is a dead letter: this is the request a replay would send)")
+        }
+    }
+}
+
 struct DescribeJSON: Encodable {
     var method: String
     var url: String
@@ -144,6 +196,7 @@ enum ProducerRow {
     static let columns: Set<String> = [
         "topic", "device_token", "channel_id", "payload", "push_type", "priority", "environment", "credential",
         "collapse_id", "expires_at", "run_at", "apns_id", "max_attempts", "deliver_once", "coalesce_key",
+        "platform",
     ]
 
     /// The JSON object in `path` (`-`: standard input).
@@ -232,7 +285,13 @@ enum ProducerRow {
             expiresAt: try time("expires_at"),
             runAt: try time("run_at") ?? Date(),
             maxAttempts: try integer("max_attempts"),
-            coalesceKey: try text("coalesce_key")
+            coalesceKey: try text("coalesce_key"),
+            platform: try text("platform").map { name in
+                guard let platform = Platform(rawValue: name) else {
+                    throw CLIError("--row: platform must be apns or fcm")
+                }
+                return platform
+            } ?? .apns
         )
     }
 }

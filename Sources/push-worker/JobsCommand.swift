@@ -50,6 +50,7 @@ struct JobsCommand: AsyncParsableCommand {
                 )
                 print("  last try    \(formatDate(details.lastAttemptAt))")
                 if let unique = details.apnsUniqueID { print("  unique id   \(unique)") }
+                if let name = details.providerMessageID { print("  message     \(name)  (FCM's id)") }
                 if let key = details.job.coalesceKey { print("  coalesce    \(key)") }
                 if let newer = details.supersededBy {
                     print("  superseded  by job \(newer) (same coalesce_key, newer): never sent")
@@ -214,13 +215,20 @@ struct ReviveJSON: Encodable {
 /// The producer's side of a job, the same for live jobs and dead letters.
 func printJobHeader(_ job: PushJob, title: String) {
     print(title)
-    print("  apns-id     \(job.apnsID.uuidString.lowercased())")
-    print(
-        "  topic       \(job.topic)  push type \(job.pushType)  priority \(job.priority.map(String.init) ?? "default")"
-    )
-    print(
-        "  target      \(job.deviceToken != nil ? "device token" : "channel") fp \(job.tokenFingerprint)  \(job.environment)  credential \(job.credential)"
-    )
+    if job.platform == .fcm {
+        // FCM: the apns_id travels as data.push_id; no push type, no sandbox.
+        print("  platform    fcm (Android)  push_id \(job.apnsID.uuidString.lowercased())")
+        print("  topic       \(job.topic)  priority \(job.priority.map(String.init) ?? "default (10, HIGH)")")
+        print("  target      registration token fp \(job.tokenFingerprint)  credential \(job.credential)")
+    } else {
+        print("  apns-id     \(job.apnsID.uuidString.lowercased())")
+        print(
+            "  topic       \(job.topic)  push type \(job.pushType)  priority \(job.priority.map(String.init) ?? "default")"
+        )
+        print(
+            "  target      \(job.deviceToken != nil ? "device token" : "channel") fp \(job.tokenFingerprint)  \(job.environment)  credential \(job.credential)"
+        )
+    }
     if let collapse = job.collapseID { print("  collapse id \(collapse)") }
     print(
         "  created     \(formatDate(job.createdAt))  run at \(formatDate(job.runAt))  expires \(formatDate(job.expiresAt))"

@@ -201,7 +201,7 @@ struct RunCommand: AsyncParsableCommand {
                     ),
                     try FCMClient(
                         configuration: fcm,
-                        accounts: ["default-fcm": try ServiceAccount.load(path: accountPath)],
+                        accounts: ["default": try ServiceAccount.load(path: accountPath)],
                         logger: logger
                     )
                 )

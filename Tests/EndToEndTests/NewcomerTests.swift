@@ -23,7 +23,7 @@ import Testing
     }
 
     @Test(
-        "README's five minutes, as written, from an empty directory with nothing configured: every command exits 0, the pushes are delivered"
+        "README's five minutes, as written, from an empty directory with nothing configured: every command exits 0, the pushes are delivered, the Android one through FCM"
     )
     func fiveMinutes() async throws {
         // A worker and its embedded cluster: at most two heavy tests at once (HeavyTestGate).
@@ -77,6 +77,11 @@ import Testing
         #expect(result.status == 0, "a command of README's five minutes failed:\n\(result.output)")
         #expect(result.output.contains("job 1  delivered"), "\(result.output)")
         #expect(result.output.contains("job 2  delivered"), "\(result.output)")
+        // The Android job: delivered by the built-in simulator's FCM side, with FCM's message name.
+        #expect(result.output.contains("job 3  delivered"), "\(result.output)")
+        #expect(result.output.contains("platform    fcm (Android)"), "\(result.output)")
+        #expect(result.output.contains("message     projects/push-simulator/messages/"), "\(result.output)")
+        #expect(result.output.contains("/v1/projects/<project_id>/messages:send"), "\(result.output)")
         #expect(result.output.contains("MS018"))
         worker.signal(SIGTERM)
         #expect(worker.wait(limit: .seconds(30)) == 0, "\(worker.output)")

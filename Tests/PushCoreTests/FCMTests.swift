@@ -33,7 +33,10 @@ struct FCMTests {
     @Test("the worker adds token, android.priority, ttl, collapse_key and data.push_id to the producer's fields")
     func builds() throws {
         let message = try self.message(
-            self.job(#"{"notification":{"title":"Shipped"},"data":{"order":"42"},"android":{"notification":{"channel_id":"orders"}}}"#, collapse: "order-42")
+            self.job(
+                #"{"notification":{"title":"Shipped"},"data":{"order":"42"},"android":{"notification":{"channel_id":"orders"}}}"#,
+                collapse: "order-42"
+            )
         )
         #expect(message["token"] as? String == Self.token)
         #expect((message["notification"] as? [String: Any])?["title"] as? String == "Shipped")
@@ -103,7 +106,14 @@ struct FCMTests {
             priority: 10,
             environment: [:]
         )
-        return Decision.decide(outcome, attempt: attempt, transportRetries: 0, policy: policy, transportBudget: 10, using: &random)
+        return Decision.decide(
+            outcome,
+            attempt: attempt,
+            transportRetries: 0,
+            policy: policy,
+            transportBudget: 10,
+            using: &random
+        )
     }
 
     @Test("CONTRACT.md 1b's answer table, row by row")
@@ -122,7 +132,9 @@ struct FCMTests {
             #expect(sentence.contains("FC010"))
         }
         // SENDER_ID_MISMATCH and other INVALID_ARGUMENT: dead with a sentence, the token kept.
-        for (status, code, trap) in [(403, "SENDER_ID_MISMATCH", TrapID.fcmSenderMismatch), (400, "INVALID_ARGUMENT", .fcmInvalidArgument)] {
+        for (status, code, trap) in [
+            (403, "SENDER_ID_MISMATCH", TrapID.fcmSenderMismatch), (400, "INVALID_ARGUMENT", .fcmInvalidArgument),
+        ] {
             let decided = self.decide(.fcm(status: status, code: code, namesToken: false, retryAfter: nil))
             guard case .dead = decided.decision else {
                 Issue.record("\(code) not dead")
@@ -138,20 +150,30 @@ struct FCMTests {
         let bare = self.decide(.fcm(status: 429, code: nil, namesToken: false, retryAfter: nil))
         #expect(bare.decision == .requeue(after: .seconds(60)) && bare.pauseLength == .seconds(60))
         // UNAVAILABLE and INTERNAL: retried with the backoff, Retry-After honoured.
-        #expect(self.decide(.fcm(status: 503, code: "UNAVAILABLE", namesToken: false, retryAfter: .seconds(9))).decision == .retry(after: .seconds(9)))
+        #expect(
+            self.decide(.fcm(status: 503, code: "UNAVAILABLE", namesToken: false, retryAfter: .seconds(9))).decision
+                == .retry(after: .seconds(9))
+        )
         if case .retry = self.decide(.fcm(status: 500, code: "INTERNAL", namesToken: false, retryAfter: nil)).decision {
         } else {
             Issue.record("INTERNAL not retried")
         }
         // A refused service account holds the credential's jobs, uncounted.
         for code in ["THIRD_PARTY_AUTH_ERROR", "PERMISSION_DENIED", "UNAUTHENTICATED"] {
-            let decided = self.decide(.fcm(status: code == "PERMISSION_DENIED" ? 403 : 401, code: code, namesToken: false, retryAfter: nil))
+            let decided = self.decide(
+                .fcm(status: code == "PERMISSION_DENIED" ? 403 : 401, code: code, namesToken: false, retryAfter: nil)
+            )
             #expect(decided.pausesCredential && decided.pauseLength == nil, "\(code)")
             #expect(decided.decision == .requeue(after: Decision.requeueDelay))
             #expect(decided.trapID == .fcmCredential)
         }
         // The last attempt of a retryable answer: dead, naming FCM.
-        guard case .dead(let sentence) = self.decide(.fcm(status: 503, code: "UNAVAILABLE", namesToken: false, retryAfter: nil), attempt: 3).decision else {
+        guard
+            case .dead(let sentence) = self.decide(
+                .fcm(status: 503, code: "UNAVAILABLE", namesToken: false, retryAfter: nil),
+                attempt: 3
+            ).decision
+        else {
             Issue.record("not dead after the last attempt")
             return
         }

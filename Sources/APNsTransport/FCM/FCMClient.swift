@@ -95,7 +95,11 @@ public final class FCMClient: Sendable {
         do {
             tlsContext = try NIOSSLContext(configuration: tls)
         } catch {
-            throw TransportError(code: .connectFailed, mayHaveBeenProcessed: false, message: "could not set up TLS: \(error)")
+            throw TransportError(
+                code: .connectFailed,
+                mayHaveBeenProcessed: false,
+                message: "could not set up TLS: \(error)"
+            )
         }
         // The token exchange rides its own engine (no bearer token, no in-call rules) with the same TLS trust.
         let exchanger = PushClient(

@@ -1,6 +1,6 @@
-import _CryptoExtras
 import Foundation
 import PushCore
+import _CryptoExtras
 
 /// An FCM credential: a Google service account's JSON key file (`project_id`, `client_email`,
 /// `private_key`, `token_uri`), read with the same checks as a `.p8`. Its description names the project
@@ -72,7 +72,9 @@ public struct ServiceAccount: Sendable, CustomStringConvertible {
         do {
             key = try _RSA.Signing.PrivateKey(pemRepresentation: pem)
         } catch {
-            throw fail("has a private_key that is not an RSA key of 2048 bits or more: generate a new key for the account")
+            throw fail(
+                "has a private_key that is not an RSA key of 2048 bits or more: generate a new key for the account"
+            )
         }
         return ServiceAccount(projectID: projectID, clientEmail: clientEmail, tokenURI: tokenURI, privateKey: key)
     }

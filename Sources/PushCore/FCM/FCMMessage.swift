@@ -66,7 +66,9 @@ public enum FCMMessageBuilder {
             )
         }
         guard let object = try? JSONSerialization.jsonObject(with: Data(job.payload.utf8)) as? [String: Any] else {
-            throw Self.refused("payload is not a JSON object: write an FCM message's fields (notification, data, android, fcm_options).")
+            throw Self.refused(
+                "payload is not a JSON object: write an FCM message's fields (notification, data, android, fcm_options)."
+            )
         }
         if object["aps"] != nil {
             throw Self.refused(

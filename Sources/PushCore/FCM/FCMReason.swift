@@ -57,7 +57,11 @@ public enum FCMReason {
                 sentence: credential,
                 connection: .reMintToken
             ),
-            "THIRD_PARTY_AUTH_ERROR": Row(responseClass: .credentialFatal, trapID: .fcmCredential, sentence: credential),
+            "THIRD_PARTY_AUTH_ERROR": Row(
+                responseClass: .credentialFatal,
+                trapID: .fcmCredential,
+                sentence: credential
+            ),
             "PERMISSION_DENIED": Row(responseClass: .credentialFatal, trapID: .fcmCredential, sentence: credential),
             "NOT_FOUND": Row(
                 responseClass: .credentialFatal,

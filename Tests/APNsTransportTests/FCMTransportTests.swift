@@ -1,0 +1,218 @@
+import APNsSimulator
+import Foundation
+import Logging
+import PushCore
+import PushQueueTesting
+import Synchronization
+import Testing
+
+@testable import APNsTransport
+
+/// FCM's transport against the simulator over real TLS and HTTP/2: the service account's RS256 JWT
+/// exchanged at its token_uri, the access token shared and re-minted once on a 401, FCM's error JSON read
+/// into the answer table's codes, a refused key file turned into a credential refusal.
+@Suite("FCM transport: access tokens, sends and answers against the simulator")
+struct FCMTransportTests {
+    struct Setup: Sendable {
+        let simulator: APNsSimulator
+        let client: FCMClient
+        let account: SimulatorFCMAccount
+        let directory: String
+    }
+
+    static func run<T: Sendable>(
+        lifetime: TimeInterval = 3600,
+        _ body: @Sendable (Setup) async throws -> T
+    ) async throws -> T {
+        TestWatchdog.start()
+        let account = try SimulatorFCMAccount.make()
+        var configuration = APNsSimulator.Configuration()
+        configuration.fcmAccounts = account.trusted
+        configuration.accessTokenLifetime = lifetime
+        let simulator = try APNsSimulator(configuration: configuration, logger: Fixture.logger)
+        return try await simulator.run { simulator in
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("fcm-\(UUID().uuidString)")
+                .path
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            let caFile = try simulator.writeCACertificate(to: directory + "-ca.pem")
+            defer { try? FileManager.default.removeItem(atPath: caFile) }
+            let path = try account.write(in: directory, host: "localhost", port: simulator.port)
+            var clientConfiguration = FCMClient.Configuration(
+                endpointOverride: PushEndpoint(host: "localhost", port: simulator.port),
+                caFile: caFile
+            )
+            clientConfiguration.requestTimeout = .seconds(5)
+            let client = try FCMClient(
+                configuration: clientConfiguration,
+                accounts: ["default": try ServiceAccount.load(path: path)],
+                logger: Fixture.logger
+            )
+            do {
+                let result = try await body(
+                    Setup(simulator: simulator, client: client, account: account, directory: directory)
+                )
+                await client.shutdown()
+                return result
+            } catch {
+                await client.shutdown()
+                throw error
+            }
+        }
+    }
+
+    static func message(_ token: String, id: UUID = UUID()) throws -> FCMMessage {
+        try FCMMessageBuilder.describe(
+            PushJob(
+                id: 1,
+                apnsID: id,
+                topic: "com.example.app",
+                deviceToken: token,
+                payload: #"{"notification":{"title":"Shipped"},"data":{"order":"42"}}"#,
+                environment: "fcm",
+                platform: .fcm
+            )
+        )
+    }
+
+    @Test("a send exchanges the RS256 JWT once for an access token, and every send after reuses it")
+    func tokenExchangeAndSends() async throws {
+        try await Self.run { setup in
+            for n in 0..<5 {
+                let id = UUID()
+                let response = try await setup.client.send(try Self.message("tok:\(n)", id: id), credential: "default")
+                #expect(response.status == 200)
+                #expect(response.messageName?.hasPrefix("projects/push-simulator/messages/") == true)
+                let request = try #require(setup.simulator.requests.last)
+                #expect(request.path == "/v1/projects/push-simulator/messages:send")
+                #expect(request.deviceToken == "tok:\(n)")
+                #expect(request.notificationID == id.uuidString.lowercased())
+            }
+            #expect(setup.client.exchangeCount == 1)
+            #expect(setup.simulator.faultCounters.accessTokenGrants == 1)
+            // The token request carried the JWT bearer grant; the access token is never recorded.
+            let exchange = try #require(setup.simulator.requests.first { $0.path == "/token" })
+            #expect(
+                String(decoding: exchange.body, as: UTF8.self).hasPrefix(
+                    "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion="
+                )
+            )
+        }
+    }
+
+    @Test(
+        "an access token FCM refuses (401) is replaced once and the send goes through; the same answer twice is the job's"
+    )
+    func reMintOn401() async throws {
+        try await Self.run { setup in
+            _ = try await setup.client.send(try Self.message("tok:a"), credential: "default")
+            setup.simulator.expireAccessTokens()
+            let response = try await setup.client.send(try Self.message("tok:b"), credential: "default")
+            #expect(response.status == 200)
+            #expect(setup.client.exchangeCount == 2)
+        }
+    }
+
+    @Test(
+        "FCM's error JSON is read into its code: UNREGISTERED, INVALID_ARGUMENT naming the token, QUOTA_EXCEEDED with Retry-After"
+    )
+    func errorCodes() async throws {
+        try await Self.run { setup in
+            setup.simulator.script("tok:gone", .respond(status: 404, reason: "UNREGISTERED"))
+            setup.simulator.script("tok:bad", .respond(status: 400, reason: "INVALID_ARGUMENT"))
+            setup.simulator.script("tok:quota", .retryAfter(seconds: 17, times: 1))
+            setup.simulator.script("tok:mismatch", .respond(status: 403, reason: "SENDER_ID_MISMATCH"))
+            let gone = try await setup.client.send(try Self.message("tok:gone"), credential: "default")
+            #expect(gone.status == 404 && gone.code == "UNREGISTERED")
+            #expect(gone.verdict.responseClass == .tokenInvalid)
+            let bad = try await setup.client.send(try Self.message("tok:bad"), credential: "default")
+            #expect(bad.code == "INVALID_ARGUMENT" && bad.namesToken)
+            #expect(bad.verdict.responseClass == .tokenInvalid)
+            let quota = try await setup.client.send(try Self.message("tok:quota"), credential: "default")
+            #expect(quota.status == 429 && quota.code == "QUOTA_EXCEEDED" && quota.retryAfter == "17")
+            let decided = Decision.decide(
+                quota.sendOutcome,
+                attempt: 1,
+                transportRetries: 0,
+                policy: RetryPolicy(.init(), priority: 10, environment: [:]),
+                transportBudget: 10
+            )
+            #expect(decided.decision == .requeue(after: .seconds(17)) && decided.pausesCredential)
+            let mismatch = try await setup.client.send(try Self.message("tok:mismatch"), credential: "default")
+            #expect(mismatch.code == "SENDER_ID_MISMATCH" && mismatch.verdict.responseClass == .permanent)
+        }
+    }
+
+    @Test("a key the token endpoint refuses is a credential refusal, never a send: nothing reaches the send endpoint")
+    func refusedAccount() async throws {
+        try await Self.run { setup in
+            setup.simulator.refuseAccount(setup.account.clientEmail)
+            do {
+                _ = try await setup.client.send(try Self.message("tok:x"), credential: "default")
+                Issue.record("sent with a refused account")
+            } catch let error as TransportError {
+                #expect(error.code == .credentialRefused)
+                #expect(error.fault == .credentialRefused)
+                #expect(!error.mayHaveBeenProcessed)
+                #expect(!error.message.contains("eyJ"), "no JWT in the error: \(error.message)")
+            }
+            #expect(!setup.simulator.requests.contains { $0.path.hasSuffix("/messages:send") })
+        }
+    }
+
+    @Test("the token endpoint refuses a JWT signed by another key than the account's: no access token is granted")
+    func simulatorChecks() async throws {
+        try await Self.run { setup in
+            // Another account's key under the trusted account's name: the token endpoint refuses it.
+            let impostor = try SimulatorFCMAccount.make(clientEmail: setup.account.clientEmail)
+            let path = try impostor.write(
+                in: setup.directory + "-impostor",
+                host: "localhost",
+                port: setup.simulator.port
+            )
+            defer { try? FileManager.default.removeItem(atPath: setup.directory + "-impostor") }
+            var configuration = FCMClient.Configuration(
+                endpointOverride: PushEndpoint(host: "localhost", port: setup.simulator.port),
+                caFile: setup.directory + "-ca.pem"
+            )
+            configuration.requestTimeout = .seconds(5)
+            let client = try FCMClient(
+                configuration: configuration,
+                accounts: ["default": try ServiceAccount.load(path: path)],
+                logger: Fixture.logger
+            )
+            defer { Task { await client.shutdown() } }
+            await #expect(throws: TransportError.self) {
+                _ = try await client.send(try Self.message("tok:y"), credential: "default")
+            }
+            #expect(setup.simulator.faultCounters.accessTokenGrants == 0)
+        }
+    }
+
+    @Test("a key file others can read, or one that is not a service account, is refused naming the file and the fix")
+    func keyFileChecks() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("fcm-key-\(UUID().uuidString)")
+            .path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = try SimulatorFCMAccount.make().write(in: directory, host: "localhost", port: 1)
+        chmod(path, 0o644)
+        #expect {
+            try ServiceAccount.load(path: path)
+        } throws: { error in
+            "\(error)".contains(path) && "\(error)".contains("chmod 600")
+        }
+        chmod(path, 0o600)
+        #expect(try ServiceAccount.load(path: path).projectID == "push-simulator")
+        try #"{"type": "authorized_user", "client_id": "x"}"#.write(toFile: path, atomically: false, encoding: .utf8)
+        #expect {
+            try ServiceAccount.load(path: path)
+        } throws: { error in
+            "\(error)".contains("authorized_user") && "\(error)".contains("service account")
+        }
+        #expect {
+            try ServiceAccount.load(path: directory + "/missing.json")
+        } throws: { error in
+            "\(error)".contains("Generate new private key")
+        }
+    }
+}

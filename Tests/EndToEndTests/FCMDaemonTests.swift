@@ -1,0 +1,183 @@
+import APNsSimulator
+import Foundation
+import PostgresNIO
+import PushProcess
+import PushQueue
+import PushQueueTesting
+import Testing
+
+/// Android through FCM with the real binary, real Postgres and the simulator's FCM side over real TLS: one
+/// table, one worker, two platforms, each with its own credential named `default`.
+@Suite("push-worker run with platform fcm jobs beside apns ones")
+struct FCMDaemonTests {
+    /// Starts a worker with the APNs key (APNS_*) and an FCM service account (FCM_SERVICE_ACCOUNT_PATH),
+    /// both credential `default`.
+    static func run(_ body: @Sendable (DaemonFixture, ChildProcess.Running) async throws -> Void) async throws {
+        let account = try SimulatorFCMAccount.make()
+        try await DaemonFixture.run(simulator: { $0.fcmAccounts = account.trusted }) { f in
+            let path = try account.write(in: f.directory + "/fcm", host: "localhost", port: f.simulator.port)
+            let worker = try f.startWorker(
+                "w1",
+                [
+                    "--fcm-endpoint", "https://localhost:\(f.simulator.port)", "--fcm-ca-file", f.caFile,
+                    "--max-retries", "3",
+                ],
+                environment: ["FCM_SERVICE_ACCOUNT_PATH": path]
+            )
+            defer {
+                worker.signal(SIGKILL)
+                worker.reap()
+            }
+            try await body(f, worker)
+        }
+    }
+
+    static func fcmToken(_ n: Int) -> String { "fKx\(n):APA91bH-\(String(repeating: "x", count: 40))" }
+
+    @Test(
+        "a mixed queue, apns and fcm, both credential default: every job delivered by its own provider, FCM's message name recorded, apns_id as data.push_id"
+    )
+    func mixedQueue() async throws {
+        try await Self.run { f, worker in
+            try await f.db.execute(
+                """
+                INSERT INTO push.jobs (topic, device_token, payload)
+                SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"hi"}}' FROM generate_series(1, 30) g
+                """
+            )
+            try await f.db.execute(
+                """
+                INSERT INTO push.jobs (platform, topic, device_token, payload)
+                SELECT 'fcm', 'com.example.app', 'fKx' || g || ':APA91bH-token', '{"notification":{"title":"hi"}}'
+                  FROM generate_series(1, 30) g
+                """
+            )
+            try await f.waitUntil(.seconds(60), "60 delivered") {
+                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == 60
+            }
+            #expect(
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.jobs WHERE platform = 'fcm' AND environment = 'fcm' AND provider_message_id LIKE 'projects/push-simulator/messages/%'"
+                ) == 30
+            )
+            #expect(
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.jobs WHERE platform = 'apns' AND provider_message_id IS NULL"
+                ) == 30
+            )
+            let sends = f.simulator.requests.filter { $0.path.hasSuffix("/messages:send") && $0.status == 200 }
+            #expect(sends.count == 30, "one FCM request per fcm job")
+            let ids = Set(
+                try await f.db.client.query("SELECT apns_id::text FROM push.jobs WHERE platform = 'fcm'")
+                    .decode(String.self).collect()
+            )
+            #expect(
+                Set(sends.compactMap(\.notificationID)) == ids,
+                "each request carries its job's apns_id as data.push_id"
+            )
+            #expect(f.simulator.requests.filter { $0.path.hasPrefix("/3/device/") }.count == 30)
+            #expect(f.simulator.faultCounters.accessTokenGrants == 1, "one access token for the whole drain")
+            #expect(!worker.output.contains("ya29."), "the access token is never logged")
+        }
+    }
+
+    @Test(
+        "UNREGISTERED: dead letter FC010, a push.invalid_tokens row for platform fcm, a later job for that token dead unsent; QUOTA_EXCEEDED waits Retry-After without an attempt"
+    )
+    func unregisteredAndQuota() async throws {
+        try await Self.run { f, _ in
+            let gone = Self.fcmToken(1)
+            let throttled = Self.fcmToken(2)
+            f.simulator.script(gone, .respond(status: 404, reason: "UNREGISTERED"))
+            f.simulator.script(throttled, .retryAfter(seconds: 2, times: 1))
+            try await f.db.execute(
+                "INSERT INTO push.jobs (platform, topic, device_token, payload) VALUES ('fcm', 'com.example.app', '\(gone)', '{\"data\":{\"a\":\"b\"}}'), ('fcm', 'com.example.app', '\(throttled)', '{\"data\":{\"a\":\"b\"}}')"
+            )
+            // A later job for the same token, enqueued now and due in 4 s: FCM will have called the token dead
+            // by then.
+            try await f.db.execute(
+                "INSERT INTO push.jobs (platform, topic, device_token, payload, run_at) VALUES ('fcm', 'com.example.app', '\(gone)', '{}', now() + interval '4 seconds')"
+            )
+            try await f.waitUntil(.seconds(60), "the dead token's first job dead, the throttled one delivered") {
+                let dead = try await f.db.int64("SELECT count(*) FROM push.dead_jobs WHERE reason = 'UNREGISTERED'")
+                let delivered = try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'")
+                return dead == 1 && delivered == 1
+            }
+            let dead = try await f.db.client.query(
+                "SELECT reason, trap_ids, status, platform, error FROM push.dead_jobs WHERE device_token = \(gone) AND reason = 'UNREGISTERED'"
+            ).decode((String, [String], Int16?, String, String).self).collect()
+            #expect(dead.first?.0 == "UNREGISTERED" && dead.first?.1 == ["FC010"] && dead.first?.2 == 404)
+            #expect(dead.first?.3 == "fcm")
+            #expect(dead.first?.4.contains("FirebaseMessaging") == true, "\(dead.first?.4 ?? "")")
+            #expect(
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.invalid_tokens WHERE platform = 'fcm' AND environment = 'fcm' AND device_token = '\(unescaped: gone)' AND reason = 'UNREGISTERED'"
+                ) == 1
+            )
+            let quota = try await f.db.client.query(
+                "SELECT attempts, trap_ids FROM push.jobs WHERE device_token = \(throttled)"
+            ).decode((Int16, [String]).self).collect()
+            #expect(quota.first?.0 == 1, "the 429 used no attempt")
+            #expect(quota.first?.1 == ["FC020"])
+            let throttledSends = f.simulator.requests.filter { $0.deviceToken == throttled }.map(\.receivedAt)
+            #expect(throttledSends.count == 2)
+            if throttledSends.count == 2 {
+                #expect(throttledSends[1].timeIntervalSince(throttledSends[0]) >= 1.9, "resent after Retry-After")
+            }
+            // The later job for the dead token is dead-lettered at its claim, unsent.
+            try await f.waitUntil(.seconds(30), "the later job dead TokenInvalidated") {
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.dead_jobs WHERE reason = 'TokenInvalidated' AND 'FC010' = ANY (trap_ids)"
+                ) == 1
+            }
+            #expect(f.simulator.requests.filter { $0.deviceToken == gone }.count == 1, "one request: the first job's")
+            // The same token string as an APNs job of the same topic is not suppressed by FCM's verdict (it
+            // would fail the hex rule anyway; the key includes the platform).
+            #expect(try await f.db.int64("SELECT count(*) FROM push.invalid_tokens WHERE platform = 'apns'") == 0)
+        }
+    }
+
+    @Test("the schema refuses what FCM has no place for, naming the rule")
+    func constraints() async throws {
+        try await TestPostgres.withDatabase { db in
+            for (sql, rule) in [
+                ("('fcm', 'com.example.app', 'tok:1', '{}', 'voip', NULL)", "fcm_jobs_take_no_push_type"),
+                (
+                    "('fcm', 'com.example.app', 'tok 1', '{}', 'alert', NULL)",
+                    "fcm_device_token_must_be_printable_ascii_up_to_4096_bytes"
+                ),
+                ("('fcm', 'com.example.app', 'tok:1', '{}', 'alert', 1)", "fcm_priority_must_be_10_or_5"),
+                ("('fcm', 'com.example.my_app', 'tok:1', '{}', 'alert', 5)", nil),
+                (
+                    "('apns', 'com.example.app', 'tok:1', '{}', 'alert', NULL)",
+                    "device_token_must_be_hex_of_16_to_200_bytes"
+                ),
+                ("('web', 'com.example.app', 'tok:1', '{}', 'alert', NULL)", "platform_must_be_apns_or_fcm"),
+            ] as [(String, String?)] {
+                do {
+                    try await db.execute(
+                        "INSERT INTO push.jobs (platform, topic, device_token, payload, push_type, priority) VALUES \(sql)"
+                    )
+                    #expect(rule == nil, "\(sql) was accepted")
+                } catch {
+                    #expect(
+                        rule != nil && String(reflecting: error).contains(rule!),
+                        "\(sql): \(String(reflecting: error).prefix(300))"
+                    )
+                }
+            }
+            let accepted = try await db.int64(
+                "SELECT count(*) FROM push.jobs WHERE platform = 'fcm' AND environment = 'fcm'"
+            )
+            #expect(accepted == 1)
+            do {
+                try await db.execute(
+                    "INSERT INTO push.jobs (platform, environment, topic, device_token, payload) VALUES ('fcm', 'development', 'com.example.app', 'tok:2', '{}')"
+                )
+                Issue.record("an fcm job with environment development was accepted")
+            } catch {
+                #expect(String(reflecting: error).contains("fcm_jobs_have_no_environment"))
+            }
+        }
+    }
+}

@@ -13,7 +13,13 @@ extension APNsSimulator {
     ) -> SimulatorAnswer {
         let method = headers.first(name: ":method") ?? ""
         let path = headers.first(name: ":path") ?? ""
-        if Self.isFCM(path) { return self.fcmAnswer(headers: headers, body: body, path: path) }
+        if Self.isFCM(path) {
+            let answer = self.fcmAnswer(headers: headers, body: body, path: path)
+            // The simulator opens with one stream per connection, as APNs does until a token is accepted; FCM
+            // has no such rule: any good answer opens the connection to the announced limit.
+            if answer.status == 200 { self.authenticate(connectionID: connectionID, channel: connection) }
+            return answer
+        }
         let segments = path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
 
         // Channel management: /1/apps/<bundle>/channels, /1/apps/<bundle>/all-channels.

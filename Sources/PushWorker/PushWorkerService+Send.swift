@@ -199,7 +199,7 @@ extension PushWorkerService {
     /// longer counts.
     func finished(_ attempt: JobProcessor.Attempt) {
         self.react(to: attempt)
-        self.metrics.count(attempt.outcome)
+        self.metrics.count(attempt.outcome, platform: attempt.job.platform)
         self.recorder.add(attempt.outcome)
         self.state.withLock { $0.capacity.sendFinished() }
         self.sendEnded.signal()
@@ -217,6 +217,7 @@ extension PushWorkerService {
             let pauses = job.platform == .fcm ? self.fcmCredentialPauses : self.credentialPauses
             let (length, isNew) =
                 decided.pauseLength.map { pauses.pause(job.credential, for: $0) } ?? pauses.pause(job.credential)
+            if isNew { self.metrics.credentialRefused(platform: job.platform, reason: decided.reason ?? "-") }
             if isNew, decided.pauseLength != nil {
                 self.logger.warning(
                     "\(job.platform.providerName) asked credential '\(job.credential)' to wait (\(decided.reason ?? "-")): its jobs stay pending for \(length), no attempt used",

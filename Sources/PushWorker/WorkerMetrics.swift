@@ -53,21 +53,34 @@ struct WorkerMetrics: Sendable {
         if rateLimited { self.rateLimitedClaims.increment() }
     }
     private let labelled = LabelledCounters()
-    /// `push_sends_total{status="200",reason="none",trap="none"}`, made once.
-    private let plainDelivered = Counter(
-        label: "push_sends_total",
-        dimensions: [("status", "200"), ("reason", "none"), ("trap", "none")]
+    /// `push_sends_total{platform,status="200",reason="none",trap="none"}`, made once per platform.
+    private let plainDelivered = Dictionary(
+        uniqueKeysWithValues: Platform.allCases.map {
+            (
+                $0,
+                Counter(
+                    label: "push_sends_total",
+                    dimensions: [("platform", $0.rawValue), ("status", "200"), ("reason", "none"), ("trap", "none")]
+                )
+            )
+        }
     )
+    /// `push_credential_refusals_total{platform,reason}`: a provider refused a credential (its jobs are held),
+    /// or asked it to wait (FCM's QUOTA_EXCEEDED).
+    func credentialRefused(platform: Platform, reason: String) {
+        self.labelled.counter(label: "push_credential_refusals_total", platform: platform, status: nil, reason, nil)
+            .increment()
+    }
 
-    /// One attempt's outcome: `push_sends_total{status,reason,trap}` (attempts that reached APNs),
-    /// `push_rejected_before_send_total{reason,trap}`, `push_outcomes_total{outcome}` (outcome is the
-    /// decision's one name: delivered, retry, requeue, transport_retry, dead), `push_retries_total`,
-    /// `push_dead_letters_total{reason,trap}`, and the attempt latency.
-    func count(_ outcome: JobOutcome) {
+    /// One attempt's outcome: `push_sends_total{platform,status,reason,trap}` (attempts that reached the
+    /// provider), `push_rejected_before_send_total{platform,reason,trap}`, `push_outcomes_total{outcome}`
+    /// (outcome is the decision's one name: delivered, retry, requeue, transport_retry, dead),
+    /// `push_retries_total`, `push_dead_letters_total{platform,reason,trap}`, and the attempt latency.
+    func count(_ outcome: JobOutcome, platform: Platform = .apns) {
         self.outcomes[outcome.disposition.name]?.increment()
         // The common case, a plain 200, without building its labels.
         if outcome.sent && outcome.status == 200 && outcome.reason == nil && outcome.trapIDs.isEmpty {
-            self.plainDelivered.increment()
+            self.plainDelivered[platform]?.increment()
             if let latency = outcome.latencyMs { self.attemptLatency.recordMilliseconds(latency) }
             return
         }
@@ -76,17 +89,27 @@ struct WorkerMetrics: Sendable {
         if outcome.sent {
             self.labelled.counter(
                 label: "push_sends_total",
+                platform: platform,
                 status: outcome.status.map(String.init) ?? "none",
                 reason,
                 trap
             )
             .increment()
         } else if case .dead = outcome.disposition {
-            self.labelled.counter(label: "push_rejected_before_send_total", status: nil, reason, trap).increment()
+            self.labelled.counter(
+                label: "push_rejected_before_send_total",
+                platform: platform,
+                status: nil,
+                reason,
+                trap
+            )
+            .increment()
         }
         switch outcome.disposition {
         case .retry: self.retries.increment()
-        case .dead: self.labelled.counter(label: "push_dead_letters_total", status: nil, reason, trap).increment()
+        case .dead:
+            self.labelled.counter(label: "push_dead_letters_total", platform: platform, status: nil, reason, trap)
+                .increment()
         case .delivered, .requeue, .transportRetry: break
         }
         if let latency = outcome.latencyMs { self.attemptLatency.recordMilliseconds(latency) }
@@ -117,19 +140,21 @@ struct WorkerMetrics: Sendable {
 final class LabelledCounters: Sendable {
     private struct Key: Hashable {
         var label: String
+        var platform: Platform
         var status: String?
         var reason: String
-        var trap: String
+        var trap: String?
     }
     private let counters = Mutex<[Key: Counter]>([:])
 
-    func counter(label: String, status: String?, _ reason: String, _ trap: String) -> Counter {
-        let key = Key(label: label, status: status, reason: reason, trap: trap)
+    func counter(label: String, platform: Platform, status: String?, _ reason: String, _ trap: String?) -> Counter {
+        let key = Key(label: label, platform: platform, status: status, reason: reason, trap: trap)
         return self.counters.withLock { counters in
             if let counter = counters[key] { return counter }
-            var dimensions = [(String, String)]()
+            var dimensions = [("platform", platform.rawValue)]
             if let status { dimensions.append(("status", status)) }
-            dimensions += [("reason", reason), ("trap", trap)]
+            dimensions.append(("reason", reason))
+            if let trap { dimensions.append(("trap", trap)) }
             let counter = Counter(label: label, dimensions: dimensions)
             counters[key] = counter
             return counter

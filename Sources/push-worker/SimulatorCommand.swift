@@ -32,6 +32,11 @@ struct SimulatorCommand: AsyncParsableCommand {
     )
     var tlsNames: [String] = []
     @Flag(help: "Answer every request 200 at once, with no checks (benchmarks).") var fast = false
+    @Flag(
+        help:
+            "Serve FCM too: a token endpoint that verifies a throwaway service account's RS256 JWT (its key file is written into --state-dir) and FCM's v1 send endpoint, with FCM's error JSON and the same fault mix."
+    )
+    var fcm = false
     @Option(
         name: .customLong("goaway-every"),
         help: ArgumentHelp(
@@ -119,9 +124,14 @@ struct SimulatorCommand: AsyncParsableCommand {
             printError("simulator fault mix on, seed \(seed) (--seed \(seed) replays it)")
         }
         configuration.tlsNames = self.tlsNames
+        let account = self.fcm ? try SimulatorFCMAccount.make() : nil
+        if let account { configuration.fcmAccounts = account.trusted }
         let simulator = try APNsSimulator(configuration: configuration, logger: logger)
         let fast = self.fast
+        let tlsName = self.tlsNames.first ?? "localhost"
         try await simulator.run { simulator in
+            // Written before ca.pem: a health check waiting for ca.pem finds the key file too.
+            let accountPath = try account?.write(in: directory, host: tlsName, port: simulator.port)
             try simulator.writeCACertificate(to: caPath)
             writeLine(
                 """
@@ -132,9 +142,20 @@ struct SimulatorCommand: AsyncParsableCommand {
                 Point a worker at it:
                   APNS_KEY_PATH=\(credentials.keyPath) APNS_TEAM_ID=\(credentials.teamID) APNS_KEY_ID=\(credentials.keyID) \\
                     push-worker run --apns-endpoint \(simulator.endpointURL) --apns-ca-file \(caPath)
-                Stop with Ctrl-C.
                 """
             )
+            if let accountPath {
+                writeLine(
+                    """
+                    FCM on the same port: token endpoint https://\(tlsName):\(simulator.port)/token, sends to /v1/projects/push-simulator/messages:send
+                      service account \(accountPath)
+                    Point a worker at it:
+                      FCM_SERVICE_ACCOUNT_PATH=\(accountPath) \\
+                        push-worker run --fcm-endpoint https://\(tlsName):\(simulator.port) --fcm-ca-file \(caPath)
+                    """
+                )
+            }
+            writeLine("Stop with Ctrl-C.")
             await waitForTerminationSignal()
             print("simulator stopping")
         }

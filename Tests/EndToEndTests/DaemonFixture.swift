@@ -18,6 +18,9 @@ struct DaemonFixture: Sendable {
     let caFile: String
     let keyPath: String
     let credentials: SimulatorCredentials
+    /// The FCM service account's key file the simulator trusts, when the fixture serves FCM too: workers get
+    /// it as credential `default` of fcm jobs.
+    var fcmAccountPath: String? = nil
     /// The workers this fixture started: any still running when its test ends (a failed wait threw before
     /// the test stopped it) is killed, so it cannot compete for the cores with the tests after it.
     let children = Children()
@@ -56,15 +59,19 @@ struct DaemonFixture: Sendable {
             .appendingPathComponent("push-worker").path
     }
 
+    /// - Parameter fcm: the simulator serves FCM too, and every worker gets its service account
+    ///   (`FCM_SERVICE_ACCOUNT_PATH`, `--fcm-endpoint`, `--fcm-ca-file`).
     static func run<T: Sendable>(
+        fcm: Bool = false,
         simulator configure: @Sendable (inout APNsSimulator.Configuration) -> Void = { _ in },
         _ body: @Sendable (DaemonFixture) async throws -> T
     ) async throws -> T {
-        // Workers, a simulator and Postgres driven hard: at most two such tests at once (HeavyTestGate).
-        try await HeavyTestGate.run { try await Self.runNow(simulator: configure, body) }
+        // Workers, a simulator and Postgres driven hard: at most a few such tests at once (HeavyTestGate).
+        try await HeavyTestGate.run { try await Self.runNow(fcm: fcm, simulator: configure, body) }
     }
 
     private static func runNow<T: Sendable>(
+        fcm: Bool,
         simulator configure: @Sendable (inout APNsSimulator.Configuration) -> Void,
         _ body: @Sendable (DaemonFixture) async throws -> T
     ) async throws -> T {
@@ -77,6 +84,8 @@ struct DaemonFixture: Sendable {
                 .path
             let credentials = try SimulatorCredentials.generate(in: directory)
             var configuration = APNsSimulator.Configuration(keys: [credentials.keyID: credentials.trustedKey])
+            let account = fcm ? try SimulatorFCMAccount.make() : nil
+            if let account { configuration.fcmAccounts = account.trusted }
             configure(&configuration)
             var logger = Logger(label: "push.test.sim")
             logger.logLevel = .error
@@ -90,7 +99,8 @@ struct DaemonFixture: Sendable {
                     directory: directory,
                     caFile: caFile,
                     keyPath: credentials.keyPath,
-                    credentials: credentials
+                    credentials: credentials,
+                    fcmAccountPath: try account?.write(in: directory + "/fcm", host: "localhost", port: simulator.port)
                 )
                 let report = TestWatchdog.addReport(
                     { [children = fixture.children] in children.report() },
@@ -118,7 +128,10 @@ struct DaemonFixture: Sendable {
                 "--apns-ca-file", self.caFile,
                 "--base-delay-ms", "20", "--max-delay-ms", "100", "--poll-interval-ms", "200", "--log-level", "warning",
                 "--metrics-port", "0", "--metrics-host", "127.0.0.1",
-            ] + extra
+            ]
+            + (self.fcmAccountPath == nil
+                ? [] : ["--fcm-endpoint", "https://localhost:\(self.simulator.port)", "--fcm-ca-file", self.caFile])
+            + extra
         let worker = try ChildProcess.start(
             Self.binary,
             arguments,
@@ -177,7 +190,7 @@ struct DaemonFixture: Sendable {
             "DATABASE_URL": self.db.url.connectionString,
             "APNS_KEY_PATH": self.keyPath, "APNS_KEY_ID": self.credentials.keyID,
             "APNS_TEAM_ID": self.credentials.teamID,
-        ]
+        ].merging(self.fcmAccountPath.map { ["FCM_SERVICE_ACCOUNT_PATH": $0] } ?? [:]) { $1 }
     }
 
     /// Names what the test does now, for the watchdog's report if the run hangs there.
@@ -195,7 +208,14 @@ struct DaemonFixture: Sendable {
             if try await condition() { return }
             try await Task.sleep(for: .milliseconds(100))
         }
-        Issue.record("timed out waiting for: \(what)")
+        // What the jobs and the workers were doing, so a timeout says where things stood.
+        let states =
+            (try? await self.db.client.query(
+                "SELECT platform || ' ' || state || ' ' || coalesce(reason, '-') || ' attempts ' || attempts || ': ' || count(*) FROM push.jobs GROUP BY platform, state, reason, attempts ORDER BY 1"
+            ).decode(String.self).collect()) ?? []
+        Issue.record(
+            "timed out waiting for: \(what)\njobs: \(states.joined(separator: "; "))\n\(self.children.report())"
+        )
         throw CancellationError()
     }
 

@@ -222,7 +222,7 @@ struct DaemonTests {
             #expect(!metrics.contains(gone), "no device token in metrics")
             #expect(metrics.contains("push_worker_ready 1"))
             #expect(
-                metrics.contains(#"push_dead_letters_total{reason="Unregistered",trap="MS020"} 1"#),
+                metrics.contains(#"push_dead_letters_total{platform="apns",reason="Unregistered",trap="MS020"} 1"#),
                 "the final attempt's trap: \(metrics)"
             )
             #expect(try await f.get(worker, "/nope").0 == 404)

@@ -8,7 +8,7 @@ import Testing
 /// The real binary against a simulator as hostile as Apple: GOAWAY that leaves higher streams
 /// unanswered, dropped connections, stream resets, throttling, slow answers, a worker killed mid-run.
 /// Every test ends by asserting the invariants (``FaultTests/assertInvariants``).
-@Suite("push-worker run under hostile APNs faults", .serialized)
+@Suite("push-worker run under hostile APNs and FCM faults, a third of the jobs Android", .serialized)
 struct FaultTests {
     /// `PUSH_LONG_TESTS=1` runs the long forms (10,000 jobs, more seeds).
     static let long = !(ProcessInfo.processInfo.environment["PUSH_LONG_TESTS"] ?? "").isEmpty
@@ -26,19 +26,17 @@ struct FaultTests {
     }
 
     func storm(jobs count: Int, goAwayEvery: Int) async throws {
-        try await DaemonFixture.run(simulator: { configuration in
-            configuration.faults.goAwayEvery = goAwayEvery
-            configuration.faults.dropEvery = 501
-            configuration.faults.resetFirstAttempts = 0.01
-            configuration.faults.goAwayGrace = .seconds(2)
-            configuration.faults.seed = 42
-        }) { f in
-            try await f.db.execute(
-                """
-                INSERT INTO push.jobs (topic, device_token, payload)
-                SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"hi"}}' FROM generate_series(1, \(count)) AS g
-                """
-            )
+        try await DaemonFixture.run(
+            fcm: true,
+            simulator: { configuration in
+                configuration.faults.goAwayEvery = goAwayEvery
+                configuration.faults.dropEvery = 501
+                configuration.faults.resetFirstAttempts = 0.01
+                configuration.faults.goAwayGrace = .seconds(2)
+                configuration.faults.seed = 42
+            }
+        ) { f in
+            try await f.db.execute(Self.mixedInsert(1...count))
             let started = ContinuousClock.now
             // Production retry settings: a healthy job must never need them under transport faults.
             let worker = try f.startWorker(
@@ -80,25 +78,22 @@ struct FaultTests {
             print("fault schedule seed \(seed) (PUSH_FAULT_SEEDS=\(seed) replays it)")
             var random = SeededGenerator(seed: seed ^ 0xA5A5)
             let killAfter = Int64.random(in: 300...1_500, using: &random)
-            try await DaemonFixture.run(simulator: { configuration in
-                var r = SeededGenerator(seed: seed)
-                configuration.faults.goAwayEvery = Int.random(in: 80...400, using: &r)
-                configuration.faults.dropEvery = Int.random(in: 90...500, using: &r)
-                configuration.faults.resetFirstAttempts = Double.random(in: 0...0.03, using: &r)
-                configuration.faults.throttleShare = Double.random(in: 0...0.04, using: &r)
-                configuration.faults.serverErrorShare = Double.random(in: 0...0.04, using: &r)
-                configuration.faults.slowShare = Double.random(in: 0...0.05, using: &r)
-                configuration.faults.goAwayGrace = .milliseconds(Int64.random(in: 100...2_000, using: &r))
-                configuration.faults.seed = seed
-            }) { f in
+            try await DaemonFixture.run(
+                fcm: true,
+                simulator: { configuration in
+                    var r = SeededGenerator(seed: seed)
+                    configuration.faults.goAwayEvery = Int.random(in: 80...400, using: &r)
+                    configuration.faults.dropEvery = Int.random(in: 90...500, using: &r)
+                    configuration.faults.resetFirstAttempts = Double.random(in: 0...0.03, using: &r)
+                    configuration.faults.throttleShare = Double.random(in: 0...0.04, using: &r)
+                    configuration.faults.serverErrorShare = Double.random(in: 0...0.04, using: &r)
+                    configuration.faults.slowShare = Double.random(in: 0...0.05, using: &r)
+                    configuration.faults.goAwayGrace = .milliseconds(Int64.random(in: 100...2_000, using: &r))
+                    configuration.faults.seed = seed
+                }
+            ) { f in
                 let count = 1_200
-                try await f.db.execute(
-                    """
-                    INSERT INTO push.jobs (topic, device_token, payload, priority)
-                    SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"hi"}}', CASE WHEN g % 2 = 0 THEN 10 ELSE 5 END
-                      FROM generate_series(1, \(count)) AS g
-                    """
-                )
+                try await f.db.execute(Self.mixedInsert(1...count, priorities: true))
                 let a = try f.startWorker(
                     "a",
                     ["--log-level", "error", "--base-delay-ms", "50", "--max-delay-ms", "500"]
@@ -141,18 +136,16 @@ struct FaultTests {
         "kill -9 with 500 in flight: another worker, or the only worker restarted, has every job back in pending within 15 s, same apns-id"
     )
     func killRecovery() async throws {
-        try await DaemonFixture.run(simulator: { configuration in
-            configuration.faults.slowShare = 1
-            configuration.faults.slowLatency = .seconds(3)
-            configuration.faults.seed = 3
-        }) { f in
+        try await DaemonFixture.run(
+            fcm: true,
+            simulator: { configuration in
+                configuration.faults.slowShare = 1
+                configuration.faults.slowLatency = .seconds(3)
+                configuration.faults.seed = 3
+            }
+        ) { f in
             let count = 500
-            try await f.db.execute(
-                """
-                INSERT INTO push.jobs (topic, device_token, payload)
-                SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"hi"}}' FROM generate_series(1, \(count)) AS g
-                """
-            )
+            try await f.db.execute(Self.mixedInsert(1...count))
             let a = try f.startWorker("victim", ["--log-level", "error"])
             try await f.waitUntil(.seconds(30), "500 running") {
                 try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running' AND locked_by = 'victim'")
@@ -174,12 +167,7 @@ struct FaultTests {
             try await f.waitUntil(.seconds(60), "every job delivered") { try await f.unfinished() == 0 }
 
             // One worker only: killed, then restarted (a new process, a new worker id).
-            try await f.db.execute(
-                """
-                INSERT INTO push.jobs (topic, device_token, payload)
-                SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"hi"}}' FROM generate_series(\(count + 1), \(2 * count)) AS g
-                """
-            )
+            try await f.db.execute(Self.mixedInsert((count + 1)...(2 * count)))
             try await f.waitUntil(.seconds(30), "the survivor's jobs running") {
                 try await f.db.int64(
                     "SELECT count(*) FROM push.jobs WHERE state = 'running' AND locked_by = 'survivor'"
@@ -204,6 +192,19 @@ struct FaultTests {
             #expect(c.wait() == 0)
             _ = try await Self.assertInvariants(f, jobs: 2 * count, diedWorkers: ["victim", "survivor"])
         }
+    }
+
+    /// Jobs `range`, a third of them Android (`platform = 'fcm'`, every job whose number is a multiple of
+    /// 3), the rest APNs, both through credential `default`: one queue, two providers, the same faults.
+    static func mixedInsert(_ range: ClosedRange<Int>, priorities: Bool = false) -> String {
+        """
+        INSERT INTO push.jobs (platform, topic, device_token, payload\(priorities ? ", priority" : ""))
+        SELECT CASE WHEN g % 3 = 0 THEN 'fcm' ELSE 'apns' END, 'com.example.app',
+               CASE WHEN g % 3 = 0 THEN 'fKx' || g || ':APA91bH-token' ELSE lpad(to_hex(g), 64, '0') END,
+               CASE WHEN g % 3 = 0 THEN '{"notification":{"title":"hi"}}' ELSE '{"aps":{"alert":"hi"}}' END::jsonb
+               \(priorities ? ", CASE WHEN g % 2 = 0 THEN 10 ELSE 5 END" : "")
+          FROM generate_series(\(range.lowerBound), \(range.upperBound)) AS g
+        """
     }
 
     /// The invariants, against the shared test database.

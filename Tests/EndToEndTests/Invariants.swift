@@ -40,7 +40,8 @@ enum Invariants {
         #expect(unexplained == 0, "every dead letter has an APNs-given reason or names its exhausted budget \(context)")
         var apnsIDs: [String: Set<String>] = [:]
         for request in simulator.requests {
-            if let token = request.deviceToken { apnsIDs[token, default: []].insert(request.headers["apns-id"] ?? "") }
+            // apns-id, or an FCM message's data.push_id.
+            if let token = request.deviceToken { apnsIDs[token, default: []].insert(request.notificationID ?? "") }
         }
         #expect(apnsIDs.values.allSatisfy { $0.count == 1 }, "one apns-id per job across all its requests \(context)")
         let faults = simulator.faultCounters

@@ -142,15 +142,26 @@ public final class FCMClient: Sendable {
         let path = URL(string: account.tokenURI).map { $0.path.isEmpty ? "/" : $0.path } ?? "/"
         let body = "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=" + assertion
         let started = Date()
-        let answer = try await engine.exchange(
-            OutgoingRequest(
-                method: "POST",
-                path: path,
-                headers: [("content-type", "application/x-www-form-urlencoded")],
-                body: Array(body.utf8)
-            ),
-            endpoint: endpoint
-        )
+        let answer: HTTP2Answer
+        do {
+            answer = try await engine.exchange(
+                OutgoingRequest(
+                    method: "POST",
+                    path: path,
+                    headers: [("content-type", "application/x-www-form-urlencoded")],
+                    body: Array(body.utf8)
+                ),
+                endpoint: endpoint
+            )
+        } catch let error as TransportError where error.code != .shutdown {
+            // Whatever happened to the exchange, no message was sent: the jobs wait uncounted, as for an
+            // unreachable endpoint, never charged an unknown outcome.
+            throw TransportError(
+                code: .connectFailed,
+                mayHaveBeenProcessed: false,
+                message: "could not get an access token from \(endpoint.host) for \(account): \(error.message)"
+            )
+        }
         let object = (try? JSONSerialization.jsonObject(with: Data(answer.body))) as? [String: Any]
         guard answer.status == 200 else {
             // OAuth's error words only: the body never carries the assertion back.

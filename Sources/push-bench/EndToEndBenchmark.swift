@@ -39,14 +39,14 @@ struct EndToEndBenchmark: AsyncParsableCommand {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let credentials = try SimulatorCredentials.generate(in: directory)
-        let simulator = try APNsSimulator(
-            configuration: .init(
-                keys: [credentials.keyID: credentials.trustedKey],
-                fastMode: true,
-                recordRequests: false
-            ),
-            logger: logger
+        let fcmAccount = try SimulatorFCMAccount.make()
+        var simulatorConfiguration = APNsSimulator.Configuration(
+            keys: [credentials.keyID: credentials.trustedKey],
+            fastMode: true,
+            recordRequests: false
         )
+        simulatorConfiguration.fcmAccounts = fcmAccount.trusted
+        let simulator = try APNsSimulator(configuration: simulatorConfiguration, logger: logger)
         let url = server.with(database: "push_e2e_\(getpid())")
         try await withClient(server, logger: logger) { client in
             try await client.query("CREATE DATABASE \(unescaped: url.database)", logger: logger)
@@ -68,15 +68,20 @@ struct EndToEndBenchmark: AsyncParsableCommand {
             let sinkPID = nghttpd?.process.pid ?? getpid()
             try await withClient(url, logger: logger) { client in
                 try await Migrator(client: client, logger: logger).migrate()
+                // FCM through the same stand-in: a service account whose token_uri is the stand-in's /token.
+                let account = try fcmAccount.write(in: directory + "/fcm", host: "localhost", port: port)
                 let environment = [
                     "DATABASE_URL": url.connectionString, "APNS_KEY_PATH": credentials.keyPath,
                     "APNS_KEY_ID": credentials.keyID, "APNS_TEAM_ID": credentials.teamID,
+                    "FCM_SERVICE_ACCOUNT_PATH": account,
                 ]
                 let worker = try ChildProcess.start(
                     workerPath,
                     [
                         "run", "--worker-id", "bench", "--apns-endpoint", "https://localhost:\(port)",
-                        "--apns-ca-file", caFile, "--log-level", "error",
+                        "--apns-ca-file", caFile, "--fcm-endpoint", "https://localhost:\(port)", "--fcm-ca-file",
+                        caFile,
+                        "--log-level", "error",
                     ],
                     environment: environment,
                     outputPath: directory + "/worker.log"
@@ -141,6 +146,55 @@ struct EndToEndBenchmark: AsyncParsableCommand {
                 )
                 let utilisation =
                     (after.machine.busy - before.machine.busy) / (after.machine.total - before.machine.total)
+
+                // The same drain with Android jobs (platform fcm), same worker, same stand-in.
+                worker.signal(SIGSTOP)
+                try await client.query("TRUNCATE push.jobs, push.dead_jobs", logger: logger)
+                try await client.query(
+                    """
+                    INSERT INTO push.jobs (platform, topic, device_token, payload)
+                    SELECT 'fcm', 'com.example.app', 'fKx' || g || ':APA91bH-bench-registration-token',
+                           '{"notification":{"title":"Order shipped","body":"Arrives Tuesday"}}'
+                      FROM generate_series(1, \(Int64(jobs))) AS g
+                    """,
+                    logger: logger
+                )
+                try await client.query("VACUUM ANALYZE push.jobs", logger: logger)
+                let fcmBefore = (worker: cpuMicros(worker.pid), postgres: cpuMicros(named: "postgres"))
+                worker.signal(SIGCONT)
+                let fcmStart = clock.now
+                while try await scalar(
+                    client,
+                    "SELECT CASE WHEN EXISTS (SELECT 1 FROM push.jobs WHERE state = 'pending') OR EXISTS (SELECT 1 FROM push.jobs WHERE state = 'running') THEN 1 ELSE 0 END::int8",
+                    logger
+                ) == 1 {
+                    try await Task.sleep(for: .milliseconds(250))
+                    guard clock.now - fcmStart < .seconds(600) else {
+                        throw ValidationError(
+                            "the FCM drain did not finish in 10 minutes: \(worker.output.suffix(1000))"
+                        )
+                    }
+                }
+                let fcmAfter = (worker: cpuMicros(worker.pid), postgres: cpuMicros(named: "postgres"))
+                let fcmDelivered = try await scalar(
+                    client,
+                    "SELECT count(*) FROM push.jobs WHERE state = 'delivered' AND provider_message_id IS NOT NULL",
+                    logger
+                )
+                guard fcmDelivered == jobs else {
+                    throw ValidationError(
+                        "\(jobs - fcmDelivered) FCM jobs were not delivered: \(worker.output.suffix(1000))"
+                    )
+                }
+                let fcmSeconds = try await client.query(
+                    "SELECT extract(epoch FROM max(delivered_at) - min(delivered_at))::float8 FROM push.jobs",
+                    logger: logger
+                ).decode(Double.self).reduce(into: 0.0) { $0 = $1 }
+                let fcm = (
+                    rate: Double(jobs - 1) / fcmSeconds,
+                    worker: (fcmAfter.worker - fcmBefore.worker) / Double(jobs),
+                    postgres: (fcmAfter.postgres - fcmBefore.postgres) / Double(jobs)
+                )
 
                 // Latency: single-row INSERTs at a steady rate; enqueue (created_at) to delivery recorded by the worker.
                 try await client.query("TRUNCATE push.jobs", logger: logger)
@@ -233,6 +287,17 @@ struct EndToEndBenchmark: AsyncParsableCommand {
                         perJob.postgres,
                         perJob.sink,
                         utilisation * 100
+                    )
+                )
+                print(
+                    String(
+                        format:
+                            "FCM drain        %8.0f jobs/s  (%d platform fcm jobs, same worker and stand-in)  CPU per job: worker %.1f µs (%.2fx APNs'), Postgres %.1f µs",
+                        fcm.rate,
+                        jobs,
+                        fcm.worker,
+                        fcm.worker / perJob.worker,
+                        fcm.postgres
                     )
                 )
                 if let peer {

@@ -19,6 +19,19 @@ struct NGHTTPDSink {
         for n in 0...tokens {
             _ = FileManager.default.createFile(atPath: devices + "/" + String(format: "%064x", n), contents: nil)
         }
+        // FCM too: the token endpoint and one project's send path answer a grant and a message name.
+        try FileManager.default.createDirectory(
+            atPath: root + "/v1/projects/push-simulator",
+            withIntermediateDirectories: true
+        )
+        _ = FileManager.default.createFile(
+            atPath: root + "/token",
+            contents: Data(#"{"access_token":"bench-token","expires_in":3600,"token_type":"Bearer"}"#.utf8)
+        )
+        _ = FileManager.default.createFile(
+            atPath: root + "/v1/projects/push-simulator/messages:send",
+            contents: Data(#"{"name":"projects/push-simulator/messages/0:1"}"#.utf8)
+        )
         let key = directory + "/sink-key.pem"
         let certificate = directory + "/sink-cert.pem"
         let made = try ChildProcess.run(

@@ -49,6 +49,31 @@ struct FCMTests {
         #expect((android["notification"] as? [String: Any])?["channel_id"] as? String == "orders")
     }
 
+    @Test(
+        "the spliced body (no Foundation parse) says what the payload says, escapes and nesting kept, whatever the member order and spacing",
+        arguments: [
+            #"{"notification":{"title":"a \"quoted\" caf\u00e9","body":"x"},"data":{"k":"v","n":"1"}}"#,
+            #"{ "data" : { "k" : "v" } , "android" : { "notification" : { "channel_id" : "c", "tag" : [1, 2.5, true, null] } } }"#,
+            #"{"fcm_options":{"analytics_label":"l"},"android":{"restricted_package_name":"com.example.app"}}"#,
+            #"{}"#,
+        ]
+    )
+    func splicedBody(payload: String) throws {
+        let message = try self.message(self.job(payload, collapse: "k1"))
+        let given = try #require(try JSONSerialization.jsonObject(with: Data(payload.utf8)) as? [String: Any])
+        var expected = given
+        var android = given["android"] as? [String: Any] ?? [:]
+        android["priority"] = "HIGH"
+        android["ttl"] = "3600s"
+        android["collapse_key"] = "k1"
+        var data = given["data"] as? [String: Any] ?? [:]
+        data["push_id"] = "6e1c5d0b-2f4a-4c36-9f7e-2b1d0c3a4e5f"
+        expected["android"] = android
+        expected["data"] = data
+        expected["token"] = Self.token
+        #expect(NSDictionary(dictionary: message).isEqual(to: expected), "\(message) vs \(expected)")
+    }
+
     @Test("priority 5 is NORMAL; deliver_once is ttl 0s; priority 1 is refused")
     func priorities() throws {
         let normal = try self.message(self.job(#"{"data":{"a":"b"}}"#, priority: 5, deliverOnce: true))

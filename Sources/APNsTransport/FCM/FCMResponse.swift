@@ -60,6 +60,17 @@ public struct FCMResponse: Sendable, Hashable {
 
     /// FCM's answer as read off its stream.
     init(_ answer: HTTP2Answer) {
+        // A 200's body is `{"name": "projects/…/messages/…"}`: read without Foundation's parser.
+        if answer.status == 200, let name = Self.plainName(answer.body) {
+            self.init(
+                status: 200,
+                messageName: name,
+                retryAfter: nil,
+                latency: .nanoseconds(answer.latency.nanoseconds),
+                serverDate: answer.headers.first(name: "date")
+            )
+            return
+        }
         let object = (try? JSONSerialization.jsonObject(with: Data(answer.body))) as? [String: Any]
         var code: String?
         var namesToken = false
@@ -88,6 +99,34 @@ public struct FCMResponse: Sendable, Hashable {
             latency: .nanoseconds(answer.latency.nanoseconds),
             serverDate: answer.headers.first(name: "date")
         )
+    }
+}
+
+extension FCMResponse {
+    /// The `name` of a body that is exactly `{"name":"…"}` (whitespace allowed) with a plain string; `nil`
+    /// for anything else (the full parse reads it).
+    static func plainName(_ body: [UInt8]) -> String? {
+        var i = 0
+        func skip() {
+            while i < body.count, body[i] == 0x20 || body[i] == 0x0A || body[i] == 0x0D || body[i] == 0x09 { i += 1 }
+        }
+        func expect(_ text: String) -> Bool {
+            for byte in text.utf8 {
+                skip()
+                guard i < body.count, body[i] == byte else { return false }
+                i += 1
+            }
+            return true
+        }
+        guard expect("{"), expect("\"name\""), expect(":"), expect("\"") else { return nil }
+        let start = i
+        while i < body.count, body[i] != UInt8(ascii: "\""), body[i] != UInt8(ascii: "\\"), body[i] >= 0x20 { i += 1 }
+        guard i < body.count, body[i] == UInt8(ascii: "\"") else { return nil }
+        let name = String(decoding: body[start..<i], as: UTF8.self)
+        i += 1
+        guard expect("}") else { return nil }
+        skip()
+        return i == body.count ? name : nil
     }
 }
 

@@ -65,6 +65,23 @@ public enum FCMMessageBuilder {
                 message: "priority \(priority) is not an FCM priority: use 10 (HIGH) or 5 (NORMAL)."
             )
         }
+        let androidPriority = priority == 10 ? "HIGH" : "NORMAL"
+        let seconds = job.deliverOnce ? 0 : max(0, Int64(expiry.timeIntervalSince(now).rounded(.down)))
+        let ttl = "\(seconds)s"
+        let pushID = job.apnsID.uuidString.lowercased()
+        let compact = CompactJSON.bytes(job.payload)
+        if compact.count <= Self.payloadLimit,
+            let body = Self.splicedBody(
+                compact: compact,
+                token: token,
+                androidPriority: androidPriority,
+                ttl: ttl,
+                collapseKey: job.collapseID,
+                pushID: pushID
+            )
+        {
+            return FCMMessage(body: body, androidPriority: androidPriority, ttl: ttl, pushID: job.apnsID)
+        }
         guard let object = try? JSONSerialization.jsonObject(with: Data(job.payload.utf8)) as? [String: Any] else {
             throw Self.refused(
                 "payload is not a JSON object: write an FCM message's fields (notification, data, android, fcm_options)."
@@ -120,7 +137,7 @@ public enum FCMMessageBuilder {
                 "payload sets data.push_id, which the worker sets to the job's apns_id for the app to drop a second delivery: remove it."
             )
         }
-        let size = CompactJSON.bytes(job.payload).count
+        let size = compact.count
         if size > Self.payloadLimit {
             throw PreSendRejection(
                 reason: "PayloadTooLarge",
@@ -129,10 +146,6 @@ public enum FCMMessageBuilder {
                     "payload is \(size) bytes; FCM allows \(Self.payloadLimit): shorten the text or move data to your server."
             )
         }
-        let androidPriority = priority == 10 ? "HIGH" : "NORMAL"
-        let seconds = job.deliverOnce ? 0 : max(0, Int64(expiry.timeIntervalSince(now).rounded(.down)))
-        let ttl = "\(seconds)s"
-        let pushID = job.apnsID.uuidString.lowercased()
         android["priority"] = androidPriority
         android["ttl"] = ttl
         if let collapse = job.collapseID { android["collapse_key"] = collapse }

@@ -47,6 +47,39 @@ public enum HeavyTestGate {
         return try await Self.$holdsPermit.withValue(true) { try await body() }
     }
 
+    /// Runs `prepare` on one permit and, meanwhile, waits for the others; then `body` with every permit. The
+    /// slow set-up of an exclusive test (a formation of clusters) overlaps the drain of the tests still
+    /// running, instead of the permits standing idle while it waits for all of them. One test at most may
+    /// use it (two would each hold one permit and wait for the other's).
+    public static func run<P: Sendable, T>(
+        preparing prepare: @escaping @Sendable () async throws -> P,
+        exclusive body: (P) async throws -> T
+    ) async throws -> T {
+        if Self.holdsPermit { return try await body(try await prepare()) }
+        let arrived = ContinuousClock.now
+        await Self.acquire(1)
+        let rest = Task { await Self.acquire(Self.permits - 1) }
+        let prepared: Result<P, any Error>
+        do {
+            prepared = .success(try await Self.$holdsPermit.withValue(true) { try await prepare() })
+        } catch {
+            prepared = .failure(error)
+        }
+        await rest.value
+        let granted = ContinuousClock.now
+        defer {
+            Self.release(Self.permits)
+            if Self.trace {
+                let name = Test.current?.displayName ?? Test.current?.name ?? "?"
+                print(
+                    "heavy test: waited \(granted - arrived) (preparing meanwhile), held \(ContinuousClock.now - granted) exclusively: \(name)"
+                )
+            }
+        }
+        let value = try prepared.get()
+        return try await Self.$holdsPermit.withValue(true) { try await body(value) }
+    }
+
     private static func acquire(_ count: Int) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let granted = Self.state.withLock { state -> Bool in

@@ -24,13 +24,17 @@ import Testing
         )
     )
     func plannedAndKilled() async throws {
-        // A formation of three clusters and two workers: no other heavy test beside it (HeavyTestGate).
-        try await HeavyTestGate.run(exclusive: true) { try await self.plannedAndKilledNow() }
+        // A formation of three clusters and two workers: no other heavy test beside it (HeavyTestGate). The
+        // formation is made on one permit while the tests before it finish.
+        let directory = "/tmp/autofailover-\(UUID().uuidString.prefix(8))"
+        try await HeavyTestGate.run(preparing: { try await offPool { try AutoFailoverFormation.start(in: directory) } })
+        {
+            formation in
+            try await self.plannedAndKilledNow(formation, directory: directory)
+        }
     }
 
-    private func plannedAndKilledNow() async throws {
-        let directory = "/tmp/autofailover-\(UUID().uuidString.prefix(8))"
-        let formation = try AutoFailoverFormation.start(in: directory)
+    private func plannedAndKilledNow(_ formation: AutoFailoverFormation, directory: String) async throws {
         defer {
             formation.stop()
             // PUSH_KEEP_TEST_DIR=1 keeps the workers' and nodes' logs to read.

@@ -1,6 +1,7 @@
 import APNsSimulator
 import Foundation
 import PostgresNIO
+import PushEmbeddedPostgres
 import PushProcess
 import PushQueue
 import PushQueueTesting
@@ -178,6 +179,121 @@ struct FCMDaemonTests {
             } catch {
                 #expect(String(reflecting: error).contains("fcm_jobs_have_no_environment"))
             }
+        }
+    }
+}
+
+/// The worker against an FCM stand-in in another language (Tests/Interop/fcm_standin.py: Python's h2 and
+/// `cryptography`, written from Google's documentation), so the FCM side is not only tested against our own
+/// simulator's reading of the same pages.
+@Suite("FCM interop: the real binary against an independent stand-in")
+struct FCMInteropTests {
+    @Test(
+        "the worker's JWT verifies with cryptography, its messages pass the stand-in's checks, and its answers (UNREGISTERED, INVALID_ARGUMENT on the token, QUOTA_EXCEEDED) land as the contract says"
+    )
+    func againstTheStandIn() async throws {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Interop/fcm_standin.py").path
+        let probe = try ChildProcess.run("/usr/bin/env", ["python3", "-c", "import h2, cryptography"])
+        try #require(
+            probe.status == 0,
+            "python3 with h2 and cryptography is needed: pip install 'httpx[http2]' cryptography (.ci/run installs them)"
+        )
+        try await DaemonFixture.run { f in
+            let directory = f.directory + "/standin"
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            let made = try ChildProcess.run(
+                "/usr/bin/env",
+                [
+                    "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", directory + "/key.pem", "-out", directory + "/cert.pem", "-days", "2", "-subj",
+                    "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+                ]
+            )
+            try #require(made.status == 0, "openssl: \(made.output)")
+            let port = try EmbeddedPostgres.freePort()
+            let account = try SimulatorFCMAccount.make(projectID: "standin-project")
+                .write(in: directory, host: "localhost", port: port)
+            let log = directory + "/requests.jsonl"
+            let standin = try ChildProcess.start(
+                "/usr/bin/env",
+                [
+                    "python3", script, "--port", "\(port)", "--cert", directory + "/cert.pem", "--key",
+                    directory + "/key.pem", "--service-account", account, "--log", log,
+                ],
+                environment: ["PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"],
+                outputPath: directory + "/standin.out"
+            )
+            defer {
+                standin.signal(SIGKILL)
+                standin.reap()
+            }
+            try await f.waitUntil(.seconds(20), "the stand-in listening") { standin.output.contains("READY") }
+            let worker = try f.startWorker(
+                "w1",
+                ["--fcm-endpoint", "https://localhost:\(port)", "--fcm-ca-file", directory + "/cert.pem"],
+                environment: ["FCM_SERVICE_ACCOUNT_PATH": account]
+            )
+            defer {
+                worker.signal(SIGKILL)
+                worker.reap()
+            }
+            try await f.db.execute(
+                """
+                INSERT INTO push.jobs (platform, topic, device_token, payload, priority, collapse_id)
+                SELECT 'fcm', 'com.example.app', 'fKx' || g || ':APA91bH-token',
+                       ('{"notification":{"title":"hi"},"data":{"n":"' || g || '"}}')::jsonb, CASE WHEN g % 2 = 0 THEN 10 ELSE 5 END,
+                       CASE WHEN g = 1 THEN 'score' END
+                  FROM generate_series(1, 20) g
+                UNION ALL SELECT 'fcm', 'com.example.app', 'unregistered:1', '{}', NULL, NULL
+                UNION ALL SELECT 'fcm', 'com.example.app', 'invalid:1', '{}', NULL, NULL
+                UNION ALL SELECT 'fcm', 'com.example.app', 'quota:1', '{}', NULL, NULL
+                """
+            )
+            try await f.waitUntil(.seconds(60), "21 delivered, 2 dead") {
+                let delivered = try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'")
+                let dead = try await f.db.int64("SELECT count(*) FROM push.dead_jobs")
+                return delivered == 21 && dead == 2
+            }
+            #expect(
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.jobs WHERE provider_message_id LIKE 'projects/standin-project/messages/%standin'"
+                ) == 21
+            )
+            let dead = try await f.db.client.query(
+                "SELECT device_token, reason, trap_ids FROM push.dead_jobs ORDER BY device_token"
+            ).decode((String, String, [String]).self).collect()
+            #expect(dead.map(\.0) == ["invalid:1", "unregistered:1"])
+            #expect(dead.allSatisfy { $0.2 == ["FC010"] }, "both are dead tokens: \(dead)")
+            #expect(
+                try await f.db.int64("SELECT count(*) FROM push.invalid_tokens WHERE platform = 'fcm'") == 2
+            )
+            let quota = try await f.db.client.query(
+                "SELECT attempts, trap_ids FROM push.jobs WHERE device_token = 'quota:1'"
+            ).decode((Int16, [String]).self).collect()
+            #expect(quota.first?.0 == 1 && quota.first?.1 == ["FC020"], "\(quota)")
+            // What the stand-in read: each job's apns_id as data.push_id, its priority and ttl as FCM spells them.
+            let lines = try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n")
+            let records = lines.compactMap {
+                try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+            }
+            #expect(records.count == 24, "23 jobs, the quota one twice: \(records.count)")
+            let ids = try await f.db.client.query(
+                "SELECT device_token, apns_id::text FROM push.jobs UNION ALL SELECT device_token, apns_id::text FROM push.dead_jobs"
+            ).decode((String, String).self).collect()
+            let byToken = Dictionary(uniqueKeysWithValues: ids)
+            for record in records {
+                let token = record["token"] as? String ?? ""
+                #expect(record["push_id"] as? String == byToken[token], "push_id of \(token)")
+                #expect((record["ttl"] as? String)?.range(of: #"^\d+s$"#, options: .regularExpression) != nil)
+            }
+            #expect(records.first { $0["token"] as? String == "fKx2:APA91bH-token" }?["priority"] as? String == "HIGH")
+            #expect(
+                records.first { $0["token"] as? String == "fKx1:APA91bH-token" }?["priority"] as? String == "NORMAL"
+            )
+            #expect(
+                records.first { $0["token"] as? String == "fKx1:APA91bH-token" }?["collapse_key"] as? String == "score"
+            )
         }
     }
 }

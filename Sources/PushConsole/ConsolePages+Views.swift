@@ -324,6 +324,20 @@ extension ConsolePages {
     }
 
     static func jobFacts(_ job: PushJob) -> [(String, String)] {
+        if job.platform == .fcm {
+            var facts: [(String, String)] = [
+                ("Platform", "FCM (Android)"), ("Topic", job.topic),
+                ("Target", job.deviceToken.map { "registration token, fingerprint \(tokenFingerprint($0))" } ?? "none"),
+                ("Credential", job.credential),
+                ("push_id", job.apnsID.uuidString.lowercased() + " (data.push_id: the app drops a second delivery)"),
+                ("Attempts", "\(job.attempts)" + (job.maxAttempts.map { " of at most \($0)" } ?? "")),
+                ("Created", timestamp(job.createdAt)),
+            ]
+            if let collapse = job.collapseID { facts.append(("Collapse key", collapse)) }
+            if let expires = job.expiresAt { facts.append(("Expires", timestamp(expires))) }
+            if job.deliverOnce { facts.append(("Deliver once", "yes: sent with android.ttl 0s")) }
+            return facts
+        }
         var facts: [(String, String)] = [
             ("Topic", job.topic), ("Push type", job.pushType),
             (
@@ -360,6 +374,30 @@ extension ConsolePages {
         var described: DetailView.Request?
         var rejected: DetailView.Rejected?
         do {
+            if job.platform == .fcm {
+                let message = try FCMMessageBuilder.describe(job)
+                var body = String(decoding: message.body, as: UTF8.self)
+                if let token = job.deviceToken {
+                    body = body.replacingOccurrences(of: token, with: "<token fp \(tokenFingerprint(token))>")
+                }
+                described = DetailView.Request(
+                    line: "POST https://fcm.googleapis.com/v1/projects/<project_id>/messages:send  HTTP/2",
+                    credential: job.credential,
+                    headers: [DetailView.Header(name: "content-type", value: "application/json")],
+                    bytes: grouped(message.body.count),
+                    limit: grouped(FCMMessageBuilder.payloadLimit),
+                    warnings: [],
+                    payload: showPayload ? body : nil
+                )
+                return DetailView(
+                    facts: facts.map { DetailView.Fact(name: $0.0, value: $0.1) },
+                    attempts: attempts,
+                    advice: advice.first.map { [$0] } ?? [],
+                    request: described,
+                    rejected: nil,
+                    hasAttempts: !attempts.isEmpty
+                )
+            }
             let request = try RequestBuilder.describe(job)
             var path = request.path
             if let token = job.deviceToken {

@@ -51,4 +51,6 @@ public struct QueueStats: Sendable, Hashable, Codable {
     public var deadLastMinute: Int
     /// Rows in `push.invalid_tokens`.
     public var invalidTokens: Int
+    /// Jobs by platform (`apns`, `fcm`), then by state; only platforms with jobs.
+    public var byPlatform: [String: [String: Int]] = [:]
 }

@@ -46,8 +46,8 @@ extension QueueOperations {
         let rows = try await self.client.query(
             """
             SELECT
-              (SELECT coalesce(jsonb_object_agg(state, n), '{}')::text
-                 FROM (SELECT state, count(*) AS n FROM push.jobs GROUP BY state) AS s),
+              (SELECT coalesce(jsonb_object_agg(platform || '/' || state, n), '{}')::text
+                 FROM (SELECT platform, state, count(*) AS n FROM push.jobs GROUP BY platform, state) AS s),
               (SELECT count(*) FROM push.jobs WHERE state = 'pending' AND run_at <= now()),
               (SELECT coalesce(extract(epoch FROM now() - min(run_at)), 0)::double precision
                  FROM push.jobs WHERE state = 'pending' AND run_at <= now()),
@@ -65,8 +65,12 @@ extension QueueOperations {
         )
         for try await r in rows.decode((String, Int64, Double, Int64, String, Int64, Int64, Int64).self) {
             var byState = Dictionary(uniqueKeysWithValues: JobState.allCases.map { ($0.rawValue, 0) })
-            for (state, count) in try JSONDecoder().decode([String: Int].self, from: Data(r.0.utf8)) {
-                byState[state] = count
+            var byPlatform: [String: [String: Int]] = [:]
+            for (key, count) in try JSONDecoder().decode([String: Int].self, from: Data(r.0.utf8)) {
+                let parts = key.split(separator: "/", maxSplits: 1).map(String.init)
+                guard parts.count == 2 else { continue }
+                byState[parts[1], default: 0] += count
+                byPlatform[parts[0], default: [:]][parts[1]] = count
             }
             return QueueStats(
                 byState: byState,
@@ -76,7 +80,8 @@ extension QueueOperations {
                 deadByTrap: try JSONDecoder().decode([String: Int].self, from: Data(r.4.utf8)),
                 deliveredLastMinute: Int(r.5),
                 deadLastMinute: Int(r.6),
-                invalidTokens: Int(r.7)
+                invalidTokens: Int(r.7),
+                byPlatform: byPlatform
             )
         }
         throw QueueError(code: .schemaMissing, message: "stats returned no row; run `push-worker migrate`")

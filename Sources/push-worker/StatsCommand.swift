@@ -26,6 +26,14 @@ struct StatsCommand: AsyncParsableCommand {
             print(
                 "jobs          pending \(states["pending"] ?? 0) (due now \(stats.pendingDue))   running \(states["running"] ?? 0)   delivered \(states["delivered"] ?? 0)   superseded \(states["superseded"] ?? 0)   cancelled \(states["cancelled"] ?? 0)"
             )
+            // Both platforms in use: each one's share.
+            if stats.byPlatform.count > 1 {
+                for (platform, counts) in stats.byPlatform.sorted(by: { $0.key < $1.key }) {
+                    print(
+                        "  \(platform.padding(toLength: 11, withPad: " ", startingAt: 0)) pending \(counts["pending"] ?? 0)   running \(counts["running"] ?? 0)   delivered \(counts["delivered"] ?? 0)"
+                    )
+                }
+            }
             print("oldest due    \(stats.pendingDue == 0 ? "-" : HumanText.duration(stats.oldestPendingAgeSeconds))")
             print("last minute   delivered \(stats.deliveredLastMinute)   dead-lettered \(stats.deadLastMinute)")
             print("dead letters  \(stats.deadLetters)")

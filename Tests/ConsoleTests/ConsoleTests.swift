@@ -99,6 +99,27 @@ import Testing
         }
     }
 
+    @Test("an Android job's page names the platform and shows the FCM request, never the registration token")
+    func fcmJobPage() async throws {
+        try await TestPostgres.withDatabase { db in
+            let token = "fKx9Secret:APA91bH-registration-token"
+            let id = try await db.int64(
+                "INSERT INTO push.jobs (platform, topic, device_token, payload) VALUES ('fcm', 'com.example.app', '\(unescaped: token)', '{\"notification\":{\"title\":\"Order shipped\"}}') RETURNING id"
+            )
+            try await withConsole(db) { port in
+                let reader = try await viewer(port: port)
+                let page = try await http("GET", port: port, "/jobs/\(id)", headers: reader)
+                #expect(page.status == 200)
+                #expect(page.body.contains("FCM (Android)"))
+                #expect(page.body.contains("POST https://fcm.googleapis.com/v1/projects/&lt;project_id&gt;/messages:send"))
+                #expect(!page.body.contains(token))
+                let withPayload = try await http("GET", port: port, "/jobs/\(id)?payload=1", headers: reader)
+                #expect(withPayload.body.contains("Order shipped") && withPayload.body.contains("push_id"))
+                #expect(!withPayload.body.contains(token))
+            }
+        }
+    }
+
     @Test func detailPagesShowHistoryAndTheRequestButNotTheToken() async throws {
         try await TestPostgres.withDatabase { db in
             try await ConsoleFixture.load(on: db.client, logger: db.logger)

@@ -203,6 +203,11 @@ extension APNsSimulator {
         else {
             return Self.fcmError(401, "UNAUTHENTICATED", message: "Request had invalid authentication credentials.")
         }
+        self.state.withLock { state in
+            if state.usedAccessTokens.insert(String(authorization.dropFirst("Bearer ".count))).inserted {
+                state.faults.accessTokensUsed += 1
+            }
+        }
         guard grant.project == project else {
             return Self.fcmError(403, "PERMISSION_DENIED", message: "Permission denied for project \(project)")
         }

@@ -42,6 +42,8 @@ public struct FaultCounters: Sendable, Hashable {
     public var goAways = 0
     /// FCM access tokens the token endpoint granted.
     public var accessTokenGrants = 0
+    /// Distinct FCM access tokens that sends carried (one for a fleet that shares its token).
+    public var accessTokensUsed = 0
     /// Connections refused because too many before them closed without a request (connect/disconnect churn).
     public var churnRefusals = 0
     /// Connections sent back to one stream (SETTINGS) after a rejected provider token.

@@ -58,6 +58,7 @@ struct SimulatorState {
     var accessTokens: [String: (email: String, project: String, expires: Double)] = [:]
     var refusedAccounts: Set<String> = []
     var fcmMessages = 0
+    var usedAccessTokens: Set<String> = []
     /// Certificate topics refused now, with the reason (BadCertificate: revoked).
     var refusedCertificates: [String: String] = [:]
 

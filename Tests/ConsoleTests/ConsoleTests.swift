@@ -111,7 +111,9 @@ import Testing
                 let page = try await http("GET", port: port, "/jobs/\(id)", headers: reader)
                 #expect(page.status == 200)
                 #expect(page.body.contains("FCM (Android)"))
-                #expect(page.body.contains("POST https://fcm.googleapis.com/v1/projects/&lt;project_id&gt;/messages:send"))
+                #expect(
+                    page.body.contains("POST https://fcm.googleapis.com/v1/projects/&lt;project_id&gt;/messages:send")
+                )
                 #expect(!page.body.contains(token))
                 let withPayload = try await http("GET", port: port, "/jobs/\(id)?payload=1", headers: reader)
                 #expect(withPayload.body.contains("Order shipped") && withPayload.body.contains("push_id"))

@@ -82,6 +82,39 @@ struct FCMDaemonTests {
         }
     }
 
+    @Test("two workers share one access token through Postgres: the first stored wins, the other adopts it")
+    func sharedAccessToken() async throws {
+        try await DaemonFixture.run(fcm: true) { f in
+            let a = try f.startWorker("a", ["--log-level", "error"])
+            let b = try f.startWorker("b", ["--log-level", "error"])
+            defer {
+                for worker in [a, b] {
+                    worker.signal(SIGKILL)
+                    worker.reap()
+                }
+            }
+            try await f.db.execute(
+                """
+                INSERT INTO push.jobs (platform, topic, device_token, payload)
+                SELECT 'fcm', 'com.example.app', 'fKx' || g || ':APA91bH-token', '{}' FROM generate_series(1, 400) g
+                """
+            )
+            try await f.waitUntil(.seconds(60), "400 delivered") {
+                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == 400
+            }
+            let faults = f.simulator.faultCounters
+            print(
+                "two workers, 400 FCM jobs: \(faults.accessTokenGrants) access token grants, \(faults.accessTokensUsed) used"
+            )
+            #expect(faults.accessTokensUsed == 1, "one access token for the fleet")
+            #expect(faults.accessTokenGrants <= 2, "at most one exchange per worker (both may race at start)")
+            #expect(
+                try await f.db.int64("SELECT count(*) FROM push.provider_tokens WHERE team_id = 'fcm:push-simulator'")
+                    == 1
+            )
+        }
+    }
+
     @Test(
         "UNREGISTERED: dead letter FC010, a push.invalid_tokens row for platform fcm, a later job for that token dead unsent; QUOTA_EXCEEDED waits Retry-After without an attempt"
     )

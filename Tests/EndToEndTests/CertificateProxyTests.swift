@@ -234,10 +234,10 @@ struct CertificateProxyTests {
     }
 
     @Test(
-        "--https-proxy: sends and channel management go through a real CONNECT proxy with basic auth; a refused proxy says why; NO_PROXY bypasses it"
+        "--https-proxy: APNs sends, FCM token exchanges and sends, and channel management go through a real CONNECT proxy with basic auth; a refused proxy says why; NO_PROXY bypasses it"
     )
     func proxy() async throws {
-        try await DaemonFixture.run { f in
+        try await DaemonFixture.run(fcm: true) { f in
             let (proxy, port) = try await Self.startTinyproxy(in: f.directory)
             f.children.add(proxy)
             defer {
@@ -258,6 +258,13 @@ struct CertificateProxyTests {
                 SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"via proxy"}}' FROM generate_series(1, 20) g
                 """
             )
+            // Android jobs too: FCM's token exchange and sends take the same proxy.
+            try await f.db.execute(
+                """
+                INSERT INTO push.jobs (platform, topic, device_token, payload)
+                SELECT 'fcm', 'com.example.app', 'fKx' || g || ':APA91bH-token', '{}' FROM generate_series(1, 10) g
+                """
+            )
             let worker = try f.startWorker("proxied", ["--https-proxy", proxyURL, "--log-level", "info"])
             defer {
                 worker.signal(SIGTERM)
@@ -269,11 +276,13 @@ struct CertificateProxyTests {
             worker.signal(SIGTERM)
             worker.reap()
             let tunnels = proxy.output.components(separatedBy: "CONNECT localhost:\(f.simulator.port)").count - 1
-            #expect(tunnels >= 2, "the CLI and the worker each opened a tunnel: \(proxy.output.suffix(1500))")
-            #expect(f.simulator.requests.filter { $0.status == 200 && $0.deviceToken != nil }.count == 20)
+            // The CLI's, the worker's APNs connection, its FCM token exchange and its FCM sends.
+            #expect(tunnels >= 4, "every connection went through a tunnel: \(proxy.output.suffix(1500))")
+            #expect(f.simulator.requests.filter { $0.status == 200 && $0.deviceToken != nil }.count == 30)
+            #expect(f.simulator.faultCounters.accessTokenGrants == 1)
             #expect(!worker.output.contains("s3cret"), "the proxy password never reaches a log")
             #expect(worker.output.contains("http://pushuser:***@127.0.0.1:\(port)"), "\(worker.output.prefix(2000))")
-            try await FaultTests.assertInvariants(f, jobs: 20, diedWorkers: [])
+            try await FaultTests.assertInvariants(f, jobs: 30, diedWorkers: [])
 
             // A refused proxy: the sentence names the proxy's answer and the fix; never the password.
             let refused = try await f.cli(

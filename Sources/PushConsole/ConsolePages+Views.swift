@@ -375,11 +375,11 @@ extension ConsolePages {
         var rejected: DetailView.Rejected?
         do {
             if job.platform == .fcm {
-                let message = try FCMMessageBuilder.describe(job)
-                var body = String(decoding: message.body, as: UTF8.self)
-                if let token = job.deviceToken {
-                    body = body.replacingOccurrences(of: token, with: "<token fp \(tokenFingerprint(token))>")
-                }
+                // Built around a stand-in for the token, never the token itself.
+                var shown = job
+                shown.deviceToken = job.deviceToken.map { "<token fp \(tokenFingerprint($0))>" }
+                let message = try FCMMessageBuilder.describe(shown)
+                let body = String(decoding: message.body, as: UTF8.self)
                 described = DetailView.Request(
                     line: "POST https://fcm.googleapis.com/v1/projects/<project_id>/messages:send  HTTP/2",
                     credential: job.credential,

@@ -122,8 +122,8 @@ extension JobQueue {
         _ = try await self.deleteInBatches(
             of: batchSize,
             """
-            DELETE FROM push.coalesce_marks WHERE (platform, topic, environment, coalesce_key) IN (
-                SELECT platform, topic, environment, coalesce_key FROM push.coalesce_marks
+            DELETE FROM push.coalesce_marks WHERE (topic, environment, coalesce_key) IN (
+                SELECT topic, environment, coalesce_key FROM push.coalesce_marks
                  WHERE updated_at < now() - make_interval(secs => \(seconds))
                  LIMIT \(Int64(batchSize)) FOR UPDATE SKIP LOCKED)
             RETURNING 1

@@ -60,13 +60,12 @@ extension QueueOperations {
               LEFT JOIN push.jobs AS j ON j.id = a.id
               LEFT JOIN push.coalesce_marks AS m
                 ON m.topic = j.topic AND m.environment = j.environment AND m.coalesce_key = j.coalesce_key
-               AND m.platform = j.platform
               LEFT JOIN LATERAL (SELECT greatest(m.high_id, j.superseded_by) AS id) AS newest ON true
               -- The newest job of the key that is or will be sent.
               LEFT JOIN LATERAL (
                 SELECT n.id, n.state FROM push.jobs AS n
                  WHERE n.coalesce_key = j.coalesce_key AND n.topic = j.topic AND n.environment = j.environment
-                   AND n.platform = j.platform AND n.id > j.id AND n.state IN ('pending', 'running', 'delivered')
+                   AND n.id > j.id AND n.state IN ('pending', 'running', 'delivered')
                  ORDER BY n.id DESC LIMIT 1
               ) AS blocker ON true
             """

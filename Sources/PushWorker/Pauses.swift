@@ -10,6 +10,9 @@ final class Pauses<Key: Hashable & Sendable>: Sendable {
     struct Pause {
         var until: ContinuousClock.Instant
         var length: Duration
+        /// The peer said how long (a spent quota's Retry-After): a success of a request written before it
+        /// does not lift it.
+        var fixed = false
     }
 
     private let pauses = Mutex<[Key: Pause]>([:])
@@ -34,22 +37,23 @@ final class Pauses<Key: Hashable & Sendable>: Sendable {
         }
     }
 
-    /// A send with `key` succeeded: forget its streak.
     /// Pauses `key` for exactly `length` (the peer said how long: FCM's `Retry-After` for a spent quota),
-    /// extending a shorter pause; `isNew` when it was not paused.
+    /// extending a shorter pause; `isNew` when it was not paused. Only time lifts it.
     func pause(_ key: Key, for length: Duration) -> (length: Duration, isNew: Bool) {
         let now = self.clock.now
         return self.pauses.withLock { pauses in
             let current = pauses[key].flatMap { $0.until > now ? $0 : nil }
             let until = max(current?.until ?? now, now + length)
-            pauses[key] = Pause(until: until, length: current?.length ?? self.initial)
+            pauses[key] = Pause(until: until, length: current?.length ?? self.initial, fixed: true)
             return (until - now, current == nil)
         }
     }
 
+    /// A send with `key` succeeded: forget its streak, and lift its pause unless the peer fixed its length
+    /// (answers of requests written before a spent quota's 429 still arrive as 200s).
     func succeeded(_ key: Key) {
         self.pauses.withLock { pauses in
-            if pauses[key] != nil { pauses[key] = nil }
+            if let pause = pauses[key], !pause.fixed || pause.until <= self.clock.now { pauses[key] = nil }
         }
     }
 

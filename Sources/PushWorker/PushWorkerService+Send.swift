@@ -49,7 +49,8 @@ extension PushWorkerService {
         let pauses = platform == .fcm ? self.fcmCredentialPauses : self.credentialPauses
         return { [weak self] in
             guard let self else { return false }
-            let topicPaused = pair.map { self.topicPauses.isPaused($0) } ?? false
+            // Topic pauses are APNs' (TopicDisallowed).
+            let topicPaused = platform == .apns && (pair.map { self.topicPauses.isPaused($0) } ?? false)
             guard !Task.isCancelled && self.heartbeatFresh && !pauses.isPaused(credential) && !topicPaused
             else { return false }
             if let topic, self.isPausedByFleet(credential: credential, topic: topic) { return false }
@@ -249,7 +250,7 @@ extension PushWorkerService {
             let (_, isNew) = self.unreachableEndpoints.pause(endpoint)
             if isNew {
                 self.logger.warning(
-                    "APNs unreachable for \(job.environment) with credential '\(job.credential)': those jobs stay pending, unclaimed, while the pool reconnects",
+                    "\(job.platform.providerName) unreachable for \(job.environment) with credential '\(job.credential)': those jobs stay pending, unclaimed, while the pool reconnects",
                     metadata: ["push.environment": "\(job.environment)", "push.credential": "\(job.credential)"]
                 )
             }

@@ -14,11 +14,11 @@ extension PushWorkerService {
             state.fleetPauses = paused
             state.fleetPausesReadAt = readAt
         }
-        // An FCM credential registers as fcm:<name> (the fleet's check for jobs no worker can send).
+        // An FCM credential registers as fcm:<name> too (the fleet's check for fcm jobs no worker can send); the
+        // bare name stays, for workers of schema 9, whose check knows names only.
         let fcm = self.processor.fcm
         let credentials = (self.configuration.credentials ?? []).flatMap { name -> [String] in
-            (self.client.credentialNames.contains(name) || fcm?.project(of: name) == nil ? [name] : [])
-                + (fcm?.project(of: name) != nil ? ["fcm:\(name)"] : [])
+            [name] + (fcm?.project(of: name) != nil ? ["fcm:\(name)"] : [])
         }
         try await self.queue.heartbeat(
             workerID: self.configuration.workerID,

@@ -343,9 +343,13 @@ public final class PushWorkerService: Service, Sendable {
                 // fleet harness's 100k-job seeds sent 0-2 of its jobs in 5-7 s under a 22-59/s limit.
                 do {
                     let (queue, held) = (self.queue, self.state.withLock { Array($0.capacity.held) })
-                    let (paused, unreachable, topics) = (
-                        self.credentialPauses.active().sorted(),
+                    // Each platform's credential pauses as (environment, credential) pairs: APNs refusing 'default'
+                    // holds APNs' jobs of that name only, and FCM's pauses FCM's.
+                    let (unreachable, topics) = (
                         self.unreachableEndpoints.active().map(\.description)
+                            + self.credentialPauses.active().sorted().flatMap {
+                                ["production/\($0)", "development/\($0)"]
+                            }
                             + self.fcmCredentialPauses.active().map { "fcm/\($0)" } + self.platformGaps,
                         self.topicPauses.active().map(\.description)
                     )
@@ -354,7 +358,6 @@ public final class PushWorkerService: Service, Sendable {
                             limit: limit,
                             workerID: configuration.workerID,
                             lease: configuration.lease,
-                            excludingCredentials: paused,
                             onlyCredentials: configuration.credentials,
                             excludingPairs: unreachable,
                             excludingTopics: topics,

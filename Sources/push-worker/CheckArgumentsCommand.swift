@@ -1,6 +1,7 @@
 import APNsTransport
 import ArgumentParser
 import Foundation
+import Logging
 import PushCore
 
 struct CheckArgumentsCommand: ParsableCommand {
@@ -64,8 +65,15 @@ struct CheckKeysCommand: AsyncParsableCommand {
     /// The probe's device token: well-formed, and no device's (a fixed value, so a test can script it).
     static let probeToken = "5f9d2c0e8a7b4c31" + String(repeating: "0", count: 32) + "70757368776f726b"
 
+    /// Only FCM credentials are configured (FCM_SERVICE_ACCOUNT_PATH, no APNs key): --online needs no topic.
+    var fcmOnly: Bool {
+        let env = ProcessInfo.processInfo.environment
+        return (self.apns.fcmServiceAccount ?? env["FCM_SERVICE_ACCOUNT_PATH"]) != nil && self.apns.keyPath == nil
+            && env["APNS_KEY_PATH"] == nil && self.apns.config == nil
+    }
+
     func validate() throws {
-        if self.online && (self.topic ?? "").isEmpty {
+        if self.online && (self.topic ?? "").isEmpty && !self.fcmOnly {
             throw ValidationError("--online needs --topic BUNDLE_ID: the app the keys send for")
         }
     }
@@ -81,8 +89,28 @@ struct CheckKeysCommand: AsyncParsableCommand {
                 "ok: credential \(name): \(certificate), topic \(certificate.topic ?? "-"), for \(certificate.environments.sorted().joined(separator: " and "))\(days < 30 ? "; expires in \(days) days: renew it" : "")"
             )
         }
+        for (name, account) in loaded.serviceAccounts.sorted(by: { $0.key < $1.key }) {
+            print("ok: credential \(name) (fcm): project \(account.projectID), account \(account.clientEmail)")
+        }
         if let proxy = try self.apns.proxy() { print("ok: https proxy \(proxy)") }
-        guard self.online, let topic = self.topic else { return }
+        // FCM's keys are proved by the token exchange alone (no message is sent, no topic needed).
+        var fcmFailures = 0
+        if self.online, let fcm = try self.apns.makeFCMClient(logger: Logger(label: "push-worker.check-keys")) {
+            for name in fcm.credentialNames {
+                do {
+                    try await fcm.verify(credential: name)
+                    print("ok: credential \(name) (fcm): the token endpoint granted an access token")
+                } catch {
+                    fcmFailures += 1
+                    print("FAIL: credential \(name) (fcm): \(error)")
+                }
+            }
+            await fcm.shutdown()
+        }
+        guard self.online, let topic = self.topic, !(loaded.keys.isEmpty && loaded.certificates.isEmpty) else {
+            if fcmFailures > 0 { throw ExitCode(1) }
+            return
+        }
         let environment = try self.apns.environment
         let names = Array(Set(loaded.keys.keys).union(loaded.certificates.keys)).sorted()
         let failures = try await ChannelsCommand.withAPNsClient(self.apns, self.database) { client in
@@ -94,7 +122,7 @@ struct CheckKeysCommand: AsyncParsableCommand {
             }
             return failures
         }
-        if failures > 0 { throw ExitCode(1) }
+        if failures + fcmFailures > 0 { throw ExitCode(1) }
     }
 
     /// One request with `credential` to the probe token, and what its answer says of the key.

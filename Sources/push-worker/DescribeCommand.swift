@@ -143,13 +143,14 @@ extension DescribeCommand {
     /// An FCM job's exact request: the send URL (the credential's project, when the config file names
     /// it), headers without the access token, and the message body.
     func describeFCM(_ job: PushJob, isDeadLetter: Bool) throws(PreSendRejection) {
-        let message = try FCMMessageBuilder.describe(job)
+        // Built around a stand-in for the token (unless --show-token): a token FCM escapes in JSON would
+        // survive a search and replace on the finished body.
+        var shown = job
+        if !self.showToken { shown.deviceToken = "<token fp \(job.tokenFingerprint)>" }
+        let message = try FCMMessageBuilder.describe(shown)
         let project =
             (try? self.config.map(ConfigFile.load)?.serviceAccounts()[job.credential]?.projectID) ?? "<project_id>"
-        var body = String(decoding: message.body, as: UTF8.self)
-        if !self.showToken, let token = job.deviceToken {
-            body = body.replacingOccurrences(of: token, with: "<token fp \(job.tokenFingerprint)>")
-        }
+        let body = String(decoding: message.body, as: UTF8.self)
         let url = "https://\(FCMClient.googleEndpoint.host)\(FCMMessage.path(project: project))"
         if self.json {
             printJSON(

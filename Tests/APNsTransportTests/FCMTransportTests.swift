@@ -142,6 +142,23 @@ struct FCMTransportTests {
         }
     }
 
+    @Test(
+        "an access token is replaced before it expires (5 minutes before, or half a short lifetime), before FCM would refuse it"
+    )
+    func refreshBeforeExpiry() async throws {
+        // Granted for 10 s: fresh for 5 s (half of it), then replaced on the next send.
+        try await Self.run(lifetime: 10) { setup in
+            _ = try await setup.client.send(try Self.message("tok:1"), credential: "default")
+            _ = try await setup.client.send(try Self.message("tok:2"), credential: "default")
+            #expect(setup.client.exchangeCount == 1)
+            try await Task.sleep(for: .milliseconds(5_500))
+            let response = try await setup.client.send(try Self.message("tok:3"), credential: "default")
+            #expect(response.status == 200)
+            #expect(setup.client.exchangeCount == 2, "a new token before the old one expired")
+            #expect(!setup.simulator.requests.contains { $0.status == 401 }, "FCM never had to refuse one")
+        }
+    }
+
     @Test("a key the token endpoint refuses is a credential refusal, never a send: nothing reaches the send endpoint")
     func refusedAccount() async throws {
         try await Self.run { setup in

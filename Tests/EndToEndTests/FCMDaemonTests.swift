@@ -112,6 +112,22 @@ struct FCMDaemonTests {
                 try await f.db.int64("SELECT count(*) FROM push.provider_tokens WHERE team_id = 'fcm:push-simulator'")
                     == 1
             )
+            // check-keys names the FCM credential and, online, proves it by a token exchange alone.
+            let endpoint = "https://localhost:\(f.simulator.port)"
+            let arguments = [
+                "check-keys", "--online", "--topic", "com.example.app", "--apns-endpoint", endpoint, "--apns-ca-file",
+                f.caFile, "--fcm-endpoint", endpoint, "--fcm-ca-file", f.caFile,
+            ]
+            let keys = try await f.cli(arguments)
+            #expect(keys.status == 0, "\(keys.output)")
+            #expect(keys.output.contains("ok: credential default (fcm): project push-simulator"), "\(keys.output)")
+            #expect(keys.output.contains("ok: credential default (fcm): the token endpoint granted an access token"))
+            f.simulator.refuseAccount("push-worker@push-simulator.iam.gserviceaccount.com")
+            let refused = try await f.cli(arguments)
+            #expect(
+                refused.status == 1 && refused.output.contains("FAIL: credential default (fcm)"),
+                "\(refused.output)"
+            )
         }
     }
 

@@ -74,6 +74,14 @@ struct FCMTests {
         #expect(NSDictionary(dictionary: message).isEqual(to: expected), "\(message) vs \(expected)")
     }
 
+    @Test("an expires_at beyond FCM's 28 days is sent as the longest ttl FCM takes")
+    func ttlClamped() throws {
+        var job = self.job(#"{}"#)
+        job.expiresAt = Date(timeIntervalSince1970: 1_800_000_000 + 60 * 86_400)
+        let android = try #require(try self.message(job)["android"] as? [String: Any])
+        #expect(android["ttl"] as? String == "2419200s")
+    }
+
     @Test("priority 5 is NORMAL; deliver_once is ttl 0s; priority 1 is refused")
     func priorities() throws {
         let normal = try self.message(self.job(#"{"data":{"a":"b"}}"#, priority: 5, deliverOnce: true))
@@ -94,6 +102,7 @@ struct FCMTests {
             (#"{"android":{"ttl":"10s"}}"#, "FC001", "android.ttl"),
             (#"{"android":{"collapse_key":"k"}}"#, "FC001", "android.collapse_key"),
             (#"{"data":{"push_id":"mine"}}"#, "FC001", "data.push_id"),
+            (#"{"data":{"a":"1"},"android":{"data":{"b":"2"}}}"#, "FC001", "android.data"),
             (#"{"data":{"count":3}}"#, "FC002", "data.count"),
             (#"{"data":{"blob":"\#(String(repeating: "a", count: 4100))"}}"#, "FC003", "4096"),
         ]

@@ -49,7 +49,10 @@ struct OutcomeWriterClockTests {
             #expect(writer.pending == 3)
             clock.advance(by: .seconds(2))
             let deadline = ContinuousClock.now + .seconds(30)
-            while try await db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") < 3,
+            // Written: the rows committed, and the writer done with its bookkeeping (it clears its in-flight mark
+            // just after the commit is visible).
+            while try await db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") < 3
+                || writer.oldestWaiting != .zero,
                 ContinuousClock.now < deadline
             {
                 try await Task.sleep(for: .milliseconds(10))

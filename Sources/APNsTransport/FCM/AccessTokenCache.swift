@@ -82,8 +82,9 @@ public final class AccessTokenCache: Sendable {
         }
     }
 
+    /// Younger than its lifetime less the margin (5 minutes, or half a lifetime shorter than 10 minutes).
     private func isFresh(_ grant: Grant) -> Bool {
-        self.now().timeIntervalSince(grant.grantedAt) < grant.lifetime - Self.refreshMargin
+        self.now().timeIntervalSince(grant.grantedAt) < grant.lifetime - min(Self.refreshMargin, grant.lifetime / 2)
     }
 
     private func fresh() -> Grant? {

@@ -188,7 +188,14 @@ public final class FCMClient: Sendable {
             )
         }
         let lifetime = (object?["expires_in"] as? NSNumber)?.doubleValue ?? 3600
-        return AccessTokenCache.Grant(token: token, grantedAt: started, lifetime: min(max(lifetime, 60), 86_400))
+        return AccessTokenCache.Grant(token: token, grantedAt: started, lifetime: min(max(lifetime, 10), 86_400))
+    }
+
+    /// Obtains an access token for `credential` (the token exchange only: no message is sent), proving the
+    /// key file is accepted. Throws ``TransportError`` naming what refused it.
+    public func verify(credential: String) async throws {
+        guard let cache = self.tokenCaches[credential] else { throw FCMProvider().missingCredential(credential) }
+        _ = try await cache.token()
     }
 
     /// The credentials this client has a service account for, sorted: what its worker may claim.

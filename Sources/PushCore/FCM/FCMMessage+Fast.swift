@@ -32,7 +32,8 @@ extension FCMMessageBuilder {
                         guard !inner.elementsEqual("push_id".utf8), scanner.string() != nil else { return false }
                     } else {
                         guard !inner.elementsEqual("priority".utf8), !inner.elementsEqual("ttl".utf8),
-                            !inner.elementsEqual("collapse_key".utf8), scanner.value(depth: 3)
+                            !inner.elementsEqual("collapse_key".utf8), !inner.elementsEqual("data".utf8),
+                            scanner.value(depth: 3)
                         else { return false }
                     }
                     // The member, key to value, as written (compact: `"key":value`).

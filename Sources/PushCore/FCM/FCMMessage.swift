@@ -4,7 +4,7 @@ public import Foundation
 /// URL's project (the credential's) and the access token: what `push-worker describe` prints and what the
 /// transport writes.
 public struct FCMMessage: Sendable, Hashable {
-    /// `{"message": {…}}`, byte for byte, keys sorted.
+    /// `{"message": {…}}`, byte for byte.
     public var body: [UInt8]
     /// `HIGH` or `NORMAL` (`android.priority`).
     public var androidPriority: String
@@ -21,6 +21,8 @@ public struct FCMMessage: Sendable, Hashable {
 public enum FCMMessageBuilder {
     /// FCM's ceiling on a message's payload (notification and data), in bytes.
     public static let payloadLimit = 4096
+    /// FCM's longest `android.ttl`: 28 days, in seconds.
+    public static let maximumTTL: Int64 = 2_419_200
 
     /// The fields a payload may carry: the message without its target.
     public static let payloadFields: Set<String> = ["notification", "data", "android", "fcm_options"]
@@ -66,7 +68,9 @@ public enum FCMMessageBuilder {
             )
         }
         let androidPriority = priority == 10 ? "HIGH" : "NORMAL"
-        let seconds = job.deliverOnce ? 0 : max(0, Int64(expiry.timeIntervalSince(now).rounded(.down)))
+        // FCM takes a ttl of at most 28 days; a later expires_at is held to it.
+        let seconds =
+            job.deliverOnce ? 0 : min(Self.maximumTTL, max(0, Int64(expiry.timeIntervalSince(now).rounded(.down))))
         let ttl = "\(seconds)s"
         let pushID = job.apnsID.uuidString.lowercased()
         let compact = CompactJSON.bytes(job.payload)
@@ -108,6 +112,11 @@ public enum FCMMessageBuilder {
                 throw Self.refused("payload's \"android\" is not an object: write FCM's AndroidConfig fields.")
             }
             android = dictionary
+        }
+        if android["data"] != nil {
+            throw Self.refused(
+                "payload sets android.data, which replaces the message's data on Android and so drops data.push_id (the app's guard against a second delivery): put the values in data instead."
+            )
         }
         for field in ["priority", "ttl", "collapse_key"] where android[field] != nil {
             let column = ["priority": "priority", "ttl": "expires_at or deliver_once", "collapse_key": "collapse_id"][

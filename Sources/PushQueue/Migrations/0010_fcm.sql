@@ -10,9 +10,9 @@
 --   apart, so a team names its APNs key and its Firebase service account both `default`; so do the
 --   coalesce scope and the invalid-token key, which include the environment.
 -- * `provider_message_id`: the message `name` FCM returns for a delivered job.
--- * push.invalid_tokens is keyed by platform too: a token dead on one platform says nothing of the other.
---   So are the coalesce marks: an iOS app and its Android app often share an id (com.example.app), and a
---   key's latest job on one platform must not supersede the other's.
+-- * push.invalid_tokens names the platform of each dead token. Its key, and the coalesce marks' key, stay
+--   as they were (workers of schema 9 name them in ON CONFLICT): an fcm row's environment 'fcm' already keeps
+--   the platforms apart in both, so an iOS app and its Android app may share an id and a coalesce key.
 --
 -- The constraints are added NOT VALID (a brief lock, no scan) and validated after the transaction, while
 -- producers insert; every row they check was already valid under the APNs rules they replace.
@@ -22,7 +22,6 @@ ALTER TABLE push.jobs ADD COLUMN IF NOT EXISTS provider_message_id text;
 ALTER TABLE push.dead_jobs ADD COLUMN IF NOT EXISTS platform text NOT NULL DEFAULT 'apns';
 ALTER TABLE push.dead_jobs ADD COLUMN IF NOT EXISTS provider_message_id text;
 ALTER TABLE push.invalid_tokens ADD COLUMN IF NOT EXISTS platform text NOT NULL DEFAULT 'apns';
-ALTER TABLE push.coalesce_marks ADD COLUMN IF NOT EXISTS platform text NOT NULL DEFAULT 'apns';
 
 ALTER TABLE push.jobs
     DROP CONSTRAINT IF EXISTS platform_must_be_apns_or_fcm,
@@ -152,27 +151,5 @@ ALTER TABLE push.jobs VALIDATE CONSTRAINT fcm_topic_must_be_an_android_package_n
 ALTER TABLE push.jobs VALIDATE CONSTRAINT fcm_jobs_take_a_device_token_not_a_channel_id;
 ALTER TABLE push.jobs VALIDATE CONSTRAINT fcm_jobs_take_no_push_type;
 ALTER TABLE push.jobs VALIDATE CONSTRAINT fcm_priority_must_be_10_or_5;
--- The invalid-token feed keyed by platform: the new key is built without blocking writes, then takes the
--- old one's place in one short step (idempotent: a migrator that died half way runs it again).
-CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS invalid_tokens_by_platform_key
-    ON push.invalid_tokens (platform, device_token, topic, environment);
-DO $$ BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'invalid_tokens_by_platform_key') THEN
-        ALTER TABLE push.invalid_tokens
-            DROP CONSTRAINT IF EXISTS invalid_tokens_pkey,
-            ADD CONSTRAINT invalid_tokens_by_platform_key PRIMARY KEY USING INDEX invalid_tokens_by_platform_key;
-    END IF;
-END $$;
-
-CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS coalesce_marks_by_platform_key
-    ON push.coalesce_marks (platform, topic, environment, coalesce_key);
-DO $$ BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'coalesce_marks_by_platform_key') THEN
-        ALTER TABLE push.coalesce_marks
-            DROP CONSTRAINT IF EXISTS coalesce_marks_pkey,
-            ADD CONSTRAINT coalesce_marks_by_platform_key PRIMARY KEY USING INDEX coalesce_marks_by_platform_key;
-    END IF;
-END $$;
-
 -- Recorded, so that `push-worker migrate` after applying this file by hand knows it ran.
 INSERT INTO push.schema_migrations (version, name) VALUES (10, '0010_fcm.sql') ON CONFLICT (version) DO NOTHING;

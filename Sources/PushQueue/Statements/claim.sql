@@ -76,7 +76,8 @@ WITH RECURSIVE {{pending_credentials}}, paused AS MATERIALIZED (
          ORDER BY b.credential IS NULL, b.topic IS NULL LIMIT 1
       ) AS s ON true
      WHERE t.topic IS NOT NULL
-       AND NOT (t.c || '/' || t.topic = ANY (:excluded_topics::text[]))
+       -- Topic pauses are APNs' (TopicDisallowed): an Android app's jobs of the same id go on.
+       AND NOT (t.environment <> 'fcm' AND t.c || '/' || t.topic = ANY (:excluded_topics::text[]))
        AND NOT EXISTS (SELECT 1 FROM paused AS p
                         WHERE p.topic = t.topic AND (p.credential IS NULL OR p.credential = t.c))
        AND (s.scope IS NULL OR (:include_rate_limited AND s.available >= 1))
@@ -120,7 +121,7 @@ WITH RECURSIVE {{pending_credentials}}, paused AS MATERIALIZED (
           LEFT JOIN LATERAL (
             SELECT k.high_id FROM push.coalesce_marks AS k
              WHERE j.coalesce_key IS NOT NULL AND k.topic = j.topic AND k.environment = j.environment
-               AND k.coalesce_key = j.coalesce_key AND k.platform = j.platform
+               AND k.coalesce_key = j.coalesce_key
              LIMIT 1
           ) AS m ON true
          WHERE j.state = 'pending' AND j.credential = r.credential AND j.environment = r.environment
@@ -132,8 +133,7 @@ WITH RECURSIVE {{pending_credentials}}, paused AS MATERIALIZED (
            AND (j.coalesce_key IS NULL OR m.high_id > j.id OR NOT EXISTS (
                 SELECT 1 FROM push.jobs AS n
                  WHERE n.coalesce_key = j.coalesce_key AND n.state = 'pending' AND n.id > j.id
-                   AND n.topic = j.topic AND n.environment = j.environment AND n.platform = j.platform
-                   AND n.run_at <= now()))
+                   AND n.topic = j.topic AND n.environment = j.environment AND n.run_at <= now()))
          -- The range's own columns lead the order (they are constant in it), so the planner walks
          -- jobs_claim_by_topic_idx: an empty range costs one probe.
          ORDER BY j.credential, j.environment, j.topic, j.send_priority, j.run_at, j.id
@@ -177,12 +177,14 @@ WITH RECURSIVE {{pending_credentials}}, paused AS MATERIALIZED (
     -- Each claimed key's high-water mark. ON CONFLICT reads the newest committed mark, so a claimed
     -- job below a mark another claimer set meanwhile is known here: it is returned with that mark and
     -- the worker supersedes it instead of sending it.
-    INSERT INTO push.coalesce_marks AS m (platform, topic, environment, coalesce_key, high_id)
-    SELECT platform, topic, environment, coalesce_key, max(id) FROM claimed WHERE coalesce_key IS NOT NULL
-     GROUP BY platform, topic, environment, coalesce_key ORDER BY platform, topic, environment, coalesce_key
-    ON CONFLICT (platform, topic, environment, coalesce_key)
+    -- The key's scope is (topic, environment): an fcm job's environment is 'fcm', so an iOS app and its
+    -- Android app of the same id never share a mark.
+    INSERT INTO push.coalesce_marks AS m (topic, environment, coalesce_key, high_id)
+    SELECT topic, environment, coalesce_key, max(id) FROM claimed WHERE coalesce_key IS NOT NULL
+     GROUP BY topic, environment, coalesce_key ORDER BY topic, environment, coalesce_key
+    ON CONFLICT (topic, environment, coalesce_key)
        DO UPDATE SET high_id = greatest(m.high_id, excluded.high_id), updated_at = now()
-    RETURNING m.platform, m.topic, m.environment, m.coalesce_key, m.high_id
+    RETURNING m.topic, m.environment, m.coalesce_key, m.high_id
 ), superseded AS (
     -- Latest wins: the older jobs of a claimed job's key end here, never sent, whatever they were
     -- doing (waiting, scheduled for a retry, returned by the reaper); a running one completes. Rows
@@ -194,7 +196,7 @@ WITH RECURSIVE {{pending_credentials}}, paused AS MATERIALIZED (
       FROM (SELECT o.id, c.id AS by FROM push.jobs AS o
               -- At most one claimed job per key: an older one with a newer due job is not claimable.
               JOIN claimed AS c ON c.coalesce_key = o.coalesce_key AND c.topic = o.topic
-               AND c.environment = o.environment AND c.platform = o.platform AND o.id < c.id
+               AND c.environment = o.environment AND o.id < c.id
              WHERE c.coalesce_key IS NOT NULL AND o.coalesce_key IS NOT NULL AND o.state = 'pending'
                AND NOT (o.id = ANY (ARRAY(SELECT id FROM candidates WHERE mark IS NOT NULL)))
                FOR NO KEY UPDATE OF o SKIP LOCKED) AS x
@@ -213,7 +215,7 @@ WITH RECURSIVE {{pending_credentials}}, paused AS MATERIALIZED (
 SELECT m.superseded_count, m.limited_ms, m.more,
        (SELECT mk.high_id FROM marks AS mk
          WHERE mk.topic = j.topic AND mk.environment = j.environment AND mk.coalesce_key = j.coalesce_key
-           AND mk.platform = j.platform AND mk.high_id > j.id) AS superseded_by,
+           AND mk.high_id > j.id) AS superseded_by,
        (SELECT t.invalidated_at FROM push.invalid_tokens AS t
          WHERE t.platform = j.platform AND t.device_token = j.device_token AND t.topic = j.topic
            AND t.environment = j.environment AND t.invalidated_at > j.created_at) AS token_invalidated_at,

@@ -62,7 +62,7 @@ WITH updated AS (
 ), tokens AS (
     INSERT INTO push.invalid_tokens AS t
            (platform, device_token, topic, environment, reason, invalidated_at, apns_timestamp_ms, job_id)
-    SELECT DISTINCT ON (platform, device_token, topic, environment)
+    SELECT DISTINCT ON (device_token, topic, environment)
            platform, device_token, topic, environment, coalesce(rs, 'Unknown'),
            CASE WHEN ts_sane THEN to_timestamp(ts_ms::double precision / 1000) ELSE now() END,
            CASE WHEN ts_sane THEN ts_ms END, id
@@ -71,8 +71,10 @@ WITH updated AS (
      -- A 410 timestamp is range-checked (2010 to tomorrow); a token too long for the index is
      -- no real token: its dead letter says so, and no invalid-token row is written.
      WHERE invalidate AND device_token IS NOT NULL AND octet_length(device_token) <= 2048
-     ORDER BY platform, device_token, topic, environment, ts_ms DESC
-    ON CONFLICT (platform, device_token, topic, environment) DO UPDATE
+     -- The key stays (device_token, topic, environment), as schema 9's workers name it: an fcm token's
+     -- environment is 'fcm', so the platforms never meet in it.
+     ORDER BY device_token, topic, environment, ts_ms DESC
+    ON CONFLICT (device_token, topic, environment) DO UPDATE
        SET reason = excluded.reason, invalidated_at = excluded.invalidated_at,
            apns_timestamp_ms = excluded.apns_timestamp_ms, job_id = excluded.job_id
      WHERE excluded.invalidated_at >= t.invalidated_at

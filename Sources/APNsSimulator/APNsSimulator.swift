@@ -160,6 +160,9 @@ public final class APNsSimulator: Sendable {
     public var maxConcurrentStreamsSeen: Int { self.state.withLock { $0.maxOpenStreams } }
 
     /// Starts counting ``maxConcurrentStreamsSeen`` afresh.
+    /// Streams being served now (a request read, its handler not yet done).
+    public var openStreamCount: Int { self.state.withLock { $0.openStreams } }
+
     public func resetStreamHighWater() { self.state.withLock { $0.maxOpenStreams = $0.openStreams } }
 
     /// What the fault plan did so far, and the 200s written per apns-id.

@@ -74,6 +74,7 @@ extension Decision {
     ///   - transportRetries: unknown outcomes the job has already had.
     ///   - policy: the job's retry policy (priority stretch and `max_attempts` applied).
     ///   - transportBudget: how many unknown outcomes a job may have before it is dead-lettered.
+    ///   - platform: whose answer was lost, for a transport failure's sentence.
     ///   - random: jitter source, injectable for tests.
     public static func decide(
         _ outcome: SendOutcome,
@@ -81,6 +82,7 @@ extension Decision {
         transportRetries: Int,
         policy: RetryPolicy,
         transportBudget: Int,
+        platform: Platform = .apns,
         using random: inout some RandomNumberGenerator
     ) -> DecidedOutcome {
         switch outcome {
@@ -118,7 +120,7 @@ extension Decision {
             case .unknownOutcome:
                 guard transportRetries < transportBudget else {
                     let sentence =
-                        "APNs' answer was lost \(transportRetries + 1) times (the last: \(reason)); the transport budget of \(transportBudget) is spent. Check the network path to APNs, then replay: the same apns-id is sent."
+                        "\(platform == .fcm ? "FCM's" : "APNs'") answer was lost \(transportRetries + 1) times (the last: \(reason)); the transport budget of \(transportBudget) is spent. Check the network path to \(platform.providerName), then replay: the same \(platform == .fcm ? "data.push_id" : "apns-id") is sent."
                     return DecidedOutcome(decision: .dead(sentence: sentence), reason: reason)
                 }
                 // Transport backoff: 100 ms doubling to 5 s, with jitter; nothing to do with the token.
@@ -232,7 +234,8 @@ extension Decision {
         attempt: Int,
         transportRetries: Int,
         policy: RetryPolicy,
-        transportBudget: Int
+        transportBudget: Int,
+        platform: Platform = .apns
     ) -> DecidedOutcome {
         var generator = SystemRandomNumberGenerator()
         return self.decide(
@@ -241,6 +244,7 @@ extension Decision {
             transportRetries: transportRetries,
             policy: policy,
             transportBudget: transportBudget,
+            platform: platform,
             using: &generator
         )
     }

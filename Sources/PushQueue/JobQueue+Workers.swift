@@ -185,7 +185,9 @@ extension JobQueue {
                    collapse_id, expires_at, run_at, apns_id, max_attempts, attempts, transport_retries, status,
                    'CredentialsMissing', push.merge_trap_ids(trap_ids, '{MS028}'), apns_unique_id, created_at,
                    first_attempt_at, last_attempt_at, latency_ms, now(),
-                   'no running worker has a signing key for credential ''' || credential || ''' (MS028): name it in a worker''s --config or APNS_* settings, then replay this job.',
+                   CASE WHEN environment = 'fcm'
+                        THEN 'no running worker has an FCM service account for credential ''' || credential || ''' (MS028): give a worker FCM_SERVICE_ACCOUNT_PATH or a {"type": "fcm"} credential in its --config, then replay this job.'
+                        ELSE 'no running worker has a signing key for credential ''' || credential || ''' (MS028): name it in a worker''s --config or APNS_* settings, then replay this job.' END,
                    push.append_history(history, jsonb_build_object('outcome', 'dead', 'at', now(), 'reason', 'CredentialsMissing')),
                    deliver_once, coalesce_key, platform, provider_message_id
               FROM moved

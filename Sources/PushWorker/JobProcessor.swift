@@ -173,7 +173,8 @@ struct JobProcessor: Sendable {
             attempt: job.attempts,
             transportRetries: job.transportRetries,
             policy: policy,
-            transportBudget: self.transportBudget
+            transportBudget: self.transportBudget,
+            platform: job.platform
         )
         let sent: Bool
         switch sendOutcome {

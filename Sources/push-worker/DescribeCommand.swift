@@ -251,6 +251,12 @@ enum ProducerRow {
             return date
         }
         guard let topic = try text("topic") else { throw CLIError("--row: topic is required (the app's bundle id)") }
+        if try text("platform") == "fcm" {
+            // What the INSERT would refuse for an Android row, said before it.
+            for field in ["push_type", "channel_id", "environment"] where row[field] != nil && !(row[field] is NSNull) {
+                throw CLIError("--row: \(field) is APNs' only; leave it out of an fcm row")
+            }
+        }
         let payload: String
         switch row["payload"] {
         case let text as String: payload = text
@@ -279,7 +285,7 @@ enum ProducerRow {
             payload: payload,
             pushType: try text("push_type") ?? "alert",
             priority: try integer("priority"),
-            environment: try text("environment") ?? "production",
+            environment: try text("environment") ?? (try text("platform") == "fcm" ? "fcm" : "production"),
             credential: try text("credential") ?? "default",
             collapseID: try text("collapse_id"),
             deliverOnce: deliverOnce,

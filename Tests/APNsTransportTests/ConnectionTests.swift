@@ -69,6 +69,8 @@ struct ConnectionTests {
             let connection = try await pool.connection()
             for _ in 0..<200 where connection.limiter.limit != 2 { try await Task.sleep(for: .milliseconds(5)) }
             #expect(connection.limiter.limit == 2)
+            // The first request's handler may still be finishing after its 200 was read: count from none.
+            for _ in 0..<400 where f.simulator.openStreamCount > 0 { try await Task.sleep(for: .milliseconds(5)) }
             f.simulator.resetStreamHighWater()
             let tokens = (0..<10).map { _ in Fixture.token() }
             for token in tokens { f.simulator.script(token, .latency(.milliseconds(60))) }
@@ -136,13 +138,15 @@ struct ConnectionTests {
         try await Fixture.run { f in
             #expect(try await f.send(try Fixture.alert(Fixture.token())).status == 200)
             let tokens = (0..<10).map { _ in Fixture.token() }
-            for token in tokens { f.simulator.script(token, .latency(.seconds(2))) }
+            // Answered after 4.5 s (under the 5 s request deadline): long enough for the drop to come first on a
+            // loaded machine.
+            for token in tokens { f.simulator.script(token, .latency(.milliseconds(4_500))) }
             let dropper = Fixture.token()
             f.simulator.script(dropper, .dropConnection)
             async let results = burst(f, tokens)
             // Drop only once the whole burst is in flight at the simulator.
             let inFlight = Set(tokens)
-            for _ in 0..<500
+            for _ in 0..<800
             where f.simulator.requests.filter({ inFlight.contains($0.deviceToken ?? "") }).count < tokens.count {
                 try await Task.sleep(for: .milliseconds(5))
             }

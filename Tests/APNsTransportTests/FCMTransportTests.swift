@@ -143,20 +143,46 @@ struct FCMTransportTests {
     }
 
     @Test(
-        "an access token is replaced before it expires (5 minutes before, or half a short lifetime), before FCM would refuse it"
+        "an access token is replaced before it expires (5 minutes before, or half a short lifetime), and once for every caller holding a refused one"
     )
     func refreshBeforeExpiry() async throws {
-        // Granted for 10 s: fresh for 5 s (half of it), then replaced on the next send.
-        try await Self.run(lifetime: 10) { setup in
-            _ = try await setup.client.send(try Self.message("tok:1"), credential: "default")
-            _ = try await setup.client.send(try Self.message("tok:2"), credential: "default")
-            #expect(setup.client.exchangeCount == 1)
-            try await Task.sleep(for: .milliseconds(5_500))
-            let response = try await setup.client.send(try Self.message("tok:3"), credential: "default")
-            #expect(response.status == 200)
-            #expect(setup.client.exchangeCount == 2, "a new token before the old one expired")
-            #expect(!setup.simulator.requests.contains { $0.status == 401 }, "FCM never had to refuse one")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("fcm-cache-\(UUID().uuidString)")
+            .path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let account = try ServiceAccount.load(
+            path: try SimulatorFCMAccount.make().write(in: directory, host: "localhost", port: 1)
+        )
+        let now = Mutex(Date(timeIntervalSince1970: 1_800_000_000))
+        let exchanges = Mutex(0)
+        let cache = AccessTokenCache(account: account, now: { now.withLock { $0 } }) { _, assertion in
+            #expect(assertion.split(separator: ".").count == 3, "an RS256 JWT")
+            let n = exchanges.withLock {
+                $0 += 1
+                return $0
+            }
+            return .init(token: "token-\(n)", grantedAt: now.withLock { $0 }, lifetime: 3600)
         }
+        #expect(try await cache.token().token == "token-1")
+        now.withLock { $0 += 3600 - 301 }
+        #expect(try await cache.token().token == "token-1", "fresh until 5 minutes before it expires")
+        now.withLock { $0 += 2 }
+        #expect(try await cache.token().token == "token-2", "replaced before it expires")
+        // A 401 for token-2: one replacement, and a caller still holding token-2 gets the same one.
+        #expect(try await cache.replaceToken("token-2").token == "token-3")
+        #expect(try await cache.replaceToken("token-2").token == "token-3")
+        #expect(exchanges.withLock { $0 } == 3)
+        // A short-lived token is fresh for half its life.
+        let short = AccessTokenCache(account: account, now: { now.withLock { $0 } }) { _, _ in
+            .init(token: "short", grantedAt: now.withLock { $0 }, lifetime: 100)
+        }
+        _ = try await short.token()
+        #expect(short.exchangeCount == 1)
+        now.withLock { $0 += 49 }
+        _ = try await short.token()
+        #expect(short.exchangeCount == 1)
+        now.withLock { $0 += 2 }
+        _ = try await short.token()
+        #expect(short.exchangeCount == 2)
     }
 
     @Test("a key the token endpoint refuses is a credential refusal, never a send: nothing reaches the send endpoint")

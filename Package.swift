@@ -74,6 +74,7 @@ let package = Package(
                 .embedInCode("Migrations/0008_fleet.sql"),
                 .embedInCode("Migrations/0009_operator_truth.sql"),
                 .embedInCode("Migrations/0010_fcm.sql"),
+                .embedInCode("Migrations/0011_webhooks.sql"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -228,13 +228,27 @@ extension JobQueue {
         var count = 0
         for try await _ in try await self.client.query(
             """
-            UPDATE push.jobs AS j
-               SET state = 'superseded', superseded_by = i.by, reason = 'Superseded', attempts = j.attempts - 1,
-                   locked_by = NULL, locked_until = NULL
-              FROM unnest(\(sorted.map(\.id))::bigint[], \(sorted.map { Int16(clamping: $0.attempt) })::smallint[],
-                          \(sorted.map(\.by))::bigint[]) AS i(id, attempt, by)
-             WHERE j.id = i.id AND j.attempts = i.attempt AND j.locked_by = \(workerID) AND j.state = 'running'
-            RETURNING j.id
+            WITH superseded AS (
+                UPDATE push.jobs AS j
+                   SET state = 'superseded', superseded_by = i.by, reason = 'Superseded', attempts = j.attempts - 1,
+                       locked_by = NULL, locked_until = NULL
+                  FROM unnest(\(sorted.map(\.id))::bigint[], \(sorted.map { Int16(clamping: $0.attempt) })::smallint[],
+                              \(sorted.map(\.by))::bigint[]) AS i(id, attempt, by)
+                 WHERE j.id = i.id AND j.attempts = i.attempt AND j.locked_by = \(workerID) AND j.state = 'running'
+                RETURNING j.id, j.apns_id, j.platform, j.topic, j.trap_ids
+            ), hooks AS (
+                -- Webhooks that take `superseded` (schema 11), as the claim's own superseding does.
+                INSERT INTO push.webhook_deliveries (webhook_id, event, job_id, body)
+                SELECT h.id, 'superseded', e.id,
+                       jsonb_build_object('job_id', e.id, 'apns_id', e.apns_id, 'platform', e.platform,
+                                          'topic', e.topic, 'state', 'superseded', 'status', NULL,
+                                          'reason', 'Superseded', 'trap_ids', to_jsonb(e.trap_ids), 'at', now(),
+                                          'event', 'superseded')
+                  FROM push.webhooks AS h JOIN superseded AS e ON h.topic IS NULL OR h.topic = e.topic
+                 WHERE h.disabled_at IS NULL AND 'superseded' = ANY (h.events)
+                RETURNING 1
+            )
+            SELECT id FROM superseded
             """,
             logger: self.logger
         ) {

@@ -147,54 +147,80 @@ struct EndToEndBenchmark: AsyncParsableCommand {
                 let utilisation =
                     (after.machine.busy - before.machine.busy) / (after.machine.total - before.machine.total)
 
-                // The same drain with Android jobs (platform fcm), same worker, same stand-in.
-                worker.signal(SIGSTOP)
-                try await client.query("TRUNCATE push.jobs, push.dead_jobs", logger: logger)
-                try await client.query(
-                    """
-                    INSERT INTO push.jobs (platform, topic, device_token, payload)
-                    SELECT 'fcm', 'com.example.app', 'fKx' || g || ':APA91bH-bench-registration-token',
-                           '{"notification":{"title":"Order shipped","body":"Arrives Tuesday"}}'
-                      FROM generate_series(1, \(Int64(jobs))) AS g
-                    """,
-                    logger: logger
-                )
-                try await client.query("VACUUM ANALYZE push.jobs", logger: logger)
-                let fcmBefore = (worker: cpuMicros(worker.pid), postgres: cpuMicros(named: "postgres"))
-                worker.signal(SIGCONT)
-                let fcmStart = clock.now
-                while try await scalar(
-                    client,
-                    "SELECT CASE WHEN EXISTS (SELECT 1 FROM push.jobs WHERE state = 'pending') OR EXISTS (SELECT 1 FROM push.jobs WHERE state = 'running') THEN 1 ELSE 0 END::int8",
-                    logger
-                ) == 1 {
-                    try await Task.sleep(for: .milliseconds(250))
-                    guard clock.now - fcmStart < .seconds(600) else {
+                // More drains with the same worker and stand-in: Android jobs, and APNs jobs with webhooks that
+                // match nothing or dead letters only (none dies here: the hooks' cost to every outcome).
+                func drainAgain(
+                    _ what: String,
+                    insert: String
+                ) async throws -> (rate: Double, worker: Double, postgres: Double) {
+                    worker.signal(SIGSTOP)
+                    try await client.query(
+                        "TRUNCATE push.jobs, push.dead_jobs, push.webhook_deliveries",
+                        logger: logger
+                    )
+                    try await client.query(PostgresQuery(unsafeSQL: insert), logger: logger)
+                    try await client.query("VACUUM ANALYZE push.jobs", logger: logger)
+                    let before = (worker: cpuMicros(worker.pid), postgres: cpuMicros(named: "postgres"))
+                    worker.signal(SIGCONT)
+                    let start = clock.now
+                    while try await scalar(
+                        client,
+                        "SELECT CASE WHEN EXISTS (SELECT 1 FROM push.jobs WHERE state = 'pending') OR EXISTS (SELECT 1 FROM push.jobs WHERE state = 'running') THEN 1 ELSE 0 END::int8",
+                        logger
+                    ) == 1 {
+                        try await Task.sleep(for: .milliseconds(250))
+                        guard clock.now - start < .seconds(600) else {
+                            throw ValidationError(
+                                "the \(what) drain did not finish in 10 minutes: \(worker.output.suffix(1000))"
+                            )
+                        }
+                    }
+                    let after = (worker: cpuMicros(worker.pid), postgres: cpuMicros(named: "postgres"))
+                    let delivered = try await scalar(
+                        client,
+                        "SELECT count(*) FROM push.jobs WHERE state = 'delivered'",
+                        logger
+                    )
+                    guard delivered == jobs else {
                         throw ValidationError(
-                            "the FCM drain did not finish in 10 minutes: \(worker.output.suffix(1000))"
+                            "\(jobs - delivered) \(what) jobs were not delivered: \(worker.output.suffix(1000))"
                         )
                     }
-                }
-                let fcmAfter = (worker: cpuMicros(worker.pid), postgres: cpuMicros(named: "postgres"))
-                let fcmDelivered = try await scalar(
-                    client,
-                    "SELECT count(*) FROM push.jobs WHERE state = 'delivered' AND provider_message_id IS NOT NULL",
-                    logger
-                )
-                guard fcmDelivered == jobs else {
-                    throw ValidationError(
-                        "\(jobs - fcmDelivered) FCM jobs were not delivered: \(worker.output.suffix(1000))"
+                    let seconds = try await client.query(
+                        "SELECT extract(epoch FROM max(delivered_at) - min(delivered_at))::float8 FROM push.jobs",
+                        logger: logger
+                    ).decode(Double.self).reduce(into: 0.0) { $0 = $1 }
+                    return (
+                        Double(jobs - 1) / seconds, (after.worker - before.worker) / Double(jobs),
+                        (after.postgres - before.postgres) / Double(jobs)
                     )
                 }
-                let fcmSeconds = try await client.query(
-                    "SELECT extract(epoch FROM max(delivered_at) - min(delivered_at))::float8 FROM push.jobs",
-                    logger: logger
-                ).decode(Double.self).reduce(into: 0.0) { $0 = $1 }
-                let fcm = (
-                    rate: Double(jobs - 1) / fcmSeconds,
-                    worker: (fcmAfter.worker - fcmBefore.worker) / Double(jobs),
-                    postgres: (fcmAfter.postgres - fcmBefore.postgres) / Double(jobs)
+                let fcm = try await drainAgain(
+                    "FCM",
+                    insert: """
+                        INSERT INTO push.jobs (platform, topic, device_token, payload)
+                        SELECT 'fcm', 'com.example.app', 'fKx' || g || ':APA91bH-bench-registration-token',
+                               '{"notification":{"title":"Order shipped","body":"Arrives Tuesday"}}'
+                          FROM generate_series(1, \(Int64(jobs))) AS g
+                        """
                 )
+                let apnsJobs = """
+                    INSERT INTO push.jobs (topic, device_token, payload)
+                    SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":{"title":"Order shipped","body":"Arrives Tuesday"}}}'
+                      FROM generate_series(1, \(Int64(jobs))) AS g
+                    """
+                let noHook = try await drainAgain("no-hook", insert: apnsJobs)
+                try await client.query(
+                    "INSERT INTO push.webhooks (url, events, topic, secret_file) VALUES ('https://hooks.invalid/x', '{delivered,dead}', 'com.example.none', '/nonexistent')",
+                    logger: logger
+                )
+                let hookMatchingNothing = try await drainAgain("hook-matching-nothing", insert: apnsJobs)
+                try await client.query(
+                    "UPDATE push.webhooks SET events = '{dead}', topic = NULL",
+                    logger: logger
+                )
+                let hookOnDead = try await drainAgain("hook-on-dead", insert: apnsJobs)
+                try await client.query("TRUNCATE push.webhooks CASCADE", logger: logger)
 
                 // Latency: single-row INSERTs at a steady rate; enqueue (created_at) to delivery recorded by the worker.
                 try await client.query("TRUNCATE push.jobs", logger: logger)
@@ -300,6 +326,21 @@ struct EndToEndBenchmark: AsyncParsableCommand {
                         fcm.postgres
                     )
                 )
+                for (label, figures) in [
+                    ("no webhook", noHook), ("a hook matching nothing", hookMatchingNothing),
+                    ("a hook on dead only", hookOnDead),
+                ] {
+                    let padded = label.padding(toLength: 24, withPad: " ", startingAt: 0)
+                    print(
+                        "APNs, \(padded)"
+                            + String(
+                                format: " %8.0f jobs/s  CPU per job: worker %.1f µs, Postgres %.1f µs",
+                                figures.rate,
+                                figures.worker,
+                                figures.postgres
+                            )
+                    )
+                }
                 if let peer {
                     print(
                         String(

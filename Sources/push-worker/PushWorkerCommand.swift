@@ -28,6 +28,7 @@ struct PushWorkerCommand: AsyncParsableCommand {
             ResumeCommand.self,
             PausesCommand.self,
             LimitsCommand.self,
+            WebhooksCommand.self,
             ConsoleCommand.self,
             SimulatorCommand.self,
             HealthcheckCommand.self,

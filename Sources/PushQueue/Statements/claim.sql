@@ -201,7 +201,7 @@ WITH RECURSIVE {{pending_credentials}}, paused AS MATERIALIZED (
                AND NOT (o.id = ANY (ARRAY(SELECT id FROM candidates WHERE mark IS NOT NULL)))
                FOR NO KEY UPDATE OF o SKIP LOCKED) AS x
      WHERE o.id = x.id AND o.state = 'pending'
-    RETURNING o.id
+    RETURNING o.id, o.apns_id, o.platform, o.topic, o.trap_ids
 ), below AS (
     -- Jobs of this claim's ranges already below their key's mark.
     UPDATE push.jobs AS o
@@ -209,7 +209,19 @@ WITH RECURSIVE {{pending_credentials}}, paused AS MATERIALIZED (
            locked_until = NULL
       FROM candidates AS c
      WHERE c.mark IS NOT NULL AND o.id = c.id AND o.state = 'pending'
-    RETURNING o.id
+    RETURNING o.id, o.apns_id, o.platform, o.topic, o.trap_ids
+), superseded_hooks AS (
+    -- Webhooks that take `superseded` (schema 11): a delivery per job this claim retired, in this statement.
+    INSERT INTO push.webhook_deliveries (webhook_id, event, job_id, body)
+    SELECT h.id, 'superseded', e.id,
+           jsonb_build_object('job_id', e.id, 'apns_id', e.apns_id, 'platform', e.platform, 'topic', e.topic,
+                              'state', 'superseded', 'status', NULL, 'reason', 'Superseded',
+                              'trap_ids', to_jsonb(e.trap_ids), 'at', now(), 'event', 'superseded')
+      FROM push.webhooks AS h
+      JOIN (SELECT * FROM superseded UNION ALL SELECT * FROM below) AS e
+        ON h.topic IS NULL OR h.topic = e.topic
+     WHERE h.disabled_at IS NULL AND 'superseded' = ANY (h.events)
+    RETURNING 1
 )
 -- Read by position (RowCursor): the claim's own columns, then the job's.
 SELECT m.superseded_count, m.limited_ms, m.more,

@@ -38,7 +38,7 @@ WITH updated AS (
       FROM {{outcome_input_rows}} AS i
      WHERE j.id = i.id AND j.attempts = i.attempt AND j.locked_by = :worker_id
        AND (j.state IN ('running', 'pending') OR (j.state = 'cancelled' AND i.sent)) AND i.kind <> 'dead'
-    RETURNING j.id
+    RETURNING j.id, j.state, j.platform, j.topic, j.apns_id, j.status, j.reason, j.trap_ids
 ), moved AS (
     DELETE FROM push.jobs AS j
      USING {{outcome_input_rows}} AS i
@@ -78,6 +78,30 @@ WITH updated AS (
        SET reason = excluded.reason, invalidated_at = excluded.invalidated_at,
            apns_timestamp_ms = excluded.apns_timestamp_ms, job_id = excluded.job_id
      WHERE excluded.invalidated_at >= t.invalidated_at
+    RETURNING 1
+), hooks AS MATERIALIZED (
+    -- Webhooks (schema 11): every outcome a hook takes becomes a delivery in this same statement, so a crash
+    -- loses neither. With no hook, the join below reads nothing of the outcomes.
+    SELECT id, events, topic FROM push.webhooks WHERE disabled_at IS NULL
+), deliveries AS (
+    INSERT INTO push.webhook_deliveries (webhook_id, event, job_id, body)
+    SELECT h.id, e.event, e.id,
+           jsonb_build_object('job_id', e.id, 'apns_id', e.apns_id, 'platform', e.platform, 'topic', e.topic,
+                              'state', e.state, 'status', e.status, 'reason', e.reason,
+                              'trap_ids', to_jsonb(e.trap_ids), 'at', now(), 'event', e.event)
+      FROM hooks AS h
+      JOIN (SELECT u.id, 'delivered' AS event, u.apns_id, u.platform, u.topic, 'delivered' AS state, u.status,
+                   u.reason, u.trap_ids
+              FROM updated AS u WHERE u.state = 'delivered'
+            UNION ALL
+            SELECT m.id, 'dead', m.apns_id, m.platform, m.topic, 'dead', m.st, coalesce(m.rs, 'Unknown'),
+                   push.merge_trap_ids(m.trap_ids, m.trap_arr)
+              FROM moved AS m
+            UNION ALL
+            SELECT m.id, 'token_invalid', m.apns_id, m.platform, m.topic, 'dead', m.st, coalesce(m.rs, 'Unknown'),
+                   push.merge_trap_ids(m.trap_ids, m.trap_arr)
+              FROM moved AS m WHERE m.invalidate) AS e
+        ON e.event = ANY (h.events) AND (h.topic IS NULL OR h.topic = e.topic)
     RETURNING 1
 )
 SELECT id FROM updated UNION ALL SELECT id FROM dead

@@ -106,6 +106,9 @@ struct WebhooksCommand: AsyncParsableCommand {
             print(
                 "added webhook \(hook.id): \(hook.url) for \(hook.events.joined(separator: ",")), topic \(hook.topic ?? "*")"
             )
+            print(
+                "note: this version records each matching outcome in push.webhook_deliveries (push-worker webhooks counts them); the workers' sender that POSTs them is not built yet"
+            )
         }
     }
 

@@ -249,8 +249,11 @@ struct FlowControlDaemonTests {
             #expect(left1 <= 60, "a 1-second window held \(left1) requests leaving the workers")
             #expect(left5 <= 260, "a 5-second window held \(left5) requests leaving the workers")
             // Arrivals over 5 s: the simulator's reading stalls shift requests between seconds but cannot add
-            // any (271 in the run that read nothing for 2 s); an independent check of the workers' own times.
-            #expect(worst5 <= 285, "a 5-second window held \(worst5) arriving requests")
+            // any: what arrives within 5 s left within 5 s plus the stall (271 in the run that read nothing for
+            // 2 s; 294 in a parallel run whose workers sent 250 in any 5 s). An independent check of the
+            // workers' own times, allowing a 2 s stall.
+            let left7 = worstWindow(left, 7)
+            #expect(worst5 <= left7, "a 5-second window held \(worst5) arriving requests; \(left7) left in any 7 s")
             #expect(limitedDone >= 5, "300 jobs at 50/s take about 6 s to leave, not \(limitedDone)")
             #expect(freeDone < limitedDone / 2, "the free topic is not held back by the limited one")
             let metrics = try await f.get(workers[0], "/metrics").1 + (try await f.get(workers[1], "/metrics").1)

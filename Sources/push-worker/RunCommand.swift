@@ -180,7 +180,7 @@ struct RunCommand: AsyncParsableCommand {
         let caPath = try simulator.writeCACertificate(to: (stateDirectory as NSString).appendingPathComponent("ca.pem"))
         try await simulator.run { simulator in
             printError(
-                "no APNs key configured (APNS_KEY_PATH, APNS_KEY_ID, APNS_TEAM_ID): sending to the built-in APNs simulator at \(simulator.endpointURL); nothing reaches Apple"
+                "no APNs key configured (APNS_KEY_PATH, APNS_KEY_ID, APNS_TEAM_ID): sending to the built-in APNs simulator at \(simulator.endpointURL), which answers FCM too (Android jobs, credential default); nothing reaches Apple or Google"
             )
             let key = try SigningKey.load(
                 teamID: credentials.teamID,

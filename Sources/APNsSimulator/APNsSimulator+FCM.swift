@@ -134,12 +134,12 @@ extension APNsSimulator {
         }
         guard let assertion = form["assertion"] else { return refuse(400, "invalid_request", "no assertion") }
         let parts = assertion.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, let headerData = Self.base64URLDecoded(parts[0]),
+        guard parts.count == 3, let headerData = JWTVerifier.base64URLDecode(parts[0]),
             let header = try? JSONSerialization.jsonObject(with: headerData) as? [String: Any],
             header["alg"] as? String == "RS256",
-            let claimsData = Self.base64URLDecoded(parts[1]),
+            let claimsData = JWTVerifier.base64URLDecode(parts[1]),
             let claims = try? JSONSerialization.jsonObject(with: claimsData) as? [String: Any],
-            let signature = Self.base64URLDecoded(parts[2])
+            let signature = JWTVerifier.base64URLDecode(parts[2])
         else { return refuse(400, "invalid_grant", "Invalid JWT") }
         guard let issuer = claims["iss"] as? String, let account = self.configuration.fcmAccounts[issuer] else {
             return refuse(400, "invalid_grant", "Invalid issuer")
@@ -318,11 +318,5 @@ extension APNsSimulator {
         self.state.withLock { state in
             for key in state.accessTokens.keys { state.accessTokens[key]?.expires = 0 }
         }
-    }
-
-    static func base64URLDecoded(_ text: Substring) -> Data? {
-        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
-        return Data(base64Encoded: base64)
     }
 }

@@ -14,6 +14,23 @@ public enum RequestBuilder {
         return token.utf8.allSatisfy { $0.isBase64URLOrColon }
     }
 
+    /// When `job` stops being sendable (`expires_at`, else 1 hour after its first request), or the rejection
+    /// of a job past it: the same rule for every provider.
+    public static func expiry(of job: PushJob, now: Date) throws(PreSendRejection) -> Date {
+        let expiry = job.expiresAt ?? (job.firstAttemptAt ?? now).addingTimeInterval(Self.defaultExpiry)
+        if now > expiry {
+            let whose =
+                job.expiresAt == nil ? "the default expiry (1 hour after the first request was sent)" : "expires_at"
+            throw PreSendRejection(
+                reason: "Expired",
+                trapID: nil,
+                message:
+                    "the job passed \(whose) before it could be sent: set a later expires_at if it is still worth sending."
+            )
+        }
+        return expiry
+    }
+
     /// The exact request a send of `job` issues at `now`, or the rejection that dead-letters it unsent.
     ///
     /// Checks, in order: push type, environment, target (hex device token or channel id), expiry,
@@ -68,17 +85,7 @@ public enum RequestBuilder {
                     "APNs reported this device token invalid at \(died.formatted(.iso8601)), after the job was enqueued: it was not sent. Drop the token (push.invalid_tokens lists it); the app registers a new one."
             )
         }
-        let expiry = job.expiresAt ?? (job.firstAttemptAt ?? now).addingTimeInterval(Self.defaultExpiry)
-        if now > expiry {
-            let whose =
-                job.expiresAt == nil ? "the default expiry (1 hour after the first request was sent)" : "expires_at"
-            throw PreSendRejection(
-                reason: "Expired",
-                trapID: nil,
-                message:
-                    "the job passed \(whose) before it could be sent: set a later expires_at if it is still worth sending."
-            )
-        }
+        let expiry = try Self.expiry(of: job, now: now)
         if job.topic.isEmpty {
             throw PreSendRejection(
                 reason: "MissingTopic",

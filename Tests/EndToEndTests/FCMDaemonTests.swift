@@ -79,6 +79,7 @@ struct FCMDaemonTests {
             #expect(f.simulator.requests.filter { $0.path.hasPrefix("/3/device/") }.count == 30)
             #expect(f.simulator.faultCounters.accessTokenGrants == 1, "one access token for the whole drain")
             #expect(!worker.output.contains("ya29."), "the access token is never logged")
+            try await FaultTests.assertInvariants(f, jobs: 60, diedWorkers: [])
         }
     }
 
@@ -107,6 +108,7 @@ struct FCMDaemonTests {
                 "two workers, 400 FCM jobs: \(faults.accessTokenGrants) access token grants, \(faults.accessTokensUsed) used"
             )
             #expect(faults.accessTokensUsed == 1, "one access token for the fleet")
+            try await FaultTests.assertInvariants(f, jobs: 400, diedWorkers: [])
             #expect(faults.accessTokenGrants <= 2, "at most one exchange per worker (both may race at start)")
             #expect(
                 try await f.db.int64("SELECT count(*) FROM push.provider_tokens WHERE team_id = 'fcm:push-simulator'")
@@ -181,6 +183,7 @@ struct FCMDaemonTests {
                 ) == 1
             }
             #expect(f.simulator.requests.filter { $0.deviceToken == gone }.count == 1, "one request: the first job's")
+            try await FaultTests.assertInvariants(f, jobs: 3, diedWorkers: [], rejectedBeforeSend: true)
             // The same token string as an APNs job of the same topic is not suppressed by FCM's verdict (it
             // would fail the hex rule anyway; the key includes the platform).
             #expect(try await f.db.int64("SELECT count(*) FROM push.invalid_tokens WHERE platform = 'apns'") == 0)

@@ -136,21 +136,7 @@ public final class APNsClient: Sendable {
         }
         self.tokenCaches = caches
         self.logger = logger
-        var tls = TLSConfiguration.makeClientConfiguration()
-        tls.applicationProtocols = ["h2"]
-        tls.minimumTLSVersion = .tlsv12
-        if let caFile = configuration.caFile {
-            do {
-                let extra = try NIOSSLCertificate.fromPEMFile(caFile)
-                tls.additionalTrustRoots = [.certificates(extra)]
-            } catch {
-                throw TransportError(
-                    code: .connectFailed,
-                    mayHaveBeenProcessed: false,
-                    message: "--apns-ca-file \(caFile) is not a readable PEM certificate file: \(error)"
-                )
-            }
-        }
+        let tls = try PushClient<APNsProvider>.clientTLS(caFile: configuration.caFile, flag: "--apns-ca-file")
         let tlsContext: NIOSSLContext
         var contexts: [String: NIOSSLContext] = [:]
         do {
@@ -211,12 +197,9 @@ public final class APNsClient: Sendable {
         credential: String,
         mayWrite: (@Sendable () -> Bool)? = nil
     ) async throws -> APNsResponse {
-        let answer = Mutex<Result<APNsResponse, any Error>?>(nil)
-        await self.sendBatch([request], credential: credential, mayWrite: mayWrite ?? { true }) { _, result in
-            answer.withLock { $0 = result }
+        try await PushClient<APNsProvider>.single { onResult in
+            await self.sendBatch([request], credential: credential, mayWrite: mayWrite ?? { true }, onResult: onResult)
         }
-        guard let result = answer.withLock({ $0 }) else { throw TransportError.withdrawn }
-        return try result.get()
     }
 
     /// Sends any request (channel management) with a credential's token, with the in-call rules.

@@ -77,30 +77,9 @@ public final class FCMClient: Sendable {
         self.configuration = configuration
         self.accounts = accounts
         self.logger = logger
-        var tls = TLSConfiguration.makeClientConfiguration()
-        tls.applicationProtocols = ["h2"]
-        tls.minimumTLSVersion = .tlsv12
-        if let caFile = configuration.caFile {
-            do {
-                tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMFile(caFile))]
-            } catch {
-                throw TransportError(
-                    code: .connectFailed,
-                    mayHaveBeenProcessed: false,
-                    message: "--fcm-ca-file \(caFile) is not a readable PEM certificate file: \(error)"
-                )
-            }
-        }
-        let tlsContext: NIOSSLContext
-        do {
-            tlsContext = try NIOSSLContext(configuration: tls)
-        } catch {
-            throw TransportError(
-                code: .connectFailed,
-                mayHaveBeenProcessed: false,
-                message: "could not set up TLS: \(error)"
-            )
-        }
+        let tlsContext = try PushClient<FCMProvider>.context(
+            try PushClient<FCMProvider>.clientTLS(caFile: configuration.caFile, flag: "--fcm-ca-file")
+        )
         // The token exchange rides its own engine (no bearer token, no in-call rules) with the same TLS trust.
         let exchanger = PushClient(
             provider: FCMProvider(),
@@ -223,12 +202,9 @@ public final class FCMClient: Sendable {
         credential: String,
         mayWrite: (@Sendable () -> Bool)? = nil
     ) async throws -> FCMResponse {
-        let answer = Mutex<Result<FCMResponse, any Error>?>(nil)
-        await self.sendBatch([message], credential: credential, mayWrite: mayWrite ?? { true }) { _, result in
-            answer.withLock { $0 = result }
+        try await PushClient<FCMProvider>.single { onResult in
+            await self.sendBatch([message], credential: credential, mayWrite: mayWrite ?? { true }, onResult: onResult)
         }
-        guard let result = answer.withLock({ $0 }) else { throw TransportError.withdrawn }
-        return try result.get()
     }
 
     /// Sends many messages of one credential, with the engine's rules for each: each answer is handed to

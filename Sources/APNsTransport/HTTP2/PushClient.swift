@@ -54,6 +54,49 @@ final class PushClient<Provider: PushProvider>: Sendable {
         self.logger = logger
     }
 
+    /// TLS for a provider's connections: ALPN `h2`, TLS 1.2 or later, the system's roots and the PEM file
+    /// `caFile` (named by `flag` in the error) on top. Verification is never switched off.
+    static func clientTLS(caFile: String?, flag: String) throws -> TLSConfiguration {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.applicationProtocols = ["h2"]
+        tls.minimumTLSVersion = .tlsv12
+        if let caFile {
+            do {
+                tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMFile(caFile))]
+            } catch {
+                throw TransportError(
+                    code: .connectFailed,
+                    mayHaveBeenProcessed: false,
+                    message: "\(flag) \(caFile) is not a readable PEM certificate file: \(error)"
+                )
+            }
+        }
+        return tls
+    }
+
+    /// A TLS context, or the error that says TLS could not be set up.
+    static func context(_ tls: TLSConfiguration) throws -> NIOSSLContext {
+        do {
+            return try NIOSSLContext(configuration: tls)
+        } catch {
+            throw TransportError(
+                code: .connectFailed,
+                mayHaveBeenProcessed: false,
+                message: "could not set up TLS: \(error)"
+            )
+        }
+    }
+
+    /// The one result of a batch of one: `send` is handed the `onResult` its batch calls.
+    static func single<R: Sendable>(
+        _ send: (_ onResult: @escaping @Sendable (Int, Result<R, any Error>) -> Void) async -> Void
+    ) async throws -> R {
+        let answer = Mutex<Result<R, any Error>?>(nil)
+        await send { _, result in answer.withLock { $0 = result } }
+        guard let result = answer.withLock({ $0 }) else { throw TransportError.withdrawn }
+        return try result.get()
+    }
+
     /// Whether `credential` has a token or a certificate here.
     func knows(_ credential: String) -> Bool {
         self.authenticators[credential] != nil || self.certificateContexts[credential] != nil

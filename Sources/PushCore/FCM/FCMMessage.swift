@@ -48,17 +48,7 @@ public enum FCMMessageBuilder {
                     "FCM reported this registration token invalid at \(died.formatted(.iso8601)), after the job was enqueued: it was not sent. Drop the token (push.invalid_tokens lists it); the app gets a new one from FirebaseMessaging."
             )
         }
-        let expiry = job.expiresAt ?? (job.firstAttemptAt ?? now).addingTimeInterval(RequestBuilder.defaultExpiry)
-        if now > expiry {
-            let whose =
-                job.expiresAt == nil ? "the default expiry (1 hour after the first request was sent)" : "expires_at"
-            throw PreSendRejection(
-                reason: "Expired",
-                trapID: nil,
-                message:
-                    "the job passed \(whose) before it could be sent: set a later expires_at if it is still worth sending."
-            )
-        }
+        let expiry = try RequestBuilder.expiry(of: job, now: now)
         let priority = job.priority ?? 10
         guard priority == 10 || priority == 5 else {
             throw PreSendRejection(

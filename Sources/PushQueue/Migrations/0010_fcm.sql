@@ -100,45 +100,23 @@ AS $$
     END
 $$;
 
--- The producers' insert trigger of schema 8, and an fcm job's environment: 'fcm' when the producer left the
--- default.
-CREATE OR REPLACE FUNCTION push.jobs_before_insert() RETURNS trigger
+-- An fcm job's environment is 'fcm' when the producer left the default, and provider_message_id is the
+-- worker's: a trigger of its own beside the producers' insert trigger of schema 8 (which it does not restate).
+CREATE OR REPLACE FUNCTION push.jobs_platform_before_insert() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF NEW.platform = 'fcm' AND NEW.environment = 'production' THEN
         NEW.environment := 'fcm';
     END IF;
-    IF current_setting('push.internal_insert', true) = 'on'
-       AND pg_has_role(current_user,
-                       (SELECT c.relowner FROM pg_catalog.pg_class AS c WHERE c.oid = 'push.jobs'::regclass),
-                       'MEMBER') THEN
-        -- The worker's own insert (replay): its apns_id joins the ledger if it is new (a fresh one).
-        PERFORM push.claim_apns_id(NEW.apns_id);
-        RETURN NEW;
-    END IF;
-    IF NOT push.claim_apns_id(NEW.apns_id) THEN
-        RETURN NULL;
-    END IF;
-    NEW.state := 'pending';
-    NEW.attempts := 0;
-    NEW.transport_retries := 0;
-    NEW.status := NULL;
-    NEW.reason := NULL;
-    NEW.trap_ids := '{}';
-    NEW.apns_unique_id := NULL;
     NEW.provider_message_id := NULL;
-    NEW.created_at := now();
-    NEW.first_attempt_at := NULL;
-    NEW.last_attempt_at := NULL;
-    NEW.delivered_at := NULL;
-    NEW.latency_ms := NULL;
-    NEW.locked_by := NULL;
-    NEW.locked_until := NULL;
-    NEW.history := '[]';
-    NEW.superseded_by := NULL;
     RETURN NEW;
 END
 $$;
+
+DROP TRIGGER IF EXISTS jobs_platform_before_insert ON push.jobs;
+CREATE TRIGGER jobs_platform_before_insert
+    BEFORE INSERT ON push.jobs
+    FOR EACH ROW EXECUTE FUNCTION push.jobs_platform_before_insert();
 
 -- push:outside-transaction
 ALTER TABLE push.jobs VALIDATE CONSTRAINT platform_must_be_apns_or_fcm;

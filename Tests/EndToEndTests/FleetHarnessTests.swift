@@ -171,7 +171,9 @@ struct FleetHarnessTests {
     static func run(seed: UInt64, jobs count: Int) async throws {
         let plan = Plan(seed: seed)
         print("seed \(seed): \(plan)")
-        try await DaemonFixture.run { f in
+        // FCM too: every fourth backlog job is Android, sent with the FCM credential `default`
+        // (FCM_SERVICE_ACCOUNT_PATH) beside the ten APNs credentials of the config file.
+        try await DaemonFixture.run(fcm: true) { f in
             // Ten configured credentials, all with the fixture's key; most of the backlog is c0's.
             var credentials: [String: [String: String]] = [:]
             for n in 0..<10 {
@@ -183,14 +185,17 @@ struct FleetHarnessTests {
             try JSONSerialization.data(withJSONObject: ["credentials": credentials]).write(
                 to: URL(fileURLWithPath: config)
             )
-            // 80 % c0, the rest spread; 5 % paused topic, 10 % keyed (50 keys). The limited topic's jobs come
-            // with its limit, so each of its requests was claimed under it.
+            // 80 % c0, the rest spread; 5 % paused topic, 10 % keyed (50 keys); a quarter Android (credential
+            // default, FCM's). The limited topic's jobs come with its limit, so each of its requests was claimed
+            // under it.
             try await f.db.execute(
                 """
-                INSERT INTO push.jobs (topic, device_token, payload, credential, coalesce_key, priority)
-                SELECT CASE WHEN g % 20 = 7 THEN '\(Self.pausedTopic)' ELSE 'com.example.app' END,
-                       lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"hi"}}',
-                       CASE WHEN g % 5 = 0 THEN 'c' || (g % 10) ELSE 'c0' END,
+                INSERT INTO push.jobs (platform, topic, device_token, payload, credential, coalesce_key, priority)
+                SELECT CASE WHEN g % 4 = 2 THEN 'fcm' ELSE 'apns' END,
+                       CASE WHEN g % 20 = 7 THEN '\(Self.pausedTopic)' ELSE 'com.example.app' END,
+                       CASE WHEN g % 4 = 2 THEN 'fKx' || g || ':APA91bH-token' ELSE lpad(to_hex(g), 64, '0') END,
+                       (CASE WHEN g % 4 = 2 THEN '{"notification":{"title":"hi"}}' ELSE '{"aps":{"alert":"hi"}}' END)::jsonb,
+                       CASE WHEN g % 4 = 2 THEN 'default' WHEN g % 5 = 0 THEN 'c' || (g % 10) ELSE 'c0' END,
                        CASE WHEN g % 10 = 1 THEN 'key-' || (g % 50) END,
                        CASE WHEN g % 3 = 0 THEN 5 ELSE 10 END
                   FROM generate_series(1, \(count)) AS g

@@ -55,7 +55,7 @@ public final class AccessTokenCache: Sendable {
         self.exchange = exchange
     }
 
-    /// How many exchanges this process made (the `access_token_grants` metric).
+    /// How many exchanges this process made.
     public var exchangeCount: Int { self.exchanges.withLock { $0 } }
 
     /// The store's key for the account: FCM tokens live beside APNs ones, under a team id no Apple team has.

@@ -236,7 +236,7 @@ public final class FCMClient: Sendable {
         await self.engine.warmUp(credentials: credentials, endpoint: self.endpoint, timeout: timeout)
     }
 
-    /// Access tokens this process obtained, across credentials (the `access_token_grants` metric).
+    /// Access tokens this process obtained, across credentials.
     public var exchangeCount: Int { self.tokenCaches.values.reduce(0) { $0 + $1.exchangeCount } }
 
     /// Requests FCM certainly did not process, resent or given back.

@@ -21,10 +21,6 @@ public enum FCMReason {
     /// How long the credential waits after `QUOTA_EXCEEDED` without a `Retry-After`.
     public static let quotaWait: Duration = .seconds(60)
 
-    /// The reason stored for a registration token FCM refused as invalid (`INVALID_ARGUMENT` naming the
-    /// token): the same row as `UNREGISTERED`.
-    public static let invalidToken = "INVALID_ARGUMENT"
-
     /// The table, by error code (FcmError's `errorCode`, or the error's `status` when it has none).
     public static let table: [String: Row] = {
         let credential =

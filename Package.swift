@@ -75,6 +75,7 @@ let package = Package(
                 .embedInCode("Migrations/0009_operator_truth.sql"),
                 .embedInCode("Migrations/0010_fcm.sql"),
                 .embedInCode("Migrations/0011_webhooks.sql"),
+                .embedInCode("Migrations/0012_traces.sql"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -99,6 +100,7 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Crypto", package: "swift-crypto"),

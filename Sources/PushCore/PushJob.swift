@@ -72,6 +72,8 @@ public struct PushJob: Sendable, Hashable {
     public var sendSpacing: SendSpacing?
     /// Which provider sends it (`apns` unless the producer set `platform`).
     public var platform: Platform
+    /// The producer's W3C `traceparent` (schema 12), if any: each attempt is a span in that trace.
+    public var traceparent: String?
 
     /// Creates a job value; every field is as stored in `push.jobs`.
     public init(
@@ -98,9 +100,11 @@ public struct PushJob: Sendable, Hashable {
         claimedAt: Date? = nil,
         coalesceKey: String? = nil,
         tokenInvalidatedAt: Date? = nil,
-        platform: Platform = .apns
+        platform: Platform = .apns,
+        traceparent: String? = nil
     ) {
         self.platform = platform
+        self.traceparent = traceparent
         self.transportRetries = transportRetries
         self.claimedAt = claimedAt
         self.coalesceKey = coalesceKey

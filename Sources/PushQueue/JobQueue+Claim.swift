@@ -213,7 +213,8 @@ extension JobQueue {
             claimedAt: try c.next(Date.self),
             coalesceKey: try c.next(String?.self),
             // The schema's constraint admits only these two.
-            platform: Platform(rawValue: try c.next(String.self)) ?? .apns
+            platform: Platform(rawValue: try c.next(String.self)) ?? .apns,
+            traceparent: try c.next(String?.self)
         )
     }
 }

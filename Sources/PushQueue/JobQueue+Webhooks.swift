@@ -97,3 +97,95 @@ extension QueueOperations {
         return hooks
     }
 }
+
+/// What ``QueueOperations/replayWebhookDeliveries(ids:hook:)`` did.
+public struct WebhookReplayResult: Sendable, Hashable, Codable {
+    /// Deliveries queued again: pending, due now, with their id (receivers dedupe on it) and body kept.
+    public var replayed: [Int64]
+    /// Asked-for ids that are not dead deliveries (pending, running, delivered, or unknown).
+    public var notDead: [Int64]
+    /// The hook enabled again (it had been disabled by a 410), when replaying by hook.
+    public var enabledHook: Int64?
+}
+
+extension QueueOperations {
+    /// Queues dead deliveries again (by id, or every dead one of `hook`): pending, due now, attempts reset,
+    /// a fresh 24 hours to be delivered in; the id and body are kept. Replaying by hook also enables the hook
+    /// again when a 410 (or an operator) had disabled it.
+    public func replayWebhookDeliveries(ids: [Int64], hook: Int64?) async throws -> WebhookReplayResult {
+        var result = WebhookReplayResult(replayed: [], notDead: [], enabledHook: nil)
+        try await self.client.withTransaction(logger: self.logger) { connection in
+            if let hook {
+                for try await id in try await connection.query(
+                    """
+                    UPDATE push.webhooks SET disabled_at = NULL, disabled_reason = NULL
+                     WHERE id = \(hook) AND disabled_at IS NOT NULL RETURNING id
+                    """,
+                    logger: self.logger
+                ).decode(Int64.self) {
+                    result.enabledHook = id
+                }
+            }
+            for try await id in try await connection.query(
+                """
+                UPDATE push.webhook_deliveries
+                   SET state = 'pending', attempts = 0, run_at = now(), created_at = now(), last_error = NULL,
+                       last_status = NULL, locked_by = NULL, locked_until = NULL
+                 WHERE state = 'dead' AND (id = ANY (\(ids)::bigint[]) OR webhook_id = \(hook))
+                RETURNING id
+                """,
+                logger: self.logger
+            ).decode(Int64.self) {
+                result.replayed.append(id)
+            }
+        }
+        result.replayed.sort()
+        let replayed = Set(result.replayed)
+        result.notDead = ids.filter { !replayed.contains($0) }
+        return result
+    }
+
+    /// The hook's most recent failed deliveries (dead or still retrying), newest first: what the runbook
+    /// starts from.
+    public func failingWebhookDeliveries(hook: Int64, limit: Int) async throws -> [FailingWebhookDelivery] {
+        var rows: [FailingWebhookDelivery] = []
+        for try await row in try await self.client.query(
+            """
+            SELECT id, event, job_id, state, attempts, last_status, last_error, run_at, created_at
+              FROM push.webhook_deliveries
+             WHERE webhook_id = \(hook) AND (state = 'dead' OR (state IN ('pending', 'running') AND attempts > 0))
+             ORDER BY id DESC LIMIT \(limit)
+            """,
+            logger: self.logger
+        ).decode((Int64, String, Int64, String, Int32, Int32?, String?, Date, Date).self) {
+            rows.append(
+                FailingWebhookDelivery(
+                    id: row.0,
+                    event: row.1,
+                    jobID: row.2,
+                    state: row.3,
+                    attempts: Int(row.4),
+                    lastStatus: row.5.map(Int.init),
+                    lastError: row.6,
+                    nextTry: row.3 == "dead" ? nil : row.7,
+                    createdAt: row.8
+                )
+            )
+        }
+        return rows
+    }
+}
+
+/// A delivery that failed at least once (`webhooks show`).
+public struct FailingWebhookDelivery: Sendable, Hashable, Codable {
+    public var id: Int64
+    public var event: String
+    public var jobID: Int64
+    public var state: String
+    public var attempts: Int
+    public var lastStatus: Int?
+    public var lastError: String?
+    /// When it is tried again (`nil` for a dead one).
+    public var nextTry: Date?
+    public var createdAt: Date
+}

@@ -20,6 +20,7 @@ public struct Migration: Sendable, Hashable {
         ("0009_operator_truth.sql", PackageResources._009_operator_truth_sql),
         ("0010_fcm.sql", PackageResources._010_fcm_sql),
         ("0011_webhooks.sql", PackageResources._011_webhooks_sql),
+        ("0012_traces.sql", PackageResources._012_traces_sql),
     ]
     .map { name, bytes in
         // The version is the number the file name starts with.

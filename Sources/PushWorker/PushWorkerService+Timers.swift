@@ -151,6 +151,7 @@ extension PushWorkerService {
                     lastPrune = self.clock.now
                     let pruned = try await self.queue.pruneDelivered(olderThan: self.configuration.retention)
                     try await self.queue.forgetRetiredAPNsIDs(olderThan: self.configuration.apnsIDMemory)
+                    try await self.queue.pruneWebhookDeliveries(olderThan: self.configuration.retention)
                     if pruned > 0 {
                         self.logger.info("pruned delivered jobs past retention", metadata: ["push.jobs": "\(pruned)"])
                     }

@@ -47,6 +47,8 @@ public final class PushWorkerService: Service, Sendable {
     /// The monotonic clock every timer of this worker reads (pauses, liveness, the outcome writer's batching
     /// and backoff, send slots, the heartbeat, reaper and read-only loops).
     let clock: any MonotonicClock
+    /// POSTs webhook deliveries (`nil`: this worker sends none; another worker of the fleet may).
+    let webhookSender: WebhookSender?
     /// Ids of held jobs an operator cancelled (see ``noteCancelled(_:)``).
     let cancelled = Locked(CancelledJobs())
 
@@ -93,10 +95,21 @@ public final class PushWorkerService: Service, Sendable {
         queue: JobQueue,
         client: APNsClient,
         fcm: FCMClient? = nil,
+        webhooks: WebhookHTTPClient? = nil,
         listener: JobNotificationListener?,
         logger: Logger
     ) {
         let clock = client.clock
+        self.webhookSender = webhooks.map {
+            WebhookSender(
+                queue: queue,
+                client: $0,
+                settings: configuration.webhooks,
+                workerID: configuration.workerID,
+                logger: logger,
+                clock: clock
+            )
+        }
         self.configuration = configuration
         self.clock = clock
         self.lastDatabaseSuccess = Mutex(clock.now)
@@ -296,6 +309,9 @@ public final class PushWorkerService: Service, Sendable {
             background.addTask { await self.gaugesLoop() }
             await withTaskGroup(of: Void.self) { core in
                 core.addTask { await self.recorder.run() }
+                if let webhooks = self.webhookSender {
+                    core.addTask { await webhooks.run() }
+                }
                 await self.client.warmUp(
                     credentials: self.configuration.credentials ?? self.client.credentialNames,
                     timeout: .seconds(2)
@@ -307,6 +323,8 @@ public final class PushWorkerService: Service, Sendable {
                     )
                 }
                 await self.claimLoop()
+                // Webhook POSTs in flight finish within their deadline and are recorded.
+                self.webhookSender?.stop()
                 // The recorder writes what is left, then returns; this group waits for it.
                 self.recorder.stop(giveUpAfter: self.configuration.shutdownGrace)
             }

@@ -80,6 +80,8 @@ public struct WorkerConfiguration: Sendable {
     public var credentialWait: Duration = .seconds(600)
     /// The credentials this worker can sign for (it claims only these); `nil` claims any.
     public var credentials: [String]?
+    /// How webhook deliveries are POSTed (when the worker is given a webhook client).
+    public var webhooks = WebhookSettings()
 
     /// Defaults: 500 in flight, batches of 250, 60 s lease, 1 s poll, 7 days retention.
     public init(

@@ -29,6 +29,7 @@ struct RunCommand: AsyncParsableCommand {
 
     @OptionGroup var database: DatabaseOptions
     @OptionGroup var apns: APNsOptions
+    @OptionGroup(title: "Webhooks") var webhooks: WebhookOptions
 
     @Flag(
         name: .customLong("no-session-settings"),
@@ -298,6 +299,7 @@ struct RunCommand: AsyncParsableCommand {
         configuration.apnsIDMemory = self.apnsIDMemory.duration
         configuration.credentialPause = self.credentialPause.duration
         configuration.transportBudget = self.transportBudget
+        configuration.webhooks = self.webhooks.settings
         let listener = JobNotificationListener(primary: primary, logger: logger)
         let notifier = ServiceManagerNotifier()
         // Bootstrap metrics before anything creates a metric handler (handlers made earlier stay no-ops).
@@ -311,6 +313,7 @@ struct RunCommand: AsyncParsableCommand {
             queue: JobQueue(primary: primary, logger: logger, preparedStatements: !self.noSessionSettings),
             client: apnsClient,
             fcm: fcmClient,
+            webhooks: try self.webhooks.client(),
             listener: listener,
             logger: logger
         )

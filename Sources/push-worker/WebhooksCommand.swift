@@ -16,8 +16,14 @@ struct WebhooksCommand: AsyncParsableCommand {
               push-worker webhooks add https://hooks.example.com/push --events delivered,dead --secret-file /etc/push-worker/hook.secret
               push-worker webhooks
               push-worker webhooks remove 3
+              push-worker webhooks show 3                  # its failing and dead deliveries, with the receiver's answers
+              push-worker webhooks replay 812 813          # dead deliveries again (same Push-Delivery-Id)
+              push-worker webhooks replay --hook 3         # every dead delivery of hook 3; enables it again after a 410
+            Each POST carries Push-Delivery-Id (the same on every retry, after a crash and on replay: receivers \
+            drop duplicates by it), Push-Event and Push-Attempt. A delivery is retried with backoff (5 s doubling \
+            to an hour, Retry-After honoured) for 24 hours, then it is dead. A 410 Gone disables the hook.
             """,
-        subcommands: [ListHooks.self, AddHook.self, RemoveHook.self],
+        subcommands: [ListHooks.self, AddHook.self, RemoveHook.self, ShowHook.self, ReplayDeliveries.self],
         defaultSubcommand: ListHooks.self
     )
 
@@ -106,9 +112,11 @@ struct WebhooksCommand: AsyncParsableCommand {
             print(
                 "added webhook \(hook.id): \(hook.url) for \(hook.events.joined(separator: ",")), topic \(hook.topic ?? "*")"
             )
-            print(
-                "note: this version records each matching outcome in push.webhook_deliveries (push-worker webhooks counts them); the workers' sender that POSTs them is not built yet"
-            )
+            if let host = URL(string: hook.url)?.host, ["localhost", "127.0.0.1", "::1", "[::1]"].contains(host) {
+                print(
+                    "note: \(host) is a loopback address; the workers refuse to POST to loopback and private addresses unless they run with --webhooks-allow-private"
+                )
+            }
         }
     }
 
@@ -131,6 +139,85 @@ struct WebhooksCommand: AsyncParsableCommand {
                 throw ExitCode(1)
             }
             print("removed webhook \(id)")
+        }
+    }
+
+    struct ShowHook: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "show",
+            abstract: "One hook's deliveries that failed at least once (still retrying, or dead), newest first."
+        )
+        @OptionGroup var database: DatabaseOptions
+        @Argument(help: "The hook's id (see `push-worker webhooks`).") var id: Int64
+        @Option(help: "At most this many deliveries.") var limit: Int = 20
+        @Flag(help: "Print the result as JSON.") var json = false
+
+        func run() async throws {
+            let (id, limit) = (self.id, self.limit)
+            let (hooks, failing) = try await self.database.withQueue { queue, _, _ in
+                (
+                    try await queue.operations.webhooks(),
+                    try await queue.operations.failingWebhookDeliveries(hook: id, limit: limit)
+                )
+            }
+            guard let hook = hooks.first(where: { $0.id == id }) else {
+                print("no webhook \(id) (push-worker webhooks lists them)")
+                throw ExitCode(1)
+            }
+            if self.json {
+                printJSON(failing)
+                return
+            }
+            print(
+                "\(hook.id)  \(hook.url)  waiting \(hook.waiting) (failing \(hook.failing))  dead \(hook.dead)\(hook.disabledReason.map { "  DISABLED: \($0)" } ?? "")"
+            )
+            if failing.isEmpty { print("no failing deliveries") }
+            for delivery in failing {
+                let next = delivery.nextTry.map { "next try \(ISO8601DateFormatter().string(from: $0))" } ?? "dead"
+                print(
+                    "  delivery \(delivery.id)  \(delivery.event) of job \(delivery.jobID)  \(delivery.state)  tries \(delivery.attempts)  \(next)"
+                )
+                print("    last answer: \(delivery.lastStatus.map(String.init) ?? "none")  \(delivery.lastError ?? "")")
+            }
+        }
+    }
+
+    struct ReplayDeliveries: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "replay",
+            abstract: "Send dead deliveries again: pending now, with a fresh 24 hours, the same delivery id and body.",
+            discussion: """
+                By id (`push-worker webhooks show HOOK` lists them), or every dead delivery of one hook with \
+                --hook; --hook also enables a hook that a 410 Gone disabled. Exits 1 when an id named is not a \
+                dead delivery.
+                """
+        )
+        @OptionGroup var database: DatabaseOptions
+        @Argument(help: "Dead deliveries' ids.") var ids: [Int64] = []
+        @Option(help: ArgumentHelp("Every dead delivery of this hook (and enable it).", valueName: "id")) var hook: Int64?
+        @Flag(help: "Print the result as JSON.") var json = false
+
+        func validate() throws {
+            guard !self.ids.isEmpty || self.hook != nil else {
+                throw ValidationError("name dead deliveries' ids, or --hook ID for every dead delivery of a hook")
+            }
+        }
+
+        func run() async throws {
+            let (ids, hook) = (self.ids, self.hook)
+            let result = try await self.database.withQueue { queue, _, _ in
+                try await queue.operations.replayWebhookDeliveries(ids: ids, hook: hook)
+            }
+            if self.json {
+                printJSON(result)
+            } else {
+                if let enabled = result.enabledHook { print("enabled webhook \(enabled) again") }
+                print("replayed \(result.replayed.count) deliveries\(result.replayed.isEmpty ? "" : ": \(result.replayed.map(String.init).joined(separator: " "))")")
+                if !result.notDead.isEmpty {
+                    print("not dead, left alone: \(result.notDead.map(String.init).joined(separator: " "))")
+                }
+            }
+            if !result.notDead.isEmpty { throw ExitCode(1) }
         }
     }
 }

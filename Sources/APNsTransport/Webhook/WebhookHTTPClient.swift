@@ -1,0 +1,291 @@
+import Foundation
+public import NIOCore
+import NIOHTTP1
+import NIOPosix
+import NIOSSL
+import PushCore
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// POSTs webhook deliveries over HTTP/1.1 (TLS for `https://`), one connection per POST, and trusts the
+/// receiver with nothing: the host is resolved here and every address it gives is checked (a loopback,
+/// private or link-local one refuses the POST unless `allowPrivate`), the connection goes to the checked
+/// address (no second lookup to rebind), a redirect is an answer (never followed), and the whole exchange
+/// has one deadline. Only the status and a few headers are read; the body is cut at 512 bytes.
+public struct WebhookHTTPClient: Sendable {
+    /// The receiver's answer.
+    public struct Answer: Sendable, Hashable {
+        public var status: Int
+        public var retryAfter: String?
+        public var location: String?
+        /// The start of the body, printable ASCII only, for the delivery's `last_error`.
+        public var bodyPrefix: String
+    }
+
+    /// Why no answer came.
+    public struct Failure: Error, Sendable, CustomStringConvertible {
+        public enum Kind: Sendable { case refusedAddress, badURL, resolve, connect, timeout, tls, closed }
+        public var kind: Kind
+        public var description: String
+    }
+
+    let group: any EventLoopGroup
+    let allowPrivate: Bool
+    let timeout: Duration
+    let tls: NIOSSLContext
+
+    /// - Parameters:
+    ///   - allowPrivate: reach loopback and private addresses (`--webhooks-allow-private`).
+    ///   - caFile: a PEM file of extra roots to trust (a receiver with a private CA); the system's are kept.
+    ///   - timeout: connect, TLS, request and answer together.
+    public init(
+        group: any EventLoopGroup,
+        allowPrivate: Bool,
+        caFile: String? = nil,
+        timeout: Duration = .seconds(10)
+    ) throws {
+        self.group = group
+        self.allowPrivate = allowPrivate
+        self.timeout = timeout
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        configuration.minimumTLSVersion = .tlsv12
+        configuration.applicationProtocols = ["http/1.1"]
+        if let caFile {
+            do {
+                configuration.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMFile(caFile))]
+            } catch {
+                throw Failure(kind: .tls, description: "--webhooks-ca-file \(caFile) is not a readable PEM certificate file: \(error)")
+            }
+        }
+        self.tls = try NIOSSLContext(configuration: configuration)
+    }
+
+    /// The parts of a hook's URL a POST needs.
+    public struct Target: Sendable, Hashable, CustomStringConvertible {
+        public var secure: Bool
+        public var host: String
+        public var port: Int
+        /// Path and query, as sent.
+        public var pathAndQuery: String
+
+        /// `scheme://host:port/path`, without the query (which may carry a receiver's token).
+        public var description: String {
+            let path = self.pathAndQuery.split(separator: "?", maxSplits: 1).first.map(String.init) ?? "/"
+            return "\(self.secure ? "https" : "http")://\(self.host.contains(":") ? "[\(self.host)]" : self.host):\(self.port)\(path)"
+        }
+
+        public init(url: String) throws(Failure) {
+            guard let parsed = URLComponents(string: url), let scheme = parsed.scheme?.lowercased(),
+                scheme == "http" || scheme == "https", var host = parsed.host, !host.isEmpty
+            else {
+                throw Failure(kind: .badURL, description: "the hook's URL is not an http:// or https:// URL with a host")
+            }
+            if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+            guard parsed.user == nil, parsed.password == nil else {
+                throw Failure(kind: .badURL, description: "the hook's URL carries a user or password: put a secret in --secret-file, not the URL")
+            }
+            self.secure = scheme == "https"
+            self.host = host
+            self.port = parsed.port ?? (self.secure ? 443 : 80)
+            let path = parsed.percentEncodedPath.isEmpty ? "/" : parsed.percentEncodedPath
+            self.pathAndQuery = path + (parsed.percentEncodedQuery.map { "?" + $0 } ?? "")
+        }
+    }
+
+    /// POSTs `body` to `url` with `headers` (plus Host, Content-Type, Content-Length, Connection: close).
+    public func post(url: String, headers: [(String, String)], body: [UInt8]) async throws(Failure) -> Answer {
+        let target = try Target(url: url)
+        let deadline = NIODeadline.now() + TimeAmount(self.timeout)
+        let address = try await self.resolve(target)
+        let promise = self.group.next().makePromise(of: Answer.self)
+        let tls = target.secure ? self.tls : nil
+        let serverName = IPAddressLiteral.isLiteral(target.host) ? nil : target.host
+        let channel: any Channel
+        do {
+            channel = try await ClientBootstrap(group: self.group)
+                .connectTimeout(TimeAmount(self.timeout))
+                .channelInitializer { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        if let tls {
+                            try channel.pipeline.syncOperations.addHandler(
+                                try NIOSSLClientHandler(context: tls, serverHostname: serverName)
+                            )
+                        }
+                        try channel.pipeline.syncOperations.addHTTPClientHandlers()
+                        try channel.pipeline.syncOperations.addHandler(AnswerCollector(promise: promise))
+                    }
+                }
+                .connect(to: address).get()
+        } catch {
+            promise.fail(error)
+            throw Failure(kind: .connect, description: "could not connect to \(target): \(error)")
+        }
+        let timer = channel.eventLoop.scheduleTask(deadline: deadline) {
+            promise.fail(Failure(kind: .timeout, description: "no answer from \(target) within \(self.timeout)"))
+            channel.close(promise: nil)
+        }
+        var head = HTTPRequestHead(version: .http1_1, method: .POST, uri: target.pathAndQuery)
+        let hostHeader = target.host.contains(":") ? "[\(target.host)]" : target.host
+        let defaultPort = target.secure ? 443 : 80
+        head.headers.add(name: "Host", value: target.port == defaultPort ? hostHeader : "\(hostHeader):\(target.port)")
+        head.headers.add(name: "Content-Type", value: "application/json")
+        head.headers.add(name: "Content-Length", value: "\(body.count)")
+        head.headers.add(name: "Connection", value: "close")
+        for (name, value) in headers { head.headers.add(name: name, value: value) }
+        channel.write(HTTPClientRequestPart.head(head), promise: nil)
+        channel.write(HTTPClientRequestPart.body(.byteBuffer(ByteBuffer(bytes: body))), promise: nil)
+        channel.writeAndFlush(HTTPClientRequestPart.end(nil), promise: nil)
+        defer {
+            timer.cancel()
+            channel.close(promise: nil)
+        }
+        do {
+            return try await promise.futureResult.get()
+        } catch let failure as Failure {
+            throw failure
+        } catch let error as NIOSSLError {
+            throw Failure(kind: .tls, description: "TLS with \(target) failed: \(error)")
+        } catch {
+            throw Failure(kind: .closed, description: "\(target) closed the connection without an answer: \(error)")
+        }
+    }
+
+    /// The address to connect to: the host's first address of the family order the system gives, after
+    /// every one it resolves to passed the check (one bad address refuses them all: a name that mixes public
+    /// and private addresses is not to be trusted).
+    func resolve(_ target: Target) async throws(Failure) -> SocketAddress {
+        let host = target.host
+        let port = target.port
+        let addresses: [SocketAddress]
+        do {
+            addresses = try await NIOThreadPool.singleton.runIfActive { try Self.lookup(host: host, port: port) }
+        } catch {
+            throw Failure(kind: .resolve, description: "could not resolve \(host): \(error)")
+        }
+        guard let first = addresses.first else {
+            throw Failure(kind: .resolve, description: "\(host) resolves to no address")
+        }
+        if !self.allowPrivate {
+            for address in addresses {
+                if let range = Self.privateRange(of: address) {
+                    throw Failure(
+                        kind: .refusedAddress,
+                        description: "\(host) resolves to \(address.ipAddress ?? "?"), a \(range) address: refused, so that a row cannot make the worker call into its own network. Point the hook at a public address, or run the workers with --webhooks-allow-private if this receiver is meant to be inside."
+                    )
+                }
+            }
+        }
+        return first
+    }
+
+    /// Why `address` is not public, or `nil` when it is.
+    static func privateRange(of address: SocketAddress) -> String? {
+        switch address {
+        case .v4(let v4):
+            let raw = v4.address.sin_addr.s_addr  // network order in memory
+            return withUnsafeBytes(of: raw) { WebhookAddress.privateRange(ofIPv4: Array($0)) }
+        case .v6(let v6):
+            return withUnsafeBytes(of: v6.address.sin6_addr) { WebhookAddress.privateRange(ofIPv6: Array($0)) }
+        default:
+            return "non-IP"
+        }
+    }
+
+    /// getaddrinfo, TCP only.
+    static func lookup(host: String, port: Int) throws -> [SocketAddress] {
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        #if canImport(Glibc)
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        #else
+        hints.ai_socktype = SOCK_STREAM
+        #endif
+        hints.ai_protocol = Int32(IPPROTO_TCP)
+        var result: UnsafeMutablePointer<addrinfo>?
+        let code = getaddrinfo(host, String(port), &hints, &result)
+        guard code == 0 else {
+            throw Failure(kind: .resolve, description: String(cString: gai_strerror(code)))
+        }
+        defer { freeaddrinfo(result) }
+        var addresses: [SocketAddress] = []
+        var cursor = result
+        while let info = cursor?.pointee {
+            if let raw = info.ai_addr {
+                switch info.ai_family {
+                case AF_INET:
+                    raw.withMemoryRebound(to: sockaddr_in.self, capacity: 1) {
+                        addresses.append(SocketAddress($0.pointee, host: host))
+                    }
+                case AF_INET6:
+                    raw.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) {
+                        addresses.append(SocketAddress($0.pointee, host: host))
+                    }
+                default: break
+                }
+            }
+            cursor = info.ai_next
+        }
+        return addresses
+    }
+}
+
+/// Whether a host is an IP address literal (no SNI is sent for one).
+enum IPAddressLiteral {
+    static func isLiteral(_ host: String) -> Bool {
+        (try? SocketAddress(ipAddress: host, port: 0)) != nil
+    }
+}
+
+/// Reads the answer's head and the start of its body, then completes the promise.
+private final class AnswerCollector: ChannelInboundHandler {
+    typealias InboundIn = HTTPClientResponsePart
+
+    let promise: EventLoopPromise<Answer>
+    var answer: WebhookHTTPClient.Answer?
+    typealias Answer = WebhookHTTPClient.Answer
+
+    init(promise: EventLoopPromise<Answer>) { self.promise = promise }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch self.unwrapInboundIn(data) {
+        case .head(let head):
+            // 1xx (100 Continue) is not the answer.
+            guard head.status.code >= 200 else { return }
+            self.answer = Answer(
+                status: Int(head.status.code),
+                retryAfter: head.headers.first(name: "Retry-After"),
+                location: head.headers.first(name: "Location"),
+                bodyPrefix: ""
+            )
+        case .body(var buffer):
+            guard var answer = self.answer, answer.bodyPrefix.utf8.count < 512 else { return }
+            let bytes = buffer.readBytes(length: min(buffer.readableBytes, 512 - answer.bodyPrefix.utf8.count)) ?? []
+            answer.bodyPrefix += String(decoding: bytes.map { (0x20..<0x7F).contains($0) ? $0 : 0x20 }, as: UTF8.self)
+            self.answer = answer
+        case .end:
+            if let answer = self.answer {
+                self.promise.succeed(answer)
+                context.close(promise: nil)
+            }
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        // The head arrived but the body was cut: the status stands.
+        if let answer = self.answer {
+            self.promise.succeed(answer)
+        } else {
+            self.promise.fail(WebhookHTTPClient.Failure(kind: .closed, description: "the connection closed before an answer"))
+        }
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if self.answer == nil { self.promise.fail(error) }
+        context.close(promise: nil)
+    }
+}

@@ -1,0 +1,85 @@
+import Foundation
+
+/// What the worker does with a receiver's answer to a delivery, and when it tries again (CONTRACT.md 1c).
+public enum WebhookPolicy {
+    /// How long a delivery is retried before it is dead.
+    public static let retryWindow: Duration = .seconds(24 * 3_600)
+    /// The longest wait between two tries.
+    public static let longestBackoff: Duration = .seconds(3_600)
+
+    /// What became of one try.
+    public enum Verdict: Sendable, Equatable {
+        /// A 2xx: delivered.
+        case delivered
+        /// A 410 Gone: the receiver wants no more; the hook is disabled and this delivery is dead.
+        case gone
+        /// Anything else (another status, a redirect, no answer, a refused address): try again at `after`,
+        /// or dead when that is past the retry window.
+        case retry(after: Duration)
+    }
+
+    /// The verdict for a try that got `status` (nil: no answer), after `attempt` tries (1 for the first),
+    /// with the receiver's `Retry-After` (honoured up to the longest backoff), `jitter` in 0..<1.
+    public static func verdict(status: Int?, attempt: Int, retryAfter: Duration?, jitter: Double) -> Verdict {
+        if let status, (200..<300).contains(status) { return .delivered }
+        if status == 410 { return .gone }
+        let backoff = self.backoff(attempt: attempt, jitter: jitter)
+        guard let retryAfter else { return .retry(after: backoff) }
+        return .retry(after: min(max(retryAfter, .seconds(1)), self.longestBackoff))
+    }
+
+    /// 5 s after the first failed try, doubling to an hour, each with up to a fifth added at random (so a
+    /// receiver back from an outage is not met by every delivery at once).
+    public static func backoff(attempt: Int, jitter: Double) -> Duration {
+        let exponent = min(max(attempt - 1, 0), 20)
+        let base = min(5.0 * pow(2.0, Double(exponent)), 3_600.0)
+        let seconds = min(base * (1 + 0.2 * min(max(jitter, 0), 1)), 3_600.0)
+        return .milliseconds(Int64(seconds * 1_000))
+    }
+}
+
+/// Whether an address a hook's host resolves to may be reached: loopback, private, link-local, shared
+/// (carrier-grade NAT), unspecified, multicast and reserved ranges are refused unless the worker runs with
+/// `--webhooks-allow-private`, so a row cannot make the worker call into its own network.
+public enum WebhookAddress {
+    /// The range an address falls in, when it is not a public one.
+    public static func privateRange(ofIPv4 bytes: [UInt8]) -> String? {
+        guard bytes.count == 4 else { return "malformed" }
+        let (a, b) = (bytes[0], bytes[1])
+        switch a {
+        case 0: return "unspecified (0.0.0.0/8)"
+        case 10: return "private (10.0.0.0/8)"
+        case 127: return "loopback (127.0.0.0/8)"
+        case 100 where (64...127).contains(b): return "shared (100.64.0.0/10)"
+        case 169 where b == 254: return "link-local (169.254.0.0/16)"
+        case 172 where (16...31).contains(b): return "private (172.16.0.0/12)"
+        case 192 where b == 168: return "private (192.168.0.0/16)"
+        case 192 where b == 0 && bytes[2] == 0: return "reserved (192.0.0.0/24)"
+        case 198 where b == 18 || b == 19: return "benchmarking (198.18.0.0/15)"
+        case 224...255: return "multicast or reserved (224.0.0.0/3)"
+        default: return nil
+        }
+    }
+
+    /// The same for an IPv6 address's 16 bytes; an IPv4-mapped or -compatible address is judged as IPv4.
+    public static func privateRange(ofIPv6 bytes: [UInt8]) -> String? {
+        guard bytes.count == 16 else { return "malformed" }
+        if bytes[0..<15].allSatisfy({ $0 == 0 }) {
+            return bytes[15] == 1 ? "loopback (::1)" : "unspecified (::)"
+        }
+        if bytes[0..<10].allSatisfy({ $0 == 0 }) && bytes[10] == 0xFF && bytes[11] == 0xFF {
+            return self.privateRange(ofIPv4: Array(bytes[12..<16]))
+        }
+        if bytes[0..<12].allSatisfy({ $0 == 0 }) { return self.privateRange(ofIPv4: Array(bytes[12..<16])) }
+        if bytes[0] & 0xFE == 0xFC { return "unique local (fc00::/7)" }
+        if bytes[0] == 0xFE && bytes[1] & 0xC0 == 0x80 { return "link-local (fe80::/10)" }
+        if bytes[0] == 0xFF { return "multicast (ff00::/8)" }
+        // NAT64 (64:ff9b::/96) carries an IPv4 address: judge that.
+        if bytes[0] == 0x00 && bytes[1] == 0x64 && bytes[2] == 0xFF && bytes[3] == 0x9B
+            && bytes[4..<12].allSatisfy({ $0 == 0 })
+        {
+            return self.privateRange(ofIPv4: Array(bytes[12..<16]))
+        }
+        return nil
+    }
+}

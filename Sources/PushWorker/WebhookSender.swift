@@ -1,0 +1,260 @@
+import APNsTransport
+import Foundation
+import Logging
+import Metrics
+import PushCore
+import PushQueue
+import Synchronization
+
+/// How the worker POSTs webhook deliveries (CONTRACT.md 1c).
+public struct WebhookSettings: Sendable {
+    /// Reach loopback and private addresses (`--webhooks-allow-private`).
+    public var allowPrivate = false
+    /// Extra roots to trust for `https://` receivers (`--webhooks-ca-file`).
+    public var caFile: String?
+    /// Connect, TLS, request and answer of one POST together (`--webhooks-timeout`).
+    public var timeout: Duration = .seconds(10)
+    /// POSTs in flight per hook, across the fleet: a slow receiver holds at most this many.
+    public var perHook = 4
+    /// POSTs in flight on this worker, all hooks together.
+    public var concurrency = 32
+    /// How long a delivery is retried before it is dead.
+    public var retryWindow: Duration = WebhookPolicy.retryWindow
+    /// How often an idle sender looks for due deliveries.
+    public var pollInterval: Duration = .milliseconds(500)
+
+    public init() {}
+
+    /// How long a claim holds a delivery: past the POST's deadline, so a live worker never loses it, short
+    /// enough that a killed worker's deliveries are sent again soon.
+    var lease: Duration { self.timeout * 2 + .seconds(5) }
+}
+
+/// Claims due deliveries, POSTs them signed, records each try. Runs beside the job claim loop on its own
+/// task group: a slow or hanging receiver costs a POST slot until its deadline, never a job send.
+final class WebhookSender: Sendable {
+    let queue: JobQueue
+    let client: WebhookHTTPClient
+    let settings: WebhookSettings
+    let workerID: String
+    let logger: Logger
+    let clock: any MonotonicClock
+    private let state = Mutex(State())
+    private let wake = WakeSignal()
+    private let outcomes: [WebhookTry.Kind: Counter] = [
+        .delivered: Counter(label: "push_webhook_deliveries_total", dimensions: [("outcome", "delivered")]),
+        .retry: Counter(label: "push_webhook_deliveries_total", dimensions: [("outcome", "failed")]),
+        .gone: Counter(label: "push_webhook_deliveries_total", dimensions: [("outcome", "gone")]),
+    ]
+    private let deadDeliveries = Counter(label: "push_webhook_dead_total")
+
+    private struct State {
+        var inFlight = 0
+        var tries: [WebhookTry] = []
+        var stopping = false
+    }
+
+    init(
+        queue: JobQueue,
+        client: WebhookHTTPClient,
+        settings: WebhookSettings,
+        workerID: String,
+        logger: Logger,
+        clock: any MonotonicClock
+    ) {
+        self.queue = queue
+        self.client = client
+        self.settings = settings
+        self.workerID = workerID
+        self.logger = logger
+        self.clock = clock
+    }
+
+    /// Stops claiming; ``run()`` returns once the POSTs in flight are answered (or time out) and recorded.
+    func stop() {
+        self.state.withLock { $0.stopping = true }
+        self.wake.signal()
+    }
+
+    func run() async {
+        do {
+            let back = try await self.queue.reclaimWebhookDeliveries(ofPreviousLife: self.workerID)
+            if back > 0 {
+                self.logger.warning(
+                    "took back the webhook deliveries an earlier process of this worker id left in flight; they are sent again with the same Push-Delivery-Id",
+                    metadata: ["push.deliveries": "\(back)"]
+                )
+            }
+        } catch {
+            self.logger.warning(
+                "could not take back earlier webhook deliveries; they come back when their lease lapses",
+                metadata: ["push.error": "\(QueueError.summary(of: error))"]
+            )
+        }
+        await withDiscardingTaskGroup { posts in
+            while true {
+                await self.flush()
+                let (stopping, room) = self.state.withLock { ($0.stopping, self.settings.concurrency - $0.inFlight) }
+                if stopping { break }
+                var claimed: [WebhookDelivery] = []
+                if room > 0 {
+                    do {
+                        claimed = try await self.queue.claimWebhookDeliveries(
+                            workerID: self.workerID,
+                            perHook: self.settings.perHook,
+                            limit: room,
+                            lease: self.settings.lease
+                        )
+                    } catch {
+                        self.logger.warning(
+                            "could not claim webhook deliveries; will retry",
+                            metadata: ["push.error": "\(QueueError.summary(of: error))"]
+                        )
+                    }
+                }
+                self.state.withLock { $0.inFlight += claimed.count }
+                for delivery in claimed {
+                    posts.addTask { await self.post(delivery) }
+                }
+                // A full claim: look again at once (after the tries so far are written); else wait for a POST
+                // to finish or the poll interval.
+                if claimed.count < room || room == 0 {
+                    _ = await self.wake.wait(timeout: self.settings.pollInterval, clock: self.clock)
+                }
+            }
+            // Stopping: the POSTs in flight finish (each within its deadline) and their tries are written.
+            while self.state.withLock({ $0.inFlight }) > 0 {
+                _ = await self.wake.wait(timeout: .milliseconds(100), clock: self.clock)
+            }
+        }
+        await self.flush()
+    }
+
+    /// Writes the tries answered since the last flush, in one statement; kept for the next flush on failure.
+    private func flush() async {
+        let tries = self.state.withLock { state -> [WebhookTry] in
+            defer { state.tries.removeAll() }
+            return state.tries
+        }
+        guard !tries.isEmpty else { return }
+        do {
+            let result = try await self.queue.recordWebhookTries(
+                tries,
+                workerID: self.workerID,
+                retryWindow: self.settings.retryWindow
+            )
+            for attempt in tries { self.outcomes[attempt.kind]?.increment() }
+            if result.dead > 0 {
+                self.deadDeliveries.increment(by: result.dead)
+                self.logger.error(
+                    "webhook deliveries failed for 24 hours and are dead; see `push-worker webhooks` and the runbook's entry for failing hooks",
+                    metadata: ["push.deliveries": "\(result.dead)"]
+                )
+            }
+            for hook in result.disabledHooks {
+                self.logger.error(
+                    "a webhook's receiver answered 410 Gone: the hook is disabled; `push-worker webhooks replay --hook \(hook)` enables it again",
+                    metadata: ["push.webhook": "\(hook)"]
+                )
+            }
+        } catch {
+            self.logger.warning(
+                "could not record webhook tries; will retry (a lapsed lease sends them again, same delivery id)",
+                metadata: ["push.error": "\(QueueError.summary(of: error))"]
+            )
+            self.state.withLock { $0.tries.append(contentsOf: tries) }
+        }
+    }
+
+    /// One POST, its verdict queued for the next flush.
+    private func post(_ delivery: WebhookDelivery) async {
+        let attempt = await self.attempt(delivery)
+        let stopping = self.state.withLock { state -> Bool in
+            state.tries.append(attempt)
+            state.inFlight -= 1
+            return state.stopping
+        }
+        if attempt.kind != .delivered {
+            self.logger.info(
+                "webhook delivery not accepted",
+                metadata: [
+                    "push.webhook": "\(delivery.webhookID)", "push.delivery": "\(delivery.id)",
+                    "push.attempt": "\(delivery.attempt)", "push.error": "\(attempt.error ?? "-")",
+                ]
+            )
+        }
+        _ = stopping
+        self.wake.signal()
+    }
+
+    private func attempt(_ delivery: WebhookDelivery) async -> WebhookTry {
+        func retry(_ status: Int?, _ error: String, after: Duration? = nil) -> WebhookTry {
+            let verdict = WebhookPolicy.verdict(
+                status: status,
+                attempt: delivery.attempt,
+                retryAfter: after,
+                jitter: Double.random(in: 0..<1)
+            )
+            if case .retry(let wait) = verdict {
+                return WebhookTry(
+                    id: delivery.id,
+                    attempt: delivery.attempt,
+                    kind: .retry,
+                    status: status,
+                    error: error,
+                    retryAfter: wait
+                )
+            }
+            return WebhookTry(id: delivery.id, attempt: delivery.attempt, kind: .retry, status: status, error: error)
+        }
+        let secret: Data
+        switch SecretFile.read(delivery.secretFile, policy: .privateKey, maxBytes: 4_096) {
+        case .success(let bytes): secret = Data(bytes)
+        case .failure(let failure): return retry(nil, "the secret file \(delivery.secretFile) \(failure.sentence)")
+        }
+        let body = Array(delivery.body.utf8)
+        let timestamp = Int64(Date().timeIntervalSince1970)
+        guard let signature = WebhookSignature.value(body: body, timestamp: timestamp, secretFileContent: secret) else {
+            return retry(nil, "the secret file \(delivery.secretFile) is empty: write the hook's secret into it")
+        }
+        let headers = [
+            (WebhookSignature.header, signature),
+            ("Push-Delivery-Id", "\(delivery.id)"),
+            ("Push-Event", delivery.event),
+            ("Push-Attempt", "\(delivery.attempt)"),
+            ("User-Agent", "push-worker"),
+        ]
+        do {
+            let answer = try await self.client.post(url: delivery.url, headers: headers, body: body)
+            switch WebhookPolicy.verdict(status: answer.status, attempt: delivery.attempt, retryAfter: nil, jitter: 0) {
+            case .delivered:
+                return WebhookTry(id: delivery.id, attempt: delivery.attempt, kind: .delivered, status: answer.status, error: nil)
+            case .gone:
+                return WebhookTry(
+                    id: delivery.id,
+                    attempt: delivery.attempt,
+                    kind: .gone,
+                    status: 410,
+                    error: "the receiver answered 410 Gone: the hook is disabled"
+                )
+            case .retry:
+                let what: String
+                if (300..<400).contains(answer.status) {
+                    what =
+                        "the receiver answered \(answer.status), a redirect\(answer.location.map { " to \(WebhookSender.redact($0))" } ?? ""): redirects are not followed; point the hook at the final URL"
+                } else {
+                    let excerpt = answer.bodyPrefix.trimmingCharacters(in: .whitespaces)
+                    what = "the receiver answered \(answer.status)\(excerpt.isEmpty ? "" : ": \(excerpt.prefix(200))")"
+                }
+                return retry(answer.status, what, after: RetryAfter.parse(answer.retryAfter))
+            }
+        } catch {
+            return retry(nil, error.description)
+        }
+    }
+
+    /// A URL without its query (a receiver's token may be there).
+    static func redact(_ url: String) -> String {
+        String(url.split(separator: "?", maxSplits: 1).first ?? "")
+    }
+}

@@ -37,7 +37,7 @@ extension JobQueue {
                        locked_by = NULL, locked_until = NULL
                  WHERE \(delivered) AND j.id = \(outcome.jobID) AND j.attempts = \(Int16(clamping: outcome.attempt))
                    AND j.locked_by = \(workerID)
-                RETURNING j.id
+                RETURNING j.id, j.apns_id, j.platform, j.topic, j.trap_ids
             ), moved AS (
                 DELETE FROM push.jobs AS j
                  WHERE NOT \(delivered) AND j.id = \(outcome.jobID) AND j.attempts = \(Int16(clamping: outcome.attempt))
@@ -54,6 +54,25 @@ extension JobQueue {
                   FROM moved
                 \(unescaped: Self.deadConflict)
                 RETURNING id
+            ), deliveries AS (
+                -- Webhooks take this outcome too, in the same statement (the normal write's rule).
+                INSERT INTO push.webhook_deliveries (webhook_id, event, job_id, body)
+                SELECT h.id, e.event, e.id,
+                       jsonb_build_object('job_id', e.id, 'apns_id', e.apns_id, 'platform', e.platform,
+                                          'topic', e.topic, 'state', e.event, 'status', e.status,
+                                          'reason', e.reason, 'trap_ids', to_jsonb(e.trap_ids), 'at', now(),
+                                          'event', e.event)
+                  FROM push.webhooks AS h
+                  JOIN (SELECT id, 'delivered' AS event, apns_id, platform, topic, 200 AS status,
+                               NULL::text AS reason, trap_ids
+                          FROM done
+                        UNION ALL
+                        SELECT id, 'dead', apns_id, platform, topic,
+                               \(outcome.status.map { Int(clamping: $0) })::int, \(reason), trap_ids
+                          FROM moved) AS e
+                    ON e.event = ANY (h.events) AND (h.topic IS NULL OR h.topic = e.topic)
+                 WHERE h.disabled_at IS NULL
+                RETURNING 1
             )
             SELECT id FROM done UNION ALL SELECT id FROM dead
             """,

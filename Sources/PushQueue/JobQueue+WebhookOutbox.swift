@@ -132,7 +132,9 @@ extension JobQueue {
         // Arrays of optionals do not bind: 0 and '' stand for none.
         let statuses = tries.map { Int32(clamping: $0.status ?? 0) }
         let errors = tries.map { String(($0.error ?? "").prefix(500)) }
-        let waits = tries.map { Double($0.retryAfter.components.seconds) + Double($0.retryAfter.components.attoseconds) / 1e18 }
+        let waits = tries.map {
+            Double($0.retryAfter.components.seconds) + Double($0.retryAfter.components.attoseconds) / 1e18
+        }
         let window = Double(retryWindow.components.seconds)
         var result = WebhookRecordResult()
         for try await row in try await self.client.query(

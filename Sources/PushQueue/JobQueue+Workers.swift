@@ -179,6 +179,18 @@ extension JobQueue {
                                                                 ELSE p.credential END) = ANY (w.credentials))
                                  LIMIT 1000 FOR UPDATE SKIP LOCKED)
                 RETURNING j.*
+            ), deliveries AS (
+                -- Webhooks that take `dead` hear of these too, in this statement.
+                INSERT INTO push.webhook_deliveries (webhook_id, event, job_id, body)
+                SELECT h.id, 'dead', m.id,
+                       jsonb_build_object('job_id', m.id, 'apns_id', m.apns_id, 'platform', m.platform,
+                                          'topic', m.topic, 'state', 'dead', 'status', m.status,
+                                          'reason', 'CredentialsMissing',
+                                          'trap_ids', to_jsonb(push.merge_trap_ids(m.trap_ids, '{MS028}')),
+                                          'at', now(), 'event', 'dead')
+                  FROM push.webhooks AS h JOIN moved AS m ON h.topic IS NULL OR h.topic = m.topic
+                 WHERE h.disabled_at IS NULL AND 'dead' = ANY (h.events)
+                RETURNING 1
             )
             INSERT INTO push.dead_jobs (\(unescaped: Self.deadLetterInsertColumns))
             SELECT id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,

@@ -228,7 +228,13 @@ final class WebhookSender: Sendable {
             let answer = try await self.client.post(url: delivery.url, headers: headers, body: body)
             switch WebhookPolicy.verdict(status: answer.status, attempt: delivery.attempt, retryAfter: nil, jitter: 0) {
             case .delivered:
-                return WebhookTry(id: delivery.id, attempt: delivery.attempt, kind: .delivered, status: answer.status, error: nil)
+                return WebhookTry(
+                    id: delivery.id,
+                    attempt: delivery.attempt,
+                    kind: .delivered,
+                    status: answer.status,
+                    error: nil
+                )
             case .gone:
                 return WebhookTry(
                     id: delivery.id,

@@ -194,7 +194,8 @@ struct WebhooksCommand: AsyncParsableCommand {
         )
         @OptionGroup var database: DatabaseOptions
         @Argument(help: "Dead deliveries' ids.") var ids: [Int64] = []
-        @Option(help: ArgumentHelp("Every dead delivery of this hook (and enable it).", valueName: "id")) var hook: Int64?
+        @Option(help: ArgumentHelp("Every dead delivery of this hook (and enable it).", valueName: "id")) var hook:
+            Int64?
         @Flag(help: "Print the result as JSON.") var json = false
 
         func validate() throws {
@@ -212,7 +213,9 @@ struct WebhooksCommand: AsyncParsableCommand {
                 printJSON(result)
             } else {
                 if let enabled = result.enabledHook { print("enabled webhook \(enabled) again") }
-                print("replayed \(result.replayed.count) deliveries\(result.replayed.isEmpty ? "" : ": \(result.replayed.map(String.init).joined(separator: " "))")")
+                print(
+                    "replayed \(result.replayed.count) deliveries\(result.replayed.isEmpty ? "" : ": \(result.replayed.map(String.init).joined(separator: " "))")"
+                )
                 if !result.notDead.isEmpty {
                     print("not dead, left alone: \(result.notDead.map(String.init).joined(separator: " "))")
                 }

@@ -58,7 +58,10 @@ public struct WebhookHTTPClient: Sendable {
             do {
                 configuration.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMFile(caFile))]
             } catch {
-                throw Failure(kind: .tls, description: "--webhooks-ca-file \(caFile) is not a readable PEM certificate file: \(error)")
+                throw Failure(
+                    kind: .tls,
+                    description: "--webhooks-ca-file \(caFile) is not a readable PEM certificate file: \(error)"
+                )
             }
         }
         self.tls = try NIOSSLContext(configuration: configuration)
@@ -75,18 +78,25 @@ public struct WebhookHTTPClient: Sendable {
         /// `scheme://host:port/path`, without the query (which may carry a receiver's token).
         public var description: String {
             let path = self.pathAndQuery.split(separator: "?", maxSplits: 1).first.map(String.init) ?? "/"
-            return "\(self.secure ? "https" : "http")://\(self.host.contains(":") ? "[\(self.host)]" : self.host):\(self.port)\(path)"
+            return
+                "\(self.secure ? "https" : "http")://\(self.host.contains(":") ? "[\(self.host)]" : self.host):\(self.port)\(path)"
         }
 
         public init(url: String) throws(Failure) {
             guard let parsed = URLComponents(string: url), let scheme = parsed.scheme?.lowercased(),
                 scheme == "http" || scheme == "https", var host = parsed.host, !host.isEmpty
             else {
-                throw Failure(kind: .badURL, description: "the hook's URL is not an http:// or https:// URL with a host")
+                throw Failure(
+                    kind: .badURL,
+                    description: "the hook's URL is not an http:// or https:// URL with a host"
+                )
             }
             if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
             guard parsed.user == nil, parsed.password == nil else {
-                throw Failure(kind: .badURL, description: "the hook's URL carries a user or password: put a secret in --secret-file, not the URL")
+                throw Failure(
+                    kind: .badURL,
+                    description: "the hook's URL carries a user or password: put a secret in --secret-file, not the URL"
+                )
             }
             self.secure = scheme == "https"
             self.host = host
@@ -174,7 +184,8 @@ public struct WebhookHTTPClient: Sendable {
                 if let range = Self.privateRange(of: address) {
                     throw Failure(
                         kind: .refusedAddress,
-                        description: "\(host) resolves to \(address.ipAddress ?? "?"), a \(range) address: refused, so that a row cannot make the worker call into its own network. Point the hook at a public address, or run the workers with --webhooks-allow-private if this receiver is meant to be inside."
+                        description:
+                            "\(host) resolves to \(address.ipAddress ?? "?"), a \(range) address: refused, so that a row cannot make the worker call into its own network. Point the hook at a public address, or run the workers with --webhooks-allow-private if this receiver is meant to be inside."
                     )
                 }
             }
@@ -279,7 +290,9 @@ private final class AnswerCollector: ChannelInboundHandler {
         if let answer = self.answer {
             self.promise.succeed(answer)
         } else {
-            self.promise.fail(WebhookHTTPClient.Failure(kind: .closed, description: "the connection closed before an answer"))
+            self.promise.fail(
+                WebhookHTTPClient.Failure(kind: .closed, description: "the connection closed before an answer")
+            )
         }
         context.fireChannelInactive()
     }

@@ -1,5 +1,5 @@
-public import Foundation
 import Crypto
+public import Foundation
 
 /// The `Push-Signature` header of a webhook delivery (CONTRACT.md 1c): `t=<unix seconds>,v1=<hex>`, where `v1`
 /// is HMAC-SHA256 of `<t>.<body>` keyed with the secret file's content, surrounding whitespace removed.

@@ -1,0 +1,239 @@
+import Foundation
+import PushProcess
+import PushQueueTesting
+import Testing
+
+/// The tests' loopback receiver (Tests/Interop/webhook_receiver.py, written from CONTRACT.md 1c): it checks
+/// every signature and logs every request, and misbehaves per path.
+struct WebhookReceiver {
+    let process: ChildProcess.Running
+    let port: Int
+    let log: String
+
+    struct Request: Decodable {
+        var delivery: String?
+        var event: String?
+        var attempt: String?
+        var job_id: Int64?
+        var signed: Bool
+        var path: String
+        var action: String
+        var at: Double
+        var keys: [String]
+    }
+
+    static func start(in directory: String, secretFile: String, seed: UInt64, delay: Double) async throws -> Self {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Interop/webhook_receiver.py").path
+        let portFile = directory + "/receiver.port"
+        let log = directory + "/receiver.jsonl"
+        let process = try ChildProcess.start(
+            "/usr/bin/env",
+            [
+                "python3", script, "--port-file", portFile, "--log", log, "--secret-file", secretFile, "--seed",
+                "\(seed)", "--delay", "\(delay)",
+            ],
+            environment: ["PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"],
+            outputPath: directory + "/receiver.out"
+        )
+        for _ in 0..<200 {
+            if let text = try? String(contentsOfFile: portFile, encoding: .utf8), let port = Int(text) {
+                return WebhookReceiver(process: process, port: port, log: log)
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        process.signal(SIGKILL)
+        process.reap()
+        Issue.record("the receiver did not start: \(process.output)")
+        throw CancellationError()
+    }
+
+    var requests: [Request] {
+        guard let text = try? String(contentsOfFile: self.log, encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { try? JSONDecoder().decode(Request.self, from: Data($0.utf8)) }
+    }
+
+    func stop() {
+        self.process.signal(SIGKILL)
+        self.process.reap()
+    }
+}
+
+/// Webhooks end to end: the real binary, real Postgres, a receiver in another language over real sockets.
+@Suite("Webhooks: signed, retried, never lost, never trusted")
+struct WebhookDaemonTests {
+    static func secret(in directory: String) throws -> String {
+        let path = directory + "/hook.secret"
+        try "  whsec_test-\(UUID().uuidString)\n".write(toFile: path, atomically: true, encoding: .utf8)
+        chmod(path, 0o600)
+        return path
+    }
+
+    static var seed: UInt64 {
+        ProcessInfo.processInfo.environment["PUSH_WEBHOOK_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 1...999_999)
+    }
+
+    @Test(
+        "a receiver that drops, delays, answers 500, 503 with Retry-After, 410 and a redirect: every delivery signed and delivered once its receiver takes it, duplicates only where the worker's deadline passed, 410 disables, redirects are not followed, private addresses refused without the flag"
+    )
+    func droppingReceiver() async throws {
+        let seed = Self.seed
+        print("webhook receiver seed \(seed) (PUSH_WEBHOOK_SEED=\(seed) repeats it)")
+        try await DaemonFixture.run { f in
+            let secret = try Self.secret(in: f.directory)
+            let receiver = try await WebhookReceiver.start(in: f.directory, secretFile: secret, seed: seed, delay: 3)
+            defer { receiver.stop() }
+            let base = "http://127.0.0.1:\(receiver.port)"
+            for (path, events) in [
+                ("/flaky", "delivered,dead,token_invalid"), ("/gone", "dead"), ("/redirect", "token_invalid"),
+            ] {
+                let added = try await f.cli([
+                    "webhooks", "add", base + path, "--events", events, "--secret-file", secret,
+                ])
+                #expect(added.status == 0, "\(added.output)")
+            }
+            // 12 of the 240 tokens are unregistered: dead with token_invalid.
+            for n in 1...12 {
+                f.simulator.script(DaemonFixture.token(n * 20), .unregistered(timestampMs: 1_700_000_000_000))
+            }
+            try await f.insertAlerts(240)
+            // First without --webhooks-allow-private: the loopback receiver is refused, nothing reaches it.
+            let refusing = try f.startWorker("w0", ["--webhooks-timeout", "2s"])
+            try await f.waitUntil(.seconds(60), "the refused tries recorded") {
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.webhook_deliveries WHERE last_error LIKE '%--webhooks-allow-private%'"
+                ) >= 3
+            }
+            refusing.signal(SIGTERM)
+            refusing.reap()
+            #expect(receiver.requests.isEmpty, "a private address was refused: no request reached it")
+            // Due again now, then the worker that may reach it.
+            try await f.db.execute("UPDATE push.webhook_deliveries SET run_at = now() WHERE state = 'pending'")
+            let worker = try f.startWorker("w1", ["--webhooks-allow-private", "--webhooks-timeout", "2s"])
+            defer {
+                worker.signal(SIGKILL)
+                worker.reap()
+            }
+            try await f.waitUntil(.seconds(120), "every job ended and hook 1's deliveries all delivered") {
+                let open = try await f.unfinished()
+                let undelivered = try await f.db.int64(
+                    "SELECT count(*) FROM push.webhook_deliveries WHERE webhook_id = 1 AND state <> 'delivered'"
+                )
+                let untried = try await f.db.int64(
+                    "SELECT count(*) FROM push.webhook_deliveries WHERE webhook_id = 3 AND attempts = 0"
+                )
+                return open == 0 && undelivered == 0 && untried == 0
+            }
+            let requests = receiver.requests
+            #expect(!requests.isEmpty && requests.allSatisfy { $0.signed }, "every request's Push-Signature verifies")
+            let contract: Set = [
+                "job_id", "apns_id", "platform", "topic", "state", "status", "reason", "trap_ids", "at",
+            ]
+            #expect(
+                requests.allSatisfy { contract.isSubset(of: Set($0.keys)) },
+                "every body carries the contract's fields"
+            )
+            // Hook 1: one delivery per outcome it takes (228 delivered, 12 dead, 12 token_invalid).
+            let flaky = requests.filter { $0.path == "/flaky" }
+            let rows = try await f.db.int64("SELECT count(*) FROM push.webhook_deliveries WHERE webhook_id = 1")
+            #expect(rows == 252, "228 delivered + 12 dead + 12 token_invalid")
+            let accepted = Dictionary(grouping: flaky.filter { $0.action == "ok" || $0.action == "delay" }) {
+                $0.delivery ?? ""
+            }
+            let lost = try await f.db.int64s(
+                "SELECT id FROM push.webhook_deliveries WHERE webhook_id = 1 ORDER BY id"
+            ).filter { accepted["\($0)"] == nil }
+            #expect(lost.isEmpty, "no delivery lost: each was taken by the receiver at least once (\(lost.prefix(5)))")
+            let duplicates = accepted.filter { $0.value.count > 1 }
+            let unexplained = duplicates.filter { $0.value.first?.action != "delay" }
+            #expect(unexplained.isEmpty, "a delivery taken twice only after its first answer came past the deadline")
+            let ids = Set(flaky.compactMap(\.delivery))
+            #expect(
+                flaky.allSatisfy { request in
+                    flaky.filter { $0.delivery == request.delivery }.map(\.attempt).count
+                        == Set(flaky.filter { $0.delivery == request.delivery }.compactMap(\.attempt)).count
+                },
+                "each try of a delivery carries its own Push-Attempt"
+            )
+            let actions = Dictionary(grouping: flaky.filter { $0.attempt == "1" }, by: \.action).mapValues(\.count)
+            print(
+                "webhook figures (seed \(seed)): deliveries \(ids.count), requests \(flaky.count), first tries \(actions.sorted { $0.key < $1.key }), duplicates \(duplicates.count) (all after a deadline), lost \(lost.count)"
+            )
+            // Hook 2: a 410 disabled it after the first answers (at most its in-flight share went out).
+            let gone = requests.filter { $0.path == "/gone" }
+            #expect(!gone.isEmpty && gone.count <= 4, "410 stops the hook: \(gone.count) requests")
+            let disabled = try await f.cli(["webhooks"])
+            #expect(disabled.output.contains("DISABLED: the receiver answered 410 Gone"), "\(disabled.output)")
+            #expect(
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.webhook_deliveries WHERE webhook_id = 2 AND state = 'pending'"
+                ) == 12 - Int64(gone.count),
+                "the disabled hook's other deliveries wait, unsent"
+            )
+            // Hook 3: the redirect was an answer, not followed; the deliveries wait with a sentence saying so.
+            #expect(requests.filter { $0.path == "/ok" }.isEmpty, "no redirect was followed")
+            let shown = try await f.cli(["webhooks", "show", "3"])
+            #expect(shown.output.contains("redirects are not followed"), "\(shown.output)")
+            // Replay: a dead delivery goes out again with its id; --hook enables the disabled hook.
+            try await f.db.execute(
+                "UPDATE push.webhook_deliveries SET state = 'dead' WHERE webhook_id = 2 AND state = 'pending'"
+            )
+            let replay = try await f.cli(["webhooks", "replay", "--hook", "2"])
+            #expect(replay.status == 0 && replay.output.contains("enabled webhook 2 again"), "\(replay.output)")
+            let notDead = try await f.cli(["webhooks", "replay", "1"])
+            #expect(notDead.status == 1 && notDead.output.contains("not dead"), "\(notDead.output)")
+        }
+    }
+
+    @Test(
+        "kill -9 with deliveries in flight: none lost, a delivery taken twice only when it was in flight at the death, with the same Push-Delivery-Id"
+    )
+    func killWithDeliveriesInFlight() async throws {
+        try await DaemonFixture.run { f in
+            let secret = try Self.secret(in: f.directory)
+            let receiver = try await WebhookReceiver.start(in: f.directory, secretFile: secret, seed: 1, delay: 0.4)
+            defer { receiver.stop() }
+            let added = try await f.cli([
+                "webhooks", "add", "http://127.0.0.1:\(receiver.port)/slow", "--events", "delivered", "--secret-file",
+                secret,
+            ])
+            #expect(added.status == 0, "\(added.output)")
+            let flags = ["--webhooks-allow-private", "--webhooks-timeout", "2s", "--webhooks-per-hook", "16"]
+            try await f.insertAlerts(300)
+            let victim = try f.startWorker("victim", flags)
+            try await f.waitUntil(.seconds(60), "the receiver taking deliveries") { receiver.requests.count >= 40 }
+            victim.signal(SIGKILL)
+            victim.reap()
+            let killedAt = Date().timeIntervalSince1970
+            let inFlight = try await f.db.int64(
+                "SELECT count(*) FROM push.webhook_deliveries WHERE state = 'running' AND locked_by = 'victim'"
+            )
+            let survivor = try f.startWorker("survivor", flags)
+            defer {
+                survivor.signal(SIGKILL)
+                survivor.reap()
+            }
+            try await f.waitUntil(.seconds(120), "every job ended and every delivery delivered") {
+                let open = try await f.unfinished()
+                let undelivered = try await f.db.int64(
+                    "SELECT count(*) FROM push.webhook_deliveries WHERE state <> 'delivered'"
+                )
+                return open == 0 && undelivered == 0
+            }
+            let requests = receiver.requests
+            #expect(requests.allSatisfy { $0.signed })
+            let byDelivery = Dictionary(grouping: requests) { $0.delivery ?? "" }
+            let rows = try await f.db.int64s("SELECT job_id FROM push.webhook_deliveries ORDER BY job_id")
+            #expect(rows.count == 300, "one delivery per delivered job")
+            let received = Set(requests.compactMap(\.job_id))
+            let lost = rows.filter { !received.contains($0) }
+            #expect(lost.isEmpty, "no delivery lost across the kill")
+            let twice = byDelivery.filter { $0.value.count > 1 }
+            let unexplained = twice.filter { ($0.value.first?.at ?? .infinity) > killedAt }
+            #expect(unexplained.isEmpty, "a delivery is taken twice only when its first POST was made before the kill")
+            print(
+                "webhook kill -9 figures: deliveries \(rows.count), running at the kill \(inFlight), requests \(requests.count), duplicates \(twice.count) (all in flight at the death), lost \(lost.count)"
+            )
+        }
+    }
+}

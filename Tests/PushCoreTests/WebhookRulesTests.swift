@@ -1,0 +1,120 @@
+import Foundation
+import Testing
+
+@testable import PushCore
+
+@Suite("Webhook rules: the signature, the retry schedule, the addresses refused")
+struct WebhookRulesTests {
+    @Test("the signature is HMAC-SHA256 of t.body keyed with the trimmed secret; verify checks it and the time")
+    func signature() throws {
+        let body = Array(#"{"job_id":1}"#.utf8)
+        let secret = Data("  topsecret\n".utf8)
+        let header = try #require(
+            WebhookSignature.value(body: body, timestamp: 1_700_000_000, secretFileContent: secret)
+        )
+        // Computed independently: printf '1700000000.{"job_id":1}' | openssl dgst -sha256 -hmac topsecret
+        #expect(
+            header == "t=1700000000,v1="
+                + WebhookSignature.hex(body: body, timestamp: 1_700_000_000, key: .init(data: Data("topsecret".utf8)))
+        )
+        let now = Date(timeIntervalSince1970: 1_700_000_100)
+        #expect(
+            WebhookSignature.verify(header: header, body: body, secretFileContent: Data("topsecret".utf8), now: now)
+        )
+        #expect(!WebhookSignature.verify(header: header, body: body + [0x20], secretFileContent: secret, now: now))
+        #expect(!WebhookSignature.verify(header: header, body: body, secretFileContent: Data("other".utf8), now: now))
+        #expect(
+            !WebhookSignature.verify(
+                header: header,
+                body: body,
+                secretFileContent: secret,
+                now: now.addingTimeInterval(600)
+            ),
+            "an old signature is refused (replay)"
+        )
+        #expect(WebhookSignature.value(body: body, timestamp: 1, secretFileContent: Data(" \n\t".utf8)) == nil)
+    }
+
+    @Test("the signature matches openssl's HMAC")
+    func againstOpenSSL() throws {
+        let body = #"{"event":"dead","job_id":42}"#
+        let header = try #require(
+            WebhookSignature.value(
+                body: Array(body.utf8),
+                timestamp: 1_700_000_000,
+                secretFileContent: Data("k3y".utf8)
+            )
+        )
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["openssl", "dgst", "-sha256", "-hmac", "k3y"]
+        let input = Pipe()
+        let output = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        try process.run()
+        input.fileHandleForWriting.write(Data("1700000000.\(body)".utf8))
+        try input.fileHandleForWriting.close()
+        process.waitUntilExit()
+        let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let hex = try #require(printed.split(separator: " ").last).trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(header == "t=1700000000,v1=\(hex)")
+    }
+
+    @Test("2xx delivered, 410 gone, the rest retried: 5 s doubling to an hour with jitter, Retry-After honoured")
+    func schedule() {
+        #expect(WebhookPolicy.verdict(status: 204, attempt: 1, retryAfter: nil, jitter: 0) == .delivered)
+        #expect(WebhookPolicy.verdict(status: 410, attempt: 1, retryAfter: nil, jitter: 0) == .gone)
+        #expect(
+            WebhookPolicy.verdict(status: 500, attempt: 1, retryAfter: nil, jitter: 0) == .retry(after: .seconds(5))
+        )
+        #expect(
+            WebhookPolicy.verdict(status: nil, attempt: 3, retryAfter: nil, jitter: 0) == .retry(after: .seconds(20))
+        )
+        #expect(
+            WebhookPolicy.verdict(status: 302, attempt: 2, retryAfter: nil, jitter: 1) == .retry(after: .seconds(12))
+        )
+        #expect(
+            WebhookPolicy.verdict(status: 500, attempt: 40, retryAfter: nil, jitter: 1)
+                == .retry(after: .seconds(3_600))
+        )
+        #expect(
+            WebhookPolicy.verdict(status: 429, attempt: 1, retryAfter: .seconds(90), jitter: 0)
+                == .retry(after: .seconds(90))
+        )
+        #expect(
+            WebhookPolicy.verdict(status: 503, attempt: 1, retryAfter: .seconds(86_400), jitter: 0)
+                == .retry(after: .seconds(3_600)),
+            "a receiver's Retry-After is held to an hour"
+        )
+    }
+
+    @Test("loopback, private, link-local, shared and mapped addresses are refused; public ones pass")
+    func addresses() {
+        for private4: [UInt8] in [
+            [127, 0, 0, 1], [10, 1, 2, 3], [172, 16, 0, 1], [172, 31, 255, 255], [192, 168, 1, 1],
+            [169, 254, 169, 254], [100, 64, 0, 1], [0, 0, 0, 0], [224, 0, 0, 1], [255, 255, 255, 255],
+        ] {
+            #expect(WebhookAddress.privateRange(ofIPv4: private4) != nil, "\(private4)")
+        }
+        for public4: [UInt8] in [[8, 8, 8, 8], [172, 32, 0, 1], [192, 169, 0, 1], [100, 128, 0, 1], [1, 1, 1, 1]] {
+            #expect(WebhookAddress.privateRange(ofIPv4: public4) == nil, "\(public4)")
+        }
+        var loopback6 = [UInt8](repeating: 0, count: 16)
+        loopback6[15] = 1
+        #expect(WebhookAddress.privateRange(ofIPv6: loopback6) == "loopback (::1)")
+        var mapped = [UInt8](repeating: 0, count: 16)
+        mapped[10] = 0xFF
+        mapped[11] = 0xFF
+        mapped[12...15] = [169, 254, 169, 254]
+        #expect(
+            WebhookAddress.privateRange(ofIPv6: mapped) == "link-local (169.254.0.0/16)",
+            "the metadata address, mapped"
+        )
+        #expect(WebhookAddress.privateRange(ofIPv6: [0xFD] + [UInt8](repeating: 0, count: 15)) != nil)
+        #expect(WebhookAddress.privateRange(ofIPv6: [0xFE, 0x80] + [UInt8](repeating: 0, count: 14)) != nil)
+        #expect(
+            WebhookAddress.privateRange(ofIPv6: [0x26, 0x06, 0x47, 0x00] + [UInt8](repeating: 1, count: 12)) == nil
+        )
+    }
+}

@@ -1,0 +1,202 @@
+import Foundation
+import PostgresNIO
+import PushCore
+import PushQueueTesting
+import Testing
+
+@testable import PushQueue
+
+/// The sender's statements against real Postgres: the claim by hook (a slow receiver holds only its own
+/// share), the fences on a try, the 24 hours, 410, replay; and the interleavings with a neighbour holding
+/// a delivery's or a hook's row, watched in `pg_stat_activity`.
+@Suite("Webhooks: the sender's claim, record and replay")
+struct WebhookSenderQueueTests {
+    static func hooks(_ db: TestDatabase, _ count: Int) async throws -> [Int64] {
+        var ids: [Int64] = []
+        for n in 0..<count {
+            ids.append(
+                try await db.queue.operations.addWebhook(
+                    url: "https://hooks.example.com/\(n)",
+                    events: ["delivered"],
+                    topic: nil,
+                    secretFile: "/etc/push-worker/\(n).secret"
+                ).id
+            )
+        }
+        return ids
+    }
+
+    static func deliveries(_ db: TestDatabase, hook: Int64, count: Int) async throws {
+        try await db.execute(
+            """
+            INSERT INTO push.webhook_deliveries (webhook_id, event, job_id, body)
+            SELECT \(hook), 'delivered', g, jsonb_build_object('job_id', g) FROM generate_series(1, \(count)) AS g
+            """
+        )
+    }
+
+    @Test(
+        "the claim takes at most the per-hook share across the fleet (a second worker gets only what is left), a lapsed lease is due again, and a try is recorded only by the holder of that attempt"
+    )
+    func claimAndFences() async throws {
+        try await TestPostgres.withDatabase { db in
+            let hooks = try await Self.hooks(db, 2)
+            try await Self.deliveries(db, hook: hooks[0], count: 10)
+            try await Self.deliveries(db, hook: hooks[1], count: 10)
+            let claimed = try await db.queue.claimWebhookDeliveries(
+                workerID: "a",
+                perHook: 3,
+                limit: 100,
+                lease: .seconds(60)
+            )
+            #expect(claimed.count == 6, "three per hook")
+            let second = try await db.queue.claimWebhookDeliveries(
+                workerID: "b",
+                perHook: 3,
+                limit: 100,
+                lease: .seconds(60)
+            )
+            #expect(second.isEmpty, "the share is fleet-wide: worker a holds it all")
+            // Hook 0's three, by id.
+            let first = claimed.filter { $0.webhookID == hooks[0] }.sorted { $0.id < $1.id }
+            let other = try #require(claimed.first { $0.webhookID == hooks[1] })
+            // a's tries: one delivered, one retried in 0 s, one gone stale (its lease lapses).
+            let result = try await db.queue.recordWebhookTries(
+                [
+                    WebhookTry(id: first[0].id, attempt: 1, kind: .delivered, status: 204, error: nil),
+                    WebhookTry(id: first[1].id, attempt: 1, kind: .retry, status: 500, error: "500", retryAfter: .zero),
+                    // A try of an attempt a does not hold (2) is fenced out.
+                    WebhookTry(id: first[2].id, attempt: 2, kind: .delivered, status: 204, error: nil),
+                ],
+                workerID: "a"
+            )
+            #expect(result.delivered == 1 && result.retried == 1 && result.dead == 0)
+            #expect(
+                try await db.queue.recordWebhookTries(
+                    [WebhookTry(id: other.id, attempt: 1, kind: .delivered, status: 204, error: nil)],
+                    workerID: "b"
+                ).delivered == 0,
+                "another worker's try of a's delivery is fenced out"
+            )
+            try await db.execute(
+                "UPDATE push.webhook_deliveries SET locked_until = now() - interval '1 second' WHERE id = \(first[2].id)"
+            )
+            let again = try await db.queue.claimWebhookDeliveries(
+                workerID: "b",
+                perHook: 10,
+                limit: 100,
+                lease: .seconds(60)
+            )
+            #expect(again.contains { $0.id == first[2].id && $0.attempt == 2 }, "the lapsed delivery is b's, attempt 2")
+            #expect(again.contains { $0.id == first[1].id && $0.attempt == 2 }, "the retried delivery is due")
+            #expect(again.filter { $0.webhookID == hooks[0] }.count == 9, "hook 0: all but the delivered one")
+            #expect(again.filter { $0.webhookID == hooks[1] }.count == 7, "hook 1: the share less a's three")
+            #expect(
+                try await db.queue.recordWebhookTries(
+                    [WebhookTry(id: first[2].id, attempt: 1, kind: .delivered, status: 204, error: nil)],
+                    workerID: "a"
+                ).delivered == 0,
+                "a's late answer for the attempt it lost records nothing"
+            )
+            // A worker restarted under the same id takes back what its earlier life held.
+            #expect(try await db.queue.reclaimWebhookDeliveries(ofPreviousLife: "a") == 3)
+            #expect(try await db.queue.reclaimWebhookDeliveries(ofPreviousLife: "b") == 16)
+        }
+    }
+
+    @Test("a retry past 24 hours is dead with a sentence; 410 disables the hook; replay by id and by hook")
+    func windowGoneReplay() async throws {
+        try await TestPostgres.withDatabase { db in
+            let hooks = try await Self.hooks(db, 2)
+            try await Self.deliveries(db, hook: hooks[0], count: 2)
+            try await Self.deliveries(db, hook: hooks[1], count: 3)
+            try await db.execute(
+                "UPDATE push.webhook_deliveries SET created_at = now() - interval '23 hours 59 minutes'"
+            )
+            let claimed = try await db.queue.claimWebhookDeliveries(
+                workerID: "a",
+                perHook: 1,
+                limit: 10,
+                lease: .seconds(60)
+            )
+            #expect(claimed.count == 2)
+            let first = try #require(claimed.first { $0.webhookID == hooks[0] })
+            let second = try #require(claimed.first { $0.webhookID == hooks[1] })
+            let result = try await db.queue.recordWebhookTries(
+                [
+                    WebhookTry(
+                        id: first.id,
+                        attempt: 1,
+                        kind: .retry,
+                        status: nil,
+                        error: "connection refused",
+                        retryAfter: .seconds(120)
+                    ),
+                    WebhookTry(id: second.id, attempt: 1, kind: .gone, status: 410, error: "gone"),
+                ],
+                workerID: "a"
+            )
+            #expect(result.dead == 2 && result.disabledHooks == [hooks[1]])
+            let hooksListed = try await db.queue.operations.webhooks()
+            #expect(hooksListed[1].disabledReason?.contains("410 Gone") == true)
+            #expect(hooksListed[0].dead == 1 && hooksListed[1].dead == 1 && hooksListed[1].waiting == 2)
+            let failing = try await db.queue.operations.failingWebhookDeliveries(hook: hooks[0], limit: 10)
+            #expect(failing.first?.lastError == "gave up after 24 hours: connection refused")
+            // The disabled hook's other deliveries are not claimed.
+            let more = try await db.queue.claimWebhookDeliveries(
+                workerID: "a",
+                perHook: 5,
+                limit: 10,
+                lease: .seconds(60)
+            )
+            #expect(more.allSatisfy { $0.webhookID == hooks[0] } && more.count == 1)
+            let byID = try await db.queue.operations.replayWebhookDeliveries(ids: [first.id, 999], hook: nil)
+            #expect(byID.replayed == [first.id] && byID.notDead == [999] && byID.enabledHook == nil)
+            let byHook = try await db.queue.operations.replayWebhookDeliveries(ids: [], hook: hooks[1])
+            #expect(byHook.replayed == [second.id] && byHook.enabledHook == hooks[1])
+            let replayed = try await db.queue.claimWebhookDeliveries(
+                workerID: "a",
+                perHook: 5,
+                limit: 10,
+                lease: .seconds(60)
+            )
+            #expect(replayed.contains { $0.id == second.id && $0.attempt == 1 }, "same id, attempts reset")
+        }
+    }
+
+    @Test(
+        "a neighbour holding a delivery's row (an operator's replay) or a hook's row (an operator's edit) stops neither the claim nor the record: pg_stat_activity shows no wait"
+    )
+    func interleavings() async throws {
+        try await TestPostgres.withDatabase { db in
+            let hooks = try await Self.hooks(db, 1)
+            try await Self.deliveries(db, hook: hooks[0], count: 6)
+            let neighbour = try await FleetInterleavingTests.session(db)
+            defer { Task { try? await neighbour.close() } }
+            try await neighbour.query("BEGIN", logger: db.logger)
+            try await neighbour.query(
+                "SELECT id FROM push.webhook_deliveries ORDER BY id LIMIT 2 FOR UPDATE",
+                logger: db.logger
+            )
+            try await neighbour.query(
+                "UPDATE push.webhooks SET url = url WHERE id = \(hooks[0])",
+                logger: db.logger
+            )
+            let release: @Sendable () async throws -> Void = {
+                _ = try await neighbour.query("COMMIT", logger: db.logger)
+            }
+            let claim = try await FleetInterleavingTests.watch(db, release: release) {
+                try await db.queue.claimWebhookDeliveries(workerID: "a", perHook: 10, limit: 10, lease: .seconds(60))
+            }
+            #expect(!claim.waited, "the claim skips the held deliveries and does not wait on the hook's row")
+            #expect(claim.value.count == 4)
+            let tries = claim.value.map { WebhookTry(id: $0.id, attempt: 1, kind: .delivered, status: 200, error: nil) }
+            let record = try await FleetInterleavingTests.watch(db, release: release) {
+                try await db.queue.recordWebhookTries(tries, workerID: "a")
+            }
+            #expect(!record.waited, "recording does not wait on the hook's row")
+            #expect(record.value.delivered == 4)
+            try await release()
+        }
+    }
+}

@@ -100,16 +100,6 @@ public final class PushWorkerService: Service, Sendable {
         logger: Logger
     ) {
         let clock = client.clock
-        self.webhookSender = webhooks.map {
-            WebhookSender(
-                queue: queue,
-                client: $0,
-                settings: configuration.webhooks,
-                workerID: configuration.workerID,
-                logger: logger,
-                clock: clock
-            )
-        }
         self.configuration = configuration
         self.clock = clock
         self.lastDatabaseSuccess = Mutex(clock.now)
@@ -146,6 +136,18 @@ public final class PushWorkerService: Service, Sendable {
             maximum: configuration.maximumCredentialPause,
             clock: clock
         )
+        let metrics = self.metrics
+        self.webhookSender = webhooks.map {
+            WebhookSender(
+                queue: queue,
+                client: $0,
+                settings: configuration.webhooks,
+                workerID: configuration.workerID,
+                logger: logger,
+                metrics: metrics,
+                clock: clock
+            )
+        }
         let state = Locked(
             State(
                 capacity: ClaimCapacity(concurrency: configuration.concurrency, batchSize: configuration.batchSize),

@@ -41,12 +41,7 @@ final class WebhookSender: Sendable {
     let clock: any MonotonicClock
     private let state = Mutex(State())
     private let wake = WakeSignal()
-    private let outcomes: [WebhookTry.Kind: Counter] = [
-        .delivered: Counter(label: "push_webhook_deliveries_total", dimensions: [("outcome", "delivered")]),
-        .retry: Counter(label: "push_webhook_deliveries_total", dimensions: [("outcome", "failed")]),
-        .gone: Counter(label: "push_webhook_deliveries_total", dimensions: [("outcome", "gone")]),
-    ]
-    private let deadDeliveries = Counter(label: "push_webhook_dead_total")
+    let metrics: WorkerMetrics
 
     private struct State {
         var inFlight = 0
@@ -60,8 +55,10 @@ final class WebhookSender: Sendable {
         settings: WebhookSettings,
         workerID: String,
         logger: Logger,
+        metrics: WorkerMetrics,
         clock: any MonotonicClock
     ) {
+        self.metrics = metrics
         self.queue = queue
         self.client = client
         self.settings = settings
@@ -143,9 +140,9 @@ final class WebhookSender: Sendable {
                 workerID: self.workerID,
                 retryWindow: self.settings.retryWindow
             )
-            for attempt in tries { self.outcomes[attempt.kind]?.increment() }
+            for attempt in tries { self.metrics.webhookTries[attempt.kind]?.increment() }
             if result.dead > 0 {
-                self.deadDeliveries.increment(by: result.dead)
+                self.metrics.webhookDead.increment(by: result.dead)
                 self.logger.error(
                     "webhook deliveries failed for 24 hours and are dead; see `push-worker webhooks` and the runbook's entry for failing hooks",
                     metadata: ["push.deliveries": "\(result.dead)"]

@@ -16,6 +16,15 @@ struct WorkerMetrics: Sendable {
     /// 1 while ``PushWorkerService/isReady``, 0 otherwise: `sum(push_worker_ready) == 0` means no worker
     /// is taking jobs.
     let ready = Gauge(label: "push_worker_ready")
+    /// Webhook POSTs by what became of them: `push_webhook_deliveries_total{outcome}` (delivered, failed:
+    /// tried again later, gone: a 410 disabled the hook).
+    let webhookTries: [WebhookTry.Kind: Counter] = [
+        .delivered: Counter(label: "push_webhook_deliveries_total", dimensions: [("outcome", "delivered")]),
+        .retry: Counter(label: "push_webhook_deliveries_total", dimensions: [("outcome", "failed")]),
+        .gone: Counter(label: "push_webhook_deliveries_total", dimensions: [("outcome", "gone")]),
+    ]
+    /// Webhook deliveries given up on after 24 hours of failures: `push_webhook_dead_total`.
+    let webhookDead = Counter(label: "push_webhook_dead_total")
 
     /// Outcome writes Postgres refused or could not take (each try counts): `push_outcome_write_failures_total`.
     let outcomeWriteFailures = Counter(label: "push_outcome_write_failures_total")

@@ -7,7 +7,7 @@ logged as one JSON line: delivery id, event, job id, whether the signature held,
 
 Paths choose the behaviour:
   /ok       answers 204
-  /flaky    a delivery's first try, per a seeded plan: 204, 500, 503 with Retry-After 1, drop (close
+  /flaky    the first request of a delivery id, per a seeded plan: 204, 500, 503 with Retry-After 1, drop (close
             without answering), or delay (answer 204 after --delay seconds, past the worker's deadline);
             later tries: 204
   /slow     answers 204 after --delay seconds
@@ -34,6 +34,7 @@ def main():
     rng = random.Random(args.seed)
     lock = threading.Lock()
     log = open(args.log, "a", buffering=1)
+    seen = set()
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -56,7 +57,10 @@ def main():
                 doc = {}
             path = self.path.split("?")[0]
             with lock:
-                if path == "/flaky" and self.headers.get("Push-Attempt") != "1":
+                delivery = self.headers.get("Push-Delivery-Id")
+                first_sight = delivery not in seen
+                seen.add(delivery)
+                if path == "/flaky" and not first_sight:
                     action = "ok"
                 elif path == "/slow":
                     action = "delay"
@@ -72,7 +76,7 @@ def main():
                     "delivery": self.headers.get("Push-Delivery-Id"), "event": self.headers.get("Push-Event"),
                     "attempt": self.headers.get("Push-Attempt"), "job_id": doc.get("job_id"),
                     "body_event": doc.get("event"), "state": doc.get("state"), "signed": signed, "path": path,
-                    "action": action, "at": time.time(), "keys": sorted(doc.keys()),
+                    "action": action, "at": time.time(), "keys": sorted(doc.keys()), "first": first_sight,
                 }) + "\n")
             if action == "drop":
                 # Close without a word: the worker cannot know whether it was taken.

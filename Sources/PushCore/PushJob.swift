@@ -74,6 +74,9 @@ public struct PushJob: Sendable, Hashable {
     public var platform: Platform
     /// The producer's W3C `traceparent` (schema 12), if any: each attempt is a span in that trace.
     public var traceparent: String?
+    /// The span id of this job's first attempt whose outcome was written (traced jobs only): a retry's span
+    /// links to it.
+    public var traceFirstSpan: String?
 
     /// Creates a job value; every field is as stored in `push.jobs`.
     public init(
@@ -101,8 +104,10 @@ public struct PushJob: Sendable, Hashable {
         coalesceKey: String? = nil,
         tokenInvalidatedAt: Date? = nil,
         platform: Platform = .apns,
-        traceparent: String? = nil
+        traceparent: String? = nil,
+        traceFirstSpan: String? = nil
     ) {
+        self.traceFirstSpan = traceFirstSpan
         self.platform = platform
         self.traceparent = traceparent
         self.transportRetries = transportRetries

@@ -31,6 +31,9 @@ public struct JobOutcome: Sendable, Hashable {
     public var invalidatesToken: Bool
     /// APNs' 410 `timestamp` in milliseconds since the epoch, stored exactly (when in a sane range).
     public var apnsTimestampMs: Int64?
+    /// For a traced job's first attempt, its span id (16 hex digits): kept in `trace_first_span` for the
+    /// retries' spans to link to.
+    public var traceSpan: String? = nil
 
     /// Creates an outcome; only the job, attempt and disposition are required.
     public init(

@@ -214,7 +214,8 @@ extension JobQueue {
             coalesceKey: try c.next(String?.self),
             // The schema's constraint admits only these two.
             platform: Platform(rawValue: try c.next(String.self)) ?? .apns,
-            traceparent: try c.next(String?.self)
+            traceparent: try c.next(String?.self),
+            traceFirstSpan: try c.next(String?.self)
         )
     }
 }
@@ -304,7 +305,7 @@ extension JobQueue {
 /// job at the drain's 95 jobs per claim); the worker's sessions run with `plan_cache_mode =
 /// force_generic_plan` (``JobQueue/workerSessionSettings``), so it is planned once per connection.
 enum ClaimStatement: BatchStatement {
-    static let name = "push_claim_v3"
+    static let name = "push_claim_v4"
     /// `Statements/claim.sql` with its binds in order.
     static let statement = SQLStatement(
         file: "claim",

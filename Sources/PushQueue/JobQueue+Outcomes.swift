@@ -104,6 +104,7 @@ extension JobQueue {
         var sent: [Bool] = []
         var invalidate: [Bool] = []
         var timestamps: [Int64] = []
+        var spans: [String] = []
         let now = ContinuousClock.now
         // In id order, as every statement that locks several job rows does: no deadlock between them.
         for outcome in outcomes.sorted(by: { $0.jobID < $1.jobID }) {
@@ -122,6 +123,7 @@ extension JobQueue {
             sent.append(outcome.sent)
             invalidate.append(outcome.invalidatesToken)
             timestamps.append(outcome.apnsTimestampMs ?? 0)
+            spans.append(outcome.traceSpan ?? "")
         }
         var binds = NamedBindings(for: WriteOutcomesStatement.statement)
         binds.bind("ids", ids)
@@ -138,6 +140,7 @@ extension JobQueue {
         binds.bind("sent", sent)
         binds.bind("invalidate", invalidate)
         binds.bind("timestamps_ms", timestamps)
+        binds.bind("spans", spans)
         binds.bind("worker_id", workerID)
         return binds.complete
     }
@@ -145,13 +148,13 @@ extension JobQueue {
 
 /// ``JobQueue/writeOutcomesSQL``, prepared once per connection.
 enum WriteOutcomesStatement: BatchStatement {
-    static let name = "push_write_outcomes_v9"
+    static let name = "push_write_outcomes_v10"
     /// `Statements/write_outcomes.sql` (with `outcome_input_rows.sql`) with its binds in order.
     static let statement = SQLStatement(
         file: "write_outcomes",
         binds: [
             "ids", "attempts", "kinds", "delays_ms", "statuses", "reasons", "traps", "unique_ids", "latencies_ms",
-            "ages_ms", "errors", "sent", "invalidate", "timestamps_ms", "worker_id",
+            "ages_ms", "errors", "sent", "invalidate", "timestamps_ms", "spans", "worker_id",
         ]
     )
     static var sql: String { Self.statement.sql }

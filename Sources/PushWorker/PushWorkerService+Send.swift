@@ -201,7 +201,16 @@ extension PushWorkerService {
     func finished(_ attempt: JobProcessor.Attempt) {
         self.react(to: attempt)
         self.metrics.count(attempt.outcome, platform: attempt.job.platform)
-        self.recorder.add(attempt.outcome)
+        var outcome = attempt.outcome
+        if let tracing = self.tracing, attempt.job.traceparent != nil {
+            outcome.traceSpan = tracing.record(
+                attempt,
+                worker: self.configuration.workerID,
+                started: outcome.attemptedAt,
+                now: ContinuousClock.now
+            )
+        }
+        self.recorder.add(outcome)
         self.state.withLock { $0.capacity.sendFinished() }
         self.sendEnded.signal()
     }

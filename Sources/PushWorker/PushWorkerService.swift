@@ -47,6 +47,8 @@ public final class PushWorkerService: Service, Sendable {
     /// The monotonic clock every timer of this worker reads (pauses, liveness, the outcome writer's batching
     /// and backoff, send slots, the heartbeat, reaper and read-only loops).
     let clock: any MonotonicClock
+    /// Spans for traced jobs' attempts (`nil`: no exporter, no cost).
+    let tracing: AttemptTracing?
     /// POSTs webhook deliveries (`nil`: this worker sends none; another worker of the fleet may).
     let webhookSender: WebhookSender?
     /// Ids of held jobs an operator cancelled (see ``noteCancelled(_:)``).
@@ -96,10 +98,12 @@ public final class PushWorkerService: Service, Sendable {
         client: APNsClient,
         fcm: FCMClient? = nil,
         webhooks: WebhookHTTPClient? = nil,
+        tracing: AttemptTracing? = nil,
         listener: JobNotificationListener?,
         logger: Logger
     ) {
         let clock = client.clock
+        self.tracing = tracing
         self.configuration = configuration
         self.clock = clock
         self.lastDatabaseSuccess = Mutex(clock.now)

@@ -197,7 +197,7 @@ enum ProducerRow {
     static let columns: Set<String> = [
         "topic", "device_token", "channel_id", "payload", "push_type", "priority", "environment", "credential",
         "collapse_id", "expires_at", "run_at", "apns_id", "max_attempts", "deliver_once", "coalesce_key",
-        "platform",
+        "platform", "traceparent",
     ]
 
     /// The JSON object in `path` (`-`: standard input).
@@ -298,7 +298,15 @@ enum ProducerRow {
                     throw CLIError("--row: platform must be apns or fcm")
                 }
                 return platform
-            } ?? .apns
+            } ?? .apns,
+            traceparent: try text("traceparent").map { value in
+                guard TraceParent(value) != nil else {
+                    throw CLIError(
+                        "--row: traceparent \(value) is not a W3C trace context (00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>, lowercase, ids not all zero); the worker would send the job untraced"
+                    )
+                }
+                return value
+            }
         )
     }
 }

@@ -30,6 +30,7 @@ struct RunCommand: AsyncParsableCommand {
     @OptionGroup var database: DatabaseOptions
     @OptionGroup var apns: APNsOptions
     @OptionGroup(title: "Webhooks") var webhooks: WebhookOptions
+    @OptionGroup(title: "Traces") var traces: TraceOptions
 
     @Flag(
         name: .customLong("no-session-settings"),
@@ -308,12 +309,14 @@ struct RunCommand: AsyncParsableCommand {
         // One provider token per key for the whole fleet, shared through Postgres.
         let (apnsClient, fcmClient) = try makeClient(ProviderTokenTable(primary: primary, logger: logger))
         configuration.credentials = (apnsClient.credentialNames + (fcmClient?.credentialNames ?? [])).sorted()
+        let traceBackend = try self.traces.backend(serviceName: "push-worker")
         let service = PushWorkerService(
             configuration: configuration,
             queue: JobQueue(primary: primary, logger: logger, preparedStatements: !self.noSessionSettings),
             client: apnsClient,
             fcm: fcmClient,
             webhooks: try self.webhooks.client(),
+            tracing: traceBackend?.tracing,
             listener: listener,
             logger: logger
         )
@@ -345,6 +348,12 @@ struct RunCommand: AsyncParsableCommand {
             .init(service: WatchdogService(notifier: notifier), serviceName: "watchdog"),
             .init(service: PrimaryClientService(primary: primary), serviceName: "postgres"),
         ]
+        // The span exporter stops after the worker: the last attempts' spans are flushed.
+        if let traceBackend {
+            services.append(
+                .init(service: traceBackend.service, failureTerminationBehavior: .ignore, serviceName: "otlp")
+            )
+        }
         if let registry {
             let health = HealthServer(
                 host: self.metricsHost,

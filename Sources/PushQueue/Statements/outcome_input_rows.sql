@@ -14,6 +14,6 @@
         ) AS entry
    FROM unnest(:ids::bigint[], :attempts::smallint[], :kinds::text[], :delays_ms::bigint[], :statuses::smallint[], :reasons::text[],
                :traps::text[], :unique_ids::text[], :latencies_ms::integer[], :ages_ms::bigint[], :errors::text[], :sent::boolean[],
-               :invalidate::boolean[], :timestamps_ms::bigint[])
+               :invalidate::boolean[], :timestamps_ms::bigint[], :spans::text[])
         AS i(id, attempt, kind, delay_ms, status, reason, traps, unique_id, latency, age_ms,
-             error, sent, invalidate, ts_ms))
+             error, sent, invalidate, ts_ms, span))

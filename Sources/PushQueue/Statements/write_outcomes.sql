@@ -29,6 +29,8 @@ WITH updated AS (
            last_attempt_at = CASE WHEN i.sent THEN i.at ELSE j.last_attempt_at END,
            delivered_at = CASE WHEN i.kind = 'delivered' THEN now() ELSE NULL END,
            latency_ms = i.lat,
+           -- A traced job's first attempt: the span its retries link to.
+           trace_first_span = coalesce(j.trace_first_span, NULLIF(i.span, '')),
            locked_by = NULL,
            locked_until = NULL,
            -- The attempt that delivered lives in the row's columns (status, latency_ms, delivered_at,

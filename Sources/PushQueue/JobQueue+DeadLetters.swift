@@ -76,7 +76,7 @@ extension QueueOperations {
                     INSERT INTO push.jobs (
                         id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
                         collapse_id, expires_at, run_at, apns_id, max_attempts, created_at, history, deliver_once,
-                        coalesce_key, platform, traceparent)
+                        coalesce_key, platform, traceparent, trace_first_span)
                     OVERRIDING SYSTEM VALUE
                     SELECT id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
                            collapse_id, coalesce(\(newExpiry), expires_at), now(),
@@ -85,7 +85,7 @@ extension QueueOperations {
                            history || jsonb_build_array(jsonb_build_object(
                                'outcome', 'replayed', 'at', now(), 'dead_reason', reason,
                                'previous_apns_id', apns_id, 'attempts_before', attempts)),
-                           deliver_once, coalesce_key, platform, traceparent
+                           deliver_once, coalesce_key, platform, traceparent, trace_first_span
                       FROM moved
                     RETURNING id, apns_id, expires_at < now() AS expired
                 )

@@ -50,7 +50,7 @@ extension JobQueue {
                        \(outcome.status.map { Int16(clamping: $0) })::smallint, \(reason), coalesce(array_remove(trap_ids, NULL), '{}'), apns_unique_id,
                        created_at, first_attempt_at, now(), NULL, now(), \(sentence),
                        history || jsonb_build_array(\(entry)::jsonb || jsonb_build_object('at', now(), 'worker', \(workerID)::text)),
-                       deliver_once, coalesce_key, platform, provider_message_id, traceparent
+                       deliver_once, coalesce_key, platform, provider_message_id, traceparent, trace_first_span
                   FROM moved
                 \(unescaped: Self.deadConflict)
                 RETURNING id

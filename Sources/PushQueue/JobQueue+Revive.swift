@@ -140,13 +140,13 @@ extension QueueOperations {
                     INSERT INTO push.jobs (
                         topic, device_token, channel_id, payload, push_type, priority, environment, credential,
                         collapse_id, expires_at, run_at, apns_id, max_attempts, created_at, history, deliver_once,
-                        coalesce_key, platform, traceparent)
+                        coalesce_key, platform, traceparent, trace_first_span)
                     SELECT topic, device_token, channel_id, payload, push_type, priority, environment, credential,
                            collapse_id, expires_at, now(), apns_id, max_attempts, created_at,
                            history || jsonb_build_array(jsonb_build_object(
                                'outcome', 'revived', 'at', now(), 'previous_id', id,
                                'superseded_by', superseded_by)),
-                           deliver_once, coalesce_key, platform, traceparent
+                           deliver_once, coalesce_key, platform, traceparent, trace_first_span
                       FROM moved ORDER BY id
                     RETURNING id, apns_id
                 )

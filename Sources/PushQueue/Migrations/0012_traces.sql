@@ -13,6 +13,7 @@ ALTER TABLE push.dead_jobs ADD COLUMN IF NOT EXISTS traceparent text;
 -- The span id of the job's first attempt whose outcome was written (set by the outcome write of a traced
 -- job): a retry's span links to it.
 ALTER TABLE push.jobs ADD COLUMN IF NOT EXISTS trace_first_span text;
+ALTER TABLE push.dead_jobs ADD COLUMN IF NOT EXISTS trace_first_span text;
 
 CREATE INDEX IF NOT EXISTS webhook_deliveries_claim_idx
     ON push.webhook_deliveries (webhook_id, run_at) WHERE state IN ('pending', 'running');

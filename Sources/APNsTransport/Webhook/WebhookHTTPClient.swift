@@ -110,14 +110,14 @@ public struct WebhookHTTPClient: Sendable {
     public func post(url: String, headers: [(String, String)], body: [UInt8]) async throws(Failure) -> Answer {
         let target = try Target(url: url)
         let deadline = NIODeadline.now() + TimeAmount(self.timeout)
-        let address = try await self.resolve(target)
+        let address = try await self.resolve(target, deadline: deadline)
         let promise = self.group.next().makePromise(of: Answer.self)
         let tls = target.secure ? self.tls : nil
         let serverName = IPAddressLiteral.isLiteral(target.host) ? nil : target.host
         let channel: any Channel
         do {
             channel = try await ClientBootstrap(group: self.group)
-                .connectTimeout(TimeAmount(self.timeout))
+                .connectTimeout(max(deadline - NIODeadline.now(), .milliseconds(1)))
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         if let tls {
@@ -167,12 +167,24 @@ public struct WebhookHTTPClient: Sendable {
     /// The address to connect to: the host's first address of the family order the system gives, after
     /// every one it resolves to passed the check (one bad address refuses them all: a name that mixes public
     /// and private addresses is not to be trusted).
-    func resolve(_ target: Target) async throws(Failure) -> SocketAddress {
+    func resolve(_ target: Target, deadline: NIODeadline) async throws(Failure) -> SocketAddress {
         let host = target.host
         let port = target.port
         let addresses: [SocketAddress]
+        // The lookup blocks a pool thread for as long as the resolver takes: the POST's deadline bounds the
+        // wait for it (a late answer is dropped).
+        let loop = self.group.next()
+        let looked = loop.makePromise(of: [SocketAddress].self)
+        NIOThreadPool.singleton.runIfActive(eventLoop: loop) { try Self.lookup(host: host, port: port) }
+            .cascade(to: looked)
+        let timer = loop.scheduleTask(deadline: deadline) {
+            looked.fail(Failure(kind: .timeout, description: "could not resolve \(host) within \(self.timeout)"))
+        }
+        defer { timer.cancel() }
         do {
-            addresses = try await NIOThreadPool.singleton.runIfActive { try Self.lookup(host: host, port: port) }
+            addresses = try await looked.futureResult.get()
+        } catch let failure as Failure {
+            throw failure
         } catch {
             throw Failure(kind: .resolve, description: "could not resolve \(host): \(error)")
         }

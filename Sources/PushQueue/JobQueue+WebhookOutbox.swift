@@ -54,15 +54,20 @@ public struct WebhookTry: Sendable, Hashable {
 public struct WebhookRecordResult: Sendable, Hashable {
     public var delivered = 0
     public var retried = 0
+    /// Given up on after the retry window.
     public var dead = 0
+    /// Answered 410 Gone (dead too, with their hook disabled).
+    public var gone = 0
     /// Hooks disabled by a 410.
     public var disabledHooks: [Int64] = []
 }
 
 extension JobQueue {
     /// Claims due deliveries (SKIP LOCKED, like jobs): at most `perHook` in flight per hook across the fleet
-    /// (counting the ones other workers hold), at most `limit` in all, oldest due first. A delivery whose
-    /// holder's lease lapsed (a worker killed mid-POST) is due again: it is sent again with the same id.
+    /// (counting the ones other workers hold; a claim holds its hooks' rows, so two workers never claim for
+    /// one hook at once, and one whose hook another worker is claiming for skips it this round), at most
+    /// `limit` in all, oldest due first across hooks. A delivery whose holder's lease lapsed (a worker
+    /// killed mid-POST) is due again: it is sent again with the same id.
     public func claimWebhookDeliveries(
         workerID: String,
         perHook: Int,
@@ -79,14 +84,17 @@ extension JobQueue {
                                       WHERE r.webhook_id = w.id AND r.state = 'running' AND r.locked_until >= now())
                        AS room
                   FROM push.webhooks AS w WHERE w.disabled_at IS NULL
+                   -- NO KEY UPDATE: outcome writes' foreign-key checks (KEY SHARE) are not blocked.
+                   FOR NO KEY UPDATE OF w SKIP LOCKED
             ), picked AS (
                 SELECT p.id FROM hooks AS h CROSS JOIN LATERAL (
-                    SELECT d.id FROM push.webhook_deliveries AS d
+                    SELECT d.id, d.run_at FROM push.webhook_deliveries AS d
                      WHERE d.webhook_id = h.id AND d.state IN ('pending', 'running') AND d.run_at <= now()
                        AND (d.state = 'pending' OR d.locked_until < now())
                      ORDER BY d.run_at LIMIT greatest(h.room, 0)
                      FOR NO KEY UPDATE SKIP LOCKED
                 ) AS p
+                ORDER BY p.run_at
                 LIMIT \(limit)
             )
             UPDATE push.webhook_deliveries AS d
@@ -172,7 +180,7 @@ extension JobQueue {
                  WHERE w.id IN (SELECT webhook_id FROM updated WHERE kind = 'gone') AND w.disabled_at IS NULL
                 RETURNING w.id
             )
-            SELECT u.state, NULL::bigint FROM updated AS u
+            SELECT CASE WHEN u.kind = 'gone' THEN 'gone' ELSE u.state END, NULL::bigint FROM updated AS u
             UNION ALL
             SELECT 'disabled', id FROM disabled
             """,
@@ -182,24 +190,12 @@ extension JobQueue {
             case "delivered": result.delivered += 1
             case "pending": result.retried += 1
             case "dead": result.dead += 1
+            case "gone": result.gone += 1
             case "disabled": if let hook = row.1 { result.disabledHooks.append(hook) }
             default: break
             }
         }
         return result
-    }
-
-    /// Extends the lease of deliveries this worker is still POSTing.
-    public func extendWebhookLeases(_ ids: [Int64], workerID: String, lease: Duration) async throws {
-        guard !ids.isEmpty else { return }
-        let seconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
-        _ = try await self.client.query(
-            """
-            UPDATE push.webhook_deliveries SET locked_until = now() + make_interval(secs => \(seconds))
-             WHERE id = ANY (\(ids)::bigint[]) AND locked_by = \(workerID) AND state = 'running'
-            """,
-            logger: self.logger
-        )
     }
 
     /// Returns to pending the deliveries an earlier process of this worker id left running (it died

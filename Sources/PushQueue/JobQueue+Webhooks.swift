@@ -16,7 +16,7 @@ public struct Webhook: Sendable, Hashable, Codable {
     public var disabledReason: String?
     /// Deliveries waiting to be POSTed (pending or being sent).
     public var waiting: Int = 0
-    /// Of those, the ones already tried and refused or unanswered at least once.
+    /// Of those, the ones whose last try was refused or unanswered.
     public var failing: Int = 0
     /// Deliveries given up on after 24 hours.
     public var dead: Int = 0
@@ -50,8 +50,37 @@ extension QueueOperations {
         throw QueueError(code: .invalidArgument, message: "the webhook was not recorded")
     }
 
-    /// Removes a hook and its outbox; `false` when there was none with this id.
+    /// Removes a hook and its outbox; `false` when there was none with this id. In three steps, so that no
+    /// outcome write waits on (or fails against) a hook being removed: the hook is disabled first (outcome
+    /// writes stop matching it, claims stop taking its deliveries), its deliveries are deleted in batches,
+    /// then the row itself.
     public func removeWebhook(id: Int64) async throws -> Bool {
+        var found = false
+        for try await _ in try await self.client.query(
+            """
+            UPDATE push.webhooks SET disabled_at = coalesce(disabled_at, now()),
+                   disabled_reason = coalesce(disabled_reason, 'being removed')
+             WHERE id = \(id) RETURNING id
+            """,
+            logger: self.logger
+        ) {
+            found = true
+        }
+        guard found else { return false }
+        while true {
+            var deleted = 0
+            for try await _ in try await self.client.query(
+                """
+                DELETE FROM push.webhook_deliveries WHERE id IN (
+                    SELECT id FROM push.webhook_deliveries WHERE webhook_id = \(id) LIMIT 5000 FOR UPDATE SKIP LOCKED)
+                RETURNING id
+                """,
+                logger: self.logger
+            ) {
+                deleted += 1
+            }
+            if deleted < 5000 { break }
+        }
         var removed = false
         for try await _ in try await self.client.query(
             "DELETE FROM push.webhooks WHERE id = \(id) RETURNING id",
@@ -68,7 +97,7 @@ extension QueueOperations {
             """
             SELECT w.id, w.url, w.events, w.topic, w.secret_file, w.created_at, w.disabled_reason,
                    count(*) FILTER (WHERE d.state IN ('pending', 'running')),
-                   count(*) FILTER (WHERE d.state IN ('pending', 'running') AND d.attempts > 0),
+                   count(*) FILTER (WHERE d.state IN ('pending', 'running') AND d.last_error IS NOT NULL),
                    count(*) FILTER (WHERE d.state = 'dead')
               FROM push.webhooks AS w LEFT JOIN push.webhook_deliveries AS d ON d.webhook_id = w.id
              GROUP BY w.id ORDER BY w.id
@@ -106,14 +135,18 @@ public struct WebhookReplayResult: Sendable, Hashable, Codable {
     public var notDead: [Int64]
     /// The hook enabled again (it had been disabled by a 410), when replaying by hook.
     public var enabledHook: Int64?
+    /// Hooks of replayed deliveries that are still disabled: those deliveries wait until `replay --hook`
+    /// enables them.
+    public var disabledHooks: [Int64] = []
 }
 
 extension QueueOperations {
-    /// Queues dead deliveries again (by id, or every dead one of `hook`): pending, due now, attempts reset,
-    /// a fresh 24 hours to be delivered in; the id and body are kept. Replaying by hook also enables the hook
+    /// Queues dead deliveries again (by id, or every dead one of `hook`): pending, due now, a fresh 24 hours
+    /// to be delivered in; the id and body are kept, and so is the count of tries (it only grows: a try a
+    /// worker still holds from before can never be taken for a new one). Replaying by hook also enables the hook
     /// again when a 410 (or an operator) had disabled it.
     public func replayWebhookDeliveries(ids: [Int64], hook: Int64?) async throws -> WebhookReplayResult {
-        var result = WebhookReplayResult(replayed: [], notDead: [], enabledHook: nil)
+        var result = WebhookReplayResult(replayed: [], notDead: [], enabledHook: nil, disabledHooks: [])
         try await self.client.withTransaction(logger: self.logger) { connection in
             if let hook {
                 for try await id in try await connection.query(
@@ -129,7 +162,7 @@ extension QueueOperations {
             for try await id in try await connection.query(
                 """
                 UPDATE push.webhook_deliveries
-                   SET state = 'pending', attempts = 0, run_at = now(), created_at = now(), last_error = NULL,
+                   SET state = 'pending', run_at = now(), created_at = now(), last_error = NULL,
                        last_status = NULL, locked_by = NULL, locked_until = NULL
                  WHERE state = 'dead' AND (id = ANY (\(ids)::bigint[]) OR webhook_id = \(hook))
                 RETURNING id
@@ -142,6 +175,16 @@ extension QueueOperations {
         result.replayed.sort()
         let replayed = Set(result.replayed)
         result.notDead = ids.filter { !replayed.contains($0) }
+        // Replayed deliveries of a hook that stays disabled wait until it is enabled (replay --hook).
+        for try await hook in try await self.client.query(
+            """
+            SELECT DISTINCT w.id FROM push.webhook_deliveries AS d JOIN push.webhooks AS w ON w.id = d.webhook_id
+             WHERE d.id = ANY (\(result.replayed)::bigint[]) AND w.disabled_at IS NOT NULL ORDER BY w.id
+            """,
+            logger: self.logger
+        ).decode(Int64.self) {
+            result.disabledHooks.append(hook)
+        }
         return result
     }
 
@@ -153,7 +196,7 @@ extension QueueOperations {
             """
             SELECT id, event, job_id, state, attempts, last_status, last_error, run_at, created_at
               FROM push.webhook_deliveries
-             WHERE webhook_id = \(hook) AND (state = 'dead' OR (state IN ('pending', 'running') AND attempts > 0))
+             WHERE webhook_id = \(hook) AND (state = 'dead' OR (state IN ('pending', 'running') AND last_error IS NOT NULL))
              ORDER BY id DESC LIMIT \(limit)
             """,
             logger: self.logger

@@ -22,6 +22,8 @@ public struct WebhookSettings: Sendable {
     public var retryWindow: Duration = WebhookPolicy.retryWindow
     /// How often an idle sender looks for due deliveries.
     public var pollInterval: Duration = .milliseconds(500)
+    /// How long the claim and the record statements are waited for (the worker's statement deadline).
+    public var statementDeadline: Duration = .seconds(30)
 
     public init() {}
 
@@ -96,12 +98,15 @@ final class WebhookSender: Sendable {
                 var claimed: [WebhookDelivery] = []
                 if room > 0 {
                     do {
-                        claimed = try await self.queue.claimWebhookDeliveries(
-                            workerID: self.workerID,
-                            perHook: self.settings.perHook,
-                            limit: room,
-                            lease: self.settings.lease
-                        )
+                        let (queue, workerID, settings) = (self.queue, self.workerID, self.settings)
+                        claimed = try await withDeadline(settings.statementDeadline, "the webhook claim") {
+                            try await queue.claimWebhookDeliveries(
+                                workerID: workerID,
+                                perHook: settings.perHook,
+                                limit: room,
+                                lease: settings.lease
+                            )
+                        }
                     } catch {
                         self.logger.warning(
                             "could not claim webhook deliveries; will retry",
@@ -124,7 +129,13 @@ final class WebhookSender: Sendable {
                 _ = await self.wake.wait(timeout: .milliseconds(100), clock: self.clock)
             }
         }
-        await self.flush()
+        // The last tries, a few times over while Postgres is briefly away; what is still unwritten after that
+        // is sent again (same Push-Delivery-Id) when its lease lapses.
+        for _ in 0..<5 {
+            await self.flush()
+            if self.state.withLock({ $0.tries.isEmpty }) { break }
+            _ = await self.wake.wait(timeout: .seconds(1), clock: self.clock)
+        }
     }
 
     /// Writes the tries answered since the last flush, in one statement; kept for the next flush on failure.
@@ -135,16 +146,15 @@ final class WebhookSender: Sendable {
         }
         guard !tries.isEmpty else { return }
         do {
-            let result = try await self.queue.recordWebhookTries(
-                tries,
-                workerID: self.workerID,
-                retryWindow: self.settings.retryWindow
-            )
+            let (queue, workerID, settings) = (self.queue, self.workerID, self.settings)
+            let result = try await withDeadline(settings.statementDeadline, "the webhook record") {
+                try await queue.recordWebhookTries(tries, workerID: workerID, retryWindow: settings.retryWindow)
+            }
             for attempt in tries { self.metrics.webhookTries[attempt.kind]?.increment() }
             if result.dead > 0 {
                 self.metrics.webhookDead.increment(by: result.dead)
                 self.logger.error(
-                    "webhook deliveries failed for 24 hours and are dead; see `push-worker webhooks` and the runbook's entry for failing hooks",
+                    "webhook deliveries failed for 24 hours and are dead; `push-worker webhooks show ID` lists them, `webhooks replay` sends them again",
                     metadata: ["push.deliveries": "\(result.dead)"]
                 )
             }

@@ -301,6 +301,7 @@ struct RunCommand: AsyncParsableCommand {
         configuration.credentialPause = self.credentialPause.duration
         configuration.transportBudget = self.transportBudget
         configuration.webhooks = self.webhooks.settings
+        configuration.webhooks.statementDeadline = configuration.statementDeadline
         let listener = JobNotificationListener(primary: primary, logger: logger)
         let notifier = ServiceManagerNotifier()
         // Bootstrap metrics before anything creates a metric handler (handlers made earlier stay no-ops).

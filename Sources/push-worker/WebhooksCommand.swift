@@ -87,6 +87,12 @@ struct WebhooksCommand: AsyncParsableCommand {
             else {
                 throw ValidationError("\(self.url) is not an http:// or https:// URL with a host")
             }
+            // What the workers will POST to: refused here when they would refuse it at every delivery.
+            do {
+                _ = try WebhookHTTPClient.Target(url: self.url)
+            } catch {
+                throw ValidationError("\(self.url): \(error.description)")
+            }
             guard self.secretFile.hasPrefix("/") else {
                 throw ValidationError(
                     "--secret-file \(self.secretFile): give an absolute path (the workers read it, from their own directory)"
@@ -96,7 +102,8 @@ struct WebhooksCommand: AsyncParsableCommand {
 
         func run() async throws {
             // Checked here when this host can read it (the workers read it when they sign).
-            switch SecretFile.read(self.secretFile, policy: .privateKey, maxBytes: 64 * 1024) {
+            // The workers read at most 4 KiB of it.
+            switch SecretFile.read(self.secretFile, policy: .privateKey, maxBytes: 4_096) {
             case .success(let bytes)
             where String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines).isEmpty:
                 throw CLIError("--secret-file \(self.secretFile) is empty: write the shared secret into it")
@@ -213,6 +220,11 @@ struct WebhooksCommand: AsyncParsableCommand {
                 printJSON(result)
             } else {
                 if let enabled = result.enabledHook { print("enabled webhook \(enabled) again") }
+                for hook in result.disabledHooks {
+                    print(
+                        "webhook \(hook) is disabled: its replayed deliveries wait until `push-worker webhooks replay --hook \(hook)` enables it"
+                    )
+                }
                 print(
                     "replayed \(result.replayed.count) deliveries\(result.replayed.isEmpty ? "" : ": \(result.replayed.map(String.init).joined(separator: " "))")"
                 )

@@ -115,8 +115,8 @@ struct TraceDaemonTests {
             let collector = try await SpanCollector.start(in: f.directory)
             defer { collector.stop() }
             let (retried, hanging, untraced) = (DaemonFixture.token(1), DaemonFixture.token(2), DaemonFixture.token(4))
-            // The retried job's first attempt fails (the victim's span); its retry is due 8 s later (an alert's
-            // priority 10 doubles the 4 s base delay), after the kill: the survivor's span must link to the
+            // The retried job's first attempt fails (the victim's span); its retry is due 12 s later (an alert's
+            // priority 10 doubles the 6 s base delay), after the kill: the survivor's span must link to the
             // victim's. The hanging job is in flight at the kill.
             f.simulator.script(retried, .failThenSucceed(times: 1, status: 500, reason: "InternalServerError"))
             f.simulator.script(hanging, .times(1, .latency(.seconds(30))))
@@ -130,8 +130,8 @@ struct TraceDaemonTests {
                 """
             )
             let flags = [
-                "--otlp-endpoint", "http://127.0.0.1:\(collector.port)", "--base-delay-ms", "4000", "--max-delay-ms",
-                "4000", "--no-jitter", "--request-timeout-ms", "40000", "--lease", "60s",
+                "--otlp-endpoint", "http://127.0.0.1:\(collector.port)", "--base-delay-ms", "6000", "--max-delay-ms",
+                "6000", "--no-jitter", "--request-timeout-ms", "40000", "--lease", "60s",
             ]
             let environment = ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json", "OTEL_BSP_SCHEDULE_DELAY": "100"]
             let victim = try f.startWorker("victim", flags, environment: environment)
@@ -178,7 +178,8 @@ struct TraceDaemonTests {
                         )
                 )
             }
-            if a.count == 2 {
+            try #require(a.count == 2)
+            do {
                 #expect(a[0].attempt == 1 && a[0].outcome == "retry" && a[0].parent_span_id == traces[0].parent)
                 #expect(a[0].attributes["push.worker"]?.description == "victim")
                 #expect(a[0].links.isEmpty, "the first attempt is a child, unlinked")

@@ -39,7 +39,7 @@ struct WebhookVerbTests {
             #expect(added.status == 0 && added.output.contains("added webhook 1"), "\(added.output)")
             #expect(!added.output.contains("s3cret"))
             try await f.db.execute(
-                "INSERT INTO push.webhook_deliveries (webhook_id, event, job_id, body, attempts) VALUES (1, 'dead', 7, '{}', 2)"
+                "INSERT INTO push.webhook_deliveries (webhook_id, event, job_id, body, attempts, last_error) VALUES (1, 'dead', 7, '{}', 2, 'the receiver answered 500')"
             )
             let listed = try await f.cli(["webhooks"])
             #expect(listed.status == 0, "\(listed.output)")

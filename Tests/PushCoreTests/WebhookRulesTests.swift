@@ -33,6 +33,11 @@ struct WebhookRulesTests {
             "an old signature is refused (replay)"
         )
         #expect(WebhookSignature.value(body: body, timestamp: 1, secretFileContent: Data(" \n\t".utf8)) == nil)
+        // Only ASCII whitespace is trimmed (what Python's bytes.strip() removes): a no-break space is key.
+        #expect(
+            WebhookSignature.value(body: body, timestamp: 1, secretFileContent: Data("\u{A0}k\r\n\u{0B}".utf8))
+                == "t=1,v1=" + WebhookSignature.hex(body: body, timestamp: 1, key: .init(data: Data("\u{A0}k".utf8)))
+        )
     }
 
     @Test("the signature matches openssl's HMAC")
@@ -115,6 +120,23 @@ struct WebhookRulesTests {
         #expect(WebhookAddress.privateRange(ofIPv6: [0xFE, 0x80] + [UInt8](repeating: 0, count: 14)) != nil)
         #expect(
             WebhookAddress.privateRange(ofIPv6: [0x26, 0x06, 0x47, 0x00] + [UInt8](repeating: 1, count: 12)) == nil
+        )
+        #expect(
+            WebhookAddress.privateRange(ofIPv6: [0xFE, 0xC0] + [UInt8](repeating: 0, count: 14)) != nil,
+            "site-local"
+        )
+        // 6to4 of 10.0.0.1 and of 8.8.8.8; local-use NAT64.
+        #expect(
+            WebhookAddress.privateRange(ofIPv6: [0x20, 0x02, 10, 0, 0, 1] + [UInt8](repeating: 0, count: 10)) != nil
+        )
+        #expect(
+            WebhookAddress.privateRange(ofIPv6: [0x20, 0x02, 8, 8, 8, 8] + [UInt8](repeating: 0, count: 10)) == nil
+        )
+        #expect(
+            WebhookAddress.privateRange(
+                ofIPv6: [0x00, 0x64, 0xFF, 0x9B, 0x00, 0x01] + [UInt8](repeating: 0, count: 10)
+            )
+                != nil
         )
     }
 }

@@ -136,7 +136,7 @@ struct WebhookSenderQueueTests {
                 ],
                 workerID: "a"
             )
-            #expect(result.dead == 2 && result.disabledHooks == [hooks[1]])
+            #expect(result.dead == 1 && result.gone == 1 && result.disabledHooks == [hooks[1]])
             let hooksListed = try await db.queue.operations.webhooks()
             #expect(hooksListed[1].disabledReason?.contains("410 Gone") == true)
             #expect(hooksListed[0].dead == 1 && hooksListed[1].dead == 1 && hooksListed[1].waiting == 2)
@@ -150,22 +150,38 @@ struct WebhookSenderQueueTests {
                 lease: .seconds(60)
             )
             #expect(more.allSatisfy { $0.webhookID == hooks[0] } && more.count == 1)
-            let byID = try await db.queue.operations.replayWebhookDeliveries(ids: [first.id, 999], hook: nil)
-            #expect(byID.replayed == [first.id] && byID.notDead == [999] && byID.enabledHook == nil)
+            let byID = try await db.queue.operations.replayWebhookDeliveries(
+                ids: [first.id, second.id, 999],
+                hook: nil
+            )
+            #expect(
+                byID.replayed == [first.id, second.id].sorted() && byID.notDead == [999] && byID.enabledHook == nil
+            )
+            #expect(byID.disabledHooks == [hooks[1]], "a replayed delivery of a disabled hook is said to wait")
+            let waiting = try await db.queue.claimWebhookDeliveries(
+                workerID: "a",
+                perHook: 5,
+                limit: 10,
+                lease: .seconds(60)
+            )
+            #expect(!waiting.contains { $0.id == second.id }, "not sent while its hook is disabled")
             let byHook = try await db.queue.operations.replayWebhookDeliveries(ids: [], hook: hooks[1])
-            #expect(byHook.replayed == [second.id] && byHook.enabledHook == hooks[1])
+            #expect(byHook.replayed.isEmpty && byHook.enabledHook == hooks[1])
             let replayed = try await db.queue.claimWebhookDeliveries(
                 workerID: "a",
                 perHook: 5,
                 limit: 10,
                 lease: .seconds(60)
             )
-            #expect(replayed.contains { $0.id == second.id && $0.attempt == 1 }, "same id, attempts reset")
+            #expect(
+                replayed.contains { $0.id == second.id && $0.attempt == 2 },
+                "same id; the count of tries only grows (a stale try can never pass for a new one)"
+            )
         }
     }
 
     @Test(
-        "a neighbour holding a delivery's row (an operator's replay) or a hook's row (an operator's edit) stops neither the claim nor the record: pg_stat_activity shows no wait"
+        "a neighbour holding a delivery's row (an operator's replay) stops neither the claim nor the record; one holding a hook's row (another worker's claim, an operator's edit) makes the claim skip that hook this round, and stops no outcome write: pg_stat_activity shows no wait"
     )
     func interleavings() async throws {
         try await TestPostgres.withDatabase { db in
@@ -178,25 +194,53 @@ struct WebhookSenderQueueTests {
                 "SELECT id FROM push.webhook_deliveries ORDER BY id LIMIT 2 FOR UPDATE",
                 logger: db.logger
             )
-            try await neighbour.query(
-                "UPDATE push.webhooks SET url = url WHERE id = \(hooks[0])",
-                logger: db.logger
-            )
             let release: @Sendable () async throws -> Void = {
                 _ = try await neighbour.query("COMMIT", logger: db.logger)
             }
             let claim = try await FleetInterleavingTests.watch(db, release: release) {
                 try await db.queue.claimWebhookDeliveries(workerID: "a", perHook: 10, limit: 10, lease: .seconds(60))
             }
-            #expect(!claim.waited, "the claim skips the held deliveries and does not wait on the hook's row")
+            #expect(!claim.waited, "the claim skips the held deliveries")
             #expect(claim.value.count == 4)
+            // Another claimer (or an operator's edit) holds the hook's row: this claim skips the hook.
+            let claimer = try await FleetInterleavingTests.session(db)
+            defer { Task { try? await claimer.close() } }
+            try await claimer.query("BEGIN", logger: db.logger)
+            try await claimer.query(
+                "SELECT id FROM push.webhooks WHERE id = \(hooks[0]) FOR NO KEY UPDATE",
+                logger: db.logger
+            )
+            let releaseClaimer: @Sendable () async throws -> Void = {
+                _ = try await claimer.query("COMMIT", logger: db.logger)
+            }
+            try await neighbour.query("COMMIT", logger: db.logger)
+            let skipped = try await FleetInterleavingTests.watch(db, release: releaseClaimer) {
+                try await db.queue.claimWebhookDeliveries(workerID: "b", perHook: 10, limit: 10, lease: .seconds(60))
+            }
+            #expect(!skipped.waited && skipped.value.isEmpty, "a hook another claim holds is skipped, not waited on")
+            // An outcome write that matches the held hook inserts its delivery without waiting (KEY SHARE).
+            let ids = try await enqueue(db, count: 1)
+            let batch = try await db.queue.claimBatch(limit: 1, workerID: "w", lease: .seconds(60))
+            #expect(batch.jobs.count == 1)
+            let write = try await FleetInterleavingTests.watch(db, release: releaseClaimer) {
+                try await db.queue.writeOutcomes(
+                    [JobOutcome(jobID: ids[0], attempt: 1, disposition: .delivered, status: 200)],
+                    workerID: "w"
+                )
+            }
+            #expect(!write.waited && write.value.recorded == ids, "the outcome write does not wait on the claim")
+            #expect(
+                try await db.int64(
+                    "SELECT count(*) FROM push.webhook_deliveries WHERE job_id = \(ids[0]) AND body ? 'apns_id'"
+                ) == 1
+            )
+            try await releaseClaimer()
             let tries = claim.value.map { WebhookTry(id: $0.id, attempt: 1, kind: .delivered, status: 200, error: nil) }
             let record = try await FleetInterleavingTests.watch(db, release: release) {
                 try await db.queue.recordWebhookTries(tries, workerID: "a")
             }
             #expect(!record.waited, "recording does not wait on the hook's row")
             #expect(record.value.delivered == 4)
-            try await release()
         }
     }
 }

@@ -37,6 +37,10 @@ public struct WebhookHTTPClient: Sendable {
     let allowPrivate: Bool
     let timeout: Duration
     let tls: NIOSSLContext
+    /// Host lookups (getaddrinfo blocks a thread for as long as the resolver takes): a pool of their own, so a
+    /// hook whose name server never answers holds only lookups, never another hook's connection or NIO's
+    /// shared pool. Lookups still queued when their POST's deadline passed are skipped.
+    let resolver: NIOThreadPool
 
     /// - Parameters:
     ///   - allowPrivate: reach loopback and private addresses (`--webhooks-allow-private`).
@@ -65,6 +69,8 @@ public struct WebhookHTTPClient: Sendable {
             }
         }
         self.tls = try NIOSSLContext(configuration: configuration)
+        self.resolver = NIOThreadPool(numberOfThreads: 8)
+        self.resolver.start()
     }
 
     /// The parts of a hook's URL a POST needs.
@@ -110,29 +116,41 @@ public struct WebhookHTTPClient: Sendable {
     public func post(url: String, headers: [(String, String)], body: [UInt8]) async throws(Failure) -> Answer {
         let target = try Target(url: url)
         let deadline = NIODeadline.now() + TimeAmount(self.timeout)
-        let address = try await self.resolve(target, deadline: deadline)
+        let addresses = try await self.resolve(target, deadline: deadline)
         let promise = self.group.next().makePromise(of: Answer.self)
         let tls = target.secure ? self.tls : nil
         let serverName = IPAddressLiteral.isLiteral(target.host) ? nil : target.host
-        let channel: any Channel
-        do {
-            channel = try await ClientBootstrap(group: self.group)
-                .connectTimeout(max(deadline - NIODeadline.now(), .milliseconds(1)))
-                .channelInitializer { channel in
-                    channel.eventLoop.makeCompletedFuture {
-                        if let tls {
-                            try channel.pipeline.syncOperations.addHandler(
-                                try NIOSSLClientHandler(context: tls, serverHostname: serverName)
-                            )
+        // Each checked address in turn (a dead AAAA record must not fail every delivery), within the deadline.
+        var connected: (any Channel)?
+        var lastError: (any Error)?
+        for address in addresses where NIODeadline.now() < deadline {
+            do {
+                connected = try await ClientBootstrap(group: self.group)
+                    .connectTimeout(max(deadline - NIODeadline.now(), .milliseconds(1)))
+                    .channelInitializer { channel in
+                        channel.eventLoop.makeCompletedFuture {
+                            if let tls {
+                                try channel.pipeline.syncOperations.addHandler(
+                                    try NIOSSLClientHandler(context: tls, serverHostname: serverName)
+                                )
+                            }
+                            try channel.pipeline.syncOperations.addHTTPClientHandlers()
+                            try channel.pipeline.syncOperations.addHandler(AnswerCollector(promise: promise))
                         }
-                        try channel.pipeline.syncOperations.addHTTPClientHandlers()
-                        try channel.pipeline.syncOperations.addHandler(AnswerCollector(promise: promise))
                     }
-                }
-                .connect(to: address).get()
-        } catch {
+                    .connect(to: address).get()
+                break
+            } catch {
+                lastError = error
+            }
+        }
+        guard let channel = connected else {
+            let error = Failure(
+                kind: .connect,
+                description: "could not connect to \(target): \(lastError.map { "\($0)" } ?? "no time left")"
+            )
             promise.fail(error)
-            throw Failure(kind: .connect, description: "could not connect to \(target): \(error)")
+            throw error
         }
         let timer = channel.eventLoop.scheduleTask(deadline: deadline) {
             promise.fail(Failure(kind: .timeout, description: "no answer from \(target) within \(self.timeout)"))
@@ -164,31 +182,41 @@ public struct WebhookHTTPClient: Sendable {
         }
     }
 
-    /// The address to connect to: the host's first address of the family order the system gives, after
-    /// every one it resolves to passed the check (one bad address refuses them all: a name that mixes public
-    /// and private addresses is not to be trusted).
-    func resolve(_ target: Target, deadline: NIODeadline) async throws(Failure) -> SocketAddress {
+    /// The addresses to connect to, in the order the system gives, once every one the host resolves to
+    /// passed the check (one bad address refuses them all: a name that mixes public and private addresses is
+    /// not to be trusted). An IP address literal is not looked up.
+    func resolve(_ target: Target, deadline: NIODeadline) async throws(Failure) -> [SocketAddress] {
         let host = target.host
         let port = target.port
         let addresses: [SocketAddress]
-        // The lookup blocks a pool thread for as long as the resolver takes: the POST's deadline bounds the
-        // wait for it (a late answer is dropped).
-        let loop = self.group.next()
-        let looked = loop.makePromise(of: [SocketAddress].self)
-        NIOThreadPool.singleton.runIfActive(eventLoop: loop) { try Self.lookup(host: host, port: port) }
+        if let literal = try? SocketAddress(ipAddress: host, port: port) {
+            addresses = [literal]
+        } else {
+            // The lookup blocks a resolver thread for as long as the resolver takes: the POST's deadline
+            // bounds the wait for it (a late answer is dropped), and a lookup dequeued past it is not made.
+            let loop = self.group.next()
+            let looked = loop.makePromise(of: [SocketAddress].self)
+            let timeout = self.timeout
+            self.resolver.runIfActive(eventLoop: loop) {
+                guard NIODeadline.now() < deadline else {
+                    throw Failure(kind: .timeout, description: "could not resolve \(host) within \(timeout)")
+                }
+                return try Self.lookup(host: host, port: port)
+            }
             .cascade(to: looked)
-        let timer = loop.scheduleTask(deadline: deadline) {
-            looked.fail(Failure(kind: .timeout, description: "could not resolve \(host) within \(self.timeout)"))
+            let timer = loop.scheduleTask(deadline: deadline) {
+                looked.fail(Failure(kind: .timeout, description: "could not resolve \(host) within \(timeout)"))
+            }
+            defer { timer.cancel() }
+            do {
+                addresses = try await looked.futureResult.get()
+            } catch let failure as Failure {
+                throw failure
+            } catch {
+                throw Failure(kind: .resolve, description: "could not resolve \(host): \(error)")
+            }
         }
-        defer { timer.cancel() }
-        do {
-            addresses = try await looked.futureResult.get()
-        } catch let failure as Failure {
-            throw failure
-        } catch {
-            throw Failure(kind: .resolve, description: "could not resolve \(host): \(error)")
-        }
-        guard let first = addresses.first else {
+        guard !addresses.isEmpty else {
             throw Failure(kind: .resolve, description: "\(host) resolves to no address")
         }
         if !self.allowPrivate {
@@ -202,7 +230,7 @@ public struct WebhookHTTPClient: Sendable {
                 }
             }
         }
-        return first
+        return addresses
     }
 
     /// Why `address` is not public, or `nil` when it is.
@@ -278,12 +306,19 @@ private final class AnswerCollector: ChannelInboundHandler {
         case .head(let head):
             // 1xx (100 Continue) is not the answer.
             guard head.status.code >= 200 else { return }
-            self.answer = Answer(
+            let answer = Answer(
                 status: Int(head.status.code),
                 retryAfter: head.headers.first(name: "Retry-After"),
                 location: head.headers.first(name: "Location"),
                 bodyPrefix: ""
             )
+            self.answer = answer
+            // A 2xx is all the verdict needs: a receiver that stalls in its body after it took the delivery
+            // must not get it again.
+            if (200..<300).contains(answer.status) {
+                self.promise.succeed(answer)
+                context.close(promise: nil)
+            }
         case .body(var buffer):
             guard var answer = self.answer, answer.bodyPrefix.utf8.count < 512 else { return }
             let bytes = buffer.readBytes(length: min(buffer.readableBytes, 512 - answer.bodyPrefix.utf8.count)) ?? []

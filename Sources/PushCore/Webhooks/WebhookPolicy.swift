@@ -55,6 +55,9 @@ public enum WebhookAddress {
         case 172 where (16...31).contains(b): return "private (172.16.0.0/12)"
         case 192 where b == 168: return "private (192.168.0.0/16)"
         case 192 where b == 0 && bytes[2] == 0: return "reserved (192.0.0.0/24)"
+        case 192 where b == 0 && bytes[2] == 2: return "documentation (192.0.2.0/24)"
+        case 198 where b == 51 && bytes[2] == 100: return "documentation (198.51.100.0/24)"
+        case 203 where b == 0 && bytes[2] == 113: return "documentation (203.0.113.0/24)"
         case 198 where b == 18 || b == 19: return "benchmarking (198.18.0.0/15)"
         case 224...255: return "multicast or reserved (224.0.0.0/3)"
         default: return nil
@@ -73,6 +76,15 @@ public enum WebhookAddress {
         if bytes[0..<12].allSatisfy({ $0 == 0 }) { return self.privateRange(ofIPv4: Array(bytes[12..<16])) }
         if bytes[0] & 0xFE == 0xFC { return "unique local (fc00::/7)" }
         if bytes[0] == 0xFE && bytes[1] & 0xC0 == 0x80 { return "link-local (fe80::/10)" }
+        if bytes[0] == 0xFE && bytes[1] & 0xC0 == 0xC0 { return "site-local (fec0::/10)" }
+        // 6to4 (2002::/16) carries an IPv4 address in its next four bytes: judge that.
+        if bytes[0] == 0x20 && bytes[1] == 0x02 { return self.privateRange(ofIPv4: Array(bytes[2..<6])) }
+        // Local-use NAT64 (64:ff9b:1::/48) reaches whatever IPv4 network its operator maps: refused.
+        if bytes[0] == 0x00 && bytes[1] == 0x64 && bytes[2] == 0xFF && bytes[3] == 0x9B && bytes[4] == 0x00
+            && bytes[5] == 0x01
+        {
+            return "local-use NAT64 (64:ff9b:1::/48)"
+        }
         if bytes[0] == 0xFF { return "multicast (ff00::/8)" }
         // NAT64 (64:ff9b::/96) carries an IPv4 address: judge that.
         if bytes[0] == 0x00 && bytes[1] == 0x64 && bytes[2] == 0xFF && bytes[3] == 0x9B

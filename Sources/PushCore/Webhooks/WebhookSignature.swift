@@ -7,23 +7,17 @@ public enum WebhookSignature {
     /// The header's name.
     public static let header = "Push-Signature"
 
-    /// The key a secret file's content gives: its bytes with surrounding whitespace (and newlines) removed.
-    /// `nil` when nothing is left: an empty secret signs nothing.
+    /// The key a secret file's content gives: its bytes with surrounding ASCII whitespace (space, tab, line
+    /// feed, carriage return, vertical tab, form feed) removed, as Python's `bytes.strip()` does. `nil` when
+    /// nothing is left: an empty secret signs nothing.
     static func key(fromFileContent content: Data) -> SymmetricKey? {
-        guard let text = String(data: content, encoding: .utf8) else {
-            // Not UTF-8: the bytes as they are, trimmed of ASCII whitespace at both ends.
-            let whitespace: Set<UInt8> = [0x20, 0x09, 0x0A, 0x0D]
-            let trimmed = content.drop(while: { whitespace.contains($0) })
-            let end = trimmed.lastIndex(where: { !whitespace.contains($0) })
-            guard let end else { return nil }
-            return SymmetricKey(data: trimmed[...end])
-        }
-        let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
-        guard !trimmed.isEmpty else { return nil }
-        return SymmetricKey(data: Data(trimmed.utf8))
+        let whitespace: Set<UInt8> = [0x20, 0x09, 0x0A, 0x0D, 0x0B, 0x0C]
+        guard let first = content.firstIndex(where: { !whitespace.contains($0) }),
+            let last = content.lastIndex(where: { !whitespace.contains($0) })
+        else { return nil }
+        return SymmetricKey(data: content[first...last])
     }
 
-    /// The header's value for `body` signed at `timestamp` (unix seconds).
     static func value(body: some DataProtocol, timestamp: Int64, key: SymmetricKey) -> String {
         "t=\(timestamp),v1=\(self.hex(body: body, timestamp: timestamp, key: key))"
     }

@@ -102,6 +102,9 @@ public struct QueueGauges: Sendable, Hashable {
     public var pauses: [Pause] = []
     /// The fleet-wide rate limits, with their buckets now.
     public var rateLimits: [RateLimit] = []
+    /// Age in seconds of the oldest due webhook delivery of an enabled hook (due and not taken: no sender
+    /// keeps up, or none runs); 0 when none.
+    public var webhookOldestDueAgeSeconds: Double = 0
 }
 
 extension JobQueue {
@@ -128,15 +131,21 @@ extension JobQueue {
                    (SELECT coalesce(jsonb_agg(jsonb_build_object(
                         'credential', credential, 'topic', topic, 'per_second', per_second::float8, 'burst', burst,
                         'available', \(unescaped: QueueOperations.availableNow))), '[]')::text
-                      FROM push.rate_limits)
+                      FROM push.rate_limits),
+                   -- The outbox's due index, in run_at order, to the first delivery of an enabled hook.
+                   greatest(coalesce(extract(epoch FROM now() - (
+                       SELECT d.run_at FROM push.webhook_deliveries AS d
+                        WHERE d.state = 'pending' AND d.run_at <= now()
+                          AND EXISTS (SELECT 1 FROM push.webhooks AS w WHERE w.id = d.webhook_id AND w.disabled_at IS NULL)
+                        ORDER BY d.run_at LIMIT 1)), 0), 0)::double precision
              WHERE (SELECT min(worker_id) FROM push.workers
                      WHERE stopped_at IS NULL AND heartbeat_at > now() - make_interval(secs => \(stale)))
                    = \(workerID)
             """,
             logger: self.logger
         )
-        for try await (pending, running, age, dead, pausesJSON, limitsJSON) in rows.decode(
-            (Int64, Int64, Double, Int64, String, String).self
+        for try await (pending, running, age, dead, pausesJSON, limitsJSON, outboxAge) in rows.decode(
+            (Int64, Int64, Double, Int64, String, String, Double).self
         ) {
             struct PauseRow: Decodable {
                 var credential: String?
@@ -176,7 +185,8 @@ extension JobQueue {
                 oldestDueAgeSeconds: age,
                 deadLetters: Int(dead),
                 pauses: pauses,
-                rateLimits: limits
+                rateLimits: limits,
+                webhookOldestDueAgeSeconds: outboxAge
             )
         }
         return nil

@@ -15,7 +15,7 @@ public struct AttemptTracing: Sendable {
     public init(tracer: any Tracer) { self.tracer = tracer }
 
     /// Records the attempt's span from `started` to now; returns its span id when it is the job's first
-    /// traced attempt (to keep), `nil` otherwise.
+    /// traced attempt that was sent (to keep), `nil` otherwise.
     func record(
         _ attempt: JobProcessor.Attempt,
         worker: String,
@@ -69,11 +69,14 @@ public struct AttemptTracing: Sendable {
             )
             span.addLink(SpanLink(context: linked, attributes: ["push.link": "first_attempt"]))
         }
-        if case .dead(let sentence) = outcome.disposition {
-            span.setStatus(SpanStatus(code: .error, message: sentence))
+        switch outcome.disposition {
+        case .dead(let sentence): span.setStatus(SpanStatus(code: .error, message: sentence))
+        case .retry: span.setStatus(SpanStatus(code: .error, message: outcome.reason ?? "retried"))
+        default: break
         }
         span.end(at: DefaultTracerClock.Timestamp(nanosecondsSinceEpoch: wallNow))
-        guard job.traceFirstSpan == nil else { return nil }
+        // The first attempt that reached the provider is the one retries link to (a requeue sent nothing).
+        guard job.traceFirstSpan == nil, outcome.sent else { return nil }
         var carrier: [String: String] = [:]
         self.tracer.inject(span.context, into: &carrier, using: HeaderInjector())
         return carrier["traceparent"].flatMap(TraceParent.init)?.parentID

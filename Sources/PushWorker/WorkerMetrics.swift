@@ -139,6 +139,7 @@ struct WorkerMetrics: Sendable {
             handles?.running.record(gauges.running)
             handles?.oldestDueAge.record(gauges.oldestDueAgeSeconds)
             handles?.deadLetters.record(gauges.deadLetters)
+            handles?.webhookOldestDueAge.record(gauges.webhookOldestDueAgeSeconds)
             handles?.publish(gauges.pauses, gauges.rateLimits)
         }
     }
@@ -185,6 +186,8 @@ final class QueueGaugeHandles: Sendable {
     let running = Gauge(label: "push_queue_depth", dimensions: [("state", "running")])
     let oldestDueAge = Gauge(label: "push_oldest_pending_age_seconds")
     let deadLetters = Gauge(label: "push_dead_letters")
+    /// `push_webhook_oldest_due_age_seconds`: how long the oldest due webhook delivery has waited.
+    let webhookOldestDueAge = Gauge(label: "push_webhook_oldest_due_age_seconds")
     private let scoped = Mutex<[[String]: Gauge]>([:])
 
     func publish(_ pauses: [Pause], _ limits: [RateLimit]) {
@@ -222,7 +225,9 @@ final class QueueGaugeHandles: Sendable {
     }
 
     func destroy() {
-        for gauge in [self.pending, self.running, self.oldestDueAge, self.deadLetters] { gauge.destroy() }
+        for gauge in [self.pending, self.running, self.oldestDueAge, self.deadLetters, self.webhookOldestDueAge] {
+            gauge.destroy()
+        }
         self.scoped.withLock { gauges in
             for gauge in gauges.values { gauge.destroy() }
             gauges.removeAll()

@@ -137,6 +137,18 @@ struct WebhookSenderQueueTests {
                 workerID: "a"
             )
             #expect(result.dead == 1 && result.gone == 1 && result.disabledHooks == [hooks[1]])
+            // The outbox gauge: a due delivery of an enabled hook, waited 90 s; the disabled hook's do not count.
+            try await db.queue.heartbeat(workerID: "a", host: "h", pid: 1, credentials: ["default"])
+            try await db.execute(
+                "UPDATE push.webhook_deliveries SET run_at = now() - interval '90 seconds' WHERE state = 'pending'"
+            )
+            let gauges = try #require(try await db.queue.gauges(workerID: "a", staleAfter: .seconds(60)))
+            #expect(gauges.webhookOldestDueAgeSeconds >= 89 && gauges.webhookOldestDueAgeSeconds < 200)
+            try await db.execute(
+                "UPDATE push.webhook_deliveries SET run_at = now() - interval '1 day' WHERE webhook_id = \(hooks[1])"
+            )
+            let disabledIgnored = try #require(try await db.queue.gauges(workerID: "a", staleAfter: .seconds(60)))
+            #expect(disabledIgnored.webhookOldestDueAgeSeconds < 200, "a disabled hook's backlog is not stuck")
             let hooksListed = try await db.queue.operations.webhooks()
             #expect(hooksListed[1].disabledReason?.contains("410 Gone") == true)
             #expect(hooksListed[0].dead == 1 && hooksListed[1].dead == 1 && hooksListed[1].waiting == 2)

@@ -117,15 +117,16 @@ public struct WebhookHTTPClient: Sendable {
         let target = try Target(url: url)
         let deadline = NIODeadline.now() + TimeAmount(self.timeout)
         let addresses = try await self.resolve(target, deadline: deadline)
-        let promise = self.group.next().makePromise(of: Answer.self)
         let tls = target.secure ? self.tls : nil
         let serverName = IPAddressLiteral.isLiteral(target.host) ? nil : target.host
-        // Each checked address in turn (a dead AAAA record must not fail every delivery), within the deadline.
-        var connected: (any Channel)?
+        // Each checked address in turn (a dead AAAA record must not fail every delivery), within the deadline;
+        // each connection its own promise, so a failed one never answers for the next.
+        var connected: (channel: any Channel, promise: EventLoopPromise<Answer>)?
         var lastError: (any Error)?
         for address in addresses where NIODeadline.now() < deadline {
+            let promise = self.group.next().makePromise(of: Answer.self)
             do {
-                connected = try await ClientBootstrap(group: self.group)
+                let channel = try await ClientBootstrap(group: self.group)
                     .connectTimeout(max(deadline - NIODeadline.now(), .milliseconds(1)))
                     .channelInitializer { channel in
                         channel.eventLoop.makeCompletedFuture {
@@ -139,18 +140,18 @@ public struct WebhookHTTPClient: Sendable {
                         }
                     }
                     .connect(to: address).get()
+                connected = (channel, promise)
                 break
             } catch {
+                promise.fail(error)
                 lastError = error
             }
         }
-        guard let channel = connected else {
-            let error = Failure(
+        guard let (channel, promise) = connected else {
+            throw Failure(
                 kind: .connect,
                 description: "could not connect to \(target): \(lastError.map { "\($0)" } ?? "no time left")"
             )
-            promise.fail(error)
-            throw error
         }
         let timer = channel.eventLoop.scheduleTask(deadline: deadline) {
             promise.fail(Failure(kind: .timeout, description: "no answer from \(target) within \(self.timeout)"))

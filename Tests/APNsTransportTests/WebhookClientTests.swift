@@ -1,0 +1,113 @@
+import Foundation
+import NIOPosix
+import PushProcess
+import Testing
+
+@testable import APNsTransport
+
+/// The webhook client against a loopback receiver in Python (real sockets): it refuses private addresses
+/// unless allowed, never follows a redirect, takes a 2xx head as the answer, and keeps one deadline.
+@Suite("Webhook client: receivers are not trusted")
+struct WebhookClientTests {
+    static let server = """
+        import http.server, socket, sys, time
+        log = open(sys.argv[1], "a", buffering=1)
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            def log_message(self, *a): pass
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                log.write(self.path + " " + self.headers.get("Host", "") + "\\n")
+                if self.path == "/hang":
+                    time.sleep(10); return
+                if self.path == "/stall":
+                    self.wfile.write(b"HTTP/1.1 200 OK\\r\\nContent-Length: 100\\r\\n\\r\\npartial"); self.wfile.flush()
+                    time.sleep(10); return
+                status = {"/ok": 204, "/redirect": 302, "/error": 500}[self.path.split("?")[0]]
+                self.send_response(status)
+                if status == 302: self.send_header("Location", "http://169.254.169.254/latest/meta-data")
+                body = b"database is down" if status == 500 else b""
+                self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
+        s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H); s.daemon_threads = True
+        print(s.server_address[1], flush=True); s.serve_forever()
+        """
+
+    @Test(
+        "a loopback receiver is refused without --webhooks-allow-private (no connection made); with it: 2xx, a redirect answered not followed, a 500 with its body's start, a stalled body after a 200 head, a silent receiver past the deadline"
+    )
+    func untrusted() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("hook-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let log = directory + "/requests.log"
+        let receiver = try ChildProcess.start(
+            "/usr/bin/env",
+            ["python3", "-c", Self.server, log],
+            environment: ["PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"],
+            outputPath: directory + "/out"
+        )
+        defer {
+            receiver.signal(SIGKILL)
+            _ = receiver.wait(limit: .seconds(10))
+        }
+        var port = 0
+        for _ in 0..<100 where port == 0 {
+            port = Int(receiver.output.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+            if port == 0 { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        try #require(port > 0, "the receiver did not start: \(receiver.output)")
+        let group = MultiThreadedEventLoopGroup.singleton
+        let body = Array(#"{"job_id":1}"#.utf8)
+        let strict = try WebhookHTTPClient(group: group, allowPrivate: false, timeout: .seconds(2))
+        for url in [
+            "http://127.0.0.1:\(port)/ok", "http://localhost:\(port)/ok", "http://[::ffff:127.0.0.1]:\(port)/ok",
+        ] {
+            do {
+                _ = try await strict.post(url: url, headers: [], body: body)
+                Issue.record("\(url) was reached")
+            } catch {
+                #expect(
+                    error.kind == .refusedAddress && error.description.contains("--webhooks-allow-private"),
+                    "\(error)"
+                )
+            }
+        }
+        #expect((try? String(contentsOfFile: log, encoding: .utf8)) ?? "" == "", "no request reached the receiver")
+
+        let client = try WebhookHTTPClient(group: group, allowPrivate: true, timeout: .seconds(2))
+        let ok = try await client.post(url: "http://localhost:\(port)/ok?token=t", headers: [], body: body)
+        #expect(ok.status == 204)
+        let redirect = try await client.post(url: "http://127.0.0.1:\(port)/redirect", headers: [], body: body)
+        #expect(redirect.status == 302 && redirect.location == "http://169.254.169.254/latest/meta-data")
+        let error = try await client.post(url: "http://127.0.0.1:\(port)/error", headers: [], body: body)
+        #expect(error.status == 500 && error.bodyPrefix == "database is down")
+        let started = ContinuousClock.now
+        let stalled = try await client.post(url: "http://127.0.0.1:\(port)/stall", headers: [], body: body)
+        #expect(stalled.status == 200, "a 2xx head is the answer, whatever the body does")
+        #expect(ContinuousClock.now - started < .seconds(2))
+        do {
+            _ = try await client.post(url: "http://127.0.0.1:\(port)/hang", headers: [], body: body)
+            Issue.record("a silent receiver answered")
+        } catch {
+            #expect(error.kind == .timeout, "\(error)")
+        }
+        let lines = ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n")
+        #expect(
+            lines.count == 5 && !lines.contains { $0.hasPrefix("/latest") },
+            "the redirect was not followed: \(lines)"
+        )
+        #expect(lines.first == "/ok?token=t localhost:\(port)", "path, query and Host as the URL says")
+
+        for (url, kind) in [
+            ("http://user:pw@127.0.0.1:\(port)/ok", WebhookHTTPClient.Failure.Kind.badURL),
+            ("ftp://127.0.0.1/ok", .badURL),
+        ] {
+            do {
+                _ = try await client.post(url: url, headers: [], body: body)
+                Issue.record("\(url) was posted")
+            } catch {
+                #expect(error.kind == kind && !error.description.contains("pw"), "\(error)")
+            }
+        }
+    }
+}

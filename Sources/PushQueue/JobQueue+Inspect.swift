@@ -132,12 +132,15 @@ extension JobQueue {
                         'credential', credential, 'topic', topic, 'per_second', per_second::float8, 'burst', burst,
                         'available', \(unescaped: QueueOperations.availableNow))), '[]')::text
                       FROM push.rate_limits),
-                   -- The outbox's due index, in run_at order, to the first delivery of an enabled hook.
+                   -- Per enabled hook, its oldest due delivery through the claim index (a disabled hook's
+                   -- backlog is never read).
                    greatest(coalesce(extract(epoch FROM now() - (
-                       SELECT d.run_at FROM push.webhook_deliveries AS d
-                        WHERE d.state = 'pending' AND d.run_at <= now()
-                          AND EXISTS (SELECT 1 FROM push.webhooks AS w WHERE w.id = d.webhook_id AND w.disabled_at IS NULL)
-                        ORDER BY d.run_at LIMIT 1)), 0), 0)::double precision
+                       SELECT min(x.run_at) FROM push.webhooks AS w CROSS JOIN LATERAL (
+                           SELECT d.run_at FROM push.webhook_deliveries AS d
+                            WHERE d.webhook_id = w.id AND d.state IN ('pending', 'running') AND d.run_at <= now()
+                              AND (d.state = 'pending' OR d.locked_until < now())
+                            ORDER BY d.run_at LIMIT 1) AS x
+                        WHERE w.disabled_at IS NULL)), 0), 0)::double precision
              WHERE (SELECT min(worker_id) FROM push.workers
                      WHERE stopped_at IS NULL AND heartbeat_at > now() - make_interval(secs => \(stale)))
                    = \(workerID)

@@ -63,11 +63,15 @@ public struct WebhookRecordResult: Sendable, Hashable {
 }
 
 extension JobQueue {
-    /// Claims due deliveries (SKIP LOCKED, like jobs): at most `perHook` in flight per hook across the fleet
-    /// (counting the ones other workers hold; a claim holds its hooks' rows, so two workers never claim for
-    /// one hook at once, and one whose hook another worker is claiming for skips it this round), at most
-    /// `limit` in all, oldest due first across hooks. A delivery whose holder's lease lapsed (a worker
+    /// Claims due deliveries (SKIP LOCKED, like jobs): at most `perHook` in flight per hook across the fleet,
+    /// at most `limit` in all, oldest due first across hooks. A delivery whose holder's lease lapsed (a worker
     /// killed mid-POST) is due again: it is sent again with the same id.
+    ///
+    /// Two statements in one transaction. The first locks the enabled hooks that have due deliveries
+    /// (`FOR NO KEY UPDATE SKIP LOCKED`: outcome writes' foreign-key checks are not blocked, and a hook another
+    /// worker is claiming for is skipped this round); an idle poll locks nothing. The second, with a snapshot
+    /// taken after those locks, counts each hook's deliveries in flight (so another worker's claim that just
+    /// committed is counted) and claims the rest of its share.
     public func claimWebhookDeliveries(
         workerID: String,
         perHook: Int,
@@ -75,53 +79,70 @@ extension JobQueue {
         lease: Duration
     ) async throws -> [WebhookDelivery] {
         let seconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
-        var claimed: [WebhookDelivery] = []
-        for try await row in try await self.client.query(
-            """
-            WITH hooks AS MATERIALIZED (
-                SELECT w.id,
-                       \(perHook) - (SELECT count(*) FROM push.webhook_deliveries AS r
-                                      WHERE r.webhook_id = w.id AND r.state = 'running' AND r.locked_until >= now())
-                       AS room
-                  FROM push.webhooks AS w WHERE w.disabled_at IS NULL
-                   -- NO KEY UPDATE: outcome writes' foreign-key checks (KEY SHARE) are not blocked.
-                   FOR NO KEY UPDATE OF w SKIP LOCKED
-            ), picked AS (
-                SELECT p.id FROM hooks AS h CROSS JOIN LATERAL (
-                    SELECT d.id, d.run_at FROM push.webhook_deliveries AS d
-                     WHERE d.webhook_id = h.id AND d.state IN ('pending', 'running') AND d.run_at <= now()
-                       AND (d.state = 'pending' OR d.locked_until < now())
-                     ORDER BY d.run_at LIMIT greatest(h.room, 0)
-                     FOR NO KEY UPDATE SKIP LOCKED
-                ) AS p
-                ORDER BY p.run_at
-                LIMIT \(limit)
-            )
-            UPDATE push.webhook_deliveries AS d
-               SET state = 'running', attempts = d.attempts + 1, locked_by = \(workerID),
-                   locked_until = now() + make_interval(secs => \(seconds))
-              FROM push.webhooks AS w
-             WHERE d.id IN (SELECT id FROM picked) AND w.id = d.webhook_id
-            RETURNING d.id, d.webhook_id, w.url, w.secret_file, d.event, d.job_id, d.body::text, d.attempts,
-                      d.created_at
-            """,
-            logger: self.logger
-        ).decode((Int64, Int64, String, String, String, Int64, String, Int32, Date).self) {
-            claimed.append(
-                WebhookDelivery(
-                    id: row.0,
-                    webhookID: row.1,
-                    url: row.2,
-                    secretFile: row.3,
-                    event: row.4,
-                    jobID: row.5,
-                    body: row.6,
-                    attempt: Int(row.7),
-                    createdAt: row.8
+        let logger = self.logger
+        return try await self.client.withTransaction(logger: logger) { connection in
+            var hooks: [Int64] = []
+            for try await id in try await connection.query(
+                """
+                SELECT w.id FROM push.webhooks AS w
+                 WHERE w.disabled_at IS NULL
+                   AND EXISTS (SELECT 1 FROM push.webhook_deliveries AS d
+                                WHERE d.webhook_id = w.id AND d.state IN ('pending', 'running') AND d.run_at <= now()
+                                  AND (d.state = 'pending' OR d.locked_until < now()))
+                 ORDER BY w.id
+                 FOR NO KEY UPDATE OF w SKIP LOCKED
+                """,
+                logger: logger
+            ).decode(Int64.self) {
+                hooks.append(id)
+            }
+            guard !hooks.isEmpty else { return [] }
+            var claimed: [WebhookDelivery] = []
+            for try await row in try await connection.query(
+                """
+                WITH hooks AS MATERIALIZED (
+                    SELECT h.id,
+                           \(perHook) - (SELECT count(*) FROM push.webhook_deliveries AS r
+                                          WHERE r.webhook_id = h.id AND r.state = 'running' AND r.locked_until >= now())
+                           AS room
+                      FROM unnest(\(hooks)::bigint[]) AS h (id)
+                ), picked AS (
+                    SELECT p.id FROM hooks AS h CROSS JOIN LATERAL (
+                        SELECT d.id, d.run_at FROM push.webhook_deliveries AS d
+                         WHERE d.webhook_id = h.id AND d.state IN ('pending', 'running') AND d.run_at <= now()
+                           AND (d.state = 'pending' OR d.locked_until < now())
+                         ORDER BY d.run_at LIMIT greatest(h.room, 0)
+                         FOR NO KEY UPDATE SKIP LOCKED
+                    ) AS p
+                    ORDER BY p.run_at
+                    LIMIT \(limit)
                 )
-            )
+                UPDATE push.webhook_deliveries AS d
+                   SET state = 'running', attempts = d.attempts + 1, locked_by = \(workerID),
+                       locked_until = now() + make_interval(secs => \(seconds))
+                  FROM push.webhooks AS w
+                 WHERE d.id IN (SELECT id FROM picked) AND w.id = d.webhook_id
+                RETURNING d.id, d.webhook_id, w.url, w.secret_file, d.event, d.job_id, d.body::text, d.attempts,
+                          d.created_at
+                """,
+                logger: logger
+            ).decode((Int64, Int64, String, String, String, Int64, String, Int32, Date).self) {
+                claimed.append(
+                    WebhookDelivery(
+                        id: row.0,
+                        webhookID: row.1,
+                        url: row.2,
+                        secretFile: row.3,
+                        event: row.4,
+                        jobID: row.5,
+                        body: row.6,
+                        attempt: Int(row.7),
+                        createdAt: row.8
+                    )
+                )
+            }
+            return claimed
         }
-        return claimed
     }
 
     /// Records tries of deliveries this worker holds (fenced by holder and attempt: a try whose lease lapsed

@@ -30,6 +30,13 @@ public struct WebhookSettings: Sendable {
     /// How long a claim holds a delivery: past the POST's deadline, so a live worker never loses it, short
     /// enough that a killed worker's deliveries are sent again soon.
     var lease: Duration { self.timeout * 2 + .seconds(5) }
+
+    /// The claim's and the record's deadline: the configured one, held so that a POST (at most `timeout`),
+    /// the claim that may delay its record and the record itself all fit in the lease. A try recorded after
+    /// its lease lapsed would be sent again by another worker.
+    var boundedStatementDeadline: Duration {
+        min(self.statementDeadline, (self.lease - self.timeout) / 2)
+    }
 }
 
 /// Claims due deliveries, POSTs them signed, records each try. Runs beside the job claim loop on its own
@@ -99,7 +106,7 @@ final class WebhookSender: Sendable {
                 if room > 0 {
                     do {
                         let (queue, workerID, settings) = (self.queue, self.workerID, self.settings)
-                        claimed = try await withDeadline(settings.statementDeadline, "the webhook claim") {
+                        claimed = try await withDeadline(settings.boundedStatementDeadline, "the webhook claim") {
                             try await queue.claimWebhookDeliveries(
                                 workerID: workerID,
                                 perHook: settings.perHook,
@@ -147,7 +154,7 @@ final class WebhookSender: Sendable {
         guard !tries.isEmpty else { return }
         do {
             let (queue, workerID, settings) = (self.queue, self.workerID, self.settings)
-            let result = try await withDeadline(settings.statementDeadline, "the webhook record") {
+            let result = try await withDeadline(settings.boundedStatementDeadline, "the webhook record") {
                 try await queue.recordWebhookTries(tries, workerID: workerID, retryWindow: settings.retryWindow)
             }
             for attempt in tries { self.metrics.webhookTries[attempt.kind]?.increment() }

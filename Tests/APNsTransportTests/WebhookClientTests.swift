@@ -20,6 +20,9 @@ struct WebhookClientTests {
                 log.write(self.path + " " + self.headers.get("Host", "") + "\\n")
                 if self.path == "/hang":
                     time.sleep(10); return
+                if self.path == "/gone-stall":
+                    self.wfile.write(b"HTTP/1.1 410 Gone\\r\\nContent-Length: 100\\r\\n\\r\\nno more"); self.wfile.flush()
+                    time.sleep(10); return
                 if self.path == "/stall":
                     self.wfile.write(b"HTTP/1.1 200 OK\\r\\nContent-Length: 100\\r\\n\\r\\npartial"); self.wfile.flush()
                     time.sleep(10); return
@@ -85,6 +88,8 @@ struct WebhookClientTests {
         let stalled = try await client.post(url: "http://127.0.0.1:\(port)/stall", headers: [], body: body)
         #expect(stalled.status == 200, "a 2xx head is the answer, whatever the body does")
         #expect(ContinuousClock.now - started < .seconds(2))
+        let gone = try await client.post(url: "http://127.0.0.1:\(port)/gone-stall", headers: [], body: body)
+        #expect(gone.status == 410 && gone.bodyPrefix == "no more", "another status stands after a second's grace")
         do {
             _ = try await client.post(url: "http://127.0.0.1:\(port)/hang", headers: [], body: body)
             Issue.record("a silent receiver answered")
@@ -93,7 +98,7 @@ struct WebhookClientTests {
         }
         let lines = ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n")
         #expect(
-            lines.count == 5 && !lines.contains { $0.hasPrefix("/latest") },
+            lines.count == 6 && !lines.contains { $0.hasPrefix("/latest") },
             "the redirect was not followed: \(lines)"
         )
         #expect(lines.first == "/ok?token=t localhost:\(port)", "path, query and Host as the URL says")

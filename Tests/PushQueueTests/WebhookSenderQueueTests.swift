@@ -246,13 +246,69 @@ struct WebhookSenderQueueTests {
                     "SELECT count(*) FROM push.webhook_deliveries WHERE job_id = \(ids[0]) AND body ? 'apns_id'"
                 ) == 1
             )
-            try await releaseClaimer()
+            // Recording while the hook's row is held: no wait either.
             let tries = claim.value.map { WebhookTry(id: $0.id, attempt: 1, kind: .delivered, status: 200, error: nil) }
-            let record = try await FleetInterleavingTests.watch(db, release: release) {
+            let record = try await FleetInterleavingTests.watch(db, release: releaseClaimer) {
                 try await db.queue.recordWebhookTries(tries, workerID: "a")
             }
             #expect(!record.waited, "recording does not wait on the hook's row")
             #expect(record.value.delivered == 4)
+            try await releaseClaimer()
+        }
+    }
+}
+
+/// The trace columns through the queue: the first attempt's span is kept by the outcome write (a retry's
+/// and a dead letter's), survives a replay (the worker's own insert), and a producer cannot set it.
+@Suite("Traces: trace_first_span through outcomes, dead letters and replay")
+struct TraceColumnTests {
+    @Test(
+        "the first sent attempt's span id is kept, then carried by the dead letter and its replay; a producer's value is reset"
+    )
+    func firstSpanKept() async throws {
+        try await TestPostgres.withDatabase { db in
+            let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+            try await db.execute(
+                """
+                INSERT INTO push.jobs (topic, device_token, payload, traceparent, trace_first_span)
+                VALUES ('com.example.app', repeat('ab', 32), '{"aps":{"alert":"a"}}', '\(traceparent)', 'ffffffffffffffff'),
+                       ('com.example.app', repeat('cd', 32), '{"aps":{"alert":"b"}}', '\(traceparent)', NULL)
+                """
+            )
+            #expect(
+                try await db.int64("SELECT count(*) FROM push.jobs WHERE trace_first_span IS NOT NULL") == 0,
+                "a producer cannot set the worker's column"
+            )
+            let first = try await db.queue.claimBatch(limit: 2, workerID: "w", lease: .seconds(60)).jobs
+            #expect(first.count == 2 && first.allSatisfy { $0.traceparent == traceparent && $0.traceFirstSpan == nil })
+            var retry = JobOutcome(jobID: first[0].id, attempt: 1, disposition: .retry(after: .zero), status: 500)
+            retry.traceSpan = "1111111111111111"
+            var dead = JobOutcome(jobID: first[1].id, attempt: 1, disposition: .dead(sentence: "gone"), status: 400)
+            dead.traceSpan = "2222222222222222"
+            _ = try await db.queue.writeOutcomes([retry, dead], workerID: "w")
+            let again = try await db.queue.claimBatch(limit: 2, workerID: "w", lease: .seconds(60)).jobs
+            #expect(again.first?.traceFirstSpan == "1111111111111111", "the retry reads its first attempt's span")
+            var later = JobOutcome(jobID: first[0].id, attempt: 2, disposition: .delivered, status: 200)
+            later.traceSpan = "3333333333333333"
+            _ = try await db.queue.writeOutcomes([later], workerID: "w")
+            #expect(
+                try await db.int64(
+                    "SELECT count(*) FROM push.jobs WHERE id = \(first[0].id) AND trace_first_span = '1111111111111111'"
+                ) == 1,
+                "only the first is kept"
+            )
+            #expect(
+                try await db.int64(
+                    "SELECT count(*) FROM push.dead_jobs WHERE id = \(first[1].id) AND trace_first_span = '2222222222222222' AND traceparent = \(traceparent)"
+                ) == 1,
+                "a job dead at its first attempt keeps that attempt's span"
+            )
+            _ = try await db.queue.operations.replay(matching: .init(ids: [first[1].id]))
+            let replayed = try await db.queue.claimBatch(limit: 2, workerID: "w", lease: .seconds(60)).jobs
+            #expect(
+                replayed.first?.traceFirstSpan == "2222222222222222" && replayed.first?.traceparent == traceparent,
+                "the replay stays in its trace, linked to the first attempt"
+            )
         }
     }
 }

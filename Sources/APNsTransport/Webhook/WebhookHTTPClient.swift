@@ -4,6 +4,7 @@ import NIOHTTP1
 import NIOPosix
 import NIOSSL
 import PushCore
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -41,6 +42,9 @@ public struct WebhookHTTPClient: Sendable {
     /// hook whose name server never answers holds only lookups, never another hook's connection or NIO's
     /// shared pool. Lookups still queued when their POST's deadline passed are skipped.
     let resolver: NIOThreadPool
+    /// Lookups under way, by `host:port`: POSTs to one host share one lookup, so a host whose name server
+    /// hangs holds one resolver thread, not one per POST.
+    let lookups = LookupTable()
 
     /// - Parameters:
     ///   - allowPrivate: reach loopback and private addresses (`--webhooks-allow-private`).
@@ -123,11 +127,16 @@ public struct WebhookHTTPClient: Sendable {
         // each connection its own promise, so a failed one never answers for the next.
         var connected: (channel: any Channel, promise: EventLoopPromise<Answer>)?
         var lastError: (any Error)?
-        for address in addresses where NIODeadline.now() < deadline {
+        for (index, address) in addresses.enumerated() where NIODeadline.now() < deadline {
             let promise = self.group.next().makePromise(of: Answer.self)
+            // An address that drops the SYN must leave time for the next: each gets its share of what is left
+            // (at least a second), the last all of it.
+            let remaining = deadline - NIODeadline.now()
+            let left = Int64(addresses.count - index)
+            let share = min(remaining, max(TimeAmount.nanoseconds(remaining.nanoseconds / left), .seconds(1)))
             do {
                 let channel = try await ClientBootstrap(group: self.group)
-                    .connectTimeout(max(deadline - NIODeadline.now(), .milliseconds(1)))
+                    .connectTimeout(max(share, .milliseconds(1)))
                     .channelInitializer { channel in
                         channel.eventLoop.makeCompletedFuture {
                             if let tls {
@@ -198,13 +207,24 @@ public struct WebhookHTTPClient: Sendable {
             let loop = self.group.next()
             let looked = loop.makePromise(of: [SocketAddress].self)
             let timeout = self.timeout
-            self.resolver.runIfActive(eventLoop: loop) {
-                guard NIODeadline.now() < deadline else {
-                    throw Failure(kind: .timeout, description: "could not resolve \(host) within \(timeout)")
+            let key = "\(host):\(port)"
+            let shared = self.lookups.futures.withLock { futures -> EventLoopFuture<[SocketAddress]> in
+                if let running = futures[key] { return running }
+                let started = self.resolver.runIfActive(eventLoop: loop) {
+                    guard NIODeadline.now() < deadline else {
+                        throw Failure(kind: .timeout, description: "could not resolve \(host) within \(timeout)")
+                    }
+                    return try Self.lookup(host: host, port: port)
                 }
-                return try Self.lookup(host: host, port: port)
+                futures[key] = started
+                return started
             }
-            .cascade(to: looked)
+            shared.whenComplete { [lookups = self.lookups] _ in
+                lookups.futures.withLock { futures in
+                    if futures[key] === shared { futures[key] = nil }
+                }
+            }
+            shared.cascade(to: looked)
             let timer = loop.scheduleTask(deadline: deadline) {
                 looked.fail(Failure(kind: .timeout, description: "could not resolve \(host) within \(timeout)"))
             }
@@ -298,6 +318,8 @@ private final class AnswerCollector: ChannelInboundHandler {
 
     let promise: EventLoopPromise<Answer>
     var answer: WebhookHTTPClient.Answer?
+    /// The wait for a non-2xx answer's body; cancelled when the channel goes.
+    var grace: Scheduled<Void>?
     typealias Answer = WebhookHTTPClient.Answer
 
     init(promise: EventLoopPromise<Answer>) { self.promise = promise }
@@ -315,10 +337,16 @@ private final class AnswerCollector: ChannelInboundHandler {
             )
             self.answer = answer
             // A 2xx is all the verdict needs: a receiver that stalls in its body after it took the delivery
-            // must not get it again.
+            // must not get it again. Another status waits a second for the body's start (for `webhooks show`),
+            // then stands as it is (a 410 or a Retry-After must not turn into a timeout).
             if (200..<300).contains(answer.status) {
                 self.promise.succeed(answer)
                 context.close(promise: nil)
+            } else {
+                self.grace = context.eventLoop.assumeIsolated().scheduleTask(in: .seconds(1)) { [self] in
+                    if let answer = self.answer { self.promise.succeed(answer) }
+                    context.close(promise: nil)
+                }
             }
         case .body(var buffer):
             guard var answer = self.answer, answer.bodyPrefix.utf8.count < 512 else { return }
@@ -334,6 +362,7 @@ private final class AnswerCollector: ChannelInboundHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        self.grace?.cancel()
         // The head arrived but the body was cut: the status stands.
         if let answer = self.answer {
             self.promise.succeed(answer)
@@ -349,4 +378,9 @@ private final class AnswerCollector: ChannelInboundHandler {
         if self.answer == nil { self.promise.fail(error) }
         context.close(promise: nil)
     }
+}
+
+/// Lookups under way, shared by the POSTs to one host.
+final class LookupTable: Sendable {
+    let futures = Mutex<[String: EventLoopFuture<[SocketAddress]>]>([:])
 }

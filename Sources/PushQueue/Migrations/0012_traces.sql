@@ -33,7 +33,14 @@ BEGIN
         NEW.environment := 'fcm';
     END IF;
     NEW.provider_message_id := NULL;
-    NEW.trace_first_span := NULL;
+    -- A producer's insert starts untraced by any attempt; the worker's own (replay, revive) keeps the link.
+    -- (IS NOT TRUE: the setting is NULL outside the worker's transactions.)
+    IF (current_setting('push.internal_insert', true) = 'on'
+        AND pg_has_role(current_user,
+                        (SELECT c.relowner FROM pg_catalog.pg_class AS c WHERE c.oid = 'push.jobs'::regclass),
+                        'MEMBER')) IS NOT TRUE THEN
+        NEW.trace_first_span := NULL;
+    END IF;
     RETURN NEW;
 END
 $$;

@@ -47,7 +47,7 @@ WITH updated AS (
      WHERE j.id = i.id AND j.attempts = i.attempt AND j.locked_by = :worker_id
        AND (j.state IN ('running', 'pending') OR (j.state = 'cancelled' AND i.sent)) AND i.kind = 'dead'
     RETURNING j.*, i.st, i.rs, i.trap_arr, i.unique_id, i.lat, i.at, i.sent, i.error, i.entry,
-              i.invalidate, i.ts_ms
+              i.invalidate, i.ts_ms, i.span
 ), dead AS (
     INSERT INTO push.dead_jobs ({{dead_letter_columns}})
     SELECT id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
@@ -57,7 +57,7 @@ WITH updated AS (
            created_at,
            coalesce(first_attempt_at, CASE WHEN sent THEN at END), CASE WHEN sent THEN at ELSE last_attempt_at END,
            lat, now(), error, push.append_history(history, entry), deliver_once, coalesce_key, platform,
-           provider_message_id, traceparent, trace_first_span
+           provider_message_id, traceparent, coalesce(trace_first_span, NULLIF(span, ''))
       FROM moved
     {{dead_conflict}}
     RETURNING id

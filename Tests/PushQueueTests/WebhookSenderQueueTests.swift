@@ -312,3 +312,37 @@ struct TraceColumnTests {
         }
     }
 }
+
+extension WebhookSenderQueueTests {
+    @Test(
+        "a hook deleted under an outcome write: the write waits on the delete (pg_stat_activity), fails on the foreign key, is not taken for a poison row, and succeeds written again"
+    )
+    func hookDeletedUnderAnOutcomeWrite() async throws {
+        try await TestPostgres.withDatabase { db in
+            let hook = try await Self.hooks(db, 1)[0]
+            let ids = try await enqueue(db, count: 1)
+            #expect(try await db.queue.claimBatch(limit: 1, workerID: "w", lease: .seconds(60)).jobs.count == 1)
+            let remover = try await FleetInterleavingTests.session(db)
+            defer { Task { try? await remover.close() } }
+            try await remover.query("BEGIN", logger: db.logger)
+            try await remover.query("DELETE FROM push.webhooks WHERE id = \(hook)", logger: db.logger)
+            let release: @Sendable () async throws -> Void = {
+                _ = try await remover.query("COMMIT", logger: db.logger)
+            }
+            let outcome = JobOutcome(jobID: ids[0], attempt: 1, disposition: .delivered, status: 200)
+            let write = try await FleetInterleavingTests.watch(db, release: release) {
+                do {
+                    _ = try await db.queue.writeOutcomes([outcome], workerID: "w")
+                    return "written"
+                } catch {
+                    return QueueError.isRefusedByServer(error) ? "poison: \(String(reflecting: error))" : "transient"
+                }
+            }
+            #expect(write.waited, "the insert's foreign-key check waits on the delete")
+            #expect(write.value == "transient", "\(write.value.prefix(300))")
+            let again = try await db.queue.writeOutcomes([outcome], workerID: "w")
+            #expect(again.recorded == ids, "written again, the statement no longer sees the hook")
+            #expect(try await db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == 1)
+        }
+    }
+}

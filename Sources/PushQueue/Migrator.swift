@@ -35,8 +35,8 @@ public struct Migrator: Sendable {
     public var lockWait: Duration = .seconds(600)
 
     /// The line that ends a file's transactional part: the statements after it run one by one outside a
-    /// transaction (`CREATE INDEX CONCURRENTLY`, `VALIDATE CONSTRAINT`), each with the lock timeout, and the
-    /// version is recorded once they all ran. Each must be idempotent: a migrator that died half way runs
+    /// transaction (`CREATE INDEX CONCURRENTLY`, `VALIDATE CONSTRAINT`), without a lock timeout (they take no
+    /// lock a producer waits on; see `migrate`), and the version is recorded once they all ran. Each must be idempotent: a migrator that died half way runs
     /// the whole file again.
     public static let outsideTransactionMarker = "-- push:outside-transaction"
 

@@ -32,6 +32,10 @@ struct WebhookClientTests {
                 body = b"database is down" if status == 500 else b""
                 self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
         s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H); s.daemon_threads = True
+        if len(sys.argv) > 3:
+            import ssl
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); context.load_cert_chain(sys.argv[2], sys.argv[3])
+            s.socket = context.wrap_socket(s.socket, server_side=True)
         print(s.server_address[1], flush=True); s.serve_forever()
         """
 
@@ -114,5 +118,60 @@ struct WebhookClientTests {
                 #expect(error.kind == kind && !error.description.contains("pw"), "\(error)")
             }
         }
+    }
+
+    @Test(
+        "an https:// receiver: verified against --webhooks-ca-file with the host name as SNI; without its CA, refused"
+    )
+    func tls() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("hook-tls-\(UUID().uuidString)")
+            .path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let made = try ChildProcess.run(
+            "/usr/bin/env",
+            [
+                "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                "-keyout", directory + "/key.pem", "-out", directory + "/cert.pem", "-days", "2", "-subj",
+                "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+            ]
+        )
+        try #require(made.status == 0, "openssl: \(made.output)")
+        let log = directory + "/requests.log"
+        let receiver = try ChildProcess.start(
+            "/usr/bin/env",
+            ["python3", "-c", Self.server, log, directory + "/cert.pem", directory + "/key.pem"],
+            environment: ["PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"],
+            outputPath: directory + "/out"
+        )
+        defer {
+            receiver.signal(SIGKILL)
+            _ = receiver.wait(limit: .seconds(10))
+        }
+        var port = 0
+        for _ in 0..<100 where port == 0 {
+            port = Int(receiver.output.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+            if port == 0 { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        try #require(port > 0, "the receiver did not start: \(receiver.output)")
+        let group = MultiThreadedEventLoopGroup.singleton
+        let body = Array(#"{"job_id":1}"#.utf8)
+        let trusting = try WebhookHTTPClient(
+            group: group,
+            allowPrivate: true,
+            caFile: directory + "/cert.pem",
+            timeout: .seconds(5)
+        )
+        let answer = try await trusting.post(url: "https://localhost:\(port)/ok", headers: [], body: body)
+        #expect(answer.status == 204)
+        let untrusting = try WebhookHTTPClient(group: group, allowPrivate: true, timeout: .seconds(5))
+        do {
+            _ = try await untrusting.post(url: "https://localhost:\(port)/ok", headers: [], body: body)
+            Issue.record("a receiver with an unknown CA was trusted")
+        } catch {
+            #expect(error.kind == .tls || error.kind == .closed, "\(error)")
+        }
+        let lines = ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n")
+        #expect(lines == ["/ok localhost:\(port)"], "only the verified connection carried a request: \(lines)")
     }
 }

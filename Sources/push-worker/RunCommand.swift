@@ -310,7 +310,7 @@ struct RunCommand: AsyncParsableCommand {
         // One provider token per key for the whole fleet, shared through Postgres.
         let (apnsClient, fcmClient) = try makeClient(ProviderTokenTable(primary: primary, logger: logger))
         configuration.credentials = (apnsClient.credentialNames + (fcmClient?.credentialNames ?? [])).sorted()
-        let traceBackend = try self.traces.backend(serviceName: "push-worker")
+        let traceBackend = try self.traces.backend(serviceName: "push-worker", logger: logger)
         let service = PushWorkerService(
             configuration: configuration,
             queue: JobQueue(primary: primary, logger: logger, preparedStatements: !self.noSessionSettings),

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Logging
 import OTel
 import PushWorker
 import ServiceLifecycle
@@ -33,10 +34,14 @@ struct TraceOptions: ParsableArguments {
     }
 
     /// The tracer and the exporter's service (run it in the daemon's group), or `nil` without an endpoint.
-    func backend(serviceName: String) throws -> (tracing: AttemptTracing, service: any Service)? {
+    func backend(serviceName: String, logger: Logger) throws -> (tracing: AttemptTracing, service: any Service)? {
         guard let url = self.tracesURL else { return nil }
         var configuration = OTel.Configuration.default
         configuration.serviceName = serviceName
+        // The exporter's own warnings (a collector unreachable, a batch dropped) go to the worker's log, in its
+        // format, at warning and above.
+        configuration.diagnosticLogger = .custom(logger)
+        configuration.diagnosticLogLevel = .warning
         configuration.metrics.enabled = false
         configuration.logs.enabled = false
         configuration.traces.enabled = true

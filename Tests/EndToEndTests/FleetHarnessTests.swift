@@ -13,7 +13,9 @@ import Testing
 /// resumed over its backlog, keyed jobs whose older one commits late, and (in some seeds) a worker killed.
 /// Every run ends with the invariants: every job delivered, superseded or dead with a reason, none running;
 /// no 200 answered twice unless a worker died; no older keyed job sent after a newer one's 200; each
-/// limit held where the requests arrive; nothing of a paused topic sent while it was paused.
+/// limit held where the requests arrive; nothing of a paused topic sent while it was paused. A webhook takes
+/// every dead, token_invalid and superseded outcome (a loopback receiver that checks each signature): none of
+/// its deliveries is lost, whatever the neighbours did.
 ///
 /// Quick by default (2 fixed seeds, 3,000 jobs); `PUSH_LONG_TESTS=1`: 20 drawn seeds of 100,000 jobs;
 /// `PUSH_FLEET_SEEDS=a,b` replays seeds.
@@ -202,9 +204,18 @@ struct FleetHarnessTests {
                 """
             )
             var inserted = count
+            let secret = try WebhookDaemonTests.secret(in: f.directory)
+            let receiver = try await WebhookReceiver.start(in: f.directory, secretFile: secret, seed: seed, delay: 0)
+            defer { receiver.stop() }
+            let hook = try await f.cli([
+                "webhooks", "add", "http://127.0.0.1:\(receiver.port)/ok", "--events", "dead,token_invalid,superseded",
+                "--secret-file", secret,
+            ])
+            #expect(hook.status == 0, "\(hook.output)")
             let options = [
                 "--config", config, "--log-level", "error", "--base-delay-ms", "50", "--max-delay-ms", "500",
-                "--frozen-worker-wait", "60s", "--batch-size", "100",
+                "--frozen-worker-wait", "60s", "--batch-size", "100", "--webhooks-allow-private",
+                "--webhooks-per-hook", "16",
             ]
             let started = ContinuousClock.now
             let a = try f.startWorker("a", options)
@@ -359,6 +370,9 @@ struct FleetHarnessTests {
             try await f.waitUntil(.seconds(Self.long ? 900 : 240), "every job terminal (seed \(seed))") {
                 try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state IN ('pending', 'running')") == 0
             }
+            try await f.waitUntil(.seconds(Self.long ? 600 : 120), "every webhook delivery made (seed \(seed))") {
+                try await f.db.int64("SELECT count(*) FROM push.webhook_deliveries WHERE state <> 'delivered'") == 0
+            }
             let elapsed = ContinuousClock.now - started
             for worker in [a, b] + (plan.killAt == nil ? [c] : []) {
                 worker.signal(SIGTERM)
@@ -366,6 +380,24 @@ struct FleetHarnessTests {
             }
             if plan.killAt != nil { c.reap() }
             let summary = try await FaultTests.assertInvariants(f, jobs: inserted, diedWorkers: died, seed: seed)
+            // The webhook: one delivery per dead letter, each taken by the receiver, every signature good.
+            let hookRequests = receiver.requests
+            let received = Set(hookRequests.compactMap(\.delivery))
+            let deliveries = try await f.db.int64s("SELECT id FROM push.webhook_deliveries ORDER BY id")
+            let lostDeliveries = deliveries.filter { !received.contains("\($0)") }
+            #expect(lostDeliveries.isEmpty, "seed \(seed): webhook deliveries lost: \(lostDeliveries.prefix(5))")
+            #expect(hookRequests.allSatisfy { $0.signed }, "seed \(seed): every webhook request signed")
+            #expect(
+                try await f.db.int64("SELECT count(*) FROM push.webhook_deliveries WHERE event = 'dead'")
+                    == (try await f.db.int64("SELECT count(*) FROM push.dead_jobs")),
+                "seed \(seed): one dead delivery per dead letter"
+            )
+            let superseded = try await f.db.int64(
+                "SELECT count(*) FROM push.webhook_deliveries WHERE event = 'superseded'"
+            )
+            print(
+                "seed \(seed): webhook deliveries \(deliveries.count) (superseded \(superseded)), requests \(hookRequests.count), taken twice \(hookRequests.count - received.count), lost \(lostDeliveries.count)"
+            )
             #expect(
                 try await f.db.int64("SELECT count(*) FROM push.dead_jobs WHERE reason <> 'BadDeviceToken'") == 0,
                 "seed \(seed): no healthy job dead-lettered"

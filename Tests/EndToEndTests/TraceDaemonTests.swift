@@ -157,6 +157,7 @@ struct TraceDaemonTests {
             }
             survivor.signal(SIGTERM)
             survivor.reap()
+            try await FaultTests.assertInvariants(f, jobs: 3, diedWorkers: ["victim"])
             let all = collector.spans
             #expect(!collector.lines.contains { $0.contains("\"error\"") }, "the collector took every export")
             #expect(all.count == 3, "two spans and one; none for the untraced job: \(collector.lines)")

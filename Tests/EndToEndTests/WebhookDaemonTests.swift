@@ -160,6 +160,8 @@ struct WebhookDaemonTests {
             print(
                 "webhook figures (seed \(seed)): deliveries \(ids.count), requests \(flaky.count), first requests \(actions.sorted { $0.key < $1.key }), duplicates \(duplicates.count) (all after a deadline), lost \(lost.count)"
             )
+            // The jobs themselves: the shared invariants (no worker died; w0 was stopped with SIGTERM).
+            try await FaultTests.assertInvariants(f, jobs: 240, diedWorkers: [])
             // Hook 2: a 410 disabled it after the first answers (at most its in-flight share went out).
             let gone = requests.filter { $0.path == "/gone" }
             #expect(!gone.isEmpty && gone.count <= 4, "410 stops the hook: \(gone.count) requests")
@@ -223,6 +225,7 @@ struct WebhookDaemonTests {
                 )
                 return open == 0 && undelivered == 0
             }
+            try await FaultTests.assertInvariants(f, jobs: 300, diedWorkers: ["victim"])
             let requests = receiver.requests
             #expect(requests.allSatisfy { $0.signed })
             let byDelivery = Dictionary(grouping: requests) { $0.delivery ?? "" }

@@ -1,5 +1,6 @@
 public import Foundation
 import PostgresNIO
+import PushCore
 
 /// One delivery claimed for sending: the POST to make and what signs it.
 public struct WebhookDelivery: Sendable, Hashable {
@@ -78,7 +79,7 @@ extension JobQueue {
         limit: Int,
         lease: Duration
     ) async throws -> [WebhookDelivery] {
-        let seconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
+        let seconds = lease.seconds
         let logger = self.logger
         return try await self.client.withTransaction(logger: logger) { connection in
             var hooks: [Int64] = []
@@ -161,9 +162,7 @@ extension JobQueue {
         // Arrays of optionals do not bind: 0 and '' stand for none.
         let statuses = tries.map { Int32(clamping: $0.status ?? 0) }
         let errors = tries.map { String(($0.error ?? "").prefix(500)) }
-        let waits = tries.map {
-            Double($0.retryAfter.components.seconds) + Double($0.retryAfter.components.attoseconds) / 1e18
-        }
+        let waits = tries.map(\.retryAfter.seconds)
         let window = Double(retryWindow.components.seconds)
         var result = WebhookRecordResult()
         for try await row in try await self.client.query(

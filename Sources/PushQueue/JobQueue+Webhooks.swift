@@ -67,20 +67,14 @@ extension QueueOperations {
             found = true
         }
         guard found else { return false }
-        while true {
-            var deleted = 0
-            for try await _ in try await self.client.query(
-                """
-                DELETE FROM push.webhook_deliveries WHERE id IN (
-                    SELECT id FROM push.webhook_deliveries WHERE webhook_id = \(id) LIMIT 5000 FOR UPDATE SKIP LOCKED)
-                RETURNING id
-                """,
-                logger: self.logger
-            ) {
-                deleted += 1
-            }
-            if deleted < 5000 { break }
-        }
+        _ = try await self.queue.deleteInBatches(
+            of: 5_000,
+            """
+            DELETE FROM push.webhook_deliveries WHERE id IN (
+                SELECT id FROM push.webhook_deliveries WHERE webhook_id = \(id) LIMIT 5000 FOR UPDATE SKIP LOCKED)
+            RETURNING id
+            """
+        )
         var removed = false
         for try await _ in try await self.client.query(
             "DELETE FROM push.webhooks WHERE id = \(id) RETURNING id",

@@ -90,9 +90,3 @@ struct HeaderExtractor: Extractor {
 struct HeaderInjector: Injector {
     func inject(_ value: String, forKey key: String, into carrier: inout [String: String]) { carrier[key] = value }
 }
-
-extension Duration {
-    fileprivate var nanoseconds: Int64 {
-        self.components.seconds * 1_000_000_000 + self.components.attoseconds / 1_000_000_000
-    }
-}

@@ -183,10 +183,9 @@ final class WebhookSender: Sendable {
     /// One POST, its verdict queued for the next flush.
     private func post(_ delivery: WebhookDelivery) async {
         let attempt = await self.attempt(delivery)
-        let stopping = self.state.withLock { state -> Bool in
+        self.state.withLock { state in
             state.tries.append(attempt)
             state.inFlight -= 1
-            return state.stopping
         }
         if attempt.kind != .delivered {
             self.logger.info(
@@ -197,29 +196,23 @@ final class WebhookSender: Sendable {
                 ]
             )
         }
-        _ = stopping
         self.wake.signal()
     }
 
     private func attempt(_ delivery: WebhookDelivery) async -> WebhookTry {
         func retry(_ status: Int?, _ error: String, after: Duration? = nil) -> WebhookTry {
-            let verdict = WebhookPolicy.verdict(
-                status: status,
+            WebhookTry(
+                id: delivery.id,
                 attempt: delivery.attempt,
-                retryAfter: after,
-                jitter: Double.random(in: 0..<1)
-            )
-            if case .retry(let wait) = verdict {
-                return WebhookTry(
-                    id: delivery.id,
+                kind: .retry,
+                status: status,
+                error: error,
+                retryAfter: WebhookPolicy.retryWait(
                     attempt: delivery.attempt,
-                    kind: .retry,
-                    status: status,
-                    error: error,
-                    retryAfter: wait
+                    retryAfter: after,
+                    jitter: Double.random(in: 0..<1)
                 )
-            }
-            return WebhookTry(id: delivery.id, attempt: delivery.attempt, kind: .retry, status: status, error: error)
+            )
         }
         let secret: Data
         switch SecretFile.read(delivery.secretFile, policy: .privateKey, maxBytes: 4_096) {

@@ -39,6 +39,27 @@ struct WebhookClientTests {
         print(s.server_address[1], flush=True); s.serve_forever()
         """
 
+    /// Starts ``server`` with `arguments` (the log file, then optionally a certificate and key for TLS) and
+    /// waits for the port it prints.
+    static func startReceiver(in directory: String, _ arguments: [String]) async throws -> (ChildProcess.Running, Int) {
+        let receiver = try ChildProcess.start(
+            "/usr/bin/env",
+            ["python3", "-c", Self.server] + arguments,
+            environment: ["PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"],
+            outputPath: directory + "/out"
+        )
+        for _ in 0..<100 {
+            if let port = Int(receiver.output.trimmingCharacters(in: .whitespacesAndNewlines)) {
+                return (receiver, port)
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        receiver.signal(SIGKILL)
+        _ = receiver.wait(limit: .seconds(10))
+        Issue.record("the receiver did not start: \(receiver.output)")
+        throw CancellationError()
+    }
+
     @Test(
         "a loopback receiver is refused without --webhooks-allow-private (no connection made); with it: 2xx, a redirect answered not followed, a 500 with its body's start, a stalled body after a 200 head, a silent receiver past the deadline"
     )
@@ -47,22 +68,11 @@ struct WebhookClientTests {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let log = directory + "/requests.log"
-        let receiver = try ChildProcess.start(
-            "/usr/bin/env",
-            ["python3", "-c", Self.server, log],
-            environment: ["PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"],
-            outputPath: directory + "/out"
-        )
+        let (receiver, port) = try await Self.startReceiver(in: directory, [log])
         defer {
             receiver.signal(SIGKILL)
             _ = receiver.wait(limit: .seconds(10))
         }
-        var port = 0
-        for _ in 0..<100 where port == 0 {
-            port = Int(receiver.output.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
-            if port == 0 { try await Task.sleep(for: .milliseconds(50)) }
-        }
-        try #require(port > 0, "the receiver did not start: \(receiver.output)")
         let group = MultiThreadedEventLoopGroup.singleton
         let body = Array(#"{"job_id":1}"#.utf8)
         let strict = try WebhookHTTPClient(group: group, allowPrivate: false, timeout: .seconds(2))
@@ -138,22 +148,14 @@ struct WebhookClientTests {
         )
         try #require(made.status == 0, "openssl: \(made.output)")
         let log = directory + "/requests.log"
-        let receiver = try ChildProcess.start(
-            "/usr/bin/env",
-            ["python3", "-c", Self.server, log, directory + "/cert.pem", directory + "/key.pem"],
-            environment: ["PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"],
-            outputPath: directory + "/out"
+        let (receiver, port) = try await Self.startReceiver(
+            in: directory,
+            [log, directory + "/cert.pem", directory + "/key.pem"]
         )
         defer {
             receiver.signal(SIGKILL)
             _ = receiver.wait(limit: .seconds(10))
         }
-        var port = 0
-        for _ in 0..<100 where port == 0 {
-            port = Int(receiver.output.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
-            if port == 0 { try await Task.sleep(for: .milliseconds(50)) }
-        }
-        try #require(port > 0, "the receiver did not start: \(receiver.output)")
         let group = MultiThreadedEventLoopGroup.singleton
         let body = Array(#"{"job_id":1}"#.utf8)
         let trusting = try WebhookHTTPClient(

@@ -60,26 +60,14 @@ struct SpanCollector {
     }
 
     static func start(in directory: String) async throws -> Self {
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Interop/otlp_collector.py").path
-        let portFile = directory + "/collector.port"
         let log = directory + "/spans.jsonl"
-        let process = try ChildProcess.start(
-            "/usr/bin/env",
-            ["python3", script, "--port-file", portFile, "--log", log],
-            environment: ["PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"],
-            outputPath: directory + "/collector.out"
+        let (process, port) = try await InteropPeer.start(
+            "otlp_collector.py",
+            ["--log", log],
+            in: directory,
+            name: "collector"
         )
-        for _ in 0..<200 {
-            if let text = try? String(contentsOfFile: portFile, encoding: .utf8), let port = Int(text) {
-                return SpanCollector(process: process, port: port, log: log)
-            }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        process.signal(SIGKILL)
-        process.reap()
-        Issue.record("the collector did not start: \(process.output)")
-        throw CancellationError()
+        return SpanCollector(process: process, port: port, log: log)
     }
 
     var lines: [String] {

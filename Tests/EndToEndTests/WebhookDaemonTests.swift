@@ -24,29 +24,14 @@ struct WebhookReceiver {
     }
 
     static func start(in directory: String, secretFile: String, seed: UInt64, delay: Double) async throws -> Self {
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Interop/webhook_receiver.py").path
-        let portFile = directory + "/receiver.port"
         let log = directory + "/receiver.jsonl"
-        let process = try ChildProcess.start(
-            "/usr/bin/env",
-            [
-                "python3", script, "--port-file", portFile, "--log", log, "--secret-file", secretFile, "--seed",
-                "\(seed)", "--delay", "\(delay)",
-            ],
-            environment: ["PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"],
-            outputPath: directory + "/receiver.out"
+        let (process, port) = try await InteropPeer.start(
+            "webhook_receiver.py",
+            ["--log", log, "--secret-file", secretFile, "--seed", "\(seed)", "--delay", "\(delay)"],
+            in: directory,
+            name: "receiver"
         )
-        for _ in 0..<200 {
-            if let text = try? String(contentsOfFile: portFile, encoding: .utf8), let port = Int(text) {
-                return WebhookReceiver(process: process, port: port, log: log)
-            }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        process.signal(SIGKILL)
-        process.reap()
-        Issue.record("the receiver did not start: \(process.output)")
-        throw CancellationError()
+        return WebhookReceiver(process: process, port: port, log: log)
     }
 
     var requests: [Request] {
@@ -57,6 +42,36 @@ struct WebhookReceiver {
     func stop() {
         self.process.signal(SIGKILL)
         self.process.reap()
+    }
+}
+
+/// A Python peer from Tests/Interop that writes the port it listens on to `--port-file` once it listens.
+enum InteropPeer {
+    static func start(
+        _ script: String,
+        _ arguments: [String],
+        in directory: String,
+        name: String
+    ) async throws -> (ChildProcess.Running, Int) {
+        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Interop/\(script)").path
+        let portFile = directory + "/\(name).port"
+        let process = try ChildProcess.start(
+            "/usr/bin/env",
+            ["python3", path, "--port-file", portFile] + arguments,
+            environment: ["PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"],
+            outputPath: directory + "/\(name).out"
+        )
+        for _ in 0..<200 {
+            if let text = try? String(contentsOfFile: portFile, encoding: .utf8), let port = Int(text) {
+                return (process, port)
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        process.signal(SIGKILL)
+        process.reap()
+        Issue.record("\(script) did not start: \(process.output)")
+        throw CancellationError()
     }
 }
 

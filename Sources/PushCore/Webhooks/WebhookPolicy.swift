@@ -23,9 +23,14 @@ public enum WebhookPolicy {
     public static func verdict(status: Int?, attempt: Int, retryAfter: Duration?, jitter: Double) -> Verdict {
         if let status, (200..<300).contains(status) { return .delivered }
         if status == 410 { return .gone }
-        let backoff = self.backoff(attempt: attempt, jitter: jitter)
-        guard let retryAfter else { return .retry(after: backoff) }
-        return .retry(after: min(max(retryAfter, .seconds(1)), self.longestBackoff))
+        return .retry(after: self.retryWait(attempt: attempt, retryAfter: retryAfter, jitter: jitter))
+    }
+
+    /// The wait before the next try after a failed one: the receiver's `Retry-After` (at least a second, at
+    /// most the longest backoff), or the backoff.
+    public static func retryWait(attempt: Int, retryAfter: Duration?, jitter: Double) -> Duration {
+        guard let retryAfter else { return self.backoff(attempt: attempt, jitter: jitter) }
+        return min(max(retryAfter, .seconds(1)), self.longestBackoff)
     }
 
     /// 5 s after the first failed try, doubling to an hour, each with up to a fifth added at random (so a

@@ -114,6 +114,11 @@ extension ChildProcess {
         // Threads of this process block signals; a child inherits the mask, and pgbench's -T timer or
         // postgres' own handlers need them. Start the child with an empty mask and default handlers.
         posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        // Nothing else of this process reaches the child. SwiftNIO opens its sockets without close-on-exec:
+        // a child started while a Postgres session or an APNs connection is open would keep that socket
+        // alive after this process closes it (the server never sees the session end), and a long-lived
+        // child (Postgres started by `pg_ctl`, a worker under test) would hold it for its whole life.
+        closeInheritedDescriptors(&actions)
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
@@ -140,6 +145,28 @@ extension ChildProcess {
             throw SpawnError(executable: executable, errno: spawned)
         }
         return Running(pid: pid, outputPath: outputPath)
+    }
+}
+
+/// `posix_spawn_file_actions_addclosefrom_np` (glibc 2.34+), which Swift's Glibc module does not export:
+/// looked up once at run time.
+private let addCloseFrom: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>?, CInt) -> CInt)? = {
+    guard let symbol = dlsym(nil, "posix_spawn_file_actions_addclosefrom_np") else { return nil }
+    return unsafeBitCast(
+        symbol,
+        to: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>?, CInt) -> CInt).self
+    )
+}()
+
+/// Has the child close every descriptor from 3 up. On a C library without `addclosefrom`, marks this
+/// process's open descriptors close-on-exec instead (one opened meanwhile by another thread may still leak).
+private func closeInheritedDescriptors(_ actions: inout posix_spawn_file_actions_t) {
+    if let addCloseFrom, addCloseFrom(&actions, 3) == 0 { return }
+    guard let names = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") else { return }
+    for name in names {
+        guard let descriptor = Int32(name), descriptor > 2 else { continue }
+        let flags = fcntl(descriptor, F_GETFD)
+        if flags >= 0 { _ = fcntl(descriptor, F_SETFD, flags | FD_CLOEXEC) }
     }
 }
 

@@ -316,7 +316,7 @@ struct RunCommand: AsyncParsableCommand {
             queue: JobQueue(primary: primary, logger: logger, preparedStatements: !self.noSessionSettings),
             client: apnsClient,
             fcm: fcmClient,
-            webhooks: try self.webhooks.client(),
+            webhooks: try self.webhooks.client(proxy: try self.apns.proxy()),
             tracing: traceBackend?.tracing,
             listener: listener,
             logger: logger

@@ -46,13 +46,15 @@ struct WebhookOptions: ParsableArguments {
         return settings
     }
 
-    func client() throws -> WebhookHTTPClient {
+    /// The client the sender POSTs with; through `proxy` (`--https-proxy`, `HTTPS_PROXY`) when one is set.
+    func client(proxy: HTTPSProxy?) throws -> WebhookHTTPClient {
         do {
             return try WebhookHTTPClient(
                 group: MultiThreadedEventLoopGroup.singleton,
                 allowPrivate: self.allowPrivate,
                 caFile: self.caFile,
-                timeout: self.timeout.duration
+                timeout: self.timeout.duration,
+                proxy: proxy
             )
         } catch let failure as WebhookHTTPClient.Failure {
             throw ValidationError(failure.description)

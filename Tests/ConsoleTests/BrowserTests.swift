@@ -116,40 +116,10 @@ import Testing
     /// Debian's tinyproxy on a free loopback port, adding `Cookie: cookie` to every request it forwards; `nil`
     /// when tinyproxy is not installed.
     static func startCookieProxy(cookie: String) async throws -> (ChildProcess.Running, Int)? {
-        guard
-            let binary = ["/usr/bin/tinyproxy", "/usr/sbin/tinyproxy"].first(where: {
-                FileManager.default.isExecutableFile(atPath: $0)
-            })
-        else { return nil }
+        guard TinyProxy.binary != nil else { return nil }
         let directory = NSTemporaryDirectory() + "/pw-cookie-proxy-\(getpid())"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let probe = try ChildProcess.run(
-            "/usr/bin/env",
-            ["python3", "-c", "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])"]
-        )
-        let port = try #require(Int(probe.output.trimmingCharacters(in: .whitespacesAndNewlines)))
-        let config = """
-            Port \(port)
-            Listen 127.0.0.1
-            Timeout 60
-            MaxClients 20
-            LogLevel Connect
-            Allow 127.0.0.1
-            DisableViaHeader Yes
-            AddHeader "Cookie" "\(cookie)"
-            """
-        try config.write(toFile: directory + "/tinyproxy.conf", atomically: true, encoding: .utf8)
-        let proxy = try ChildProcess.start(
-            binary,
-            ["-d", "-c", directory + "/tinyproxy.conf"],
-            environment: [:],
-            outputPath: directory + "/tinyproxy.log"
-        )
-        for _ in 0..<50 where !proxy.output.contains("Reloading config file finished") {
-            try await Task.sleep(for: .milliseconds(100))
-        }
-        try await Task.sleep(for: .milliseconds(200))
-        return (proxy, port)
+        return try await TinyProxy.start(in: directory, extraConfig: ["AddHeader \"Cookie\" \"\(cookie)\""])
     }
 
     /// Chromium with ``flags`` and `arguments`, at most 60 s, off the concurrency pool.

@@ -194,51 +194,12 @@ struct CertificateProxyTests {
         }
     }
 
-    /// Starts Debian's tinyproxy on a free loopback port with basic auth; returns it, its port and its log.
-    static func startTinyproxy(in directory: String) async throws -> (ChildProcess.Running, Int) {
-        let binary = ["/usr/bin/tinyproxy", "/usr/sbin/tinyproxy"].first {
-            FileManager.default.isExecutableFile(atPath: $0)
-        }
-        let proxyBinary = try #require(binary, "tinyproxy is not installed: apt-get install tinyproxy (.ci/run does)")
-        let probe = try ChildProcess.run(
-            "/usr/bin/env",
-            ["python3", "-c", "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])"]
-        )
-        let port = try #require(Int(probe.output.trimmingCharacters(in: .whitespacesAndNewlines)))
-        let config = directory + "/tinyproxy.conf"
-        try Self.write(
-            """
-            Port \(port)
-            Listen 127.0.0.1
-            Timeout 60
-            MaxClients 50
-            LogLevel Connect
-            BasicAuth pushuser s3cret
-            Allow 127.0.0.1
-            DisableViaHeader Yes
-            """,
-            config,
-            mode: 0o644
-        )
-        let proxy = try ChildProcess.start(
-            proxyBinary,
-            ["-d", "-c", config],
-            environment: [:],
-            outputPath: directory + "/tinyproxy.log"
-        )
-        for _ in 0..<50 where !proxy.output.contains("Reloading config file finished") {
-            try await Task.sleep(for: .milliseconds(100))
-        }
-        try await Task.sleep(for: .milliseconds(200))
-        return (proxy, port)
-    }
-
     @Test(
-        "--https-proxy: APNs sends, FCM token exchanges and sends, and channel management go through a real CONNECT proxy with basic auth; a refused proxy says why; NO_PROXY bypasses it"
+        "--https-proxy: APNs sends, FCM token exchanges and sends, channel management and webhook POSTs (tunnelled to the checked address) go through a real CONNECT proxy with basic auth; a refused proxy says why; NO_PROXY bypasses it"
     )
     func proxy() async throws {
         try await DaemonFixture.run(fcm: true) { f in
-            let (proxy, port) = try await Self.startTinyproxy(in: f.directory)
+            let (proxy, port) = try await TinyProxy.start(in: f.directory, extraConfig: ["BasicAuth pushuser s3cret"])
             f.children.add(proxy)
             defer {
                 proxy.signal(SIGTERM)
@@ -265,7 +226,20 @@ struct CertificateProxyTests {
                 SELECT 'fcm', 'com.example.app', 'fKx' || g || ':APA91bH-token', '{}' FROM generate_series(1, 10) g
                 """
             )
-            let worker = try f.startWorker("proxied", ["--https-proxy", proxyURL, "--log-level", "info"])
+            // A webhook on delivered outcomes: its POSTs take the proxy too, tunnelled to the address the worker
+            // resolved and checked (loopback here, hence --webhooks-allow-private).
+            let secret = try WebhookDaemonTests.secret(in: f.directory)
+            let receiver = try await WebhookReceiver.start(in: f.directory, secretFile: secret, seed: 1, delay: 0)
+            defer { receiver.stop() }
+            let added = try await f.cli([
+                "webhooks", "add", "http://localhost:\(receiver.port)/ok", "--events", "delivered", "--secret-file",
+                secret,
+            ])
+            #expect(added.status == 0, "\(added.output)")
+            let worker = try f.startWorker(
+                "proxied",
+                ["--https-proxy", proxyURL, "--log-level", "info", "--webhooks-allow-private"]
+            )
             defer {
                 worker.signal(SIGTERM)
                 worker.reap()
@@ -273,11 +247,20 @@ struct CertificateProxyTests {
             try await f.waitUntil(.seconds(30), "every job delivered through the proxy") {
                 try await f.unfinished() == 0
             }
+            try await f.waitUntil(.seconds(30), "every delivered outcome's webhook taken") {
+                Set(receiver.requests.compactMap(\.delivery)).count == 30
+            }
             worker.signal(SIGTERM)
             worker.reap()
             let tunnels = proxy.output.components(separatedBy: "CONNECT localhost:\(f.simulator.port)").count - 1
             // The CLI's, the worker's APNs connection, its FCM token exchange and its FCM sends.
             #expect(tunnels >= 4, "every connection went through a tunnel: \(proxy.output.suffix(1500))")
+            let hookTunnels = proxy.output.components(separatedBy: "CONNECT 127.0.0.1:\(receiver.port) ").count - 1
+            #expect(
+                hookTunnels == receiver.requests.count && !proxy.output.contains("CONNECT localhost:\(receiver.port)"),
+                "each webhook POST through its own tunnel to the checked address, never the name"
+            )
+            #expect(receiver.requests.allSatisfy { $0.signed })
             #expect(f.simulator.requests.filter { $0.status == 200 && $0.deviceToken != nil }.count == 30)
             #expect(f.simulator.faultCounters.accessTokenGrants == 1)
             #expect(!worker.output.contains("s3cret"), "the proxy password never reaches a log")

@@ -143,7 +143,8 @@ struct ProxyRefusal: Error, CustomStringConvertible {
 
 /// Opens a CONNECT tunnel before anything else on the connection speaks. It holds back `channelActive`
 /// from the handlers after it (TLS, HTTP/2) until the proxy answers 2xx, then removes itself; a refusal,
-/// an early close or a silent proxy fails the connection with a sentence that says which.
+/// an early close or a silent proxy fails the connection with a sentence that says which. `tunnelUp`, when
+/// given, is succeeded once the tunnel is up and failed with that sentence otherwise.
 final class ProxyConnectHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer
@@ -158,12 +159,39 @@ final class ProxyConnectHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var established = false
     private var failed = false
     private var timeout: Scheduled<Void>?
+    private var tunnelUp: EventLoopPromise<Void>?
 
-    init(proxy: HTTPSProxy, targetHost: String, targetPort: Int, deadline: TimeAmount) {
+    init(
+        proxy: HTTPSProxy,
+        targetHost: String,
+        targetPort: Int,
+        deadline: TimeAmount,
+        tunnelUp: EventLoopPromise<Void>? = nil
+    ) {
         self.proxy = proxy
         self.targetHost = targetHost
         self.targetPort = targetPort
         self.deadline = deadline
+        self.tunnelUp = tunnelUp
+    }
+
+    /// Completes `established` once (the first outcome stands).
+    private func settle(_ error: (any Error)?) {
+        guard let promise = self.tunnelUp else { return }
+        self.tunnelUp = nil
+        if let error { promise.fail(error) } else { promise.succeed(()) }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        // A connection that never came up (or a pipeline torn down early) must not leave the promise pending.
+        self.timeout?.cancel()
+        self.settle(
+            ProxyRefusal(
+                proxy: "\(self.proxy)",
+                target: self.target,
+                statusLine: "the connection to the proxy ended before the tunnel was up"
+            )
+        )
     }
 
     private var target: String {
@@ -183,9 +211,9 @@ final class ProxyConnectHandler: ChannelDuplexHandler, RemovableChannelHandler {
         self.timeout = context.eventLoop.scheduleTask(in: self.deadline) {
             let context = loopBound.value
             handler.value.failed = true
-            context.fireErrorCaught(
-                ProxyRefusal(proxy: description, target: target, statusLine: "no answer to CONNECT in time")
-            )
+            let refusal = ProxyRefusal(proxy: description, target: target, statusLine: "no answer to CONNECT in time")
+            handler.value.settle(refusal)
+            context.fireErrorCaught(refusal)
             context.close(promise: nil)
         }
         // channelActive goes on only once the tunnel is up.
@@ -224,6 +252,7 @@ final class ProxyConnectHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
         self.established = true
         self.timeout?.cancel()
+        self.settle(nil)
         let leftover = self.buffer!
         self.buffer = nil
         context.fireChannelActive()
@@ -235,13 +264,13 @@ final class ProxyConnectHandler: ChannelDuplexHandler, RemovableChannelHandler {
         self.timeout?.cancel()
         if !self.established && !self.failed {
             self.failed = true
-            context.fireErrorCaught(
-                ProxyRefusal(
-                    proxy: "\(self.proxy)",
-                    target: self.target,
-                    statusLine: "the proxy closed the connection before answering"
-                )
+            let refusal = ProxyRefusal(
+                proxy: "\(self.proxy)",
+                target: self.target,
+                statusLine: "the proxy closed the connection before answering"
             )
+            self.settle(refusal)
+            context.fireErrorCaught(refusal)
         }
         context.fireChannelInactive()
     }
@@ -255,7 +284,9 @@ final class ProxyConnectHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 statusLine.unicodeScalars.prefix(200).filter { $0.value >= 0x20 && $0.value < 0x7F }
             )
         )
-        context.fireErrorCaught(ProxyRefusal(proxy: "\(self.proxy)", target: self.target, statusLine: printable))
+        let refusal = ProxyRefusal(proxy: "\(self.proxy)", target: self.target, statusLine: printable)
+        self.settle(refusal)
+        context.fireErrorCaught(refusal)
         context.close(promise: nil)
     }
 }

@@ -17,6 +17,11 @@ import Darwin
 /// private or link-local one refuses the POST unless `allowPrivate`), the connection goes to the checked
 /// address (no second lookup to rebind), a redirect is an answer (never followed), and the whole exchange
 /// has one deadline. Only the status and a few headers are read; the body is cut at 512 bytes.
+///
+/// Through an HTTP CONNECT proxy (`--https-proxy`, `HTTPS_PROXY`, except hosts in `NO_PROXY`) the host is
+/// still resolved and checked here, and the tunnel is asked for the checked address (`CONNECT 203.0.113.7:443`),
+/// never the name: the proxy's own lookup cannot lead the POST into the network it sits in. TLS runs inside
+/// the tunnel, verified against the host name.
 public struct WebhookHTTPClient: Sendable {
     /// The receiver's answer.
     public struct Answer: Sendable, Hashable {
@@ -38,6 +43,7 @@ public struct WebhookHTTPClient: Sendable {
     let allowPrivate: Bool
     let timeout: Duration
     let tls: NIOSSLContext
+    let proxy: HTTPSProxy?
     /// Host lookups (getaddrinfo blocks a thread for as long as the resolver takes): a pool of their own, so a
     /// hook whose name server never answers holds only lookups, never another hook's connection or NIO's
     /// shared pool. Lookups still queued when their POST's deadline passed are skipped.
@@ -50,15 +56,18 @@ public struct WebhookHTTPClient: Sendable {
     ///   - allowPrivate: reach loopback and private addresses (`--webhooks-allow-private`).
     ///   - caFile: a PEM file of extra roots to trust (a receiver with a private CA); the system's are kept.
     ///   - timeout: connect, TLS, request and answer together.
+    ///   - proxy: the CONNECT proxy to reach receivers through (hosts its `NO_PROXY` names connect directly).
     public init(
         group: any EventLoopGroup,
         allowPrivate: Bool,
         caFile: String? = nil,
-        timeout: Duration = .seconds(10)
+        timeout: Duration = .seconds(10),
+        proxy: HTTPSProxy? = nil
     ) throws {
         self.group = group
         self.allowPrivate = allowPrivate
         self.timeout = timeout
+        self.proxy = proxy
         var configuration = TLSConfiguration.makeClientConfiguration()
         configuration.minimumTLSVersion = .tlsv12
         configuration.applicationProtocols = ["http/1.1"]
@@ -123,6 +132,7 @@ public struct WebhookHTTPClient: Sendable {
         let addresses = try await self.resolve(target, deadline: deadline)
         let tls = target.secure ? self.tls : nil
         let serverName = IPAddressLiteral.isLiteral(target.host) ? nil : target.host
+        let tunnel = self.proxy.flatMap { $0.applies(to: target.host) ? $0 : nil }
         // Each checked address in turn (a dead AAAA record must not fail every delivery), within the deadline;
         // each connection its own promise, so a failed one never answers for the next.
         var connected: (channel: any Channel, promise: EventLoopPromise<Answer>)?
@@ -134,11 +144,23 @@ public struct WebhookHTTPClient: Sendable {
             let remaining = deadline - NIODeadline.now()
             let left = Int64(addresses.count - index)
             let share = min(remaining, max(TimeAmount.nanoseconds(remaining.nanoseconds / left), .seconds(1)))
+            let tunnelUp = tunnel.map { _ in self.group.next().makePromise(of: Void.self) }
             do {
-                let channel = try await ClientBootstrap(group: self.group)
+                let bootstrap = ClientBootstrap(group: self.group)
                     .connectTimeout(max(share, .milliseconds(1)))
                     .channelInitializer { channel in
                         channel.eventLoop.makeCompletedFuture {
+                            if let tunnel, let tunnelUp {
+                                try channel.pipeline.syncOperations.addHandler(
+                                    ProxyConnectHandler(
+                                        proxy: tunnel,
+                                        targetHost: address.ipAddress ?? target.host,
+                                        targetPort: target.port,
+                                        deadline: max(share, .milliseconds(1)),
+                                        tunnelUp: tunnelUp
+                                    )
+                                )
+                            }
                             if let tls {
                                 try channel.pipeline.syncOperations.addHandler(
                                     try NIOSSLClientHandler(context: tls, serverHostname: serverName)
@@ -148,7 +170,25 @@ public struct WebhookHTTPClient: Sendable {
                             try channel.pipeline.syncOperations.addHandler(AnswerCollector(promise: promise))
                         }
                     }
-                    .connect(to: address).get()
+                let channel: any Channel
+                if let tunnel, let tunnelUp {
+                    do {
+                        channel = try await bootstrap.connect(host: tunnel.host, port: tunnel.port).get()
+                    } catch {
+                        tunnelUp.fail(error)
+                        throw error
+                    }
+                    // The request is written once the tunnel is up (plain http:// has no TLS to hold it back);
+                    // an address the proxy cannot reach leaves time for the next.
+                    do {
+                        try await tunnelUp.futureResult.get()
+                    } catch {
+                        channel.close(promise: nil)
+                        throw error
+                    }
+                } else {
+                    channel = try await bootstrap.connect(to: address).get()
+                }
                 connected = (channel, promise)
                 break
             } catch {
@@ -157,9 +197,11 @@ public struct WebhookHTTPClient: Sendable {
             }
         }
         guard let (channel, promise) = connected else {
+            let through = tunnel.map { " through proxy \($0)" } ?? ""
             throw Failure(
                 kind: .connect,
-                description: "could not connect to \(target): \(lastError.map { "\($0)" } ?? "no time left")"
+                description:
+                    "could not connect to \(target)\(through): \(lastError.map { "\($0)" } ?? "no time left")"
             )
         }
         let timer = channel.eventLoop.scheduleTask(deadline: deadline) {

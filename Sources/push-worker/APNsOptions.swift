@@ -88,7 +88,7 @@ struct APNsOptions: ParsableArguments {
     @Option(
         name: .customLong("https-proxy"),
         help: ArgumentHelp(
-            "Reach APNs (sends and channel management), FCM and webhook receivers through this HTTP CONNECT proxy: http://[user:password@]host:port (default: $HTTPS_PROXY). Hosts in $NO_PROXY connect directly. TLS to the provider or receiver runs inside the tunnel, fully verified; a receiver's tunnel goes to the address the worker resolved and checked, never a name.",
+            "Reach APNs (sends and channel management), FCM and https:// webhook receivers through this HTTP CONNECT proxy: http://[user:password@]host:port (default: $HTTPS_PROXY). Hosts in $NO_PROXY connect directly. TLS to the provider or receiver runs inside the tunnel, fully verified; a receiver's tunnel goes to the address the worker resolved and checked, never a name.",
             valueName: "url"
         )
     )

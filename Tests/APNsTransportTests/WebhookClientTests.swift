@@ -145,7 +145,7 @@ struct WebhookClientTests {
     }
 
     @Test(
-        "through a CONNECT proxy (Debian's tinyproxy, basic auth): the tunnel is asked for the address checked here, never the name, for http:// and https:// (TLS verified by name inside it); a private address is refused before the proxy is asked; NO_PROXY connects directly; a proxy wanting credentials says so"
+        "https:// receivers through a CONNECT proxy (Debian's tinyproxy, basic auth), named by address or by name: the tunnel is asked for the address checked here, never the name, TLS verified by name inside it; http:// connects directly; an https:// IP literal is refused with the fix; a private address is refused before the proxy is asked; NO_PROXY connects directly; a proxy wanting credentials says so"
     )
     func proxy() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("hook-proxy-\(UUID().uuidString)")
@@ -181,58 +181,71 @@ struct WebhookClientTests {
         }
         let group = MultiThreadedEventLoopGroup.singleton
         let body = Array(#"{"job_id":1}"#.utf8)
-        let through = try HTTPSProxy(url: "http://pushuser:s3cret@127.0.0.1:\(proxyPort)")
-        let client = try WebhookHTTPClient(
-            group: group,
-            allowPrivate: true,
-            caFile: directory + "/cert.pem",
-            timeout: .seconds(5),
-            proxy: through
-        )
-        let ok = try await client.post(url: "http://localhost:\(plainPort)/ok", headers: [], body: body)
-        #expect(ok.status == 204)
-        let tls = try await client.post(url: "https://localhost:\(securePort)/ok", headers: [], body: body)
-        #expect(tls.status == 204)
-        let asked = connects()
-        #expect(asked.contains("127.0.0.1:\(plainPort)") && asked.contains("127.0.0.1:\(securePort)"), "\(asked)")
-        #expect(!asked.contains { $0.hasPrefix("localhost") }, "the proxy was never given the name: \(asked)")
         let read = { (path: String) in
-            ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").split(separator: "\n")
+            ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
         }
-        #expect(read(plainLog) == ["/ok localhost:\(plainPort)"] && read(secureLog) == ["/ok localhost:\(securePort)"])
+        let client = { (proxy: HTTPSProxy, allowPrivate: Bool) in
+            try WebhookHTTPClient(
+                group: group,
+                allowPrivate: allowPrivate,
+                caFile: directory + "/cert.pem",
+                timeout: .seconds(5),
+                proxy: proxy
+            )
+        }
+        // The proxy named by its address, then by a name (localhost), which the client looks up itself and
+        // connects to one address at a time, each connection with its own tunnel.
+        for proxyHost in ["127.0.0.1", "localhost"] {
+            let through = try client(try HTTPSProxy(url: "http://pushuser:s3cret@\(proxyHost):\(proxyPort)"), true)
+            let before = connects().count
+            let tls = try await through.post(url: "https://localhost:\(securePort)/ok", headers: [], body: body)
+            #expect(tls.status == 204, "via \(proxyHost)")
+            let asked = connects().dropFirst(before)
+            #expect(asked.contains("127.0.0.1:\(securePort)"), "via \(proxyHost): \(asked)")
+            #expect(!asked.contains { $0.hasPrefix("localhost") }, "the proxy was never given the name: \(asked)")
+        }
+        #expect(read(secureLog) == ["/ok localhost:\(securePort)", "/ok localhost:\(securePort)"])
+        let through = try client(try HTTPSProxy(url: "http://pushuser:s3cret@127.0.0.1:\(proxyPort)"), true)
+        let asked = connects().count
+
+        // A plain http:// receiver connects directly, as curl reads HTTPS_PROXY.
+        #expect(try await through.post(url: "http://localhost:\(plainPort)/ok", headers: [], body: body).status == 204)
+        #expect(connects().count == asked && read(plainLog) == ["/ok localhost:\(plainPort)"])
+
+        // An https:// hook given as an IP address: TLS could not verify it against a tunnel's peer (the proxy).
+        do {
+            _ = try await through.post(url: "https://127.0.0.1:\(securePort)/ok", headers: [], body: body)
+            Issue.record("an https:// IP address was posted through the proxy")
+        } catch {
+            #expect(error.kind == .tls && error.description.contains("NO_PROXY"), "\(error)")
+        }
 
         // Without --webhooks-allow-private the address is refused here: the proxy is not asked.
-        let strict = try WebhookHTTPClient(group: group, allowPrivate: false, timeout: .seconds(5), proxy: through)
+        let strict = try client(try HTTPSProxy(url: "http://pushuser:s3cret@127.0.0.1:\(proxyPort)"), false)
         do {
-            _ = try await strict.post(url: "http://127.0.0.1:\(plainPort)/ok", headers: [], body: body)
+            _ = try await strict.post(url: "https://localhost:\(securePort)/ok", headers: [], body: body)
             Issue.record("a private address was posted through the proxy")
         } catch {
             #expect(error.kind == .refusedAddress, "\(error)")
         }
-        #expect(connects().count == asked.count, "the proxy saw no CONNECT for a refused address")
+        #expect(connects().count == asked, "the proxy saw no CONNECT for a refused address or an IP literal")
 
         // NO_PROXY: straight to the receiver.
-        let bypassing = try WebhookHTTPClient(
-            group: group,
-            allowPrivate: true,
-            timeout: .seconds(5),
-            proxy: try HTTPSProxy(url: "http://pushuser:s3cret@127.0.0.1:\(proxyPort)", noProxy: "127.0.0.1")
+        let bypassing = try client(
+            try HTTPSProxy(url: "http://pushuser:s3cret@127.0.0.1:\(proxyPort)", noProxy: "localhost"),
+            true
         )
         #expect(
-            try await bypassing.post(url: "http://127.0.0.1:\(plainPort)/ok", headers: [], body: body).status == 204
+            try await bypassing.post(url: "https://localhost:\(securePort)/ok", headers: [], body: body).status == 204
         )
-        #expect(connects().count == asked.count, "NO_PROXY connected directly")
-        #expect(read(plainLog).count == 2)
+        #expect(connects().count == asked, "NO_PROXY connected directly")
+        #expect(read(secureLog).count == 3)
 
-        // Wrong credentials: the proxy's 401 (tinyproxy's answer; others send 407), said with the fix, the password never shown.
-        let refused = try WebhookHTTPClient(
-            group: group,
-            allowPrivate: true,
-            timeout: .seconds(5),
-            proxy: try HTTPSProxy(url: "http://pushuser:wrong-pw@127.0.0.1:\(proxyPort)")
-        )
+        // Wrong credentials: the proxy's 401 (tinyproxy's answer; others send 407), said with the fix, the
+        // password never shown.
+        let refused = try client(try HTTPSProxy(url: "http://pushuser:wrong-pw@127.0.0.1:\(proxyPort)"), true)
         do {
-            _ = try await refused.post(url: "http://127.0.0.1:\(plainPort)/ok", headers: [], body: body)
+            _ = try await refused.post(url: "https://localhost:\(securePort)/ok", headers: [], body: body)
             Issue.record("a proxy refusing the credentials let the POST through")
         } catch {
             #expect(
@@ -241,7 +254,7 @@ struct WebhookClientTests {
                 "\(error)"
             )
         }
-        #expect(read(plainLog).count == 2, "no request reached the receiver past the refusal")
+        #expect(read(secureLog).count == 3, "no request reached the receiver past the refusal")
     }
 
     @Test(

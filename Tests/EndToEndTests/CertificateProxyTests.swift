@@ -226,19 +226,37 @@ struct CertificateProxyTests {
                 SELECT 'fcm', 'com.example.app', 'fKx' || g || ':APA91bH-token', '{}' FROM generate_series(1, 10) g
                 """
             )
-            // A webhook on delivered outcomes: its POSTs take the proxy too, tunnelled to the address the worker
-            // resolved and checked (loopback here, hence --webhooks-allow-private).
+            // A webhook on delivered outcomes to an https:// receiver: its POSTs take the proxy too, tunnelled to
+            // the address the worker resolved and checked (loopback here, hence --webhooks-allow-private).
             let secret = try WebhookDaemonTests.secret(in: f.directory)
-            let receiver = try await WebhookReceiver.start(in: f.directory, secretFile: secret, seed: 1, delay: 0)
+            let made = try ChildProcess.run(
+                "/usr/bin/env",
+                [
+                    "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", f.directory + "/hook.key", "-out", f.directory + "/hook.pem", "-days", "2", "-subj",
+                    "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+                ]
+            )
+            try #require(made.status == 0, "openssl: \(made.output)")
+            let receiver = try await WebhookReceiver.start(
+                in: f.directory,
+                secretFile: secret,
+                seed: 1,
+                delay: 0,
+                tls: (f.directory + "/hook.pem", f.directory + "/hook.key")
+            )
             defer { receiver.stop() }
             let added = try await f.cli([
-                "webhooks", "add", "http://localhost:\(receiver.port)/ok", "--events", "delivered", "--secret-file",
+                "webhooks", "add", "https://localhost:\(receiver.port)/ok", "--events", "delivered", "--secret-file",
                 secret,
             ])
             #expect(added.status == 0, "\(added.output)")
             let worker = try f.startWorker(
                 "proxied",
-                ["--https-proxy", proxyURL, "--log-level", "info", "--webhooks-allow-private"]
+                [
+                    "--https-proxy", proxyURL, "--log-level", "info", "--webhooks-allow-private", "--webhooks-ca-file",
+                    f.directory + "/hook.pem",
+                ]
             )
             defer {
                 worker.signal(SIGTERM)

@@ -23,11 +23,19 @@ struct WebhookReceiver {
         var first: Bool
     }
 
-    static func start(in directory: String, secretFile: String, seed: UInt64, delay: Double) async throws -> Self {
+    /// `tls`: a PEM certificate and key to serve https:// with.
+    static func start(
+        in directory: String,
+        secretFile: String,
+        seed: UInt64,
+        delay: Double,
+        tls: (certificate: String, key: String)? = nil
+    ) async throws -> Self {
         let log = directory + "/receiver.jsonl"
         let (process, port) = try await InteropPeer.start(
             "webhook_receiver.py",
-            ["--log", log, "--secret-file", secretFile, "--seed", "\(seed)", "--delay", "\(delay)"],
+            ["--log", log, "--secret-file", secretFile, "--seed", "\(seed)", "--delay", "\(delay)"]
+                + (tls.map { ["--tls-cert", $0.certificate, "--tls-key", $0.key] } ?? []),
             in: directory,
             name: "receiver"
         )

@@ -29,6 +29,8 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--delay", type=float, default=3.0)
     parser.add_argument("--ok-share", type=float, default=0.5)
+    parser.add_argument("--tls-cert", help="serve https with this PEM certificate (and --tls-key)")
+    parser.add_argument("--tls-key")
     args = parser.parse_args()
     secret = open(args.secret_file, "rb").read().strip()
     rng = random.Random(args.seed)
@@ -98,6 +100,11 @@ def main():
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
+    if args.tls_cert:
+        import ssl
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(args.tls_cert, args.tls_key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     with open(args.port_file + ".tmp", "w") as f:
         f.write(str(server.server_address[1]))
     import os

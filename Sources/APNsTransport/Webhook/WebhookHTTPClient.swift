@@ -18,10 +18,12 @@ import Darwin
 /// address (no second lookup to rebind), a redirect is an answer (never followed), and the whole exchange
 /// has one deadline. Only the status and a few headers are read; the body is cut at 512 bytes.
 ///
-/// Through an HTTP CONNECT proxy (`--https-proxy`, `HTTPS_PROXY`, except hosts in `NO_PROXY`) the host is
-/// still resolved and checked here, and the tunnel is asked for the checked address (`CONNECT 203.0.113.7:443`),
-/// never the name: the proxy's own lookup cannot lead the POST into the network it sits in. TLS runs inside
-/// the tunnel, verified against the host name.
+/// An https:// receiver is reached through the HTTP CONNECT proxy (`--https-proxy`, `HTTPS_PROXY`) unless
+/// `NO_PROXY` names it; the host is still resolved and checked here, and the tunnel is asked for the checked
+/// address (`CONNECT 203.0.113.7:443`), never the name: the proxy's own lookup cannot lead the POST into the
+/// network it sits in. TLS runs inside the tunnel, verified against the host name (an https:// hook given as
+/// an IP address cannot be verified through a tunnel, and is refused). Plain http:// receivers connect
+/// directly, as curl treats `HTTPS_PROXY`.
 public struct WebhookHTTPClient: Sendable {
     /// The receiver's answer.
     public struct Answer: Sendable, Hashable {
@@ -132,22 +134,50 @@ public struct WebhookHTTPClient: Sendable {
         let addresses = try await self.resolve(target, deadline: deadline)
         let tls = target.secure ? self.tls : nil
         let serverName = IPAddressLiteral.isLiteral(target.host) ? nil : target.host
-        let tunnel = self.proxy.flatMap { $0.applies(to: target.host) ? $0 : nil }
-        // Each checked address in turn (a dead AAAA record must not fail every delivery), within the deadline;
-        // each connection its own promise, so a failed one never answers for the next.
+        // As curl reads HTTPS_PROXY: for https:// receivers (a plain http:// one connects directly).
+        let tunnel = target.secure ? self.proxy.flatMap { $0.applies(to: target.host) ? $0 : nil } : nil
+        var proxyAddresses: [SocketAddress?] = [nil]
+        if let tunnel {
+            guard serverName != nil else {
+                // TLS checks an IP address against the peer's address, which in a tunnel is the proxy's.
+                throw Failure(
+                    kind: .tls,
+                    description:
+                        "\(target) is an IP address, and through proxy \(tunnel) TLS could not verify it: give the hook the receiver's host name, or add \(target.host) to NO_PROXY"
+                )
+            }
+            // Looked up here, once (not by NIO's Happy Eyeballs, which would try several connections at once).
+            let found: [SocketAddress]
+            do {
+                found = try await self.lookupShared(host: tunnel.host, port: tunnel.port, deadline: deadline)
+            } catch {
+                throw Failure(kind: .connect, description: "proxy \(tunnel): \(error.description)")
+            }
+            guard !found.isEmpty else {
+                throw Failure(kind: .connect, description: "proxy \(tunnel): \(tunnel.host) resolves to no address")
+            }
+            proxyAddresses = found
+        }
+        // Each checked address in turn (a dead AAAA record must not fail every delivery), through each of the
+        // proxy's addresses when there is one, within the deadline; each connection its own promises, so a failed
+        // one never answers for the next.
+        let attempts = addresses.flatMap { address in proxyAddresses.map { (address, $0) } }
         var connected: (channel: any Channel, promise: EventLoopPromise<Answer>)?
         var lastError: (any Error)?
-        for (index, address) in addresses.enumerated() where NIODeadline.now() < deadline {
+        for (index, (address, proxyAddress)) in attempts.enumerated() where NIODeadline.now() < deadline {
             let promise = self.group.next().makePromise(of: Answer.self)
             // An address that drops the SYN must leave time for the next: each gets its share of what is left
             // (at least a second), the last all of it.
             let remaining = deadline - NIODeadline.now()
-            let left = Int64(addresses.count - index)
-            let share = min(remaining, max(TimeAmount.nanoseconds(remaining.nanoseconds / left), .seconds(1)))
+            let left = Int64(attempts.count - index)
+            let share = max(
+                min(remaining, max(TimeAmount.nanoseconds(remaining.nanoseconds / left), .seconds(1))),
+                .milliseconds(1)
+            )
             let tunnelUp = tunnel.map { _ in self.group.next().makePromise(of: Void.self) }
             do {
-                let bootstrap = ClientBootstrap(group: self.group)
-                    .connectTimeout(max(share, .milliseconds(1)))
+                let channel = try await ClientBootstrap(group: self.group)
+                    .connectTimeout(share)
                     .channelInitializer { channel in
                         channel.eventLoop.makeCompletedFuture {
                             if let tunnel, let tunnelUp {
@@ -156,7 +186,7 @@ public struct WebhookHTTPClient: Sendable {
                                         proxy: tunnel,
                                         targetHost: address.ipAddress ?? target.host,
                                         targetPort: target.port,
-                                        deadline: max(share, .milliseconds(1)),
+                                        deadline: share,
                                         tunnelUp: tunnelUp
                                     )
                                 )
@@ -170,28 +200,27 @@ public struct WebhookHTTPClient: Sendable {
                             try channel.pipeline.syncOperations.addHandler(AnswerCollector(promise: promise))
                         }
                     }
-                let channel: any Channel
+                    .connect(to: proxyAddress ?? address).get()
                 if let tunnel, let tunnelUp {
-                    do {
-                        channel = try await bootstrap.connect(host: tunnel.host, port: tunnel.port).get()
-                    } catch {
-                        tunnelUp.fail(error)
-                        throw error
-                    }
-                    // The request is written once the tunnel is up (plain http:// has no TLS to hold it back);
+                    // The tunnel before anything else (the proxy's answer is bounded by the POST's deadline too);
                     // an address the proxy cannot reach leaves time for the next.
+                    let timer = channel.eventLoop.scheduleTask(deadline: deadline) {
+                        tunnelUp.fail(
+                            Failure(kind: .timeout, description: "no tunnel through \(tunnel) within \(self.timeout)")
+                        )
+                    }
+                    defer { timer.cancel() }
                     do {
                         try await tunnelUp.futureResult.get()
                     } catch {
                         channel.close(promise: nil)
                         throw error
                     }
-                } else {
-                    channel = try await bootstrap.connect(to: address).get()
                 }
                 connected = (channel, promise)
                 break
             } catch {
+                tunnelUp?.fail(error)
                 promise.fail(error)
                 lastError = error
             }
@@ -244,40 +273,7 @@ public struct WebhookHTTPClient: Sendable {
         if let literal = try? SocketAddress(ipAddress: host, port: port) {
             addresses = [literal]
         } else {
-            // The lookup blocks a resolver thread for as long as the resolver takes: the POST's deadline
-            // bounds the wait for it (a late answer is dropped), and a lookup dequeued past it is not made.
-            let loop = self.group.next()
-            let looked = loop.makePromise(of: [SocketAddress].self)
-            let timeout = self.timeout
-            let key = "\(host):\(port)"
-            let shared = self.lookups.futures.withLock { futures -> EventLoopFuture<[SocketAddress]> in
-                if let running = futures[key] { return running }
-                let started = self.resolver.runIfActive(eventLoop: loop) {
-                    guard NIODeadline.now() < deadline else {
-                        throw Failure(kind: .timeout, description: "could not resolve \(host) within \(timeout)")
-                    }
-                    return try Self.lookup(host: host, port: port)
-                }
-                futures[key] = started
-                return started
-            }
-            shared.whenComplete { [lookups = self.lookups] _ in
-                lookups.futures.withLock { futures in
-                    if futures[key] === shared { futures[key] = nil }
-                }
-            }
-            shared.cascade(to: looked)
-            let timer = loop.scheduleTask(deadline: deadline) {
-                looked.fail(Failure(kind: .timeout, description: "could not resolve \(host) within \(timeout)"))
-            }
-            defer { timer.cancel() }
-            do {
-                addresses = try await looked.futureResult.get()
-            } catch let failure as Failure {
-                throw failure
-            } catch {
-                throw Failure(kind: .resolve, description: "could not resolve \(host): \(error)")
-            }
+            addresses = try await self.lookupShared(host: host, port: port, deadline: deadline)
         }
         guard !addresses.isEmpty else {
             throw Failure(kind: .resolve, description: "\(host) resolves to no address")
@@ -294,6 +290,46 @@ public struct WebhookHTTPClient: Sendable {
             }
         }
         return addresses
+    }
+
+    /// getaddrinfo on the resolver pool, one lookup per `host:port` at a time shared by its callers, bounded by
+    /// `deadline` (a late answer is dropped, a lookup dequeued past it is not made). An IP literal is its address.
+    func lookupShared(host: String, port: Int, deadline: NIODeadline) async throws(Failure) -> [SocketAddress] {
+        if let literal = try? SocketAddress(ipAddress: host, port: port) { return [literal] }
+        // The lookup blocks a resolver thread for as long as the resolver takes: the POST's deadline
+        // bounds the wait for it (a late answer is dropped), and a lookup dequeued past it is not made.
+        let loop = self.group.next()
+        let looked = loop.makePromise(of: [SocketAddress].self)
+        let timeout = self.timeout
+        let key = "\(host):\(port)"
+        let shared = self.lookups.futures.withLock { futures -> EventLoopFuture<[SocketAddress]> in
+            if let running = futures[key] { return running }
+            let started = self.resolver.runIfActive(eventLoop: loop) {
+                guard NIODeadline.now() < deadline else {
+                    throw Failure(kind: .timeout, description: "could not resolve \(host) within \(timeout)")
+                }
+                return try Self.lookup(host: host, port: port)
+            }
+            futures[key] = started
+            return started
+        }
+        shared.whenComplete { [lookups = self.lookups] _ in
+            lookups.futures.withLock { futures in
+                if futures[key] === shared { futures[key] = nil }
+            }
+        }
+        shared.cascade(to: looked)
+        let timer = loop.scheduleTask(deadline: deadline) {
+            looked.fail(Failure(kind: .timeout, description: "could not resolve \(host) within \(timeout)"))
+        }
+        defer { timer.cancel() }
+        do {
+            return try await looked.futureResult.get()
+        } catch let failure as Failure {
+            throw failure
+        } catch {
+            throw Failure(kind: .resolve, description: "could not resolve \(host): \(error)")
+        }
     }
 
     /// Why `address` is not public, or `nil` when it is.

@@ -18,6 +18,8 @@ public struct WebhookDelivery: Sendable, Hashable {
     /// Tries so far, this one included.
     public var attempt: Int
     public var createdAt: Date
+    /// Time since `createdAt` (the outcome, or the last `webhooks replay`) by the database's clock, at the claim.
+    public var age: Duration
 }
 
 /// What became of one try of a delivery, to record.
@@ -124,10 +126,10 @@ extension JobQueue {
                   FROM push.webhooks AS w
                  WHERE d.id IN (SELECT id FROM picked) AND w.id = d.webhook_id
                 RETURNING d.id, d.webhook_id, w.url, w.secret_file, d.event, d.job_id, d.body::text, d.attempts,
-                          d.created_at
+                          d.created_at, extract(epoch FROM now() - d.created_at)::float8
                 """,
                 logger: logger
-            ).decode((Int64, Int64, String, String, String, Int64, String, Int32, Date).self) {
+            ).decode((Int64, Int64, String, String, String, Int64, String, Int32, Date, Double).self) {
                 claimed.append(
                     WebhookDelivery(
                         id: row.0,
@@ -138,7 +140,8 @@ extension JobQueue {
                         jobID: row.5,
                         body: row.6,
                         attempt: Int(row.7),
-                        createdAt: row.8
+                        createdAt: row.8,
+                        age: .milliseconds(Int64(max(row.9, 0) * 1_000))
                     )
                 )
             }

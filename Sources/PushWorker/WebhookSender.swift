@@ -209,6 +209,7 @@ final class WebhookSender: Sendable {
                 error: error,
                 retryAfter: WebhookPolicy.retryWait(
                     attempt: delivery.attempt,
+                    age: delivery.age,
                     retryAfter: after,
                     jitter: Double.random(in: 0..<1)
                 )

@@ -94,6 +94,35 @@ struct WebhookRulesTests {
         )
     }
 
+    @Test(
+        "the backoff doubles with the tries an undisturbed schedule could have made by the delivery's age: the same when left alone, 5 s again after a replay"
+    )
+    func backoffAfterReplay() {
+        // Left alone: the n-th try comes 5 × (2ⁿ⁻¹ − 1) s after the outcome at the earliest.
+        var age = 0.0
+        for attempt in 1...14 {
+            let byCount = WebhookPolicy.backoff(attempt: attempt, jitter: 0)
+            #expect(
+                WebhookPolicy.backoff(attempt: attempt, age: .milliseconds(Int64(age * 1_000)), jitter: 0) == byCount
+            )
+            // The next try after the longest jitter: still the same step.
+            let jittered = WebhookPolicy.backoff(attempt: attempt, jitter: 1)
+            #expect(
+                WebhookPolicy.backoff(attempt: attempt, age: .milliseconds(Int64(age * 1_000)), jitter: 1) == jittered
+            )
+            age += byCount.seconds
+        }
+        // Replayed after 30 tries: its age starts again.
+        #expect(WebhookPolicy.backoff(attempt: 31, age: .seconds(1), jitter: 0) == .seconds(5))
+        #expect(WebhookPolicy.backoff(attempt: 32, age: .seconds(6), jitter: 0) == .seconds(10))
+        #expect(WebhookPolicy.backoff(attempt: 31, jitter: 0) == .seconds(3_600), "without an age: by the count")
+        #expect(
+            WebhookPolicy.retryWait(attempt: 31, age: .seconds(1), retryAfter: .seconds(120), jitter: 0)
+                == .seconds(120),
+            "Retry-After still decides"
+        )
+    }
+
     @Test("loopback, private, link-local, shared and mapped addresses are refused; public ones pass")
     func addresses() {
         for private4: [UInt8] in [

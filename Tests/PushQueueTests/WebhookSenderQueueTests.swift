@@ -120,6 +120,7 @@ struct WebhookSenderQueueTests {
                 lease: .seconds(60)
             )
             #expect(claimed.count == 2)
+            #expect(claimed.allSatisfy { $0.age > .seconds(23 * 3_600) }, "the age by the database's clock")
             let first = try #require(claimed.first { $0.webhookID == hooks[0] })
             let second = try #require(claimed.first { $0.webhookID == hooks[1] })
             let result = try await db.queue.recordWebhookTries(
@@ -177,6 +178,13 @@ struct WebhookSenderQueueTests {
                 lease: .seconds(60)
             )
             #expect(!waiting.contains { $0.id == second.id }, "not sent while its hook is disabled")
+            let firstAgain = try #require(waiting.first { $0.id == first.id })
+            #expect(firstAgain.attempt == 2 && firstAgain.age < .seconds(60), "a replay starts the age again")
+            #expect(
+                WebhookPolicy.retryWait(attempt: firstAgain.attempt, age: firstAgain.age, retryAfter: nil, jitter: 0)
+                    == .seconds(5),
+                "so its backoff starts again at 5 s"
+            )
             let byHook = try await db.queue.operations.replayWebhookDeliveries(ids: [], hook: hooks[1])
             #expect(byHook.replayed.isEmpty && byHook.enabledHook == hooks[1])
             let replayed = try await db.queue.claimWebhookDeliveries(

@@ -27,16 +27,27 @@ public enum WebhookPolicy {
     }
 
     /// The wait before the next try after a failed one: the receiver's `Retry-After` (at least a second, at
-    /// most the longest backoff), or the backoff.
-    public static func retryWait(attempt: Int, retryAfter: Duration?, jitter: Double) -> Duration {
-        guard let retryAfter else { return self.backoff(attempt: attempt, jitter: jitter) }
+    /// most the longest backoff), or the backoff. `age` is the delivery's time since its outcome (or since
+    /// `webhooks replay`), when known: see ``backoff(attempt:age:jitter:)``.
+    public static func retryWait(attempt: Int, age: Duration? = nil, retryAfter: Duration?, jitter: Double) -> Duration
+    {
+        guard let retryAfter else { return self.backoff(attempt: attempt, age: age, jitter: jitter) }
         return min(max(retryAfter, .seconds(1)), self.longestBackoff)
     }
 
     /// 5 s after the first failed try, doubling to an hour, each with up to a fifth added at random (so a
     /// receiver back from an outage is not met by every delivery at once).
-    public static func backoff(attempt: Int, jitter: Double) -> Duration {
-        let exponent = min(max(attempt - 1, 0), 20)
+    ///
+    /// The doubling counts the tries made, but never more than an undisturbed schedule makes in `age` (its
+    /// n-th try falls 5 × (2ⁿ⁻¹ − 1) s after the outcome, later with jitter). The two agree for a delivery
+    /// left alone; a replayed one keeps its try count (it fences stale holders) but its age starts again, so
+    /// its first failure after the replay waits 5 s, not an hour.
+    public static func backoff(attempt: Int, age: Duration? = nil, jitter: Double) -> Duration {
+        var step = max(attempt - 1, 0)
+        if let age {
+            step = min(step, Int(log2(max(age.seconds, 0) / 5 + 1)))
+        }
+        let exponent = min(step, 20)
         let base = min(5.0 * pow(2.0, Double(exponent)), 3_600.0)
         let seconds = min(base * (1 + 0.2 * min(max(jitter, 0), 1)), 3_600.0)
         return .milliseconds(Int64(seconds * 1_000))

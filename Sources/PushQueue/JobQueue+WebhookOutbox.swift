@@ -126,7 +126,9 @@ extension JobQueue {
                   FROM push.webhooks AS w
                  WHERE d.id IN (SELECT id FROM picked) AND w.id = d.webhook_id
                 RETURNING d.id, d.webhook_id, w.url, w.secret_file, d.event, d.job_id, d.body::text, d.attempts,
-                          d.created_at, extract(epoch FROM now() - d.created_at)::float8
+                          d.created_at,
+                          CASE WHEN isfinite(d.created_at)
+                               THEN least(extract(epoch FROM now() - d.created_at), 1e9) ELSE 1e9 END::float8
                 """,
                 logger: logger
             ).decode((Int64, Int64, String, String, String, Int64, String, Int32, Date, Double).self) {
@@ -141,7 +143,7 @@ extension JobQueue {
                         body: row.6,
                         attempt: Int(row.7),
                         createdAt: row.8,
-                        age: .milliseconds(Int64(max(row.9, 0) * 1_000))
+                        age: .milliseconds(Int64(row.9.isFinite ? min(max(row.9, 0), 1e9) * 1_000 : 1e12))
                     )
                 )
             }

@@ -15,7 +15,7 @@ import Synchronization
 /// idle and what they wait for, the running workers' last log lines), the shortest and most telling last.
 public enum TestWatchdog {
     private static let started: Bool = {
-        TestOrphans.sweepAndMark()
+        TestOrphans.markAndSweep()
         // Long mode (ten fault schedules, the 10,000-job storm) may take an hour and more.
         let long = ProcessInfo.processInfo.environment["PUSH_LONG_TESTS"] == "1"
         let given = ProcessInfo.processInfo.environment["PUSH_TEST_RUN_LIMIT_MINUTES"].flatMap { Double($0) }

@@ -234,7 +234,13 @@ final class WebhookSender: Sendable {
         ]
         do {
             let answer = try await self.client.post(url: delivery.url, headers: headers, body: body)
-            switch WebhookPolicy.verdict(status: answer.status, attempt: delivery.attempt, retryAfter: nil, jitter: 0) {
+            switch WebhookPolicy.verdict(
+                status: answer.status,
+                attempt: delivery.attempt,
+                age: delivery.age,
+                retryAfter: nil,
+                jitter: 0
+            ) {
             case .delivered:
                 return WebhookTry(
                     id: delivery.id,

@@ -181,10 +181,23 @@ struct WebhookSenderQueueTests {
             let firstAgain = try #require(waiting.first { $0.id == first.id })
             #expect(firstAgain.attempt == 2 && firstAgain.age < .seconds(60), "a replay starts the age again")
             #expect(
-                WebhookPolicy.retryWait(attempt: firstAgain.attempt, age: firstAgain.age, retryAfter: nil, jitter: 0)
-                    == .seconds(5),
-                "so its backoff starts again at 5 s"
+                WebhookPolicy.retryWait(attempt: 30, age: firstAgain.age, retryAfter: nil, jitter: 0)
+                    <= WebhookPolicy.retryWait(attempt: 30, age: .seconds(60), retryAfter: nil, jitter: 0)
+                    && WebhookPolicy.retryWait(attempt: 30, age: .seconds(60), retryAfter: nil, jitter: 0)
+                        == .seconds(40),
+                "so even after 30 tries its backoff starts again (40 s at a minute old, not an hour)"
             )
+            // A row an operator broke by hand (created_at = -infinity) is claimed with the longest age, not an error.
+            try await db.execute(
+                "UPDATE push.webhook_deliveries SET created_at = '-infinity', state = 'pending', run_at = now() WHERE id = \(firstAgain.id)"
+            )
+            let broken = try await db.queue.claimWebhookDeliveries(
+                workerID: "b",
+                perHook: 5,
+                limit: 10,
+                lease: .seconds(60)
+            )
+            #expect(broken.first { $0.id == firstAgain.id }.map { $0.age >= .seconds(999_999_999) } == true)
             let byHook = try await db.queue.operations.replayWebhookDeliveries(ids: [], hook: hooks[1])
             #expect(byHook.replayed.isEmpty && byHook.enabledHook == hooks[1])
             let replayed = try await db.queue.claimWebhookDeliveries(

@@ -20,10 +20,16 @@ public enum WebhookPolicy {
 
     /// The verdict for a try that got `status` (nil: no answer), after `attempt` tries (1 for the first),
     /// with the receiver's `Retry-After` (honoured up to the longest backoff), `jitter` in 0..<1.
-    public static func verdict(status: Int?, attempt: Int, retryAfter: Duration?, jitter: Double) -> Verdict {
+    public static func verdict(
+        status: Int?,
+        attempt: Int,
+        age: Duration? = nil,
+        retryAfter: Duration?,
+        jitter: Double
+    ) -> Verdict {
         if let status, (200..<300).contains(status) { return .delivered }
         if status == 410 { return .gone }
-        return .retry(after: self.retryWait(attempt: attempt, retryAfter: retryAfter, jitter: jitter))
+        return .retry(after: self.retryWait(attempt: attempt, age: age, retryAfter: retryAfter, jitter: jitter))
     }
 
     /// The wait before the next try after a failed one: the receiver's `Retry-After` (at least a second, at

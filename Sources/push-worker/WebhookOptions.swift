@@ -29,9 +29,17 @@ struct WebhookOptions: ParsableArguments {
         name: .customLong("webhooks-per-hook"),
         help: "POSTs in flight per hook across the fleet: a slow receiver holds at most this many."
     ) var perHook: Int = 4
+    @Option(
+        name: .customLong("webhooks-concurrency"),
+        help:
+            "POSTs in flight on this worker, all hooks together (each holds a connection until its answer or deadline)."
+    ) var concurrency: Int = 32
 
     func validate() throws {
         guard self.perHook >= 1 else { throw ValidationError("--webhooks-per-hook must be at least 1") }
+        guard (1...1_024).contains(self.concurrency) else {
+            throw ValidationError("--webhooks-concurrency must be between 1 and 1024")
+        }
         guard self.timeout.duration >= .seconds(1), self.timeout.duration <= .seconds(120) else {
             throw ValidationError("--webhooks-timeout must be between 1s and 2m")
         }
@@ -43,6 +51,7 @@ struct WebhookOptions: ParsableArguments {
         settings.caFile = self.caFile
         settings.timeout = self.timeout.duration
         settings.perHook = self.perHook
+        settings.concurrency = self.concurrency
         return settings
     }
 

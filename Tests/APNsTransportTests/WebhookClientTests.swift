@@ -133,19 +133,6 @@ struct WebhookClientTests {
         }
     }
 
-    /// A self-signed certificate for `localhost`: `cert.pem` and `key.pem` in `directory`.
-    static func makeCertificate(in directory: String) throws {
-        let made = try ChildProcess.run(
-            "/usr/bin/env",
-            [
-                "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                "-keyout", directory + "/key.pem", "-out", directory + "/cert.pem", "-days", "2", "-subj",
-                "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
-            ]
-        )
-        try #require(made.status == 0, "openssl: \(made.output)")
-    }
-
     @Test(
         "https:// receivers through a CONNECT proxy (Debian's tinyproxy, basic auth), named by address or by name: the tunnel is asked for the address checked here, never the name, TLS verified by name inside it; http:// connects directly; an https:// IP literal is refused with the fix; a private address is refused before the proxy is asked; NO_PROXY connects directly; a proxy wanting credentials says so"
     )
@@ -154,7 +141,7 @@ struct WebhookClientTests {
             .path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        try Self.makeCertificate(in: directory)
+        try TestCertificate.localhost(in: directory)
         let (proxy, proxyPort) = try await TinyProxy.start(in: directory, extraConfig: ["BasicAuth pushuser s3cret"])
         defer {
             proxy.signal(SIGKILL)
@@ -267,7 +254,7 @@ struct WebhookClientTests {
             .path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        try Self.makeCertificate(in: directory)
+        try TestCertificate.localhost(in: directory)
         let log = directory + "/requests.log"
         let (receiver, port) = try await Self.startReceiver(
             in: directory,

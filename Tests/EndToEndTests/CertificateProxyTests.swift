@@ -229,21 +229,13 @@ struct CertificateProxyTests {
             // A webhook on delivered outcomes to an https:// receiver: its POSTs take the proxy too, tunnelled to
             // the address the worker resolved and checked (loopback here, hence --webhooks-allow-private).
             let secret = try WebhookDaemonTests.secret(in: f.directory)
-            let made = try ChildProcess.run(
-                "/usr/bin/env",
-                [
-                    "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                    "-keyout", f.directory + "/hook.key", "-out", f.directory + "/hook.pem", "-days", "2", "-subj",
-                    "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
-                ]
-            )
-            try #require(made.status == 0, "openssl: \(made.output)")
+            let tls = try TestCertificate.localhost(in: f.directory)
             let receiver = try await WebhookReceiver.start(
                 in: f.directory,
                 secretFile: secret,
                 seed: 1,
                 delay: 0,
-                tls: (f.directory + "/hook.pem", f.directory + "/hook.key")
+                tls: tls
             )
             defer { receiver.stop() }
             let added = try await f.cli([
@@ -255,7 +247,7 @@ struct CertificateProxyTests {
                 "proxied",
                 [
                     "--https-proxy", proxyURL, "--log-level", "info", "--webhooks-allow-private", "--webhooks-ca-file",
-                    f.directory + "/hook.pem",
+                    tls.certificate,
                 ]
             )
             defer {

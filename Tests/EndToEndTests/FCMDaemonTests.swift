@@ -254,15 +254,7 @@ struct FCMInteropTests {
         try await DaemonFixture.run { f in
             let directory = f.directory + "/standin"
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-            let made = try ChildProcess.run(
-                "/usr/bin/env",
-                [
-                    "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                    "-keyout", directory + "/key.pem", "-out", directory + "/cert.pem", "-days", "2", "-subj",
-                    "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
-                ]
-            )
-            try #require(made.status == 0, "openssl: \(made.output)")
+            try TestCertificate.localhost(in: directory)
             let port = try EmbeddedPostgres.freePort()
             let account = try SimulatorFCMAccount.make(projectID: "standin-project")
                 .write(in: directory, host: "localhost", port: port)

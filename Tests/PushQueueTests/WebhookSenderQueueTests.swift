@@ -11,6 +11,12 @@ import Testing
 /// a delivery's or a hook's row, watched in `pg_stat_activity`.
 @Suite("Webhooks: the sender's claim, record and replay")
 struct WebhookSenderQueueTests {
+    /// The sender's claim as `worker`, with a minute's lease.
+    static func claim(_ db: TestDatabase, _ worker: String, perHook: Int, limit: Int) async throws -> [WebhookDelivery]
+    {
+        try await db.queue.claimWebhookDeliveries(workerID: worker, perHook: perHook, limit: limit, lease: .seconds(60))
+    }
+
     static func hooks(_ db: TestDatabase, _ count: Int) async throws -> [Int64] {
         var ids: [Int64] = []
         for n in 0..<count {
@@ -43,19 +49,9 @@ struct WebhookSenderQueueTests {
             let hooks = try await Self.hooks(db, 2)
             try await Self.deliveries(db, hook: hooks[0], count: 10)
             try await Self.deliveries(db, hook: hooks[1], count: 10)
-            let claimed = try await db.queue.claimWebhookDeliveries(
-                workerID: "a",
-                perHook: 3,
-                limit: 100,
-                lease: .seconds(60)
-            )
+            let claimed = try await Self.claim(db, "a", perHook: 3, limit: 100)
             #expect(claimed.count == 6, "three per hook")
-            let second = try await db.queue.claimWebhookDeliveries(
-                workerID: "b",
-                perHook: 3,
-                limit: 100,
-                lease: .seconds(60)
-            )
+            let second = try await Self.claim(db, "b", perHook: 3, limit: 100)
             #expect(second.isEmpty, "the share is fleet-wide: worker a holds it all")
             // Hook 0's three, by id.
             let first = claimed.filter { $0.webhookID == hooks[0] }.sorted { $0.id < $1.id }
@@ -81,12 +77,7 @@ struct WebhookSenderQueueTests {
             try await db.execute(
                 "UPDATE push.webhook_deliveries SET locked_until = now() - interval '1 second' WHERE id = \(first[2].id)"
             )
-            let again = try await db.queue.claimWebhookDeliveries(
-                workerID: "b",
-                perHook: 10,
-                limit: 100,
-                lease: .seconds(60)
-            )
+            let again = try await Self.claim(db, "b", perHook: 10, limit: 100)
             #expect(again.contains { $0.id == first[2].id && $0.attempt == 2 }, "the lapsed delivery is b's, attempt 2")
             #expect(again.contains { $0.id == first[1].id && $0.attempt == 2 }, "the retried delivery is due")
             #expect(again.filter { $0.webhookID == hooks[0] }.count == 9, "hook 0: all but the delivered one")
@@ -113,12 +104,7 @@ struct WebhookSenderQueueTests {
             try await db.execute(
                 "UPDATE push.webhook_deliveries SET created_at = now() - interval '23 hours 59 minutes'"
             )
-            let claimed = try await db.queue.claimWebhookDeliveries(
-                workerID: "a",
-                perHook: 1,
-                limit: 10,
-                lease: .seconds(60)
-            )
+            let claimed = try await Self.claim(db, "a", perHook: 1, limit: 10)
             #expect(claimed.count == 2)
             #expect(claimed.allSatisfy { $0.age > .seconds(23 * 3_600) }, "the age by the database's clock")
             let first = try #require(claimed.first { $0.webhookID == hooks[0] })
@@ -156,12 +142,7 @@ struct WebhookSenderQueueTests {
             let failing = try await db.queue.operations.failingWebhookDeliveries(hook: hooks[0], limit: 10)
             #expect(failing.first?.lastError == "gave up after 24 hours: connection refused")
             // The disabled hook's other deliveries are not claimed.
-            let more = try await db.queue.claimWebhookDeliveries(
-                workerID: "a",
-                perHook: 5,
-                limit: 10,
-                lease: .seconds(60)
-            )
+            let more = try await Self.claim(db, "a", perHook: 5, limit: 10)
             #expect(more.allSatisfy { $0.webhookID == hooks[0] } && more.count == 1)
             let byID = try await db.queue.operations.replayWebhookDeliveries(
                 ids: [first.id, second.id, 999],
@@ -171,12 +152,7 @@ struct WebhookSenderQueueTests {
                 byID.replayed == [first.id, second.id].sorted() && byID.notDead == [999] && byID.enabledHook == nil
             )
             #expect(byID.disabledHooks == [hooks[1]], "a replayed delivery of a disabled hook is said to wait")
-            let waiting = try await db.queue.claimWebhookDeliveries(
-                workerID: "a",
-                perHook: 5,
-                limit: 10,
-                lease: .seconds(60)
-            )
+            let waiting = try await Self.claim(db, "a", perHook: 5, limit: 10)
             #expect(!waiting.contains { $0.id == second.id }, "not sent while its hook is disabled")
             let firstAgain = try #require(waiting.first { $0.id == first.id })
             #expect(firstAgain.attempt == 2 && firstAgain.age < .seconds(60), "a replay starts the age again")
@@ -191,21 +167,11 @@ struct WebhookSenderQueueTests {
             try await db.execute(
                 "UPDATE push.webhook_deliveries SET created_at = '-infinity', state = 'pending', run_at = now() WHERE id = \(firstAgain.id)"
             )
-            let broken = try await db.queue.claimWebhookDeliveries(
-                workerID: "b",
-                perHook: 5,
-                limit: 10,
-                lease: .seconds(60)
-            )
+            let broken = try await Self.claim(db, "b", perHook: 5, limit: 10)
             #expect(broken.first { $0.id == firstAgain.id }.map { $0.age >= .seconds(999_999_999) } == true)
             let byHook = try await db.queue.operations.replayWebhookDeliveries(ids: [], hook: hooks[1])
             #expect(byHook.replayed.isEmpty && byHook.enabledHook == hooks[1])
-            let replayed = try await db.queue.claimWebhookDeliveries(
-                workerID: "a",
-                perHook: 5,
-                limit: 10,
-                lease: .seconds(60)
-            )
+            let replayed = try await Self.claim(db, "a", perHook: 5, limit: 10)
             #expect(
                 replayed.contains { $0.id == second.id && $0.attempt == 2 },
                 "same id; the count of tries only grows (a stale try can never pass for a new one)"
@@ -231,7 +197,7 @@ struct WebhookSenderQueueTests {
                 _ = try await neighbour.query("COMMIT", logger: db.logger)
             }
             let claim = try await FleetInterleavingTests.watch(db, release: release) {
-                try await db.queue.claimWebhookDeliveries(workerID: "a", perHook: 10, limit: 10, lease: .seconds(60))
+                try await Self.claim(db, "a", perHook: 10, limit: 10)
             }
             #expect(!claim.waited, "the claim skips the held deliveries")
             #expect(claim.value.count == 4)
@@ -248,7 +214,7 @@ struct WebhookSenderQueueTests {
             }
             try await neighbour.query("COMMIT", logger: db.logger)
             let skipped = try await FleetInterleavingTests.watch(db, release: releaseClaimer) {
-                try await db.queue.claimWebhookDeliveries(workerID: "b", perHook: 10, limit: 10, lease: .seconds(60))
+                try await Self.claim(db, "b", perHook: 10, limit: 10)
             }
             #expect(!skipped.waited && skipped.value.isEmpty, "a hook another claim holds is skipped, not waited on")
             // An outcome write that matches the held hook inserts its delivery without waiting (KEY SHARE).

@@ -175,7 +175,7 @@ final class ProxyConnectHandler: ChannelDuplexHandler, RemovableChannelHandler {
         self.tunnelUp = tunnelUp
     }
 
-    /// Completes `established` once (the first outcome stands).
+    /// Completes `tunnelUp` once (the first outcome stands).
     private func settle(_ error: (any Error)?) {
         guard let promise = self.tunnelUp else { return }
         self.tunnelUp = nil

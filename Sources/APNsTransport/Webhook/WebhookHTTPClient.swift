@@ -147,16 +147,11 @@ public struct WebhookHTTPClient: Sendable {
                 )
             }
             // Looked up here, once (not by NIO's Happy Eyeballs, which would try several connections at once).
-            let found: [SocketAddress]
             do {
-                found = try await self.lookupShared(host: tunnel.host, port: tunnel.port, deadline: deadline)
+                proxyAddresses = try await self.lookupShared(host: tunnel.host, port: tunnel.port, deadline: deadline)
             } catch {
                 throw Failure(kind: .connect, description: "proxy \(tunnel): \(error.description)")
             }
-            guard !found.isEmpty else {
-                throw Failure(kind: .connect, description: "proxy \(tunnel): \(tunnel.host) resolves to no address")
-            }
-            proxyAddresses = found
         }
         // Each checked address in turn (a dead AAAA record must not fail every delivery), through each of the
         // proxy's addresses when there is one, within the deadline; each connection its own promises, so a failed
@@ -269,15 +264,7 @@ public struct WebhookHTTPClient: Sendable {
     func resolve(_ target: Target, deadline: NIODeadline) async throws(Failure) -> [SocketAddress] {
         let host = target.host
         let port = target.port
-        let addresses: [SocketAddress]
-        if let literal = try? SocketAddress(ipAddress: host, port: port) {
-            addresses = [literal]
-        } else {
-            addresses = try await self.lookupShared(host: host, port: port, deadline: deadline)
-        }
-        guard !addresses.isEmpty else {
-            throw Failure(kind: .resolve, description: "\(host) resolves to no address")
-        }
+        let addresses = try await self.lookupShared(host: host, port: port, deadline: deadline)
         if !self.allowPrivate {
             for address in addresses {
                 if let range = Self.privateRange(of: address) {
@@ -293,7 +280,8 @@ public struct WebhookHTTPClient: Sendable {
     }
 
     /// getaddrinfo on the resolver pool, one lookup per `host:port` at a time shared by its callers, bounded by
-    /// `deadline` (a late answer is dropped, a lookup dequeued past it is not made). An IP literal is its address.
+    /// `deadline` (a late answer is dropped, a lookup dequeued past it is not made); never empty. An IP literal is
+    /// its address.
     func lookupShared(host: String, port: Int, deadline: NIODeadline) async throws(Failure) -> [SocketAddress] {
         if let literal = try? SocketAddress(ipAddress: host, port: port) { return [literal] }
         // The lookup blocks a resolver thread for as long as the resolver takes: the POST's deadline
@@ -323,13 +311,18 @@ public struct WebhookHTTPClient: Sendable {
             looked.fail(Failure(kind: .timeout, description: "could not resolve \(host) within \(timeout)"))
         }
         defer { timer.cancel() }
+        let addresses: [SocketAddress]
         do {
-            return try await looked.futureResult.get()
+            addresses = try await looked.futureResult.get()
         } catch let failure as Failure {
             throw failure
         } catch {
             throw Failure(kind: .resolve, description: "could not resolve \(host): \(error)")
         }
+        guard !addresses.isEmpty else {
+            throw Failure(kind: .resolve, description: "\(host) resolves to no address")
+        }
+        return addresses
     }
 
     /// Why `address` is not public, or `nil` when it is.

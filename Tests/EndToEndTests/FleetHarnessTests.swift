@@ -412,15 +412,6 @@ struct FleetHarnessTests {
                 "seed \(seed): the revived jobs were delivered"
             )
             let requests = f.simulator.requests
-            // No older keyed job sent after a newer one was answered 200.
-            let keyed = try await f.db.client.query(
-                """
-                SELECT j.coalesce_key || '/' || j.topic, j.id, j.device_token FROM push.jobs AS j
-                 WHERE j.coalesce_key IS NOT NULL ORDER BY j.id
-                """
-            ).decode((String, Int64, String).self).collect()
-            let stale = Invariants.olderSentAfterNewer(requests: requests, keyed: keyed)
-            #expect(stale == 0, "seed \(seed): \(stale) older keyed jobs sent after a newer one was delivered")
             for pair in lateKeys {
                 #expect(
                     try await f.db.int64(
@@ -512,7 +503,7 @@ struct FleetHarnessTests {
                 )
                 #expect(late == 0, "seed \(seed): \(late) jobs of a paused topic sent while it was paused")
             }
-            print("seed \(seed): drained in \(elapsed); \(summary); \(limitSummary); stale keyed sends \(stale)")
+            print("seed \(seed): drained in \(elapsed); \(summary); \(limitSummary)")
         }
     }
 }

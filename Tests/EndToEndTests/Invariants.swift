@@ -78,25 +78,35 @@ enum Invariants {
             twice.count - explained <= unexplainedSecondSendsAllowed,
             "a 200 answered twice only across a worker's death \(context): \(twice.count) twice, \(explained) explained"
         )
+        // Latest wins: no older job of a coalesce key sent after a newer one was answered 200.
+        let keyed = try await texts(
+            "SELECT coalesce_key || '/' || topic || E'\\t' || id || E'\\t' || apns_id FROM push.jobs WHERE coalesce_key IS NOT NULL"
+        ).compactMap { line -> (String, Int64, String)? in
+            let parts = line.split(separator: "\t", omittingEmptySubsequences: false)
+            guard parts.count == 3, let id = Int64(parts[1]) else { return nil }
+            return (String(parts[0]), id, String(parts[2]))
+        }
+        let stale = Self.olderSentAfterNewer(requests: simulator.requests, keyed: keyed)
+        #expect(stale == 0, "no older keyed job sent after a newer one was answered 200 \(context): \(stale)")
         let transport = try await count("SELECT coalesce(sum(transport_retries), 0)::bigint FROM push.jobs")
         return
-            "\(delivered) delivered, \(dead) dead, \(simulator.requests.count) requests, \(transport) transport retries, \(twice.count) jobs answered 200 twice across a worker's death, \(afterCut) after the simulator cut the connection under a written 200"
+            "\(delivered) delivered, \(dead) dead, \(simulator.requests.count) requests, \(transport) transport retries, \(twice.count) jobs answered 200 twice across a worker's death, \(afterCut) after the simulator cut the connection under a written 200, \(stale) stale keyed sends"
     }
 
     /// Latest wins where the requests arrive: how many keyed jobs had a request arrive after a newer job of
     /// their key (higher id) was answered 200. `keyed` holds each job's key (scoped as the test likes), id
-    /// and device token; each job has a token of its own.
+    /// and apns-id (an FCM message's `data.push_id`), which names its requests.
     static func olderSentAfterNewer(requests: [RecordedRequest], keyed: [(String, Int64, String)]) -> Int {
-        var byToken: [String: [RecordedRequest]] = [:]
+        var byID: [String: [RecordedRequest]] = [:]
         for request in requests {
-            if let token = request.deviceToken { byToken[token, default: []].append(request) }
+            if let id = request.notificationID { byID[id.lowercased(), default: []].append(request) }
         }
         var stale = 0
         for (_, jobs) in Dictionary(grouping: keyed, by: \.0) {
             // Newest first: every request of an older job must arrive before the earliest 200 of a newer one.
             var newestOK: Date?
             for job in jobs.sorted(by: { $0.1 > $1.1 }) {
-                let sent = byToken[job.2] ?? []
+                let sent = byID[job.2.lowercased()] ?? []
                 if let newestOK, sent.contains(where: { $0.receivedAt > newestOK }) { stale += 1 }
                 if let ok = sent.filter({ $0.status == 200 }).map(\.receivedAt).min() {
                     newestOK = min(newestOK ?? ok, ok)

@@ -79,6 +79,7 @@ let package = Package(
                 .embedInCode("Migrations/0010_fcm.sql"),
                 .embedInCode("Migrations/0011_webhooks.sql"),
                 .embedInCode("Migrations/0012_traces.sql"),
+                .embedInCode("Migrations/0013_many_tenants.sql"),
             ],
             swiftSettings: swiftSettings
         ),

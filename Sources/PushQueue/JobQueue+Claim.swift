@@ -53,9 +53,28 @@ extension JobQueue {
         public var superseded: Int
         /// When a rate limit's schedule is full: how long until it has room again (claim again then).
         public var rateLimitedFor: Duration?
-        /// A range of the claim gave its whole share: more due work is likely waiting, claim again at once
-        /// (a busy credential's share grows once the others have nothing due).
+        /// A range of the claim gave its whole share, or a walk of topics spent its budget: more due work is
+        /// likely waiting, claim again at once (a busy credential's share grows once the others have nothing
+        /// due; the next topics take their turn).
         public var mayHaveMore: Bool = false
+        /// Where this claim's walk of topics stopped: pass it to the next claim (``claimBatch``'s `cursor`),
+        /// so that it goes on from there.
+        public var cursor = ClaimCursor()
+    }
+
+    /// Where a claimer's walk of topics stopped, per (credential, environment): its next claim starts after
+    /// that topic, so every topic with due work takes its turn whatever their number, and one claim reads
+    /// at most a batch's worth of topics. Kept by each claimer (the worker's claim loop); an empty cursor
+    /// starts at the first topic.
+    public struct ClaimCursor: Sendable, Equatable {
+        /// (credential, environment, last topic walked), one per pair that had pending jobs.
+        public var stops: [(credential: String, environment: String, topic: String)] = []
+
+        public init() {}
+
+        public static func == (a: Self, b: Self) -> Bool {
+            a.stops.elementsEqual(b.stops) { $0 == $1 }
+        }
     }
 
     /// ``claim(limit:workerID:lease:excludingCredentials:onlyCredentials:excludingEnvironments:excludingPairs:excludingIDs:)``
@@ -83,9 +102,12 @@ extension JobQueue {
         excludingPairs: [String] = [],
         excludingTopics: [String] = [],
         excludingIDs: [Int64] = [],
-        includingRateLimited: Bool = true
+        includingRateLimited: Bool = true,
+        cursor: ClaimCursor = ClaimCursor()
     ) async throws -> ClaimBatch {
-        guard limit > 0 else { return ClaimBatch(jobs: [], superseded: 0, rateLimitedFor: nil, mayHaveMore: false) }
+        guard limit > 0 else {
+            return ClaimBatch(jobs: [], superseded: 0, rateLimitedFor: nil, mayHaveMore: false, cursor: cursor)
+        }
         let leaseSeconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
         var binds = NamedBindings(for: ClaimStatement.statement)
         binds.bind("only_credentials", onlyCredentials ?? [])
@@ -100,6 +122,10 @@ extension JobQueue {
         binds.bind("worker_id", workerID)
         binds.bind("lease_seconds", leaseSeconds)
         binds.bind("excluded_topics", excludingTopics)
+        binds.bind("cursor_credentials", cursor.stops.map(\.credential))
+        binds.bind("cursor_environments", cursor.stops.map(\.environment))
+        binds.bind("cursor_topics", cursor.stops.map(\.topic))
+        var nextCursor = cursor
         var superseded = 0
         var limitedMs: Int64?
         var more = false
@@ -113,6 +139,12 @@ extension JobQueue {
             superseded = Int(try cursor.next(Int64.self))
             limitedMs = try cursor.next(Int64?.self)
             more = try cursor.next(Bool.self)
+            let (credentials, environments, topics) = (
+                try cursor.next([String].self), try cursor.next([String].self), try cursor.next([String].self)
+            )
+            if credentials.count == environments.count && credentials.count == topics.count {
+                nextCursor.stops = (0..<topics.count).map { (credentials[$0], environments[$0], topics[$0]) }
+            }
             let supersededBy = try cursor.next(Int64?.self)
             let tokenInvalidatedAt = try cursor.next(Date?.self)
             let sendIn = try cursor.next(Double?.self)
@@ -165,7 +197,8 @@ extension JobQueue {
             jobs: jobs,
             superseded: superseded,
             rateLimitedFor: limitedMs.map { .milliseconds(max($0, 1)) },
-            mayHaveMore: more
+            mayHaveMore: more,
+            cursor: nextCursor
         )
     }
 
@@ -305,14 +338,14 @@ extension JobQueue {
 /// job at the drain's 95 jobs per claim); the worker's sessions run with `plan_cache_mode =
 /// force_generic_plan` (``JobQueue/workerSessionSettings``), so it is planned once per connection.
 enum ClaimStatement: BatchStatement {
-    static let name = "push_claim_v4"
+    static let name = "push_claim_v5"
     /// `Statements/claim.sql` with its binds in order.
     static let statement = SQLStatement(
         file: "claim",
         binds: [
             "only_credentials", "any_credential", "excluded_credentials", "half_lease_seconds",
             "excluded_environments", "excluded_pairs", "held_ids", "include_rate_limited", "batch_limit", "worker_id",
-            "lease_seconds", "excluded_topics",
+            "lease_seconds", "excluded_topics", "cursor_credentials", "cursor_environments", "cursor_topics",
         ]
     )
     static var sql: String { Self.statement.sql }

@@ -79,11 +79,21 @@ extension JobQueue {
         workerID: String,
         perHook: Int,
         limit: Int,
-        lease: Duration
+        lease: Duration,
+        statementTimeout: Duration? = nil
     ) async throws -> [WebhookDelivery] {
         let seconds = lease.seconds
         let logger = self.logger
         return try await self.client.withTransaction(logger: logger) { connection in
+            // The caller's deadline, on the server too: a claim it stopped waiting for stops running.
+            if let statementTimeout {
+                try await connection.query(
+                    PostgresQuery(
+                        unsafeSQL: "SET LOCAL statement_timeout = '\(max(statementTimeout.milliseconds, 1))ms'"
+                    ),
+                    logger: logger
+                )
+            }
             var hooks: [Int64] = []
             for try await id in try await connection.query(
                 """

@@ -58,6 +58,15 @@ extension JobQueue {
         ("enable_seqscan", "off"), ("jit", "off"), ("plan_cache_mode", "force_generic_plan"), ("lock_timeout", "5s"),
     ]
 
+    /// ``workerSessionSettings`` plus `statement_timeout`: the worker stops waiting for a statement at its
+    /// deadline, and the server stops running it then too. Without it, an abandoned statement went on running
+    /// on the server: a claim planned for an empty queue (statistics taken after a drain) ran 40 s while the
+    /// worker gave up after 30 s and claimed again, until seven copies ran at once. Statements with a shorter
+    /// deadline (the webhook claim) set their own in their transaction; the migrator lifts it for its run.
+    public static func workerSessionSettings(statementTimeout: Duration) -> [(String, String)] {
+        Self.workerSessionSettings + [("statement_timeout", "\(max(statementTimeout.milliseconds, 1))ms")]
+    }
+
     /// The `application_name` of a worker's sessions: its id, cut to what Postgres keeps (63 bytes); the
     /// reaper compares the same prefix.
     public static func applicationName(of workerID: String) -> String {
@@ -86,11 +95,13 @@ final class PreparedStatementFailure: Sendable {
     /// constraint a row breaks (22, 23, 54, P0: the outcome writer's poison rows), a deadlock or a
     /// serialization failure (40), a read-only server during a failover (25). So do errors that end the
     /// connection, and its prepared state with it: a server shutting down, restarting or starting up
-    /// (57P01–57P04), a connection failure (08). A Postgres restart must not leave the fleet unprepared.
+    /// (57P01–57P04), a connection failure (08). A Postgres restart must not leave the fleet unprepared. So
+    /// does a statement stopped at its `statement_timeout` (57014): it ran, past its Parse (which waits on a
+    /// lock for at most `lock_timeout`, far shorter).
     func record(_ error: any Error) -> Bool {
         guard let error = error as? PSQLError, error.code == .server else { return false }
         let state = error.serverInfo?[.sqlState] ?? ""
-        let executionOrConnection = ["22", "23", "54", "P0", "40", "25", "57P0", "08"]
+        let executionOrConnection = ["22", "23", "54", "P0", "40", "25", "57P0", "57014", "08"]
         if executionOrConnection.contains(where: { state.hasPrefix($0) }) { return false }
         return !self.failed.exchange(true, ordering: .relaxed)
     }

@@ -21,6 +21,7 @@ public struct Migration: Sendable, Hashable {
         ("0010_fcm.sql", PackageResources._010_fcm_sql),
         ("0011_webhooks.sql", PackageResources._011_webhooks_sql),
         ("0012_traces.sql", PackageResources._012_traces_sql),
+        ("0013_many_tenants.sql", PackageResources._013_many_tenants_sql),
     ]
     .map { name, bytes in
         // The version is the number the file name starts with.

@@ -74,11 +74,17 @@ public struct Migrator: Sendable {
                     try await Task.sleep(for: .milliseconds(100))
                 }
                 do {
+                    // A worker's sessions stop any statement at its statement deadline (statement_timeout);
+                    // a migration's index build may take longer. RESET returns the connection to its session
+                    // default before the pool hands it on.
+                    try await connection.query("SET statement_timeout = 0", logger: logger)
                     let applied = try await self.apply(migrations, on: connection, session: backend)
+                    try await connection.query("RESET statement_timeout", logger: logger)
                     try await connection.query("SELECT pg_advisory_unlock(\(Self.advisoryLockKey))", logger: logger)
                     return applied
                 } catch {
                     _ = try? await connection.query("ROLLBACK", logger: logger)
+                    _ = try? await connection.query("RESET statement_timeout", logger: logger)
                     _ = try? await connection.query(
                         "SELECT pg_advisory_unlock(\(Self.advisoryLockKey))",
                         logger: logger

@@ -345,6 +345,8 @@ public final class PushWorkerService: Service, Sendable {
     func claimLoop() async {
         let configuration = self.configuration
         var failures = 0
+        // Where the last claim's walk of topics stopped: the next goes on from there (every topic takes its turn).
+        var cursor = JobQueue.ClaimCursor()
         // Discarding: a plain task group keeps every finished send until the group ends (memory grows per job).
         await withDiscardingTaskGroup { sends in
             while !self.isShuttingDown && !Task.isCancelled {
@@ -366,7 +368,7 @@ public final class PushWorkerService: Service, Sendable {
                 // when few sends wait starved a limited topic for the whole drain of a large backlog: the
                 // fleet harness's 100k-job seeds sent 0-2 of its jobs in 5-7 s under a 22-59/s limit.
                 do {
-                    let (queue, held) = (self.queue, self.state.withLock { Array($0.capacity.held) })
+                    let (queue, held, from) = (self.queue, self.state.withLock { Array($0.capacity.held) }, cursor)
                     // Each platform's credential pauses as (environment, credential) pairs: APNs refusing 'default'
                     // holds APNs' jobs of that name only, and FCM's pauses FCM's.
                     let (unreachable, topics) = (
@@ -386,9 +388,11 @@ public final class PushWorkerService: Service, Sendable {
                             excludingPairs: unreachable,
                             excludingTopics: topics,
                             excludingIDs: held,
-                            includingRateLimited: true
+                            includingRateLimited: true,
+                            cursor: from
                         )
                     }
+                    cursor = batch.cursor
                     failures = 0
                     self.databaseAnswered()
                 } catch {
@@ -475,9 +479,11 @@ public final class PushWorkerService: Service, Sendable {
                     let batch = scheduled
                     sends.addTask { await self.sendScheduled(batch, claimedAt: claimedAt) }
                 }
-                // A full batch, or a range that gave its whole share (another credential had little due work):
+                // A full batch, a range that gave its whole share (another credential had little due work), or a
+                // walk of topics that spent its budget (even with nothing claimed: the topics it walked were
+                // paused or not due, and the next ones take their turn; a walk round to its start ends it):
                 // claim again at once.
-                if jobs.count == limit || (batch.mayHaveMore && !jobs.isEmpty) { continue }
+                if jobs.count == limit || batch.mayHaveMore { continue }
                 // Not a full batch: sleep until a NOTIFY, the earliest scheduled job, or the poll timer.
                 var timeout = configuration.pollInterval
                 if let untilNext = try? await self.queue.untilNextDue(), untilNext > .zero {

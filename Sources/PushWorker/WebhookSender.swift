@@ -111,7 +111,8 @@ final class WebhookSender: Sendable {
                                 workerID: workerID,
                                 perHook: settings.perHook,
                                 limit: room,
-                                lease: settings.lease
+                                lease: settings.lease,
+                                statementTimeout: settings.boundedStatementDeadline
                             )
                         }
                     } catch {

@@ -37,8 +37,12 @@ public struct WorkerConfiguration: Sendable {
     /// tries again: half the lease, from 5 s to 30 s. A statement unanswered for longer (a network cut, a
     /// frozen server) cannot be trusted to land before the lease lapses; waiting on it only delays the retry
     /// on a working connection.
-    public var statementDeadline: Duration {
-        min(.seconds(30), max(.seconds(5), self.lease / 2))
+    public var statementDeadline: Duration { Self.statementDeadline(lease: self.lease) }
+
+    /// ``statementDeadline`` for a lease: also the server's `statement_timeout` on the worker's sessions
+    /// (`JobQueue.workerSessionSettings(statementTimeout:)`), so a statement the worker gave up on stops.
+    public static func statementDeadline(lease: Duration) -> Duration {
+        min(.seconds(30), max(.seconds(5), lease / 2))
     }
     /// How often expired leases are reclaimed.
     public var reaperInterval: Duration

@@ -252,7 +252,10 @@ struct RunCommand: AsyncParsableCommand {
         let parameters =
             self.noSessionSettings
             ? []
-            : JobQueue.workerSessionSettings + [("application_name", JobQueue.applicationName(of: workerID))]
+            : JobQueue.workerSessionSettings(
+                statementTimeout: WorkerConfiguration.statementDeadline(lease: self.lease.duration)
+            )
+                + [("application_name", JobQueue.applicationName(of: workerID))]
         // application_name: the reaper tells a frozen worker (sessions open) from a dead one (none).
         if !parameters.isEmpty { try await url.probeSessionSettings(parameters, logger: logger) }
         // The pool warns once if a query is queued before its run() is scheduled (harmless); query

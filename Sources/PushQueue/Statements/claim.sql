@@ -4,13 +4,18 @@
 -- :half_lease_seconds half the lease in seconds, :excluded_environments unreachable environments,
 -- :excluded_pairs backing-off environment/credential pairs, :held_ids jobs still held, :include_rate_limited
 -- whether rate-limited jobs are taken, :batch_limit the limit, :worker_id the worker, :lease_seconds the lease
--- in seconds, :excluded_topics credential/topic pairs APNs refused (TopicDisallowed).
--- The rate formula in held_limits is JobQueue.available(perSecond:burst:delay:halfLease:), which
+-- in seconds, :excluded_topics credential/topic pairs APNs refused (TopicDisallowed), :cursor_credentials,
+-- :cursor_environments and :cursor_topics the claimer's cursor (the topic each pair's walk stopped at last).
+-- The rate formula in budgets is JobQueue.available(perSecond:burst:delay:halfLease:), which
 -- `push-worker limits` uses too; SQLStatementTests keeps the two the same.
+--
+-- Its cost is bounded by the batch, not by the number of topics, pauses, limits or keys: each pair
+-- (credential, environment) walks its topics from the claimer's cursor, at most a batch's worth of topics
+-- per claim, and everything per topic is an index probe. Every correlated part is driven from the small
+-- side (the walked topics, the candidates, the claimed keys), in a form whose only plans are the bounded
+-- ones: no plan may depend on statistics taken when the table looked different (drained, empty, one topic).
 -- Claim any credential (tests, tools): the distinct credentials with pending jobs (read only then).
-WITH RECURSIVE {{pending_credentials}}, paused AS MATERIALIZED (
-    SELECT credential, topic FROM push.pauses
-), credentials AS (
+WITH RECURSIVE {{pending_credentials}}, credentials AS (
     SELECT c FROM (
         SELECT unnest(:only_credentials::text[]) AS c WHERE NOT :any_credential
         UNION
@@ -18,17 +23,99 @@ WITH RECURSIVE {{pending_credentials}}, paused AS MATERIALIZED (
     ) AS x
      WHERE NOT (c = ANY (:excluded_credentials::text[]))
        -- A pause of a whole credential (or of everything) leaves it out: its backlog is never read.
-       AND NOT EXISTS (SELECT 1 FROM paused AS p
+       AND NOT EXISTS (SELECT 1 FROM push.pauses AS p
                         WHERE p.topic IS NULL AND (p.credential IS NULL OR p.credential = x.c))
+), pairs AS MATERIALIZED (
+    -- The (credential, environment) pairs still claimable: paused credentials, unreachable
+    -- environments and backing-off pools are left out here, so their backlog is never read. Each pair
+    -- carries the claimer's cursor: its walk starts after the topic it stopped at last time.
+    SELECT c.c, e.environment, coalesce(k.topic, '') AS cursor
+      FROM credentials AS c
+     -- FCM's jobs have environment 'fcm': its own pairs, its own pauses and backoff.
+     CROSS JOIN (VALUES ('production'), ('development'), ('fcm')) AS e(environment)
+      LEFT JOIN unnest(:cursor_credentials::text[], :cursor_environments::text[], :cursor_topics::text[])
+           AS k(credential, environment, topic)
+        ON k.credential = c.c AND k.environment = e.environment
+     WHERE NOT (e.environment = ANY (:excluded_environments::text[]))
+       AND NOT (e.environment || '/' || c.c = ANY (:excluded_pairs::text[]))
+), starts AS MATERIALIZED (
+    -- Each pair's first topic with pending jobs after its cursor, else its first topic (the walk wraps
+    -- round): one probe of jobs_claim_by_topic_idx, or two.
+    SELECT p.c, p.environment, p.cursor,
+           coalesce(a.after, (SELECT j.topic FROM push.jobs AS j
+                               WHERE j.state = 'pending' AND j.credential = p.c AND j.environment = p.environment
+                               ORDER BY j.topic LIMIT 1)) AS topic,
+           a.after IS NULL AS wrapped
+      FROM pairs AS p
+     CROSS JOIN LATERAL (
+        SELECT (SELECT j.topic FROM push.jobs AS j
+                 WHERE j.state = 'pending' AND j.credential = p.c AND j.environment = p.environment
+                   AND j.topic > p.cursor
+                 ORDER BY j.topic LIMIT 1) AS after
+     ) AS a
+), walk_budget AS MATERIALIZED (
+    -- How many topics a pair walks in one claim: the batch split among the credentials with pending
+    -- jobs, at least one. A credential's topics beyond it wait for the next claim (it goes on from there).
+    SELECT greatest(1, ceil(:batch_limit::float8 / greatest(count(DISTINCT c), 1)))::int AS topics
+      FROM starts WHERE topic IS NOT NULL
+), walk AS (
+    -- A skip scan of jobs_claim_by_topic_idx from the cursor, one probe per topic, round to the cursor
+    -- again or until the pair's budget of topics is spent.
+    SELECT s.c, s.environment, s.cursor, s.topic, s.wrapped, 1 AS n
+      FROM starts AS s WHERE s.topic IS NOT NULL
+    UNION ALL
+    SELECT w.c, w.environment, w.cursor, x.topic, x.wrapped, w.n + 1
+      FROM walk AS w
+     CROSS JOIN LATERAL (
+        SELECT coalesce(a.after, CASE WHEN NOT w.wrapped THEN
+                   (SELECT j.topic FROM push.jobs AS j
+                     WHERE j.state = 'pending' AND j.credential = w.c AND j.environment = w.environment
+                     ORDER BY j.topic LIMIT 1) END) AS topic,
+               w.wrapped OR a.after IS NULL AS wrapped
+          FROM (SELECT (SELECT j.topic FROM push.jobs AS j
+                         WHERE j.state = 'pending' AND j.credential = w.c AND j.environment = w.environment
+                           AND j.topic > w.topic
+                         ORDER BY j.topic LIMIT 1) AS after) AS a
+        -- Kept a subquery (not pulled up), so each probe runs once, not again in the filter below.
+        OFFSET 0
+     ) AS x
+     WHERE w.n < (SELECT topics FROM walk_budget) AND NOT (w.wrapped AND w.topic >= w.cursor)
+       AND x.topic IS NOT NULL AND NOT (x.wrapped AND x.topic > w.cursor)
+), walked AS MATERIALIZED (
+    SELECT c, environment, topic, n FROM walk
+), cursors AS MATERIALIZED (
+    -- Where each pair's walk stopped: the claimer's cursor for its next claim.
+    SELECT DISTINCT ON (c, environment) c, environment, topic, n FROM walked ORDER BY c, environment, n DESC
+), controls AS MATERIALIZED (
+    -- Whether any pause or limit exists: with none, no topic probes for them.
+    SELECT EXISTS (SELECT 1 FROM push.pauses WHERE topic IS NOT NULL) AS topic_pauses,
+           EXISTS (SELECT 1 FROM push.rate_limits) AS limits
+), scoped AS MATERIALIZED (
+    -- Each walked topic with its limit, the most specific that matches (credential and topic, the
+    -- credential, the topic, everything), by probes of the limits' unique index; paused topics left out
+    -- (probes of the pauses' unique index).
+    SELECT w.c, w.environment, w.topic,
+           CASE WHEN (SELECT limits FROM controls) THEN
+               coalesce((SELECT l.id FROM push.rate_limits AS l WHERE l.credential = w.c AND l.topic = w.topic),
+                        (SELECT l.id FROM push.rate_limits AS l WHERE l.credential = w.c AND l.topic IS NULL),
+                        (SELECT l.id FROM push.rate_limits AS l WHERE l.credential IS NULL AND l.topic = w.topic),
+                        (SELECT l.id FROM push.rate_limits AS l WHERE l.credential IS NULL AND l.topic IS NULL))
+           END AS scope
+      FROM walked AS w
+     -- Topic pauses are APNs' (TopicDisallowed): an Android app's jobs of the same id go on.
+     WHERE NOT (w.environment <> 'fcm' AND w.c || '/' || w.topic = ANY (:excluded_topics::text[]))
+       AND CASE WHEN (SELECT topic_pauses FROM controls) THEN
+               NOT EXISTS (SELECT 1 FROM push.pauses AS p WHERE p.credential = w.c AND p.topic = w.topic)
+               AND NOT EXISTS (SELECT 1 FROM push.pauses AS p WHERE p.credential IS NULL AND p.topic = w.topic)
+           ELSE true END
 ), held_limits AS MATERIALIZED (
-    -- The fleet's send schedules this claim may use, locked, read after the lock. SKIP LOCKED: a
-    -- schedule another claimer holds right now counts as full for this claim (its jobs wait for the
-    -- next claim), so claimers never queue on the limits and no worker over-claims. Only the
-    -- limits of the credentials this claim reads are locked.
-    -- A claim that leaves limited jobs for later (:include_rate_limited false) locks none.
-    SELECT id, next_send_at FROM push.rate_limits
-     WHERE :include_rate_limited AND (credential IS NULL OR credential IN (SELECT c FROM credentials))
-     ORDER BY id FOR UPDATE SKIP LOCKED
+    -- The fleet's send schedules this claim uses, locked, read after the lock. SKIP LOCKED: a schedule
+    -- another claimer holds right now counts as full for this claim (its jobs wait for the next claim),
+    -- so claimers never queue on the limits and no worker over-claims. Only the limits of the walked
+    -- topics are locked; a claim that leaves limited jobs for later (:include_rate_limited false) locks none.
+    SELECT l.id, l.next_send_at FROM push.rate_limits AS l
+     WHERE :include_rate_limited AND l.id = ANY (ARRAY(SELECT DISTINCT scope FROM scoped WHERE scope IS NOT NULL))
+     ORDER BY l.id FOR UPDATE SKIP LOCKED
 ), budgets AS MATERIALIZED (
     -- A limit takes jobs while their send times (one interval apart, from its tail or now) fall within
     -- the look-ahead of now: burst intervals, at most half the lease but never less than one
@@ -37,50 +124,18 @@ WITH RECURSIVE {{pending_credentials}}, paused AS MATERIALIZED (
            CASE WHEN h.id IS NULL THEN 0
                 ELSE floor((least(l.burst / l.per_second, greatest(:half_lease_seconds, 1 / l.per_second)) - extract(epoch FROM t.start - t.at)) * l.per_second + 1e-9) END AS available
       FROM (SELECT id, credential, topic, per_second::float8 AS per_second, burst::float8 AS burst,
-                   next_send_at FROM push.rate_limits) AS l
+                   next_send_at FROM push.rate_limits
+             WHERE id = ANY (ARRAY(SELECT DISTINCT scope FROM scoped WHERE scope IS NOT NULL))) AS l
       LEFT JOIN held_limits AS h ON h.id = l.id
      CROSS JOIN LATERAL (SELECT greatest(coalesce(h.next_send_at, l.next_send_at), c.at) AS start, c.at
                            FROM (SELECT clock_timestamp() AS at) AS c) AS t
-), pairs AS MATERIALIZED (
-    -- The (credential, environment) pairs still claimable: paused credentials, unreachable
-    -- environments and backing-off pools are left out here, so their backlog is never read.
-    SELECT c.c, e.environment
-      FROM credentials AS c
-     -- FCM's jobs have environment 'fcm': its own pairs, its own pauses and backoff.
-     CROSS JOIN (VALUES ('production'), ('development'), ('fcm')) AS e(environment)
-     WHERE NOT (e.environment = ANY (:excluded_environments::text[]))
-       AND NOT (e.environment || '/' || c.c = ANY (:excluded_pairs::text[]))
-), pair_topics AS (
-    -- The topics with pending jobs of each pair: a skip scan of jobs_claim_by_topic_idx, one probe per
-    -- topic (a last row of NULL ends each pair).
-    SELECT p.c, p.environment,
-           (SELECT j.topic FROM push.jobs AS j
-             WHERE j.state = 'pending' AND j.credential = p.c AND j.environment = p.environment
-             ORDER BY j.topic LIMIT 1) AS topic
-      FROM pairs AS p
-    UNION ALL
-    SELECT t.c, t.environment,
-           (SELECT j.topic FROM push.jobs AS j
-             WHERE j.state = 'pending' AND j.credential = t.c AND j.environment = t.environment
-               AND j.topic > t.topic
-             ORDER BY j.topic LIMIT 1)
-      FROM pair_topics AS t WHERE t.topic IS NOT NULL
 ), topic_ranges AS MATERIALIZED (
-    -- Each (credential, environment, topic) with its limit, the most specific that matches. A paused
-    -- topic and a limit with no room are left out here, as whole ranges: their backlog is never read.
-    SELECT t.c AS credential, t.environment, t.topic, s.scope, s.available
-      FROM pair_topics AS t
-      LEFT JOIN LATERAL (
-        SELECT b.id AS scope, b.available FROM budgets AS b
-         WHERE (b.credential IS NULL OR b.credential = t.c) AND (b.topic IS NULL OR b.topic = t.topic)
-         ORDER BY b.credential IS NULL, b.topic IS NULL LIMIT 1
-      ) AS s ON true
-     WHERE t.topic IS NOT NULL
-       -- Topic pauses are APNs' (TopicDisallowed): an Android app's jobs of the same id go on.
-       AND NOT (t.environment <> 'fcm' AND t.c || '/' || t.topic = ANY (:excluded_topics::text[]))
-       AND NOT EXISTS (SELECT 1 FROM paused AS p
-                        WHERE p.topic = t.topic AND (p.credential IS NULL OR p.credential = t.c))
-       AND (s.scope IS NULL OR (:include_rate_limited AND s.available >= 1))
+    -- Each walked (credential, environment, topic) that may take jobs now: a limit with no room is left
+    -- out here, as a whole range: its backlog is never read.
+    SELECT t.c AS credential, t.environment, t.topic, t.scope, b.available
+      FROM scoped AS t
+      LEFT JOIN budgets AS b ON b.id = t.scope
+     WHERE (t.scope IS NULL OR (:include_rate_limited AND b.available >= 1))
        -- Due work (three index probes): a topic with nothing due is not read, and a credential with
        -- nothing due takes no share of the batch. Scalar probes, not EXISTS: the planner turns EXISTS
        -- into a semi-join over the whole index.
@@ -130,10 +185,13 @@ WITH RECURSIVE {{pending_credentials}}, paused AS MATERIALIZED (
            -- Latest wins: a job with a newer due pending job of the same key (same topic and
            -- environment) is not claimable (a newer one another claimer holds right now counts too:
            -- it is still pending here).
-           AND (j.coalesce_key IS NULL OR m.high_id > j.id OR NOT EXISTS (
-                SELECT 1 FROM push.jobs AS n
-                 WHERE n.coalesce_key = j.coalesce_key AND n.state = 'pending' AND n.id > j.id
-                   AND n.topic = j.topic AND n.environment = j.environment AND n.run_at <= now()))
+           -- A probe of jobs_coalesce_scope_idx, whose columns are all equalities here: no other index
+           -- serves it without reading a whole range.
+           AND (j.coalesce_key IS NULL OR m.high_id > j.id OR (
+                SELECT true FROM push.jobs AS n
+                 WHERE n.coalesce_key = j.coalesce_key AND n.topic = j.topic AND n.environment = j.environment
+                   AND n.state = 'pending' AND n.id > j.id AND n.run_at <= now()
+                 ORDER BY n.coalesce_key, n.topic, n.environment, n.id LIMIT 1) IS NULL)
          -- The range's own columns lead the order (they are constant in it), so the planner walks
          -- jobs_claim_by_topic_idx: an empty range costs one probe.
          ORDER BY j.credential, j.environment, j.topic, j.send_priority, j.run_at, j.id
@@ -185,30 +243,38 @@ WITH RECURSIVE {{pending_credentials}}, paused AS MATERIALIZED (
     ON CONFLICT (topic, environment, coalesce_key)
        DO UPDATE SET high_id = greatest(m.high_id, excluded.high_id), updated_at = now()
     RETURNING m.topic, m.environment, m.coalesce_key, m.high_id
+), superseded_targets AS MATERIALIZED (
+    -- Latest wins: the older pending jobs of each claimed job's key, found from the claimed keys (none
+    -- claimed: nothing read), one range of jobs_coalesce_scope_idx each. Rows another statement holds are
+    -- skipped: they meet the mark when they are next claimable. Locked here, so the update below needs
+    -- no state test (one would let the planner drive it from a pending index instead of these ids).
+    SELECT s.id, c.id AS by
+      FROM (SELECT id, topic, environment, coalesce_key FROM claimed WHERE coalesce_key IS NOT NULL) AS c
+     CROSS JOIN LATERAL (
+        SELECT o.id FROM push.jobs AS o
+         WHERE o.coalesce_key = c.coalesce_key AND o.topic = c.topic AND o.environment = c.environment
+           AND o.state = 'pending' AND o.id < c.id
+         ORDER BY o.coalesce_key, o.topic, o.environment, o.id
+         FOR NO KEY UPDATE OF o SKIP LOCKED
+     ) AS s
+     WHERE NOT (s.id = ANY (ARRAY(SELECT id FROM candidates WHERE mark IS NOT NULL)))
 ), superseded AS (
-    -- Latest wins: the older jobs of a claimed job's key end here, never sent, whatever they were
-    -- doing (waiting, scheduled for a retry, returned by the reaper); a running one completes. Rows
-    -- another statement holds are skipped: they meet the mark when they are next claimable.
+    -- The older jobs of a claimed job's key end here, never sent, whatever they were doing (waiting,
+    -- scheduled for a retry, returned by the reaper); a running one completes.
     UPDATE push.jobs AS o
        -- No history entry: superseded_by says it all, and a large backlog is cheaper to retire.
-       SET state = 'superseded', superseded_by = x.by, reason = 'Superseded', locked_by = NULL,
+       SET state = 'superseded', superseded_by = t.by, reason = 'Superseded', locked_by = NULL,
            locked_until = NULL
-      FROM (SELECT o.id, c.id AS by FROM push.jobs AS o
-              -- At most one claimed job per key: an older one with a newer due job is not claimable.
-              JOIN claimed AS c ON c.coalesce_key = o.coalesce_key AND c.topic = o.topic
-               AND c.environment = o.environment AND o.id < c.id
-             WHERE c.coalesce_key IS NOT NULL AND o.coalesce_key IS NOT NULL AND o.state = 'pending'
-               AND NOT (o.id = ANY (ARRAY(SELECT id FROM candidates WHERE mark IS NOT NULL)))
-               FOR NO KEY UPDATE OF o SKIP LOCKED) AS x
-     WHERE o.id = x.id AND o.state = 'pending'
+      FROM superseded_targets AS t
+     WHERE o.id = t.id
     RETURNING o.id, o.apns_id, o.platform, o.topic, o.trap_ids
 ), below AS (
-    -- Jobs of this claim's ranges already below their key's mark.
+    -- Jobs of this claim's ranges already below their key's mark (locked by candidates: still pending).
     UPDATE push.jobs AS o
        SET state = 'superseded', superseded_by = c.mark, reason = 'Superseded', locked_by = NULL,
            locked_until = NULL
       FROM candidates AS c
-     WHERE c.mark IS NOT NULL AND o.id = c.id AND o.state = 'pending'
+     WHERE c.mark IS NOT NULL AND o.id = c.id
     RETURNING o.id, o.apns_id, o.platform, o.topic, o.trap_ids
 ), superseded_hooks AS (
     -- Webhooks that take `superseded` (schema 11): a delivery per job this claim retired, in this statement.
@@ -224,7 +290,7 @@ WITH RECURSIVE {{pending_credentials}}, paused AS MATERIALIZED (
     RETURNING 1
 )
 -- Read by position (RowCursor): the claim's own columns, then the job's.
-SELECT m.superseded_count, m.limited_ms, m.more,
+SELECT m.superseded_count, m.limited_ms, m.more, m.cursor_credentials, m.cursor_environments, m.cursor_topics,
        (SELECT mk.high_id FROM marks AS mk
          WHERE mk.topic = j.topic AND mk.environment = j.environment AND mk.coalesce_key = j.coalesce_key
            AND mk.high_id > j.id) AS superseded_by,
@@ -243,9 +309,14 @@ SELECT m.superseded_count, m.limited_ms, m.more,
                     SELECT (1 - available) / per_second FROM budgets
                      WHERE held AND available < 1 AND id NOT IN (SELECT id FROM spent)) AS x) AS limited_ms,
                -- A range gave all its share: more due work is likely waiting (claim again at once).
+               -- So has a walk that spent its budget of topics: the pair's next topics wait their turn.
                EXISTS (SELECT 1 FROM candidates AS c
                         GROUP BY c.credential, c.environment, c.topic, c.send_priority, c.share
-                       HAVING count(*) >= c.share) AS more) AS m
+                       HAVING count(*) >= c.share)
+               OR EXISTS (SELECT 1 FROM cursors WHERE n >= (SELECT topics FROM walk_budget)) AS more,
+               ARRAY(SELECT c FROM cursors ORDER BY c, environment) AS cursor_credentials,
+               ARRAY(SELECT environment FROM cursors ORDER BY c, environment) AS cursor_environments,
+               ARRAY(SELECT topic FROM cursors ORDER BY c, environment) AS cursor_topics) AS m
   LEFT JOIN claimed AS j ON true
   -- Joined once (a hash join), not a subquery per row: picked has a row per claimed job.
   LEFT JOIN (SELECT p.id, p.scope, extract(epoch FROM b.start - b.at)::float8 + (p.k - 1) / b.per_second AS send_in,

@@ -185,12 +185,12 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
            -- Latest wins: a job with a newer due pending job of the same key (same topic and
            -- environment) is not claimable (a newer one another claimer holds right now counts too:
            -- it is still pending here).
-           -- A probe of jobs_coalesce_scope_idx, whose columns are all equalities here: no other index
-           -- serves it without reading a whole range.
+           -- A probe of jobs_coalesce_scope_idx. Its state test is written as that index's predicate is
+           -- (schema 13): the planner can use no other partial index of pending jobs for it.
            AND (j.coalesce_key IS NULL OR m.high_id > j.id OR (
                 SELECT true FROM push.jobs AS n
                  WHERE n.coalesce_key = j.coalesce_key AND n.topic = j.topic AND n.environment = j.environment
-                   AND n.state = 'pending' AND n.id > j.id AND n.run_at <= now()
+                   AND n.state >= 'pending' AND n.state <= 'pending' AND n.id > j.id AND n.run_at <= now()
                  ORDER BY n.coalesce_key, n.topic, n.environment, n.id LIMIT 1) IS NULL)
          -- The range's own columns lead the order (they are constant in it), so the planner walks
          -- jobs_claim_by_topic_idx: an empty range costs one probe.
@@ -245,15 +245,17 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
     RETURNING m.topic, m.environment, m.coalesce_key, m.high_id
 ), superseded_targets AS MATERIALIZED (
     -- Latest wins: the older pending jobs of each claimed job's key, found from the claimed keys (none
-    -- claimed: nothing read), one range of jobs_coalesce_scope_idx each. Rows another statement holds are
-    -- skipped: they meet the mark when they are next claimable. Locked here, so the update below needs
-    -- no state test (one would let the planner drive it from a pending index instead of these ids).
+    -- claimed: nothing read), one range of jobs_coalesce_scope_idx each: the state test is written as that
+    -- index's predicate is (schema 13), so no other partial index of pending jobs can serve it. Rows another
+    -- statement holds are skipped: they meet the mark when they are next claimable. Locked here, so the
+    -- update below needs no state test (one would let the planner drive it from a pending index instead of
+    -- these ids).
     SELECT s.id, c.id AS by
       FROM (SELECT id, topic, environment, coalesce_key FROM claimed WHERE coalesce_key IS NOT NULL) AS c
      CROSS JOIN LATERAL (
         SELECT o.id FROM push.jobs AS o
          WHERE o.coalesce_key = c.coalesce_key AND o.topic = c.topic AND o.environment = c.environment
-           AND o.state = 'pending' AND o.id < c.id
+           AND o.state >= 'pending' AND o.state <= 'pending' AND o.id < c.id
          ORDER BY o.coalesce_key, o.topic, o.environment, o.id
          FOR NO KEY UPDATE OF o SKIP LOCKED
      ) AS s

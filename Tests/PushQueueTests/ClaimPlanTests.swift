@@ -1,0 +1,259 @@
+import Foundation
+import PostgresNIO
+import PushQueueTesting
+import Testing
+
+@testable import PushQueue
+
+/// The claim's work is bounded by its batch, whatever the table looked like when its statistics were taken
+/// and however many topics hold the due jobs; and a claim the worker stops waiting for stops on the server.
+/// Work is counted in buffers (EXPLAIN's shared blocks), which a loaded machine does not change.
+@Suite("Claim plans: bounded by the batch, whatever the statistics say")
+struct ClaimPlanTests {
+    /// The table as statistics last saw it, then what is pending when the claim runs.
+    struct Shape: Sendable, CustomTestStringConvertible {
+        let name: String
+        /// Run before `ANALYZE` (or `VACUUM ANALYZE`).
+        let before: String
+        /// Run after it: the jobs the claim meets.
+        let after: String
+        var testDescription: String { self.name }
+    }
+
+    static func insert(_ count: Int, topics: Int, keyed: String = "NULL", prefix: String = "t") -> String {
+        """
+        INSERT INTO push.jobs (topic, device_token, payload, coalesce_key)
+        SELECT 'com.example.\(prefix)' || (g % \(topics)), lpad(to_hex(g), 64, 'a'), '{"aps":{"alert":"hi"}}', \(keyed)
+          FROM generate_series(1, \(count)) AS g
+        """
+    }
+
+    static let drained = [
+        insert(20_000, topics: 1), "UPDATE push.jobs SET state = 'delivered', delivered_at = now()",
+    ]
+
+    static let shapes: [Shape] = [
+        // The incident: a drain, autovacuum's own VACUUM ANALYZE, a burst of one topic (the old supersede step
+        // read every pending row once per pending row: 40 s).
+        Shape(
+            name: "drained, then one topic",
+            before: drained.joined(separator: ";\n"),
+            after: insert(20_000, topics: 1)
+        ),
+        Shape(
+            name: "drained, then 2,000 topics, two jobs per latest-wins key",
+            before: drained.joined(separator: ";\n"),
+            after: insert(20_000, topics: 2_000, keyed: "'k' || (g % 10000)")
+        ),
+        Shape(name: "empty, then 2,000 topics", before: "SELECT 1", after: insert(20_000, topics: 2_000)),
+        Shape(
+            name: "one topic, then 10,000 topics, every job keyed",
+            before: insert(20_000, topics: 1) + ";\nDELETE FROM push.jobs",
+            after: insert(20_000, topics: 10_000, keyed: "'k' || g")
+        ),
+        Shape(
+            name: "the real shape: 2,000 topics beside 100,000 paused jobs",
+            before: """
+                \(insert(100_000, topics: 50, prefix: "paused"));
+                INSERT INTO push.pauses (topic, reason) SELECT 'com.example.paused' || g, 'test' FROM generate_series(0, 49) AS g;
+                \(insert(20_000, topics: 2_000))
+                """,
+            after: "SELECT 1"
+        ),
+    ]
+
+    @Test(
+        "one claim of 100 reads a bounded number of buffers after ANALYZE of a table that looked different",
+        arguments: shapes
+    )
+    func boundedWhateverTheStatistics(shape: Shape) async throws {
+        try await TestPostgres.withDatabase { db in
+            for statement in shape.before.components(separatedBy: ";\n") { try await db.execute(statement) }
+            try await db.execute("VACUUM ANALYZE push.jobs")
+            for statement in shape.after.components(separatedBy: ";\n") { try await db.execute(statement) }
+            let plan = try await Self.explainClaim(db, batch: 100)
+            let claimed = try await db.int64("SELECT count(*) FROM push.jobs WHERE state = 'running'")
+            #expect(claimed == 100, "\(shape.name): the claim took \(claimed)")
+            // One claim of 100 from one topic reads about 1,500 buffers; the old statement read 31,920,000 in
+            // one node after a drain.
+            #expect(plan.total < 12_000 && plan.largestNode < 6_000, "\(shape.name): \(plan)")
+        }
+    }
+
+    @Test("claims that carry the cursor serve every topic once before any topic twice")
+    func rotatesAcrossTopics() async throws {
+        try await TestPostgres.withDatabase { db in
+            try await db.execute(Self.insert(600, topics: 300))
+            let queue = db.queue
+            var cursor = JobQueue.ClaimCursor()
+            for round in 0..<2 {
+                var topics: [String] = []
+                for _ in 0..<10 {
+                    let batch = try await queue.claimBatch(
+                        limit: 30,
+                        workerID: "w",
+                        lease: .seconds(60),
+                        cursor: cursor
+                    )
+                    cursor = batch.cursor
+                    topics += batch.jobs.map(\.topic)
+                }
+                #expect(topics.count == 300 && Set(topics).count == 300, "round \(round): \(Set(topics).count) topics")
+            }
+            #expect(try await db.int64("SELECT count(*) FROM push.jobs WHERE state = 'pending'") == 0)
+        }
+    }
+
+    @Test("a walk past paused topics says there may be more, and the next claims reach the topic behind them")
+    func walksPastPausedTopics() async throws {
+        try await TestPostgres.withDatabase { db in
+            try await db.execute(Self.insert(300, topics: 150, prefix: "a"))
+            try await db.execute(
+                "INSERT INTO push.pauses (topic, reason) SELECT 'com.example.a' || g, 'test' FROM generate_series(0, 149) AS g"
+            )
+            try await db.execute(Self.insert(5, topics: 1, prefix: "z"))
+            let queue = db.queue
+            var cursor = JobQueue.ClaimCursor()
+            var claims = 0
+            var claimed: [String] = []
+            while claimed.isEmpty && claims < 20 {
+                let batch = try await queue.claimBatch(limit: 20, workerID: "w", lease: .seconds(60), cursor: cursor)
+                claims += 1
+                cursor = batch.cursor
+                claimed = batch.jobs.map(\.topic)
+                if claimed.isEmpty { #expect(batch.mayHaveMore, "claim \(claims) walked paused topics only") }
+            }
+            #expect(claimed == Array(repeating: "com.example.z0", count: 5))
+            #expect(claims <= 9, "150 paused topics at 20 a claim")
+            #expect(
+                try await db.int64(
+                    "SELECT count(*) FROM push.jobs WHERE state = 'running' AND topic LIKE 'com.example.a%'"
+                ) == 0
+            )
+        }
+    }
+
+    @Test(
+        "a claim abandoned at its deadline is gone from pg_stat_activity within a second (statement_timeout from the deadline)"
+    )
+    func abandonedClaimIsCancelled() async throws {
+        try await TestPostgres.withDatabase { db in
+            _ = try await enqueue(db, count: 3)
+            // Control first: without the timeout, the abandoned claim goes on waiting on the server.
+            let kept = try await Self.abandonClaim(db, settings: JobQueue.workerSessionSettings)
+            #expect(kept, "without statement_timeout the abandoned claim still runs")
+            let stopped = try await Self.abandonClaim(
+                db,
+                settings: JobQueue.workerSessionSettings(statementTimeout: .seconds(1))
+            )
+            #expect(!stopped, "with statement_timeout the abandoned claim is gone within a second")
+            // Nothing was claimed by either.
+            #expect(try await db.int64("SELECT count(*) FROM push.jobs WHERE state = 'pending'") == 3)
+        }
+    }
+
+    /// Holds `push.pauses` in another session, claims with a 1 s deadline on a client with `settings`, and
+    /// says whether the claim is still active on the server a second after the worker gave up on it.
+    static func abandonClaim(_ db: TestDatabase, settings: [(String, String)]) async throws -> Bool {
+        let application = "abandon-\(UInt32.random(in: 0...UInt32.max))"
+        var configuration = db.url.clientConfiguration
+        configuration.options.maximumConnections = 1
+        configuration.options.additionalStartupParameters = settings + [("application_name", application)]
+        let client = PostgresClient(configuration: configuration, backgroundLogger: db.logger)
+        return try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await client.run() }
+            defer { group.cancelAll() }
+            let queue = JobQueue(client: client, logger: db.logger, preparedStatements: true)
+            return try await db.client.withConnection { holder in
+                try await holder.query("BEGIN", logger: db.logger)
+                try await holder.query("LOCK TABLE push.pauses IN ACCESS EXCLUSIVE MODE", logger: db.logger)
+                let claim = Task {
+                    _ = try await withDeadline(.seconds(1), "the claim") {
+                        try await queue.claimBatch(limit: 10, workerID: "w", lease: .seconds(60))
+                    }
+                }
+                // Held at the lock: the claim waits on it, active.
+                try await Task.sleep(for: .milliseconds(500))
+                let waiting = try await db.int64(
+                    PostgresQuery(
+                        unsafeSQL:
+                            "SELECT count(*) FROM pg_stat_activity WHERE application_name = '\(application)' AND state = 'active' AND wait_event_type = 'Lock'"
+                    )
+                )
+                #expect(waiting == 1, "the claim waits on the held lock")
+                await #expect(throws: (any Error).self) { try await claim.value }
+                // The worker gave up at its deadline: within a second, is the statement still running?
+                try await Task.sleep(for: .seconds(1))
+                let active = try await db.int64(
+                    PostgresQuery(
+                        unsafeSQL:
+                            "SELECT count(*) FROM pg_stat_activity WHERE application_name = '\(application)' AND state = 'active'"
+                    )
+                )
+                try await holder.query("COMMIT", logger: db.logger)
+                return active > 0
+            }
+        }
+    }
+
+    /// Buffers one claim read: in all (the plan's top node holds its children's) and in its busiest node.
+    struct Buffers: CustomStringConvertible {
+        var total = 0
+        var largestNode = 0
+        var largestNodeName = ""
+        var description: String { "\(total) buffers in all, \(largestNode) in \(largestNodeName)" }
+    }
+
+    /// The claim as the worker runs it (a generic plan, prepared, seqscan off), once, under EXPLAIN ANALYZE.
+    static func explainClaim(_ db: TestDatabase, batch: Int) async throws -> Buffers {
+        let types = [
+            "text[]", "boolean", "text[]", "float8", "text[]", "text[]", "bigint[]", "boolean", "bigint", "text",
+            "float8", "text[]", "text[]", "text[]", "text[]",
+        ]
+        #expect(types.count == ClaimStatement.statement.binds.count)
+        return try await db.client.withConnection { connection in
+            for setting in JobQueue.workerSessionSettings {
+                try await connection.query(
+                    PostgresQuery(unsafeSQL: "SET \(setting.0) = '\(setting.1)'"),
+                    logger: db.logger
+                )
+            }
+            try await connection.query(
+                PostgresQuery(unsafeSQL: "PREPARE t_claim(\(types.joined(separator: ", "))) AS \(ClaimStatement.sql)"),
+                logger: db.logger
+            )
+            let rows = try await connection.query(
+                PostgresQuery(
+                    unsafeSQL: """
+                        EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
+                        EXECUTE t_claim('{}', true, '{}', 30, '{}', '{}', '{}', true, \(batch), 'w', 60, '{}', '{}', '{}', '{}')
+                        """
+                ),
+                logger: db.logger
+            )
+            var text = ""
+            for try await line in rows.decode(String.self) { text += line }
+            try await connection.query("DEALLOCATE t_claim", logger: db.logger)
+            let json = try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [[String: Any]]
+            guard let plan = json?.first?["Plan"] as? [String: Any] else { return Buffers() }
+            var buffers = Buffers()
+            func hits(_ node: [String: Any]) -> Int {
+                (node["Shared Hit Blocks"] as? Int ?? 0) + (node["Shared Read Blocks"] as? Int ?? 0)
+            }
+            buffers.total = hits(plan)
+            func walk(_ node: [String: Any]) {
+                let children = node["Plans"] as? [[String: Any]] ?? []
+                // A node's own reads: its count less its children's.
+                let own = hits(node) - children.map(hits).reduce(0, +)
+                if own > buffers.largestNode {
+                    buffers.largestNode = own
+                    buffers.largestNodeName =
+                        "\(node["Node Type"] ?? "?") \(node["Index Name"] ?? "") \(node["Subplan Name"] ?? "")"
+                }
+                children.forEach(walk)
+            }
+            walk(plan)
+            return buffers
+        }
+    }
+}

@@ -139,26 +139,28 @@ struct ClaimPlanTests {
     func abandonedClaimIsCancelled() async throws {
         try await TestPostgres.withDatabase { db in
             _ = try await enqueue(db, count: 3)
-            // Control first: without the timeout, the abandoned claim goes on waiting on the server.
-            let kept = try await Self.abandonClaim(db, settings: JobQueue.workerSessionSettings)
-            #expect(kept, "without statement_timeout the abandoned claim still runs")
             let stopped = try await Self.abandonClaim(
                 db,
-                settings: JobQueue.workerSessionSettings(statementTimeout: .seconds(1))
+                settings: JobQueue.workerSessionSettings(statementTimeout: .seconds(3))
             )
             #expect(!stopped, "with statement_timeout the abandoned claim is gone within a second")
-            // Nothing was claimed by either.
             #expect(try await db.int64("SELECT count(*) FROM push.jobs WHERE state = 'pending'") == 3)
+            // The control: without the timeout, the abandoned claim goes on waiting on the server, and claims the
+            // jobs once the lock is gone, for a worker that no longer waits for them (they return at its lease).
+            let kept = try await Self.abandonClaim(db, settings: JobQueue.workerSessionSettings)
+            #expect(kept, "without statement_timeout the abandoned claim still runs")
         }
     }
 
-    /// Holds `push.pauses` in another session, claims with a 1 s deadline on a client with `settings`, and
+    /// Holds `push.pauses` in another session, claims with a 3 s deadline on a client with `settings`, and
     /// says whether the claim is still active on the server a second after the worker gave up on it.
     static func abandonClaim(_ db: TestDatabase, settings: [(String, String)]) async throws -> Bool {
         let application = "abandon-\(UInt32.random(in: 0...UInt32.max))"
         var configuration = db.url.clientConfiguration
         configuration.options.maximumConnections = 1
-        configuration.options.additionalStartupParameters = settings + [("application_name", application)]
+        // The lock wait outlasts the check (the worker's 5 s lock_timeout would end the control's claim too).
+        configuration.options.additionalStartupParameters =
+            settings.filter { $0.0 != "lock_timeout" } + [("lock_timeout", "60s"), ("application_name", application)]
         let client = PostgresClient(configuration: configuration, backgroundLogger: db.logger)
         return try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await client.run() }
@@ -168,18 +170,22 @@ struct ClaimPlanTests {
                 try await holder.query("BEGIN", logger: db.logger)
                 try await holder.query("LOCK TABLE push.pauses IN ACCESS EXCLUSIVE MODE", logger: db.logger)
                 let claim = Task {
-                    _ = try await withDeadline(.seconds(1), "the claim") {
+                    _ = try await withDeadline(.seconds(3), "the claim") {
                         try await queue.claimBatch(limit: 10, workerID: "w", lease: .seconds(60))
                     }
                 }
-                // Held at the lock: the claim waits on it, active.
-                try await Task.sleep(for: .milliseconds(500))
-                let waiting = try await db.int64(
-                    PostgresQuery(
-                        unsafeSQL:
-                            "SELECT count(*) FROM pg_stat_activity WHERE application_name = '\(application)' AND state = 'active' AND wait_event_type = 'Lock'"
+                // Held at the lock: the claim waits on it, active (polled: a loaded machine may take a moment
+                // to connect and prepare).
+                var waiting: Int64 = 0
+                for _ in 0..<25 where waiting == 0 {
+                    try await Task.sleep(for: .milliseconds(100))
+                    waiting = try await db.int64(
+                        PostgresQuery(
+                            unsafeSQL:
+                                "SELECT count(*) FROM pg_stat_activity WHERE application_name = '\(application)' AND state = 'active' AND wait_event_type = 'Lock'"
+                        )
                     )
-                )
+                }
                 #expect(waiting == 1, "the claim waits on the held lock")
                 await #expect(throws: (any Error).self) { try await claim.value }
                 // The worker gave up at its deadline: within a second, is the statement still running?

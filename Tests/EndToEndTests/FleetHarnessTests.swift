@@ -133,6 +133,10 @@ struct FleetHarnessTests {
         var lateCommitAt: Duration
         var killAt: Duration?
         var reviveAt: Duration
+        /// The idle spell: once the backlog is drained, the queue idles this long, is analyzed (as autovacuum
+        /// does after a large drain), and a burst of `burstJobs` over `burstTopics` topics arrives.
+        var idleFor: Duration
+        var burstTopics: Int
 
         init(seed: UInt64) {
             var r = SeededGenerator(seed: seed)
@@ -150,16 +154,20 @@ struct FleetHarnessTests {
             self.lateCommitAt = ms(300...2_000)
             self.killAt = Bool.random(using: &r) ? ms(1_000...4_000) : nil
             self.reviveAt = ms(500...3_000)
+            self.idleFor = ms(200...2_000)
+            self.burstTopics = [1, 50, 500, 2_000].randomElement(using: &r)!
         }
 
         var description: String {
             "producer holds its transaction at \(self.producerHoldAt) for \(self.producerHoldFor); worker b frozen at \(self.freezeAt) for \(self.freezeFor); limit \(self.perSecond)/s burst \(self.burst) at \(self.limitAt) for \(self.limitFor); pause at \(self.pauseAt) for \(self.pauseFor); late keyed commit at \(self.lateCommitAt); superseders die and the superseded are revived at \(self.reviveAt); "
                 + (self.killAt.map { "worker c killed at \($0)" } ?? "no worker killed")
+                + "; after the drain, idle \(self.idleFor), ANALYZE, a burst over \(self.burstTopics) topics"
         }
     }
 
     /// What a neighbour did, for the checks at the end.
     enum Event: Sendable {
+        case burst(Int)
         case limit(Date, Date, Int)
         case pause(Date, Date)
         case late([Int64], [Int64])
@@ -347,6 +355,35 @@ struct FleetHarnessTests {
                     #expect(revive.status == 0 && revive.output.contains("revived 10"), "\(revive.output)")
                     return .revived(20)
                 }
+                events.addTask {
+                    // The idle spell: the backlog drains, the queue idles, its statistics are taken while
+                    // nothing is pending (autovacuum's own ANALYZE after a large drain), then a burst arrives over
+                    // many topics, some keyed. Claims planned for an empty queue must not stall the fleet.
+                    try await f.waitUntil(.seconds(Self.long ? 900 : 240), "the backlog drained (seed \(seed))") {
+                        try await f.db.int64(
+                            "SELECT count(*) FROM push.jobs WHERE state IN ('pending', 'running') AND topic = 'com.example.app'"
+                        ) == 0
+                    }
+                    try await Task.sleep(for: plan.idleFor)
+                    try await f.db.execute("ANALYZE push.jobs")
+                    let burst = Self.long ? 20_000 : 2_000
+                    try await f.db.execute(
+                        """
+                        INSERT INTO push.jobs (topic, device_token, payload, credential, coalesce_key)
+                        SELECT 'com.example.tenant' || (g % \(plan.burstTopics)), lpad(to_hex(6000000 + g), 64, '0'),
+                               '{"aps":{"alert":"burst"}}', 'c' || (g % 10),
+                               CASE WHEN g % 10 = 3 THEN 'burst-' || (g % 100) END
+                          FROM generate_series(1, \(burst)) AS g
+                        """
+                    )
+                    // Liveness, not speed: a stalled fleet (claims running past their deadline) never gets here.
+                    try await f.waitUntil(.seconds(120), "the burst after the idle spell claimed (seed \(seed))") {
+                        try await f.db.int64(
+                            "SELECT count(*) FROM push.jobs WHERE state = 'pending' AND topic LIKE 'com.example.tenant%'"
+                        ) == 0
+                    }
+                    return .burst(burst)
+                }
                 if let killAt {
                     events.addTask {
                         try await Task.sleep(until: started + killAt)
@@ -356,6 +393,7 @@ struct FleetHarnessTests {
                 }
                 for try await event in events {
                     switch event {
+                    case .burst(let jobs): inserted += jobs
                     case .limit(let from, let to, let jobs):
                         limitWindow = (from, to)
                         inserted += jobs

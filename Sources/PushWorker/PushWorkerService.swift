@@ -393,6 +393,7 @@ public final class PushWorkerService: Service, Sendable {
                         )
                     }
                     cursor = batch.cursor
+                    self.metrics.claimDuration.record(duration: self.clock.now - claimStarted)
                     failures = 0
                     self.databaseAnswered()
                 } catch {

@@ -6,8 +6,18 @@ import Synchronization
 
 /// The worker's metrics, through swift-metrics (the daemon bootstraps Prometheus). Labels are static;
 /// dimensions are low-cardinality: HTTP status, APNs reason, trap id, outcome.
-struct WorkerMetrics: Sendable {
+public struct WorkerMetrics: Sendable {
     let attemptLatency = Metrics.Timer(label: "push_attempt_latency_seconds", preferredDisplayUnit: .seconds)
+    /// How long each claim statement took, answered or not: `push_claim_duration_seconds` (buckets from 1 ms,
+    /// ``claimDurationBuckets``). A claim's cost is bounded by its batch; a p99 growing with the number of
+    /// topics or after an idle spell is a plan gone wrong.
+    let claimDuration = Metrics.Timer(label: WorkerMetrics.claimDurationLabel, preferredDisplayUnit: .seconds)
+    public static let claimDurationLabel = "push_claim_duration_seconds"
+    /// The histogram's buckets: a claim takes milliseconds; the top buckets catch a statement deadline.
+    public static let claimDurationBuckets: [Duration] = [
+        .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(20),
+        .milliseconds(50), .milliseconds(100), .milliseconds(250), .seconds(1), .seconds(5), .seconds(30),
+    ]
     /// The queue gauges, present only on the worker the fleet elected to count (see ``publish(_:)``).
     private let queueGauges = QueueGaugeSlot()
     let connections = Gauge(label: "push_apns_connections")

@@ -10,7 +10,7 @@ struct PushBench: AsyncParsableCommand {
         abstract: "PushWorker benchmarks. Build with -c release.",
         subcommands: [
             QueueBenchmark.self, ClaimBenchmark.self, ControlsBenchmark.self, TransportBenchmark.self,
-            EndToEndBenchmark.self, ConsoleBenchmark.self, FleetBenchmark.self,
+            EndToEndBenchmark.self, ConsoleBenchmark.self, FleetBenchmark.self, TenantBenchmark.self,
         ]
     )
 

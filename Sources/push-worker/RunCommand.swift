@@ -309,7 +309,11 @@ struct RunCommand: AsyncParsableCommand {
         let notifier = ServiceManagerNotifier()
         // Bootstrap metrics before anything creates a metric handler (handlers made earlier stay no-ops).
         let registry: PrometheusCollectorRegistry? = self.noMetrics ? nil : PrometheusCollectorRegistry()
-        if let registry { MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry)) }
+        if let registry {
+            var factory = PrometheusMetricsFactory(registry: registry)
+            factory.durationHistogramBuckets[WorkerMetrics.claimDurationLabel] = WorkerMetrics.claimDurationBuckets
+            MetricsSystem.bootstrap(factory)
+        }
         // One provider token per key for the whole fleet, shared through Postgres.
         let (apnsClient, fcmClient) = try makeClient(ProviderTokenTable(primary: primary, logger: logger))
         configuration.credentials = (apnsClient.credentialNames + (fcmClient?.credentialNames ?? [])).sorted()

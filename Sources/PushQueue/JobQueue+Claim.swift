@@ -60,6 +60,10 @@ extension JobQueue {
         /// Where this claim's walk of topics stopped: pass it to the next claim (``claimBatch``'s `cursor`),
         /// so that it goes on from there.
         public var cursor = ClaimCursor()
+        /// A walk of topics spent its budget before coming round: topics after the cursor were not looked at.
+        /// Claim again soon even if this claim took nothing (what it walked was paused or not due), but not
+        /// without end: a queue whose topics are all waiting walks round and round.
+        public var walkIncomplete = false
     }
 
     /// Where a claimer's walk of topics stopped, per (credential, environment): its next claim starts after
@@ -74,6 +78,18 @@ extension JobQueue {
 
         public static func == (a: Self, b: Self) -> Bool {
             a.stops.elementsEqual(b.stops) { $0 == $1 }
+        }
+
+        /// The stops a claim reported, with this cursor's stops for the pairs that claim did not walk (left
+        /// out for a moment: backing off, paused, nothing pending), so those go on where they were.
+        func merged(with walked: [(credential: String, environment: String, topic: String)]) -> ClaimCursor {
+            var next = ClaimCursor()
+            next.stops = walked
+            for stop in self.stops
+            where !walked.contains(where: { $0.credential == stop.credential && $0.environment == stop.environment }) {
+                next.stops.append(stop)
+            }
+            return next
         }
     }
 
@@ -103,8 +119,10 @@ extension JobQueue {
         excludingTopics: [String] = [],
         excludingIDs: [Int64] = [],
         includingRateLimited: Bool = true,
-        cursor: ClaimCursor = ClaimCursor()
+        cursor given: ClaimCursor? = nil
     ) async throws -> ClaimBatch {
+        // A claimer that keeps no cursor of its own (tools, tests) goes on from this queue's last claim.
+        let cursor = given ?? self.claimCursor.value
         guard limit > 0 else {
             return ClaimBatch(jobs: [], superseded: 0, rateLimitedFor: nil, mayHaveMore: false, cursor: cursor)
         }
@@ -126,6 +144,7 @@ extension JobQueue {
         binds.bind("cursor_environments", cursor.stops.map(\.environment))
         binds.bind("cursor_topics", cursor.stops.map(\.topic))
         var nextCursor = cursor
+        var walkCut = false
         var superseded = 0
         var limitedMs: Int64?
         var more = false
@@ -139,11 +158,17 @@ extension JobQueue {
             superseded = Int(try cursor.next(Int64.self))
             limitedMs = try cursor.next(Int64?.self)
             more = try cursor.next(Bool.self)
+            walkCut = try cursor.next(Bool.self)
+            // On the first row only.
             let (credentials, environments, topics) = (
-                try cursor.next([String].self), try cursor.next([String].self), try cursor.next([String].self)
+                try cursor.next([String]?.self), try cursor.next([String]?.self), try cursor.next([String]?.self)
             )
-            if credentials.count == environments.count && credentials.count == topics.count {
-                nextCursor.stops = (0..<topics.count).map { (credentials[$0], environments[$0], topics[$0]) }
+            if let credentials, let environments, let topics, credentials.count == environments.count,
+                credentials.count == topics.count
+            {
+                nextCursor = nextCursor.merged(
+                    with: (0..<topics.count).map { (credentials[$0], environments[$0], topics[$0]) }
+                )
             }
             let supersededBy = try cursor.next(Int64?.self)
             let tokenInvalidatedAt = try cursor.next(Date?.self)
@@ -175,6 +200,7 @@ extension JobQueue {
             }
         }
         try await self.forEachRow(of: ClaimStatement.self, binds: binds.complete, read)
+        if given == nil { self.claimCursor.value = nextCursor }
         if !stale.isEmpty {
             superseded += try await self.supersedeClaimed(stale, workerID: workerID)
         }
@@ -198,7 +224,8 @@ extension JobQueue {
             superseded: superseded,
             rateLimitedFor: limitedMs.map { .milliseconds(max($0, 1)) },
             mayHaveMore: more,
-            cursor: nextCursor
+            cursor: nextCursor,
+            walkIncomplete: walkCut
         )
     }
 

@@ -19,6 +19,8 @@ public struct JobQueue: Sendable {
     let preparedStatements: Bool
     /// Set once a prepared statement failed on the server; shared by every copy of this queue.
     let preparedStatementFailed = PreparedStatementFailure()
+    /// The walk's cursor of claims made without one of their own; shared by every copy of this queue.
+    let claimCursor = ClaimCursorStore()
 
     /// - Parameters:
     ///   - client: a client whose `run()` the caller drives.
@@ -63,8 +65,15 @@ extension JobQueue {
     /// on the server: a claim planned for an empty queue (statistics taken after a drain) ran 40 s while the
     /// worker gave up after 30 s and claimed again, until seven copies ran at once. Statements with a shorter
     /// deadline (the webhook claim) set their own in their transaction; the migrator lifts it for its run.
+    ///
+    /// `lock_timeout` stays under it (half of it at most): a statement waiting for a lock in its Parse fails
+    /// as a lock timeout, never as a cancelled statement (which the prepared-statement fallback takes for an
+    /// execution that ran).
     public static func workerSessionSettings(statementTimeout: Duration) -> [(String, String)] {
-        Self.workerSessionSettings + [("statement_timeout", "\(max(statementTimeout.milliseconds, 1))ms")]
+        let statement = max(statementTimeout.milliseconds, 2)
+        return Self.workerSessionSettings.filter { $0.0 != "lock_timeout" } + [
+            ("lock_timeout", "\(min(5_000, statement / 2))ms"), ("statement_timeout", "\(statement)ms"),
+        ]
     }
 
     /// The `application_name` of a worker's sessions: its id, cut to what Postgres keeps (63 bytes); the
@@ -76,6 +85,16 @@ extension JobQueue {
             name.append(character)
         }
         return name
+    }
+}
+
+/// The walk's cursor of a queue's claims made without one of their own (``JobQueue/ClaimCursor``).
+final class ClaimCursorStore: Sendable {
+    private let cursor = Mutex(JobQueue.ClaimCursor())
+
+    var value: JobQueue.ClaimCursor {
+        get { self.cursor.withLock { $0 } }
+        set { self.cursor.withLock { $0 = newValue } }
     }
 }
 

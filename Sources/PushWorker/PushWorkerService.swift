@@ -347,6 +347,9 @@ public final class PushWorkerService: Service, Sendable {
         var failures = 0
         // Where the last claim's walk of topics stopped: the next goes on from there (every topic takes its turn).
         var cursor = JobQueue.ClaimCursor()
+        // Claims in a row that took nothing while their walk of topics was cut short (bounded: a queue whose
+        // topics are all paused or waiting would otherwise be walked round and round without a pause).
+        var emptyWalks = 0
         // Discarding: a plain task group keeps every finished send until the group ends (memory grows per job).
         await withDiscardingTaskGroup { sends in
             while !self.isShuttingDown && !Task.isCancelled {
@@ -481,10 +484,24 @@ public final class PushWorkerService: Service, Sendable {
                     sends.addTask { await self.sendScheduled(batch, claimedAt: claimedAt) }
                 }
                 // A full batch, a range that gave its whole share (another credential had little due work), or a
-                // walk of topics that spent its budget (even with nothing claimed: the topics it walked were
-                // paused or not due, and the next ones take their turn; a walk round to its start ends it):
-                // claim again at once.
-                if jobs.count == limit || batch.mayHaveMore { continue }
+                // walk of topics that spent its budget: claim again at once. A walk that took nothing (the topics
+                // it walked were paused or not due) goes on to the next topics at once too, 64 times in a row
+                // at most (64 budgets of topics), then waits as an idle claim does.
+                if jobs.count == limit || (batch.mayHaveMore && !jobs.isEmpty) {
+                    emptyWalks = 0
+                    continue
+                }
+                if batch.walkIncomplete {
+                    if !jobs.isEmpty {
+                        emptyWalks = 0
+                        continue
+                    }
+                    if emptyWalks < 64 {
+                        emptyWalks += 1
+                        continue
+                    }
+                }
+                emptyWalks = 0
                 // Not a full batch: sleep until a NOTIFY, the earliest scheduled job, or the poll timer.
                 var timeout = configuration.pollInterval
                 if let untilNext = try? await self.queue.untilNextDue(), untilNext > .zero {

@@ -121,7 +121,7 @@ struct ClaimPlanTests {
                 claims += 1
                 cursor = batch.cursor
                 claimed = batch.jobs.map(\.topic)
-                if claimed.isEmpty { #expect(batch.mayHaveMore, "claim \(claims) walked paused topics only") }
+                if claimed.isEmpty { #expect(batch.walkIncomplete, "claim \(claims) walked paused topics only") }
             }
             #expect(claimed == Array(repeating: "com.example.z0", count: 5))
             #expect(claims <= 9, "150 paused topics at 20 a claim")
@@ -130,6 +130,41 @@ struct ClaimPlanTests {
                     "SELECT count(*) FROM push.jobs WHERE state = 'running' AND topic LIKE 'com.example.a%'"
                 ) == 0
             )
+        }
+    }
+
+    @Test("credentials with only retries waiting do not shrink a busy credential's walk")
+    func waitingCredentialsDoNotDilute() async throws {
+        try await TestPostgres.withDatabase { db in
+            try await db.execute(
+                """
+                INSERT INTO push.jobs (topic, device_token, payload, credential, run_at)
+                SELECT 'com.example.app', lpad(to_hex(g), 64, 'a'), '{"aps":{}}', 'waiting' || g, now() + interval '1 hour'
+                  FROM generate_series(1, 99) AS g
+                """
+            )
+            try await db.execute(Self.insert(300, topics: 300))
+            let batch = try await db.queue.claimBatch(limit: 100, workerID: "w", lease: .seconds(60))
+            // 99 waiting credentials and one busy: the busy one's walk is not cut to one topic a claim. (At
+            // most 32 batches of topics are walked over all pairs with pending jobs: 32 here.)
+            #expect(batch.jobs.count >= 32, "took \(batch.jobs.count)")
+        }
+    }
+
+    @Test("a claimed key's older backlog is retired a bounded number at a time, all of it in the end")
+    func boundedSupersede() async throws {
+        try await TestPostgres.withDatabase { db in
+            try await db.execute(Self.insert(1_500, topics: 1, keyed: "'hot'"))
+            let queue = db.queue
+            let first = try await queue.claimBatch(limit: 10, workerID: "w", lease: .seconds(60))
+            #expect(first.jobs.count == 1 && first.superseded == 1_000, "superseded \(first.superseded)")
+            var claims = 1
+            while try await db.int64("SELECT count(*) FROM push.jobs WHERE state = 'pending'") > 0 && claims < 200 {
+                let batch = try await queue.claimBatch(limit: 10, workerID: "w", lease: .seconds(60))
+                #expect(batch.jobs.isEmpty, "an older job of a claimed key was claimed")
+                claims += 1
+            }
+            #expect(try await db.int64("SELECT count(*) FROM push.jobs WHERE state = 'superseded'") == 1_499)
         }
     }
 

@@ -41,10 +41,12 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
 ), starts AS MATERIALIZED (
     -- Each pair's first topic with pending jobs after its cursor, else its first topic (the walk wraps
     -- round): one probe of jobs_claim_by_topic_idx, or two.
+    -- (With no cursor, nothing after it means nothing at all: no second probe.)
     SELECT p.c, p.environment, p.cursor,
-           coalesce(a.after, (SELECT j.topic FROM push.jobs AS j
-                               WHERE j.state = 'pending' AND j.credential = p.c AND j.environment = p.environment
-                               ORDER BY j.topic LIMIT 1)) AS topic,
+           coalesce(a.after, CASE WHEN p.cursor <> '' THEN
+                   (SELECT j.topic FROM push.jobs AS j
+                     WHERE j.state = 'pending' AND j.credential = p.c AND j.environment = p.environment
+                     ORDER BY j.topic LIMIT 1) END) AS topic,
            a.after IS NULL AS wrapped
       FROM pairs AS p
      CROSS JOIN LATERAL (
@@ -53,11 +55,31 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
                    AND j.topic > p.cursor
                  ORDER BY j.topic LIMIT 1) AS after
      ) AS a
+), start_due AS MATERIALIZED (
+    -- Whether each pair's first topic has due work (one probe, three when only lower priorities are due).
+    SELECT s.c, s.topic IS NOT NULL AS pending,
+           s.topic IS NOT NULL AND coalesce(
+               (SELECT true FROM push.jobs AS x
+                 WHERE x.state = 'pending' AND x.credential = s.c AND x.environment = s.environment
+                   AND x.topic = s.topic AND x.send_priority = 10 AND x.run_at <= now() LIMIT 1)
+               OR (SELECT true FROM push.jobs AS x
+                    WHERE x.state = 'pending' AND x.credential = s.c AND x.environment = s.environment
+                      AND x.topic = s.topic AND x.send_priority = 5 AND x.run_at <= now() LIMIT 1)
+               OR (SELECT true FROM push.jobs AS x
+                    WHERE x.state = 'pending' AND x.credential = s.c AND x.environment = s.environment
+                      AND x.topic = s.topic AND x.send_priority = 1 AND x.run_at <= now() LIMIT 1),
+               false) AS due
+      FROM starts AS s
 ), walk_budget AS MATERIALIZED (
-    -- How many topics a pair walks in one claim: the batch split among the credentials with pending
-    -- jobs, at least one. A credential's topics beyond it wait for the next claim (it goes on from there).
-    SELECT greatest(1, ceil(:batch_limit::float8 / greatest(count(DISTINCT c), 1)))::int AS topics
-      FROM starts WHERE topic IS NOT NULL
+    -- How many topics a pair walks in one claim: the batch split among the credentials whose walk starts
+    -- at due work (credentials with only retries waiting do not dilute a busy one's walk), at least one;
+    -- and at most 32 batches' worth of topics over all the pairs with pending jobs, so a claim's walk stays
+    -- bounded by its batch when no walk starts at due work. A credential's topics beyond it wait for the
+    -- next claim (it goes on from there).
+    SELECT greatest(1, least(
+               ceil(:batch_limit::float8 / greatest(count(DISTINCT c) FILTER (WHERE due), 1)),
+               ceil(32 * :batch_limit::float8 / greatest(count(*) FILTER (WHERE pending), 1))))::int AS topics
+      FROM start_due
 ), walk AS (
     -- A skip scan of jobs_claim_by_topic_idx from the cursor, one probe per topic, round to the cursor
     -- again or until the pair's budget of topics is spent.
@@ -257,6 +279,9 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
          WHERE o.coalesce_key = c.coalesce_key AND o.topic = c.topic AND o.environment = c.environment
            AND o.state >= 'pending' AND o.state <= 'pending' AND o.id < c.id
          ORDER BY o.coalesce_key, o.topic, o.environment, o.id
+         -- Bounded: a key's older backlog beyond this is superseded as its ranges are read (below its
+         -- mark), a share at a time, never in one statement that could outlast the statement deadline.
+         LIMIT 1000
          FOR NO KEY UPDATE OF o SKIP LOCKED
      ) AS s
      WHERE NOT (s.id = ANY (ARRAY(SELECT id FROM candidates WHERE mark IS NOT NULL)))
@@ -292,7 +317,12 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
     RETURNING 1
 )
 -- Read by position (RowCursor): the claim's own columns, then the job's.
-SELECT m.superseded_count, m.limited_ms, m.more, m.cursor_credentials, m.cursor_environments, m.cursor_topics,
+-- The cursor comes once, on the first row (three arrays of a pair each, on every row, cost the worker more
+-- to decode than the job at a hundred credentials).
+SELECT m.superseded_count, m.limited_ms, m.more, m.walk_cut,
+       CASE WHEN row_number() OVER () = 1 THEN m.cursor_credentials END,
+       CASE WHEN row_number() OVER () = 1 THEN m.cursor_environments END,
+       CASE WHEN row_number() OVER () = 1 THEN m.cursor_topics END,
        (SELECT mk.high_id FROM marks AS mk
          WHERE mk.topic = j.topic AND mk.environment = j.environment AND mk.coalesce_key = j.coalesce_key
            AND mk.high_id > j.id) AS superseded_by,
@@ -311,11 +341,11 @@ SELECT m.superseded_count, m.limited_ms, m.more, m.cursor_credentials, m.cursor_
                     SELECT (1 - available) / per_second FROM budgets
                      WHERE held AND available < 1 AND id NOT IN (SELECT id FROM spent)) AS x) AS limited_ms,
                -- A range gave all its share: more due work is likely waiting (claim again at once).
-               -- So has a walk that spent its budget of topics: the pair's next topics wait their turn.
                EXISTS (SELECT 1 FROM candidates AS c
                         GROUP BY c.credential, c.environment, c.topic, c.send_priority, c.share
-                       HAVING count(*) >= c.share)
-               OR EXISTS (SELECT 1 FROM cursors WHERE n >= (SELECT topics FROM walk_budget)) AS more,
+                       HAVING count(*) >= c.share) AS more,
+               -- A walk that spent its budget of topics: the pair's next topics wait their turn.
+               EXISTS (SELECT 1 FROM cursors WHERE n >= (SELECT topics FROM walk_budget)) AS walk_cut,
                ARRAY(SELECT c FROM cursors ORDER BY c, environment) AS cursor_credentials,
                ARRAY(SELECT environment FROM cursors ORDER BY c, environment) AS cursor_environments,
                ARRAY(SELECT topic FROM cursors ORDER BY c, environment) AS cursor_topics) AS m

@@ -151,29 +151,47 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
       LEFT JOIN held_limits AS h ON h.id = l.id
      CROSS JOIN LATERAL (SELECT greatest(coalesce(h.next_send_at, l.next_send_at), c.at) AS start, c.at
                            FROM (SELECT clock_timestamp() AS at) AS c) AS t
-), topic_ranges AS MATERIALIZED (
-    -- Each walked (credential, environment, topic) that may take jobs now: a limit with no room is left
-    -- out here, as a whole range: its backlog is never read.
-    SELECT t.c AS credential, t.environment, t.topic, t.scope, b.available
+), topic_due AS MATERIALIZED (
+    -- Which priorities of each walked topic have due work: a probe for priority 10, a probe for any
+    -- pending job below it, and only then one each for 5 and 1 (most topics send at 10 alone: two probes).
+    -- Scalar probes, not EXISTS: the planner turns EXISTS into a semi-join over the whole index.
+    SELECT t.c, t.environment, t.topic, t.scope, d.d10, d.low AND d5.due AS d5, d.low AND d1.due AS d1
       FROM scoped AS t
+     CROSS JOIN LATERAL (
+        SELECT coalesce((SELECT true FROM push.jobs AS x
+                          WHERE x.state = 'pending' AND x.credential = t.c AND x.environment = t.environment
+                            AND x.topic = t.topic AND x.send_priority = 10 AND x.run_at <= now() LIMIT 1), false) AS d10,
+               coalesce((SELECT true FROM push.jobs AS x
+                          WHERE x.state = 'pending' AND x.credential = t.c AND x.environment = t.environment
+                            AND x.topic = t.topic AND x.send_priority < 10 LIMIT 1), false) AS low
+        OFFSET 0
+     ) AS d
+     CROSS JOIN LATERAL (
+        SELECT CASE WHEN d.low THEN coalesce((SELECT true FROM push.jobs AS x
+                   WHERE x.state = 'pending' AND x.credential = t.c AND x.environment = t.environment
+                     AND x.topic = t.topic AND x.send_priority = 5 AND x.run_at <= now() LIMIT 1), false)
+               ELSE false END AS due
+        OFFSET 0
+     ) AS d5
+     CROSS JOIN LATERAL (
+        SELECT CASE WHEN d.low THEN coalesce((SELECT true FROM push.jobs AS x
+                   WHERE x.state = 'pending' AND x.credential = t.c AND x.environment = t.environment
+                     AND x.topic = t.topic AND x.send_priority = 1 AND x.run_at <= now() LIMIT 1), false)
+               ELSE false END AS due
+        OFFSET 0
+     ) AS d1
+), topic_ranges AS MATERIALIZED (
+    -- Each walked (credential, environment, topic) with due work that may take jobs now: a topic with
+    -- nothing due is not read, and a credential with nothing due takes no share of the batch; a limit with
+    -- no room is left out here, as a whole range: its backlog is never read.
+    SELECT t.c AS credential, t.environment, t.topic, t.scope, b.available, t.d10, t.d5, t.d1
+      FROM topic_due AS t
       LEFT JOIN budgets AS b ON b.id = t.scope
-     WHERE (t.scope IS NULL OR (:include_rate_limited AND b.available >= 1))
-       -- Due work (three index probes): a topic with nothing due is not read, and a credential with
-       -- nothing due takes no share of the batch. Scalar probes, not EXISTS: the planner turns EXISTS
-       -- into a semi-join over the whole index.
-       AND ((SELECT true FROM push.jobs AS x
-              WHERE x.state = 'pending' AND x.credential = t.c AND x.environment = t.environment
-                AND x.topic = t.topic AND x.send_priority = 10 AND x.run_at <= now() LIMIT 1)
-            OR (SELECT true FROM push.jobs AS x
-                 WHERE x.state = 'pending' AND x.credential = t.c AND x.environment = t.environment
-                   AND x.topic = t.topic AND x.send_priority = 5 AND x.run_at <= now() LIMIT 1)
-            OR (SELECT true FROM push.jobs AS x
-                 WHERE x.state = 'pending' AND x.credential = t.c AND x.environment = t.environment
-                   AND x.topic = t.topic AND x.send_priority = 1 AND x.run_at <= now() LIMIT 1))
+     WHERE (t.scope IS NULL OR (:include_rate_limited AND b.available >= 1)) AND (t.d10 OR t.d5 OR t.d1)
 ), ranges AS MATERIALIZED (
-    -- Every (credential, environment, topic, priority) to read. Each credential with due work takes
-    -- an equal share of the batch, split among its topics with due work (a configured credential with
-    -- nothing due takes none); a limited topic reads no more than its limit's room.
+    -- Every (credential, environment, topic, priority) with due work to read. Each credential with due work
+    -- takes an equal share of the batch, split among its topics with due work at that priority (a
+    -- configured credential with nothing due takes none); a limited topic reads no more than its limit's room.
     SELECT r.credential, r.environment, r.topic, r.scope, p.priority, p.weight,
            least(ceil(:batch_limit::float8 / (SELECT count(DISTINCT credential) FROM topic_ranges)
                       / count(*) OVER (PARTITION BY r.credential, p.priority)),
@@ -181,6 +199,7 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
       FROM topic_ranges AS r
      CROSS JOIN (VALUES (10::smallint, 8.0::float8), (5::smallint, 2.0::float8), (1::smallint, 1.0::float8))
            AS p(priority, weight)
+     WHERE CASE p.priority WHEN 10 THEN r.d10 WHEN 5 THEN r.d5 ELSE r.d1 END
 ), candidates AS MATERIALIZED (
     -- One index range scan per range: only due, claimable rows are read. Each range locks at most
     -- its share of the batch, so concurrent claimers are not starved of rows.

@@ -59,7 +59,7 @@ public enum RequestBuilder {
                     reason: "BadDeviceToken",
                     trapID: .tokenEnvironment,
                     message:
-                        "device_token looks like an FCM registration token (Android), not an APNs device token: APNs cannot deliver to it. Android devices are reached through FCM (platform = 'fcm' once this worker sends to FCM; ../shared/CONTRACT.md 1b)."
+                        "device_token looks like an FCM registration token (Android), not an APNs device token: APNs cannot deliver to it. Android devices are reached through FCM: insert the job with platform = 'fcm' (docs/reference.md, Android)."
                 )
             }
             guard !token.isEmpty, token.count % 2 == 0, token.utf8.allSatisfy(\.isHexDigit) else {

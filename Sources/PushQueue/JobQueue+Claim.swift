@@ -53,43 +53,28 @@ extension JobQueue {
         public var superseded: Int
         /// When a rate limit's schedule is full: how long until it has room again (claim again then).
         public var rateLimitedFor: Duration?
-        /// A range of the claim gave its whole share, or a walk of topics spent its budget: more due work is
-        /// likely waiting, claim again at once (a busy credential's share grows once the others have nothing
-        /// due; the next topics take their turn).
+        /// A range of the claim gave its whole share: more due work is likely waiting, claim again at once
+        /// (a busy credential's share grows once the others have nothing due).
         public var mayHaveMore: Bool = false
-        /// Where this claim's walk of topics stopped: pass it to the next claim (``claimBatch``'s `cursor`),
-        /// so that it goes on from there.
-        public var cursor = ClaimCursor()
-        /// A walk of topics spent its budget before coming round: topics after the cursor were not looked at.
-        /// Claim again soon even if this claim took nothing (what it walked was paused or not due), but not
+        /// A walk of topics spent its budget before coming round: topics after where it stopped were not looked
+        /// at. Claim again soon even if this claim took nothing (what it walked was paused or not due), but not
         /// without end: a queue whose topics are all waiting walks round and round.
         public var walkIncomplete = false
     }
 
-    /// Where a claimer's walk of topics stopped, per (credential, environment): its next claim starts after
-    /// that topic, so every topic with due work takes its turn whatever their number, and one claim reads
-    /// at most a batch's worth of topics. Kept by each claimer (the worker's claim loop); an empty cursor
-    /// starts at the first topic.
-    public struct ClaimCursor: Sendable, Equatable {
+    /// Where the queue's walk of topics stopped, per (credential, environment): the next claim starts after
+    /// that topic, so every topic with due work takes its turn whatever their number, and one claim reads at
+    /// most a batch's worth of topics. One per queue (the worker's claim loop is its only claimer); an empty
+    /// cursor starts at the first topic.
+    struct ClaimCursor: Sendable {
         /// (credential, environment, last topic walked), one per pair that had pending jobs.
-        public var stops: [(credential: String, environment: String, topic: String)] = []
-
-        public init() {}
-
-        public static func == (a: Self, b: Self) -> Bool {
-            a.stops.elementsEqual(b.stops) { $0 == $1 }
-        }
+        var stops: [(credential: String, environment: String, topic: String)] = []
 
         /// The stops a claim reported, with this cursor's stops for the pairs that claim did not walk (left
         /// out for a moment: backing off, paused, nothing pending), so those go on where they were.
         func merged(with walked: [(credential: String, environment: String, topic: String)]) -> ClaimCursor {
-            var next = ClaimCursor()
-            next.stops = walked
-            for stop in self.stops
-            where !walked.contains(where: { $0.credential == stop.credential && $0.environment == stop.environment }) {
-                next.stops.append(stop)
-            }
-            return next
+            let seen = Set(walked.map { [$0.credential, $0.environment] })
+            return ClaimCursor(stops: walked + self.stops.filter { !seen.contains([$0.credential, $0.environment]) })
         }
     }
 
@@ -118,14 +103,10 @@ extension JobQueue {
         excludingPairs: [String] = [],
         excludingTopics: [String] = [],
         excludingIDs: [Int64] = [],
-        includingRateLimited: Bool = true,
-        cursor given: ClaimCursor? = nil
+        includingRateLimited: Bool = true
     ) async throws -> ClaimBatch {
-        // A claimer that keeps no cursor of its own (tools, tests) goes on from this queue's last claim.
-        let cursor = given ?? self.claimCursor.value
-        guard limit > 0 else {
-            return ClaimBatch(jobs: [], superseded: 0, rateLimitedFor: nil, mayHaveMore: false, cursor: cursor)
-        }
+        guard limit > 0 else { return ClaimBatch(jobs: [], superseded: 0, rateLimitedFor: nil, mayHaveMore: false) }
+        let walkFrom = self.claimCursor.value
         let leaseSeconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
         var binds = NamedBindings(for: ClaimStatement.statement)
         binds.bind("only_credentials", onlyCredentials ?? [])
@@ -140,10 +121,10 @@ extension JobQueue {
         binds.bind("worker_id", workerID)
         binds.bind("lease_seconds", leaseSeconds)
         binds.bind("excluded_topics", excludingTopics)
-        binds.bind("cursor_credentials", cursor.stops.map(\.credential))
-        binds.bind("cursor_environments", cursor.stops.map(\.environment))
-        binds.bind("cursor_topics", cursor.stops.map(\.topic))
-        var nextCursor = cursor
+        binds.bind("cursor_credentials", walkFrom.stops.map(\.credential))
+        binds.bind("cursor_environments", walkFrom.stops.map(\.environment))
+        binds.bind("cursor_topics", walkFrom.stops.map(\.topic))
+        var nextCursor = walkFrom
         var walkCut = false
         var superseded = 0
         var limitedMs: Int64?
@@ -200,7 +181,7 @@ extension JobQueue {
             }
         }
         try await self.forEachRow(of: ClaimStatement.self, binds: binds.complete, read)
-        if given == nil { self.claimCursor.value = nextCursor }
+        self.claimCursor.value = nextCursor
         if !stale.isEmpty {
             superseded += try await self.supersedeClaimed(stale, workerID: workerID)
         }
@@ -224,7 +205,6 @@ extension JobQueue {
             superseded: superseded,
             rateLimitedFor: limitedMs.map { .milliseconds(max($0, 1)) },
             mayHaveMore: more,
-            cursor: nextCursor,
             walkIncomplete: walkCut
         )
     }

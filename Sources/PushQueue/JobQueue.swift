@@ -19,7 +19,7 @@ public struct JobQueue: Sendable {
     let preparedStatements: Bool
     /// Set once a prepared statement failed on the server; shared by every copy of this queue.
     let preparedStatementFailed = PreparedStatementFailure()
-    /// The walk's cursor of claims made without one of their own; shared by every copy of this queue.
+    /// Where the claims' walk of topics stopped; shared by every copy of this queue.
     let claimCursor = ClaimCursorStore()
 
     /// - Parameters:
@@ -88,7 +88,7 @@ extension JobQueue {
     }
 }
 
-/// The walk's cursor of a queue's claims made without one of their own (``JobQueue/ClaimCursor``).
+/// Where a queue's claims' walk of topics stopped (``JobQueue/ClaimCursor``).
 final class ClaimCursorStore: Sendable {
     private let cursor = Mutex(JobQueue.ClaimCursor())
 

@@ -345,8 +345,6 @@ public final class PushWorkerService: Service, Sendable {
     func claimLoop() async {
         let configuration = self.configuration
         var failures = 0
-        // Where the last claim's walk of topics stopped: the next goes on from there (every topic takes its turn).
-        var cursor = JobQueue.ClaimCursor()
         // Claims in a row that took nothing while their walk of topics was cut short (bounded: a queue whose
         // topics are all paused or waiting would otherwise be walked round and round without a pause).
         var emptyWalks = 0
@@ -371,7 +369,7 @@ public final class PushWorkerService: Service, Sendable {
                 // when few sends wait starved a limited topic for the whole drain of a large backlog: the
                 // fleet harness's 100k-job seeds sent 0-2 of its jobs in 5-7 s under a 22-59/s limit.
                 do {
-                    let (queue, held, from) = (self.queue, self.state.withLock { Array($0.capacity.held) }, cursor)
+                    let (queue, held) = (self.queue, self.state.withLock { Array($0.capacity.held) })
                     // Each platform's credential pauses as (environment, credential) pairs: APNs refusing 'default'
                     // holds APNs' jobs of that name only, and FCM's pauses FCM's.
                     let (unreachable, topics) = (
@@ -391,11 +389,9 @@ public final class PushWorkerService: Service, Sendable {
                             excludingPairs: unreachable,
                             excludingTopics: topics,
                             excludingIDs: held,
-                            includingRateLimited: true,
-                            cursor: from
+                            includingRateLimited: true
                         )
                     }
-                    cursor = batch.cursor
                     self.metrics.claimDuration.record(duration: self.clock.now - claimStarted)
                     failures = 0
                     self.databaseAnswered()

@@ -8,7 +8,7 @@ import Synchronization
 /// dimensions are low-cardinality: HTTP status, APNs reason, trap id, outcome.
 public struct WorkerMetrics: Sendable {
     let attemptLatency = Metrics.Timer(label: "push_attempt_latency_seconds", preferredDisplayUnit: .seconds)
-    /// How long each claim statement took, answered or not: `push_claim_duration_seconds` (buckets from 1 ms,
+    /// How long each answered claim took: `push_claim_duration_seconds` (buckets from 1 ms,
     /// ``claimDurationBuckets``). A claim's cost is bounded by its batch; a p99 growing with the number of
     /// topics or after an idle spell is a plan gone wrong.
     let claimDuration = Metrics.Timer(label: WorkerMetrics.claimDurationLabel, preferredDisplayUnit: .seconds)

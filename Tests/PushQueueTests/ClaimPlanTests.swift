@@ -80,22 +80,15 @@ struct ClaimPlanTests {
         }
     }
 
-    @Test("claims that carry the cursor serve every topic once before any topic twice")
+    @Test("a queue's claims serve every topic once before any topic twice")
     func rotatesAcrossTopics() async throws {
         try await TestPostgres.withDatabase { db in
             try await db.execute(Self.insert(600, topics: 300))
             let queue = db.queue
-            var cursor = JobQueue.ClaimCursor()
             for round in 0..<2 {
                 var topics: [String] = []
                 for _ in 0..<10 {
-                    let batch = try await queue.claimBatch(
-                        limit: 30,
-                        workerID: "w",
-                        lease: .seconds(60),
-                        cursor: cursor
-                    )
-                    cursor = batch.cursor
+                    let batch = try await queue.claimBatch(limit: 30, workerID: "w", lease: .seconds(60))
                     topics += batch.jobs.map(\.topic)
                 }
                 #expect(topics.count == 300 && Set(topics).count == 300, "round \(round): \(Set(topics).count) topics")
@@ -113,13 +106,11 @@ struct ClaimPlanTests {
             )
             try await db.execute(Self.insert(5, topics: 1, prefix: "z"))
             let queue = db.queue
-            var cursor = JobQueue.ClaimCursor()
             var claims = 0
             var claimed: [String] = []
             while claimed.isEmpty && claims < 20 {
-                let batch = try await queue.claimBatch(limit: 20, workerID: "w", lease: .seconds(60), cursor: cursor)
+                let batch = try await queue.claimBatch(limit: 20, workerID: "w", lease: .seconds(60))
                 claims += 1
-                cursor = batch.cursor
                 claimed = batch.jobs.map(\.topic)
                 if claimed.isEmpty { #expect(batch.walkIncomplete, "claim \(claims) walked paused topics only") }
             }

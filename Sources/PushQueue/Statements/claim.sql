@@ -103,11 +103,9 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
      ) AS x
      WHERE w.n < (SELECT topics FROM walk_budget) AND NOT (w.wrapped AND w.topic >= w.cursor)
        AND x.topic IS NOT NULL AND NOT (x.wrapped AND x.topic > w.cursor)
-), walked AS MATERIALIZED (
-    SELECT c, environment, topic, n FROM walk
 ), cursors AS MATERIALIZED (
     -- Where each pair's walk stopped: the claimer's cursor for its next claim.
-    SELECT DISTINCT ON (c, environment) c, environment, topic, n FROM walked ORDER BY c, environment, n DESC
+    SELECT DISTINCT ON (c, environment) c, environment, topic, n FROM walk ORDER BY c, environment, n DESC
 ), controls AS MATERIALIZED (
     -- Whether any pause or limit exists: with none, no topic probes for them.
     SELECT EXISTS (SELECT 1 FROM push.pauses WHERE topic IS NOT NULL) AS topic_pauses,
@@ -123,7 +121,7 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
                         (SELECT l.id FROM push.rate_limits AS l WHERE l.credential IS NULL AND l.topic = w.topic),
                         (SELECT l.id FROM push.rate_limits AS l WHERE l.credential IS NULL AND l.topic IS NULL))
            END AS scope
-      FROM walked AS w
+      FROM walk AS w
      -- Topic pauses are APNs' (TopicDisallowed): an Android app's jobs of the same id go on.
      WHERE NOT (w.environment <> 'fcm' AND w.c || '/' || w.topic = ANY (:excluded_topics::text[]))
        AND CASE WHEN (SELECT topic_pauses FROM controls) THEN
@@ -155,7 +153,7 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
     -- Which priorities of each walked topic have due work: a probe for priority 10, a probe for any
     -- pending job below it, and only then one each for 5 and 1 (most topics send at 10 alone: two probes).
     -- Scalar probes, not EXISTS: the planner turns EXISTS into a semi-join over the whole index.
-    SELECT t.c, t.environment, t.topic, t.scope, d.d10, d.low AND d5.due AS d5, d.low AND d1.due AS d1
+    SELECT t.c, t.environment, t.topic, t.scope, d.d10, lo.d5, lo.d1
       FROM scoped AS t
      CROSS JOIN LATERAL (
         SELECT coalesce((SELECT true FROM push.jobs AS x
@@ -167,19 +165,14 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
         OFFSET 0
      ) AS d
      CROSS JOIN LATERAL (
-        SELECT CASE WHEN d.low THEN coalesce((SELECT true FROM push.jobs AS x
-                   WHERE x.state = 'pending' AND x.credential = t.c AND x.environment = t.environment
-                     AND x.topic = t.topic AND x.send_priority = 5 AND x.run_at <= now() LIMIT 1), false)
-               ELSE false END AS due
+        SELECT d.low AND coalesce((SELECT true FROM push.jobs AS x
+                    WHERE x.state = 'pending' AND x.credential = t.c AND x.environment = t.environment
+                      AND x.topic = t.topic AND x.send_priority = 5 AND x.run_at <= now() LIMIT 1), false) AS d5,
+               d.low AND coalesce((SELECT true FROM push.jobs AS x
+                    WHERE x.state = 'pending' AND x.credential = t.c AND x.environment = t.environment
+                      AND x.topic = t.topic AND x.send_priority = 1 AND x.run_at <= now() LIMIT 1), false) AS d1
         OFFSET 0
-     ) AS d5
-     CROSS JOIN LATERAL (
-        SELECT CASE WHEN d.low THEN coalesce((SELECT true FROM push.jobs AS x
-                   WHERE x.state = 'pending' AND x.credential = t.c AND x.environment = t.environment
-                     AND x.topic = t.topic AND x.send_priority = 1 AND x.run_at <= now() LIMIT 1), false)
-               ELSE false END AS due
-        OFFSET 0
-     ) AS d1
+     ) AS lo
 ), topic_ranges AS MATERIALIZED (
     -- Each walked (credential, environment, topic) with due work that may take jobs now: a topic with
     -- nothing due is not read, and a credential with nothing due takes no share of the batch; a limit with

@@ -27,12 +27,17 @@ extension APNsSimulator {
         path == Self.fcmTokenPath || (path.hasPrefix("/v1/projects/") && path.hasSuffix("/messages:send"))
     }
 
-    /// FCM's error body: `{"error": {"code", "message", "status", "details": [FcmError]}}`.
+    /// FCM's error body as Google documents it (firebase.google.com/docs/cloud-messaging/error-codes and the
+    /// ErrorCode reference): `{"error": {"code", "message", "status", "details": [FcmError, …]}}`. An invalid
+    /// registration token is `INVALID_ARGUMENT` with Google's sentence and only the FcmError detail; any other
+    /// `INVALID_ARGUMENT` names its field in a `google.rpc.BadRequest` and has no FcmError; `QUOTA_EXCEEDED`
+    /// carries a `google.rpc.QuotaFailure` (a device over its rate); `RESOURCE_EXHAUSTED` is Google Cloud's
+    /// own per-project quota (`ErrorInfo`, no FcmError).
     static func fcmError(
         _ status: Int,
         _ code: String,
         message: String? = nil,
-        tokenViolation: Bool = false
+        invalidToken: Bool = false
     )
         -> SimulatorAnswer
     {
@@ -49,21 +54,39 @@ extension APNsSimulator {
         var details: [[String: Any]] = [
             ["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": code]
         ]
-        if tokenViolation {
+        var text = message ?? "Simulated \(code)"
+        switch code {
+        case "INVALID_ARGUMENT" where invalidToken:
+            text = "The registration token is not a valid FCM registration token"
+        case "INVALID_ARGUMENT":
+            // Google's example 1: the field named (quoted in the message, else the message itself).
+            text = message ?? "Invalid value at 'message.data[0].value' (TYPE_STRING), 12"
+            let quoted = text.split(separator: "'", omittingEmptySubsequences: false)
+            let field = quoted.count >= 3 ? String(quoted[1]) : "message"
+            details = [
+                [
+                    "@type": "type.googleapis.com/google.rpc.BadRequest",
+                    "fieldViolations": [["field": field, "description": text]],
+                ]
+            ]
+        case "QUOTA_EXCEEDED":
             details.append([
-                "@type": "type.googleapis.com/google.rpc.BadRequest",
-                "fieldViolations": [
-                    [
-                        "field": "message.token",
-                        "description": "The registration token is not a valid FCM registration token",
-                    ]
-                ],
+                "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                "violations": [["subject": "device", "description": "Device message rate exceeded."]],
             ])
+        case "RESOURCE_EXHAUSTED":
+            text =
+                "Quota exceeded for quota metric 'Send requests' and limit 'Send requests per minute' of service 'fcm.googleapis.com' for consumer 'project_number:1'."
+            details = [
+                [
+                    "@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "RATE_LIMIT_EXCEEDED",
+                    "domain": "googleapis.com",
+                ]
+            ]
+        default: break
         }
         let object: [String: Any] = [
-            "error": [
-                "code": status, "message": message ?? "Simulated \(code)", "status": statusWord, "details": details,
-            ]
+            "error": ["code": status, "message": text, "status": statusWord, "details": details]
         ]
         let body = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])).map(Array.init) ?? []
         return SimulatorAnswer(
@@ -250,7 +273,7 @@ extension APNsSimulator {
                 400,
                 "INVALID_ARGUMENT",
                 message: "The registration token is not a valid FCM registration token",
-                tokenViolation: true
+                invalidToken: true
             )
         }
         if let behaviour = self.state.withLock({ $0.behaviour(for: token) }) {
@@ -263,7 +286,7 @@ extension APNsSimulator {
                 var answer = Self.fcmError(
                     code == "UNREGISTERED" ? 404 : scripted.status,
                     code,
-                    tokenViolation: code == "INVALID_ARGUMENT" && scripted.reason == "INVALID_ARGUMENT"
+                    invalidToken: code == "INVALID_ARGUMENT" && scripted.reason == "INVALID_ARGUMENT"
                 )
                 answer.headers += scripted.headers.filter { $0.0 == "retry-after" }
                 answer.delay = scripted.delay
@@ -279,7 +302,7 @@ extension APNsSimulator {
     /// FCM's error codes a script may name as its reason.
     static let fcmCodes: Set<String> = [
         "UNSPECIFIED_ERROR", "INVALID_ARGUMENT", "UNREGISTERED", "SENDER_ID_MISMATCH", "QUOTA_EXCEEDED",
-        "UNAVAILABLE", "INTERNAL", "THIRD_PARTY_AUTH_ERROR",
+        "UNAVAILABLE", "INTERNAL", "THIRD_PARTY_AUTH_ERROR", "RESOURCE_EXHAUSTED",
     ]
 
     func fcmSuccess(project: String, delay: Duration = .zero) -> SimulatorAnswer {

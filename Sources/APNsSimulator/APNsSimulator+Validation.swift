@@ -13,6 +13,12 @@ extension APNsSimulator {
     ) -> SimulatorAnswer {
         let method = headers.first(name: ":method") ?? ""
         let path = headers.first(name: ":path") ?? ""
+        if path != Self.fcmTokenPath, let outage = self.state.withLock({ $0.outage }) {
+            let internalError = outage == 500
+            return Self.isFCM(path)
+                ? Self.fcmError(outage, internalError ? "INTERNAL" : "UNAVAILABLE")
+                : .error(outage, internalError ? "InternalServerError" : "ServiceUnavailable")
+        }
         if Self.isFCM(path) {
             let answer = self.fcmAnswer(headers: headers, body: body, path: path)
             // The simulator opens with one stream per connection, as APNs does until a token is accepted; FCM

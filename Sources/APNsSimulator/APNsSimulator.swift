@@ -156,6 +156,13 @@ public final class APNsSimulator: Sendable {
         self.state.withLock { $0.refusedKeys[keyID] = reason }
     }
 
+    /// Answers every send (APNs' and FCM's, not the token endpoint) with `status` (500 or 503, Apple's
+    /// `InternalServerError` / `ServiceUnavailable`, FCM's `INTERNAL` / `UNAVAILABLE`) until called with `nil`: a
+    /// regional outage and its end.
+    public func setOutage(_ status: Int?) {
+        self.state.withLock { $0.outage = status }
+    }
+
     /// The most streams open at once since the last ``resetStreamHighWater()``.
     public var maxConcurrentStreamsSeen: Int { self.state.withLock { $0.maxOpenStreams } }
 

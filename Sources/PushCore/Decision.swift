@@ -152,15 +152,20 @@ extension Decision {
                 using: &random
             )
 
-        case .fcm(let status, let code, let namesToken, let retryAfter):
+        case .fcm(let status, let code, let namesToken, var retryAfter, let projectQuota):
             let reason = status == 200 ? nil : code ?? "HTTP\(status)"
-            if FCMReason.row(status: status, code: code, namesToken: namesToken)?.waitsCredential == true {
+            let row = FCMReason.row(status: status, code: code, namesToken: namesToken, projectQuota: projectQuota)
+            if row?.waitsCredential == true {
                 // Not processed: the project's quota is spent. The credential waits, the job goes back uncounted.
                 let wait = min(retryAfter ?? FCMReason.quotaWait, Self.maximumRetryAfter)
                 var decided = DecidedOutcome(decision: .requeue(after: wait), reason: reason, trapID: .fcmQuota)
                 decided.pausesCredential = true
                 decided.pauseLength = wait
                 return decided
+            }
+            if row?.trapID == .fcmQuota {
+                // The message's target is over its rate: this job alone waits, 10 s doubling unless told.
+                retryAfter = retryAfter ?? FCMReason.targetQuotaWait(attempt: attempt)
             }
             return Self.decide(
                 FCMReason.classify(status: status, code: code, namesToken: namesToken),
@@ -170,7 +175,8 @@ extension Decision {
                 attempt: attempt,
                 policy: policy,
                 sentence: { exhausted in
-                    exhausted
+                    // A target over its rate says what to do about it, exhausted or not.
+                    exhausted && row?.trapID != .fcmQuota
                         ? DeadLetterSentence.sentence(
                             status: status,
                             reason: reason,

@@ -4,8 +4,9 @@ public enum SendOutcome: Sendable, Hashable {
     /// APNs answered.
     case response(status: Int, reason: String?, retryAfter: Duration?)
     /// FCM answered: its error code (FcmError's `errorCode`, or the error's `status`), whether an
-    /// `INVALID_ARGUMENT`'s details name the registration token, and `Retry-After`.
-    case fcm(status: Int, code: String?, namesToken: Bool, retryAfter: Duration?)
+    /// `INVALID_ARGUMENT` names the registration token, `Retry-After`, and whether a `QUOTA_EXCEEDED` names the
+    /// project's quota (not its target's).
+    case fcm(status: Int, code: String?, namesToken: Bool, retryAfter: Duration?, projectQuota: Bool = false)
     /// No answer came back; the fault says whether APNs may have processed the request.
     case transport(TransportFault, reason: String)
     /// The worker refused the job before any network call (validation, expiry, attempts used up).

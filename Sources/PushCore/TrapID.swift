@@ -63,17 +63,19 @@ public struct TrapID: RawRepresentable, Sendable, Hashable, Codable, CustomStrin
     public static let fcmTokenUnregistered = TrapID(rawValue: "FC010")
     /// The token belongs to another Firebase project (SENDER_ID_MISMATCH).
     public static let fcmSenderMismatch = TrapID(rawValue: "FC011")
-    /// The project's sending quota is spent (QUOTA_EXCEEDED).
+    /// A sending quota is spent (QUOTA_EXCEEDED): the message's target's (a device, a topic), or the project's.
     public static let fcmQuota = TrapID(rawValue: "FC020")
-    /// The service account or its access token is refused (401, PERMISSION_DENIED, THIRD_PARTY_AUTH_ERROR).
+    /// The service account or its access token is refused (401, PERMISSION_DENIED, NOT_FOUND for the project).
     public static let fcmCredential = TrapID(rawValue: "FC030")
+    /// FCM has no APNs (or web push) key for the token's iOS (or web) app (THIRD_PARTY_AUTH_ERROR).
+    public static let fcmThirdPartyAuth = TrapID(rawValue: "FC031")
     /// FCM refused the message as written (INVALID_ARGUMENT not about the token).
     public static let fcmInvalidArgument = TrapID(rawValue: "FC040")
 
     /// The FCM trap ids, in catalog order.
     public static let fcm: [TrapID] = [
         .fcmPayload, .fcmDataStrings, .fcmPayloadTooLarge, .fcmTokenUnregistered, .fcmSenderMismatch, .fcmQuota,
-        .fcmCredential, .fcmInvalidArgument,
+        .fcmCredential, .fcmThirdPartyAuth, .fcmInvalidArgument,
     ]
 
     /// The warning codes, in order.

@@ -178,10 +178,15 @@ public enum TrapRunbook {
             codes: ["FC020"],
             title: "FCM quota spent",
             markdown: #"""
-                `429 QUOTA_EXCEEDED`: the project's sending quota (600,000 messages a minute by default) is spent.
-                FCM did not process the request: the credential's jobs wait `Retry-After` (60 s when absent) and are
-                resent without using an attempt. Set a rate limit under the quota (`push-worker limits set
-                --credential …`), or ask Google for more.
+                `429 QUOTA_EXCEEDED` is about the message's target unless shown otherwise: one device over its own
+                rate (Google: 240 messages a minute, 5,000 an hour per device) or a topic. That job alone waits
+                (`Retry-After`, else 10 s doubling, using an attempt each time; then a dead letter), and the
+                credential's other jobs go on. Send that device fewer messages (`coalesce_key` keeps only the
+                latest of a kind). When the answer names the project's quota (a `QuotaFailure` whose subject is
+                the project, or a `429` without FCM's own error code), or many distinct tokens get it at once (more
+                than half of at least 20 answers within 10 s), the whole credential waits `Retry-After` (60 s when
+                absent) and its jobs are resent without using an attempt: set a rate limit under the project's
+                quota (`push-worker limits set --credential …`), or ask Google for more.
                 """#
         ),
         Entry(
@@ -189,10 +194,22 @@ public enum TrapRunbook {
             title: "FCM service account refused",
             markdown: #"""
                 A `401` the worker could not cure by minting a new access token, `403 PERMISSION_DENIED`, `404` for
-                the project, `THIRD_PARTY_AUTH_ERROR`, or the token endpoint refusing the key: the credential's jobs
+                the project, or the token endpoint refusing the key: the credential's jobs
                 stay pending with no attempt used, one log line per pause. Check the key file belongs to the
                 project, that the service account has the Firebase Cloud Messaging API Admin role, and that the
                 API is enabled; then the jobs go out by themselves.
+                """#
+        ),
+        Entry(
+            codes: ["FC031"],
+            title: "FCM has no APNs key for an iOS token",
+            markdown: #"""
+                `401 THIRD_PARTY_AUTH_ERROR`: the token belongs to an iOS (or web) client of the Firebase project,
+                and Firebase has no valid APNs auth key (or web push key) to pass the message on with. Only that
+                job is dead-lettered; the credential's Android jobs go on, and
+                `push_sends_total{platform="fcm",trap="FC031"}` counts them. Upload the APNs auth key in the
+                Firebase console (Project settings, Cloud Messaging) and replay, or send to that device through
+                APNs directly (`platform = 'apns'` with its APNs token).
                 """#
         ),
         Entry(

@@ -43,6 +43,14 @@ extension ChildProcess {
         /// Sends a signal (SIGTERM, SIGKILL, …).
         public func signal(_ number: Int32) { kill(self.pid, number) }
 
+        /// Whether it has not exited (an exited child not yet reaped is a zombie: state `Z` in `/proc`).
+        public var isRunning: Bool {
+            guard let stat = try? String(contentsOfFile: "/proc/\(self.pid)/stat", encoding: .utf8),
+                let close = stat.lastIndex(of: ")")
+            else { return false }
+            return stat[stat.index(after: close)...].split(separator: " ").first != "Z"
+        }
+
         /// Waits for it to exit and returns its exit code (128 + signal number when killed).
         ///
         /// One still running after `limit` is stopped (SIGTERM, then SIGKILL 5 s later) and reaped, and its

@@ -156,7 +156,9 @@ extension PushWorkerService {
                     // withdrawn alone. The topic first: a withdrawn request takes no slot of its limit.
                     let withdraws: @Sendable (Int) -> Bool = { index in
                         let job = group[index].prepared.job
+                        // The provider's health last: a request it admits as the probe is written.
                         return self.withdrawsTopic(job) || self.withdraws(job, latest: group[index].latest)
+                            || !self.outages.admits(job)
                     }
                     switch group[0].prepared.request {
                     case .fcm:
@@ -206,6 +208,8 @@ extension PushWorkerService {
     /// A job's attempt is decided: its effects on this worker, its metrics, the outcome writer; the send no
     /// longer counts.
     func finished(_ attempt: JobProcessor.Attempt) {
+        // A 5xx while its provider is down goes back uncounted (``ProviderOutages``).
+        let attempt = self.outages.record(attempt)
         self.react(to: attempt)
         self.metrics.count(attempt.outcome, platform: attempt.job.platform)
         var outcome = attempt.outcome

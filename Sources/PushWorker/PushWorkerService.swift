@@ -28,6 +28,8 @@ public final class PushWorkerService: Service, Sendable {
     /// APNs pools (environment and credential) whose endpoint could not be reached: their jobs are not
     /// claimed for a while.
     let unreachableEndpoints: Pauses<EndpointKey>
+    /// Providers down as their answers show it: their jobs go back uncounted and wait, one probe at a time.
+    let outages: ProviderOutages
     /// A credential's topics APNs refused (TopicDisallowed): those jobs are not claimed for a while.
     let topicPauses: Pauses<TopicKey>
     /// Signalled by a NOTIFY, a shutdown, a switch: the claim loop looks again.
@@ -135,6 +137,7 @@ public final class PushWorkerService: Service, Sendable {
                 + (fcm?.project(of: name) == nil ? ["fcm/\(name)"] : [])
         }
         self.unreachableEndpoints = Pauses(initial: .seconds(1), maximum: .seconds(30), clock: clock)
+        self.outages = ProviderOutages(clock: clock, logger: logger)
         self.topicPauses = Pauses(
             initial: configuration.credentialPause,
             maximum: configuration.maximumCredentialPause,
@@ -372,12 +375,13 @@ public final class PushWorkerService: Service, Sendable {
                     let (queue, held) = (self.queue, self.state.withLock { Array($0.capacity.held) })
                     // Each platform's credential pauses as (environment, credential) pairs: APNs refusing 'default'
                     // holds APNs' jobs of that name only, and FCM's pauses FCM's.
+                    let down = self.outages.excluded()
                     let (unreachable, topics) = (
                         self.unreachableEndpoints.active().map(\.description)
                             + self.credentialPauses.active().sorted().flatMap {
                                 ["production/\($0)", "development/\($0)"]
                             }
-                            + self.fcmCredentialPauses.active().map { "fcm/\($0)" } + self.platformGaps,
+                            + self.fcmCredentialPauses.active().map { "fcm/\($0)" } + self.platformGaps + down.pairs,
                         self.topicPauses.active().map(\.description)
                     )
                     batch = try await withDeadline(configuration.statementDeadline, "the claim") {
@@ -386,6 +390,7 @@ public final class PushWorkerService: Service, Sendable {
                             workerID: configuration.workerID,
                             lease: configuration.lease,
                             onlyCredentials: configuration.credentials,
+                            excludingEnvironments: down.environments,
                             excludingPairs: unreachable,
                             excludingTopics: topics,
                             excludingIDs: held,

@@ -6,10 +6,15 @@ import PushWorker
 import Synchronization
 
 extension RunCommand {
-    /// What the worker does when the primary it uses is lost (demoted, gone, or its password expired). With
-    /// something to switch to (a multi-host URL, a password file), it finds the primary again (up to 60 s,
-    /// hosts in order, the password file re-read) and switches its pool and LISTEN connection there, keeping
-    /// its held jobs and unwritten outcomes. Otherwise, or when that fails or keeps recurring, it exits 75 for
+    /// How long the worker looks for a writable primary after losing its own: a pg_auto_failover promotion
+    /// (20 s to notice the primary gone, then its 30 s `primary_demote_timeout`) with 40 s of margin.
+    static let primarySearch: Duration = .seconds(90)
+
+    /// What the worker does when the primary it uses is lost (demoted, gone, or its password expired). It
+    /// finds a writable primary again (up to ``primarySearch``; a multi-host URL's hosts in order; a single
+    /// host, the same name looked up afresh: a virtual IP, HAProxy or a managed endpoint moves to the new
+    /// primary; the password file re-read) and switches its pool and LISTEN connection there, keeping its held
+    /// jobs and unwritten outcomes. When none answers in time, or the switches keep recurring, it exits 75 for
     /// its supervisor to restart it.
     func watchPrimary(
         _ configuration: inout WorkerConfiguration,
@@ -29,9 +34,6 @@ extension RunCommand {
             Foundation.exit(75)
         }
         configuration.onPrimaryLost = { loss in
-            guard multiHost || passwordFile != nil else {
-                handOver("the database became read-only or unreachable (a failover demoted or took down the primary)")
-            }
             let now = ContinuousClock.now
             let switches = recent.times.withLock { times in
                 times = times.filter { now - $0 < .seconds(600) } + [now]
@@ -45,10 +47,12 @@ extension RunCommand {
             do {
                 var target = hosts
                 if passwordFile != nil { target.password = try database.readPassword() }
-                let next = try await target.resolvingTarget(logger: logger, patience: .seconds(60))
-                // Read-only, and the same server is all there is to go to (one host, or target any picking the
+                // One name: whatever answers there once it takes writes (the name moves to the new primary).
+                if !multiHost && target.targetSessionAttrs == "any" { target.targetSessionAttrs = "read-write" }
+                let next = try await target.resolvingTarget(logger: logger, patience: Self.primarySearch)
+                // Read-only, and a multi-host URL's search came back to the same server (target any picking the
                 // first again): a switch would land where it is.
-                if loss == .readOnly && "\(next.host):\(next.port)" == primary.host {
+                if multiHost && loss == .readOnly && "\(next.host):\(next.port)" == primary.host {
                     handOver(
                         "the database became read-only (a failover demoted the primary) and no other host takes writes"
                     )
@@ -71,7 +75,7 @@ extension RunCommand {
                 // A signal while looking for the primary: the worker is stopping, not lost.
                 if Task.isCancelled || error is CancellationError { return }
                 handOver(
-                    "the database was lost and no host could be reached again in 60 s (\(QueueError.summary(of: error)))"
+                    "the database was lost and nothing writable answered in \(Self.primarySearch) (\(QueueError.summary(of: error)))"
                 )
             }
         }

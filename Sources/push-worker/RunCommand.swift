@@ -152,7 +152,7 @@ struct RunCommand: AsyncParsableCommand {
         // restart in the middle of a failover (the old primary gone, the standby not yet promoted) waits for it.
         let url = try await configured.resolvingTarget(
             logger: logger,
-            patience: configured.hosts.count > 1 ? .seconds(60) : .zero
+            patience: configured.hosts.count > 1 ? Self.primarySearch : .zero
         )
         if configured.hosts.count > 1 {
             logger.notice("database host chosen", metadata: ["push.database": "\(url.host):\(url.port)"])

@@ -112,8 +112,57 @@ struct FCMTransportTests {
         }
     }
 
+    /// FCM's answer as read from `body` with `status`.
+    static func parsed(_ status: Int, _ body: String) -> FCMResponse {
+        FCMResponse(HTTP2Answer(status: status, headers: [:], body: Array(body.utf8), latency: .zero))
+    }
+
     @Test(
-        "FCM's error JSON is read into its code: UNREGISTERED, INVALID_ARGUMENT naming the token, QUOTA_EXCEEDED with Retry-After"
+        "Google's documented error bodies, verbatim: the invalid-token sentence with only FcmError names the token; a field violation elsewhere does not; a QuotaFailure naming the project is the project's quota"
+    )
+    func documentedShapes() {
+        // firebase.google.com/docs/cloud-messaging/error-codes, example 2: an invalid registration token.
+        let invalid = Self.parsed(
+            400,
+            #"{"error":{"code":400,"message":"The registration token is not a valid FCM registration token","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"INVALID_ARGUMENT"}]}}"#
+        )
+        #expect(invalid.code == "INVALID_ARGUMENT" && invalid.namesToken)
+        #expect(invalid.verdict.responseClass == .tokenInvalid && invalid.verdict.trapID == .fcmTokenUnregistered)
+        // Example 1: an invalid value, the field named in a BadRequest, no FcmError: the payload's fault.
+        let value = Self.parsed(
+            400,
+            #"{"error":{"code":400,"message":"Invalid value at 'message.data[0].value' (TYPE_STRING), 12","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.BadRequest","fieldViolations":[{"field":"message.data[0].value","description":"Invalid value at 'message.data[0].value' (TYPE_STRING), 12"}]}]}}"#
+        )
+        #expect(value.code == "INVALID_ARGUMENT" && !value.namesToken)
+        #expect(value.verdict.responseClass == .permanent && value.verdict.trapID == .fcmInvalidArgument)
+        // The sentence beside a violation of another field: not the token's fault.
+        let both = Self.parsed(
+            400,
+            #"{"error":{"code":400,"message":"The registration token is not a valid FCM registration token","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.BadRequest","fieldViolations":[{"field":"message.android.ttl","description":"bad"}]}]}}"#
+        )
+        #expect(!both.namesToken)
+        // QUOTA_EXCEEDED with a QuotaFailure (subject and description): a device's, or the project's.
+        let device = Self.parsed(
+            429,
+            #"{"error":{"code":429,"message":"Quota exceeded.","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"QUOTA_EXCEEDED"},{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"subject":"device","description":"Device message rate exceeded."}]}]}}"#
+        )
+        #expect(device.code == "QUOTA_EXCEEDED" && !device.projectQuota)
+        let project = Self.parsed(
+            429,
+            #"{"error":{"code":429,"message":"Quota exceeded.","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"QUOTA_EXCEEDED"},{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"subject":"project:my-project","description":"Message rate exceeded for the project."}]}]}}"#
+        )
+        #expect(project.code == "QUOTA_EXCEEDED" && project.projectQuota)
+        // Google Cloud's own per-project quota (firebase-admin-go#719): no FcmError, RESOURCE_EXHAUSTED.
+        let cloud = Self.parsed(
+            429,
+            #"{"error":{"code":429,"message":"Quota exceeded for quota metric 'Send requests' and limit 'Send requests per minute' of service 'fcm.googleapis.com' for consumer 'project_number:1'.","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"RATE_LIMIT_EXCEEDED","domain":"googleapis.com"}]}}"#
+        )
+        #expect(cloud.code == "RESOURCE_EXHAUSTED")
+        #expect(FCMReason.row(status: 429, code: cloud.code, namesToken: false)?.waitsCredential == true)
+    }
+
+    @Test(
+        "FCM's error JSON is read into its code: UNREGISTERED, INVALID_ARGUMENT naming the token, a device's QUOTA_EXCEEDED with Retry-After"
     )
     func errorCodes() async throws {
         try await Self.run { setup in
@@ -136,7 +185,9 @@ struct FCMTransportTests {
                 policy: RetryPolicy(.init(), priority: 10, environment: [:]),
                 transportBudget: 10
             )
-            #expect(decided.decision == .requeue(after: .seconds(17)) && decided.pausesCredential)
+            // A device over its rate: that job alone waits Retry-After, the credential goes on.
+            #expect(!quota.projectQuota)
+            #expect(decided.decision == .retry(after: .seconds(17)) && !decided.pausesCredential)
             let mismatch = try await setup.client.send(try Self.message("tok:mismatch"), credential: "default")
             #expect(mismatch.code == "SENDER_ID_MISMATCH" && mismatch.verdict.responseClass == .permanent)
         }

@@ -134,7 +134,7 @@ struct FCMDaemonTests {
     }
 
     @Test(
-        "UNREGISTERED: dead letter FC010, a push.invalid_tokens row for platform fcm, a later job for that token dead unsent; QUOTA_EXCEEDED waits Retry-After without an attempt"
+        "UNREGISTERED: dead letter FC010, a push.invalid_tokens row for platform fcm, a later job for that token dead unsent; a device's QUOTA_EXCEEDED holds that job alone for Retry-After"
     )
     func unregisteredAndQuota() async throws {
         try await Self.run { f, _ in
@@ -169,7 +169,7 @@ struct FCMDaemonTests {
             let quota = try await f.db.client.query(
                 "SELECT attempts, trap_ids FROM push.jobs WHERE device_token = \(throttled)"
             ).decode((Int16, [String]).self).collect()
-            #expect(quota.first?.0 == 1, "the 429 used no attempt")
+            #expect(quota.first?.0 == 2, "a device over its rate: the job's own retry, one attempt used")
             #expect(quota.first?.1 == ["FC020"])
             let throttledSends = f.simulator.requests.filter { $0.deviceToken == throttled }.map(\.receivedAt)
             #expect(throttledSends.count == 2)
@@ -241,7 +241,7 @@ struct FCMDaemonTests {
 @Suite("FCM interop: the real binary against an independent stand-in")
 struct FCMInteropTests {
     @Test(
-        "the worker's JWT verifies with cryptography, its messages pass the stand-in's checks, and its answers (UNREGISTERED, INVALID_ARGUMENT on the token, QUOTA_EXCEEDED) land as the contract says"
+        "the worker's JWT verifies with cryptography, its messages pass the stand-in's checks, and Google's documented answers (UNREGISTERED, the invalid-token INVALID_ARGUMENT, a device's QUOTA_EXCEEDED, THIRD_PARTY_AUTH_ERROR) land as the contract says"
     )
     func againstTheStandIn() async throws {
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
@@ -292,12 +292,13 @@ struct FCMInteropTests {
                 UNION ALL SELECT 'fcm', 'com.example.app', 'unregistered:1', '{}', NULL, NULL
                 UNION ALL SELECT 'fcm', 'com.example.app', 'invalid:1', '{}', NULL, NULL
                 UNION ALL SELECT 'fcm', 'com.example.app', 'quota:1', '{}', NULL, NULL
+                UNION ALL SELECT 'fcm', 'com.example.app', 'thirdparty:1', '{}', NULL, NULL
                 """
             )
-            try await f.waitUntil(.seconds(60), "21 delivered, 2 dead") {
+            try await f.waitUntil(.seconds(60), "21 delivered, 3 dead") {
                 let delivered = try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'")
                 let dead = try await f.db.int64("SELECT count(*) FROM push.dead_jobs")
-                return delivered == 21 && dead == 2
+                return delivered == 21 && dead == 3
             }
             #expect(
                 try await f.db.int64(
@@ -307,21 +308,32 @@ struct FCMInteropTests {
             let dead = try await f.db.client.query(
                 "SELECT device_token, reason, trap_ids FROM push.dead_jobs ORDER BY device_token"
             ).decode((String, String, [String]).self).collect()
-            #expect(dead.map(\.0) == ["invalid:1", "unregistered:1"])
-            #expect(dead.allSatisfy { $0.2 == ["FC010"] }, "both are dead tokens: \(dead)")
+            #expect(dead.map(\.0) == ["invalid:1", "thirdparty:1", "unregistered:1"])
+            #expect(
+                dead.filter { $0.0 != "thirdparty:1" }.allSatisfy { $0.2 == ["FC010"] },
+                "Google's invalid-token shape and UNREGISTERED are both dead tokens: \(dead)"
+            )
+            #expect(
+                dead.first { $0.0 == "thirdparty:1" }.map { $0.1 == "THIRD_PARTY_AUTH_ERROR" && $0.2 == ["FC031"] }
+                    == true,
+                "an iOS token without the project's APNs key: that job alone, FC031: \(dead)"
+            )
             #expect(
                 try await f.db.int64("SELECT count(*) FROM push.invalid_tokens WHERE platform = 'fcm'") == 2
             )
             let quota = try await f.db.client.query(
                 "SELECT attempts, trap_ids FROM push.jobs WHERE device_token = 'quota:1'"
             ).decode((Int16, [String]).self).collect()
-            #expect(quota.first?.0 == 1 && quota.first?.1 == ["FC020"], "\(quota)")
+            #expect(
+                quota.first?.0 == 2 && quota.first?.1 == ["FC020"],
+                "a device over its rate: its own retry: \(quota)"
+            )
             // What the stand-in read: each job's apns_id as data.push_id, its priority and ttl as FCM spells them.
             let lines = try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n")
             let records = lines.compactMap {
                 try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
             }
-            #expect(records.count == 24, "23 jobs, the quota one twice: \(records.count)")
+            #expect(records.count == 25, "24 jobs, the quota one twice: \(records.count)")
             let ids = try await f.db.client.query(
                 "SELECT device_token, apns_id::text FROM push.jobs UNION ALL SELECT device_token, apns_id::text FROM push.dead_jobs"
             ).decode((String, String).self).collect()
@@ -329,6 +341,12 @@ struct FCMInteropTests {
             for record in records {
                 let token = record["token"] as? String ?? ""
                 #expect(record["push_id"] as? String == byToken[token], "push_id of \(token)")
+                // A notification message's tag is its push id: a resend replaces the shown one.
+                if token.hasPrefix("fKx") {
+                    #expect(record["tag"] as? String == byToken[token], "android.notification.tag of \(token)")
+                } else {
+                    #expect(record["tag"] == nil || record["tag"] is NSNull, "a data message has no tag: \(token)")
+                }
                 #expect((record["ttl"] as? String)?.range(of: #"^\d+s$"#, options: .regularExpression) != nil)
             }
             #expect(records.first { $0["token"] as? String == "fKx2:APA91bH-token" }?["priority"] as? String == "HIGH")

@@ -5,8 +5,16 @@ keeps the worker honest if both readings drifted the same way.
 
     python3 fcm_standin.py --port PORT --cert cert.pem --key key.pem --service-account sa.json --log requests.jsonl
 
-Registration tokens starting with "unregistered" get 404 UNREGISTERED; "quota" gets 429 QUOTA_EXCEEDED
-(Retry-After: 1) on its first send; "invalid" gets 400 INVALID_ARGUMENT naming message.token. Every other
+Error bodies follow Google's "REST error codes for the HTTP v1 API" page
+(firebase.google.com/docs/cloud-messaging/error-codes): an invalid value is INVALID_ARGUMENT with a
+google.rpc.BadRequest field violation naming the field and no FcmError (its example 1); an invalid
+registration token is INVALID_ARGUMENT, "The registration token is not a valid FCM registration token", with
+only the FcmError detail (its example 2). QUOTA_EXCEEDED carries a google.rpc.QuotaFailure (the ErrorCode
+reference), whose violations have a subject and a description.
+
+Registration tokens starting with "unregistered" get 404 UNREGISTERED; "quota" gets 429 QUOTA_EXCEEDED (a
+device over its rate, Retry-After: 1) on its first send; "invalid" gets the invalid-token answer;
+"thirdparty" gets 401 THIRD_PARTY_AUTH_ERROR (an iOS token of a project without an APNs key). Every other
 well-formed message is accepted. One JSON line per request goes to --log. Prints "READY" when listening.
 """
 import argparse
@@ -52,17 +60,20 @@ class StandIn:
     def record(self, **fields):
         self.log.write(json.dumps(fields) + "\n")
 
-    def error(self, status, code, message, token_violation=False):
+    def error(self, status, code, message, extra_details=()):
         words = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
                  429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
         details = [{"@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": code}]
-        if token_violation:
-            details.append({"@type": "type.googleapis.com/google.rpc.BadRequest",
-                            "fieldViolations": [{"field": "message.token",
-                                                 "description": "Invalid registration token"}]})
+        details += list(extra_details)
         body = {"error": {"code": status, "message": message, "status": words.get(status, "INTERNAL"),
                           "details": details}}
         return status, {}, body
+
+    def invalid_value(self, field, message):
+        """Google's example 1: a field's value refused, the field named in a BadRequest, no FcmError."""
+        return 400, {}, {"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT",
+                                   "details": [{"@type": "type.googleapis.com/google.rpc.BadRequest",
+                                                "fieldViolations": [{"field": field, "description": message}]}]}}
 
     def grant(self, body: bytes):
         form = urllib.parse.parse_qs(body.decode())
@@ -112,23 +123,28 @@ class StandIn:
             return self.error(400, "INVALID_ARGUMENT", "exactly one of token, topic or condition")
         data = message.get("data", {})
         if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-            return self.error(400, "INVALID_ARGUMENT", "Invalid value at 'message.data'")
+            return self.invalid_value("message.data", "Invalid value at 'message.data'")
         android = message.get("android", {})
         if android.get("priority", "NORMAL") not in ("NORMAL", "HIGH"):
-            return self.error(400, "INVALID_ARGUMENT", "Invalid value at 'message.android.priority'")
+            return self.invalid_value("message.android.priority", "Invalid value at 'message.android.priority'")
         if "ttl" in android and not TTL.match(android["ttl"]):
-            return self.error(400, "INVALID_ARGUMENT", "Invalid value at 'message.android.ttl'")
+            return self.invalid_value("message.android.ttl", "Invalid value at 'message.android.ttl'")
         registration = message["token"]
         self.record(path=path, token=registration, push_id=data.get("push_id"), ttl=android.get("ttl"),
-                    priority=android.get("priority"), collapse_key=android.get("collapse_key"))
+                    priority=android.get("priority"), collapse_key=android.get("collapse_key"),
+                    tag=(android.get("notification") or {}).get("tag"))
         if registration.startswith("unregistered"):
             return self.error(404, "UNREGISTERED", "Requested entity was not found.")
         if registration.startswith("invalid"):
-            return self.error(400, "INVALID_ARGUMENT", "The registration token is not a valid FCM registration token",
-                              token_violation=True)
+            return self.error(400, "INVALID_ARGUMENT", "The registration token is not a valid FCM registration token")
+        if registration.startswith("thirdparty"):
+            return self.error(401, "THIRD_PARTY_AUTH_ERROR", "Auth error from APNS or Web Push Service")
         if registration.startswith("quota") and registration not in self.quota_seen:
             self.quota_seen.add(registration)
-            status, extra, body = self.error(429, "QUOTA_EXCEEDED", "Quota exceeded")
+            status, extra, body = self.error(
+                429, "QUOTA_EXCEEDED", "Quota exceeded.",
+                [{"@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                  "violations": [{"subject": "device", "description": "Device message rate exceeded."}]}])
             return status, {"retry-after": "1"}, body
         self.messages += 1
         return 200, {}, {"name": f"projects/{self.project}/messages/0:{self.messages}%standin"}

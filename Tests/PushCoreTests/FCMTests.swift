@@ -66,6 +66,12 @@ struct FCMTests {
         android["priority"] = "HIGH"
         android["ttl"] = "3600s"
         android["collapse_key"] = "k1"
+        // A notification message's tag is the push id, unless the producer set one.
+        if given["notification"] != nil || android["notification"] != nil {
+            var notification = android["notification"] as? [String: Any] ?? [:]
+            if notification["tag"] == nil { notification["tag"] = "6e1c5d0b-2f4a-4c36-9f7e-2b1d0c3a4e5f" }
+            android["notification"] = notification
+        }
         var data = given["data"] as? [String: Any] ?? [:]
         data["push_id"] = "6e1c5d0b-2f4a-4c36-9f7e-2b1d0c3a4e5f"
         expected["android"] = android
@@ -177,12 +183,50 @@ struct FCMTests {
             #expect(!decided.invalidatesToken)
             #expect(decided.trapID == trap)
         }
-        // QUOTA_EXCEEDED: not processed; the credential waits Retry-After (60 s without), no attempt used.
+        // QUOTA_EXCEEDED is about the message's target: that job alone waits Retry-After (10 s doubling without),
+        // an attempt used each time; the credential goes on.
         let quota = self.decide(.fcm(status: 429, code: "QUOTA_EXCEEDED", namesToken: false, retryAfter: .seconds(17)))
-        #expect(quota.decision == .requeue(after: .seconds(17)))
-        #expect(quota.pausesCredential && quota.pauseLength == .seconds(17))
-        let bare = self.decide(.fcm(status: 429, code: nil, namesToken: false, retryAfter: nil))
-        #expect(bare.decision == .requeue(after: .seconds(60)) && bare.pauseLength == .seconds(60))
+        #expect(quota.decision == .retry(after: .seconds(17)))
+        #expect(!quota.pausesCredential && quota.trapID == .fcmQuota)
+        let second = self.decide(
+            .fcm(status: 429, code: "QUOTA_EXCEEDED", namesToken: false, retryAfter: nil),
+            attempt: 2
+        )
+        #expect(second.decision == .retry(after: .seconds(20)) && !second.pausesCredential)
+        guard
+            case .dead(let quotaSentence) = self.decide(
+                .fcm(status: 429, code: "QUOTA_EXCEEDED", namesToken: false, retryAfter: nil),
+                attempt: 3
+            ).decision
+        else {
+            Issue.record("a target over its rate is not dead after its last attempt")
+            return
+        }
+        #expect(quotaSentence.contains("240 messages a minute") && quotaSentence.contains("coalesce_key"))
+        // The project's quota (a QuotaFailure naming the project, Google Cloud's RESOURCE_EXHAUSTED, a bare 429):
+        // not processed; the credential waits Retry-After (60 s without), no attempt used.
+        let project = self.decide(
+            .fcm(status: 429, code: "QUOTA_EXCEEDED", namesToken: false, retryAfter: .seconds(17), projectQuota: true)
+        )
+        #expect(project.decision == .requeue(after: .seconds(17)))
+        #expect(project.pausesCredential && project.pauseLength == .seconds(17))
+        for code in [nil, "RESOURCE_EXHAUSTED"] {
+            let bare = self.decide(.fcm(status: 429, code: code, namesToken: false, retryAfter: nil))
+            #expect(
+                bare.decision == .requeue(after: .seconds(60)) && bare.pauseLength == .seconds(60),
+                "\(code ?? "-")"
+            )
+        }
+        // THIRD_PARTY_AUTH_ERROR: an iOS token of a project without an APNs key; that job alone is dead.
+        let thirdParty = self.decide(
+            .fcm(status: 401, code: "THIRD_PARTY_AUTH_ERROR", namesToken: false, retryAfter: nil)
+        )
+        guard case .dead(let thirdPartySentence) = thirdParty.decision else {
+            Issue.record("THIRD_PARTY_AUTH_ERROR not dead: \(thirdParty.decision)")
+            return
+        }
+        #expect(!thirdParty.pausesCredential && !thirdParty.invalidatesToken && thirdParty.trapID == .fcmThirdPartyAuth)
+        #expect(thirdPartySentence.contains("APNs auth key") && thirdPartySentence.contains("Cloud Messaging"))
         // UNAVAILABLE and INTERNAL: retried with the backoff, Retry-After honoured.
         #expect(
             self.decide(.fcm(status: 503, code: "UNAVAILABLE", namesToken: false, retryAfter: .seconds(9))).decision
@@ -193,7 +237,7 @@ struct FCMTests {
             Issue.record("INTERNAL not retried")
         }
         // A refused service account holds the credential's jobs, uncounted.
-        for code in ["THIRD_PARTY_AUTH_ERROR", "PERMISSION_DENIED", "UNAUTHENTICATED"] {
+        for code in ["PERMISSION_DENIED", "UNAUTHENTICATED"] {
             let decided = self.decide(
                 .fcm(status: code == "PERMISSION_DENIED" ? 403 : 401, code: code, namesToken: false, retryAfter: nil)
             )

@@ -8,9 +8,13 @@ public struct FCMResponse: Sendable, Hashable {
     public var status: Int
     /// FcmError's `errorCode` (`UNREGISTERED`, `QUOTA_EXCEEDED`, …), else the error's `status`.
     public var code: String?
-    /// Whether an error's details name the registration token (a `BadRequest` field violation on
-    /// `message.token`).
+    /// Whether an error names the registration token: a `BadRequest` field violation on `message.token`, or
+    /// Google's documented sentence "The registration token is not a valid FCM registration token" with no
+    /// other field named.
     public var namesToken: Bool
+    /// Whether a `QUOTA_EXCEEDED` names the project's quota (a `google.rpc.QuotaFailure` violation whose
+    /// subject or description is the project) rather than its target's (a device, a topic).
+    public var projectQuota: Bool
     /// FCM's `error.message`.
     public var message: String?
     /// A 200's message `name` (`projects/<project>/messages/<id>`): the job's `provider_message_id`.
@@ -27,6 +31,7 @@ public struct FCMResponse: Sendable, Hashable {
         status: Int,
         code: String? = nil,
         namesToken: Bool = false,
+        projectQuota: Bool = false,
         message: String? = nil,
         messageName: String? = nil,
         retryAfter: String? = nil,
@@ -36,6 +41,7 @@ public struct FCMResponse: Sendable, Hashable {
         self.status = status
         self.code = code
         self.namesToken = namesToken
+        self.projectQuota = projectQuota
         self.message = message
         self.messageName = messageName
         self.retryAfter = retryAfter
@@ -54,7 +60,8 @@ public struct FCMResponse: Sendable, Hashable {
             status: self.status,
             code: self.code,
             namesToken: self.namesToken,
-            retryAfter: RetryAfter.parse(self.retryAfter)
+            retryAfter: RetryAfter.parse(self.retryAfter),
+            projectQuota: self.projectQuota
         )
     }
 
@@ -74,25 +81,47 @@ public struct FCMResponse: Sendable, Hashable {
         let object = (try? JSONSerialization.jsonObject(with: Data(answer.body))) as? [String: Any]
         var code: String?
         var namesToken = false
+        var projectQuota = false
         var message: String?
         if answer.status != 200, let error = object?["error"] as? [String: Any] {
             message = error["message"] as? String
             code = error["status"] as? String
+            var otherField = false
             for detail in error["details"] as? [[String: Any]] ?? [] {
                 let type = detail["@type"] as? String ?? ""
                 if type.hasSuffix(".FcmError"), let errorCode = detail["errorCode"] as? String { code = errorCode }
                 if type.hasSuffix("google.rpc.BadRequest") {
-                    for violation in detail["fieldViolations"] as? [[String: Any]] ?? []
-                    where (violation["field"] as? String) == "message.token" {
-                        namesToken = true
+                    for violation in detail["fieldViolations"] as? [[String: Any]] ?? [] {
+                        if (violation["field"] as? String) == "message.token" {
+                            namesToken = true
+                        } else {
+                            otherField = true
+                        }
                     }
                 }
+                // google.rpc.QuotaFailure: violations with `subject` and `description`; one about the project
+                // means the project's quota, not the target's.
+                if type.hasSuffix("google.rpc.QuotaFailure") {
+                    for violation in detail["violations"] as? [[String: Any]] ?? [] {
+                        let text =
+                            ((violation["subject"] as? String ?? "") + " " + (violation["description"] as? String ?? ""))
+                            .lowercased()
+                        if text.contains("project") { projectQuota = true }
+                    }
+                }
+            }
+            // Google's documented invalid-token answer: INVALID_ARGUMENT with this sentence and only FcmError.
+            if !namesToken, !otherField, code == "INVALID_ARGUMENT",
+                let text = message?.lowercased(), text.contains("not a valid fcm registration token")
+            {
+                namesToken = true
             }
         }
         self.init(
             status: answer.status,
             code: code,
             namesToken: namesToken,
+            projectQuota: projectQuota,
             message: message,
             messageName: answer.status == 200 ? object?["name"] as? String : nil,
             retryAfter: answer.headers.first(name: "retry-after"),

@@ -31,8 +31,10 @@ extension FCMMessageBuilder {
                     if isData {
                         guard !inner.elementsEqual("push_id".utf8), scanner.string() != nil else { return false }
                     } else {
+                        // android.notification: the full path sets its tag.
                         guard !inner.elementsEqual("priority".utf8), !inner.elementsEqual("ttl".utf8),
                             !inner.elementsEqual("collapse_key".utf8), !inner.elementsEqual("data".utf8),
+                            !inner.elementsEqual("notification".utf8),
                             scanner.value(depth: 3)
                         else { return false }
                     }
@@ -74,7 +76,15 @@ extension FCMMessageBuilder {
             body += #"","collapse_key":""#.utf8
             body += collapseKey.utf8
         }
-        body += #""},"data":{"#.utf8
+        // A notification message's tag: the push id (see ``FCMMessageBuilder/describe``).
+        if members.contains(where: { $0.key.elementsEqual("notification".utf8) }) {
+            body += #"","notification":{"tag":""#.utf8
+            body += pushID.utf8
+            body += #""}"#.utf8
+            body += #"},"data":{"#.utf8
+        } else {
+            body += #""},"data":{"#.utf8
+        }
         for range in data {
             body += payload[range]
             body.append(UInt8(ascii: ","))

@@ -148,6 +148,15 @@ public enum FCMMessageBuilder {
         android["priority"] = androidPriority
         android["ttl"] = ttl
         if let collapse = job.collapseID { android["collapse_key"] = collapse }
+        // The system tray shows a notification message without the app's code, so data.push_id cannot drop a
+        // second delivery: the push id as its tag makes a resend replace the shown one, never double it.
+        if object["notification"] != nil || android["notification"] != nil {
+            var notification = android["notification"] as? [String: Any] ?? [:]
+            if notification["tag"] == nil {
+                notification["tag"] = pushID
+                android["notification"] = notification
+            }
+        }
         data["push_id"] = pushID
         var message = object
         message["token"] = token

@@ -18,8 +18,17 @@ public enum FCMReason {
         public var waitsCredential = false
     }
 
-    /// How long the credential waits after `QUOTA_EXCEEDED` without a `Retry-After`.
+    /// How long the credential waits after the project's quota is spent, without a `Retry-After`.
     public static let quotaWait: Duration = .seconds(60)
+
+    /// How long a job whose target (a device, a topic) is over its rate waits before its `attempt`-th retry,
+    /// without a `Retry-After`: 10 s doubling, at most 10 minutes.
+    public static func targetQuotaWait(attempt: Int) -> Duration {
+        min(.seconds(10) * (1 << min(max(attempt - 1, 0), 6)), .seconds(600))
+    }
+
+    /// The project's quota is spent: FCM did not process the request, and the whole credential waits.
+    public static let projectQuota = Row(responseClass: .retryable, trapID: .fcmQuota, waitsCredential: true)
 
     /// The table, by error code (FcmError's `errorCode`, or the error's `status` when it has none).
     public static let table: [String: Row] = {
@@ -44,7 +53,16 @@ public enum FCMReason {
                 sentence:
                     "FCM refused the message as written (INVALID_ARGUMENT, FC040): fix the payload's fields (see FCM's message in the history) and replay."
             ),
-            "QUOTA_EXCEEDED": Row(responseClass: .retryable, trapID: .fcmQuota, waitsCredential: true),
+            // About the message's target (a device or a topic over its rate) unless shown otherwise
+            // (``projectQuota``): that job alone waits.
+            "QUOTA_EXCEEDED": Row(
+                responseClass: .retryable,
+                trapID: .fcmQuota,
+                sentence:
+                    "FCM kept refusing this message's target as over its rate (%@, FC020: a device takes at most 240 messages a minute, 5,000 an hour): send it fewer messages (a coalesce_key keeps only the latest of a kind), then replay."
+            ),
+            // Google Cloud's own quota of the project (a 429 without FCM's error code).
+            "RESOURCE_EXHAUSTED": Self.projectQuota,
             "UNAVAILABLE": Row(responseClass: .retryable),
             "INTERNAL": Row(responseClass: .retryable),
             "UNAUTHENTICATED": Row(
@@ -53,10 +71,12 @@ public enum FCMReason {
                 sentence: credential,
                 connection: .reMintToken
             ),
+            // The token is an iOS (or web) client's and Firebase lacks its APNs (web push) key: that job only.
             "THIRD_PARTY_AUTH_ERROR": Row(
-                responseClass: .credentialFatal,
-                trapID: .fcmCredential,
-                sentence: credential
+                responseClass: .permanent,
+                trapID: .fcmThirdPartyAuth,
+                sentence:
+                    "FCM could not pass this message on to Apple: the token belongs to an iOS (or web) app of the Firebase project, and Firebase has no valid APNs auth key (or web push key) for it (THIRD_PARTY_AUTH_ERROR, FC031). Upload the APNs key in the Firebase console (Project settings, Cloud Messaging) and replay, or send to this device through APNs (platform = 'apns')."
             ),
             "PERMISSION_DENIED": Row(responseClass: .credentialFatal, trapID: .fcmCredential, sentence: credential),
             "NOT_FOUND": Row(
@@ -68,18 +88,19 @@ public enum FCMReason {
         ]
     }()
 
-    /// The row for an answer: by code, then by status (a 401 without a code is UNAUTHENTICATED, a 429
-    /// QUOTA_EXCEEDED, a 5xx UNAVAILABLE); `nil` for one this build does not know. An `INVALID_ARGUMENT` that
-    /// names the token is the `UNREGISTERED` row.
-    public static func row(status: Int, code: String?, namesToken: Bool) -> Row? {
+    /// The row for an answer: by code, then by status (a 401 without a code is UNAUTHENTICATED, a 429 the
+    /// project's quota, a 5xx UNAVAILABLE); `nil` for one this build does not know. An `INVALID_ARGUMENT` that
+    /// names the token is the `UNREGISTERED` row; a `QUOTA_EXCEEDED` that names the project is ``projectQuota``.
+    public static func row(status: Int, code: String?, namesToken: Bool, projectQuota: Bool = false) -> Row? {
         if code == "INVALID_ARGUMENT" && namesToken { return Self.table["UNREGISTERED"] }
+        if code == "QUOTA_EXCEEDED" && projectQuota && status < 500 { return Self.projectQuota }
         if let code, let row = Self.table[code] {
             // A 5xx is the server's fault whatever its code.
             return status >= 500 ? Self.table["UNAVAILABLE"] : row
         }
         switch status {
         case 401: return Self.table["UNAUTHENTICATED"]
-        case 429: return Self.table["QUOTA_EXCEEDED"]
+        case 429: return Self.projectQuota
         case 500...: return Self.table["UNAVAILABLE"]
         default: return nil
         }

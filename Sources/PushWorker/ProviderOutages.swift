@@ -1,0 +1,161 @@
+import Logging
+import Metrics
+import PushCore
+import Synchronization
+
+/// The worker's view of its providers' health (``ProviderHealth``, one per APNs environment and per FCM
+/// credential, which is one Firebase project): it counts every answer, turns a 5xx answered while the provider
+/// is down into a requeue that uses no attempt, keeps the provider's jobs out of the claim, lets one probe
+/// request through at a time, and says so in the log and in `push_provider_down{platform,scope}`. By the same
+/// rule (``AnswerWindow``), an FCM credential whose answers are mostly `QUOTA_EXCEEDED` for distinct tokens has
+/// spent its project's quota, whatever each answer says of its target: the whole credential waits.
+final class ProviderOutages: Sendable {
+    /// What is down: APNs' environment, or FCM's credential.
+    struct Key: Hashable, Sendable {
+        var platform: Platform
+        /// `production` / `development` for APNs; the credential's name for FCM.
+        var scope: String
+
+        init(_ job: PushJob) {
+            self.platform = job.platform
+            self.scope = job.platform == .fcm ? job.credential : job.environment
+        }
+
+        init(platform: Platform, scope: String) {
+            self.platform = platform
+            self.scope = scope
+        }
+
+        var description: String {
+            self.platform == .fcm ? "FCM (credential '\(self.scope)')" : "APNs \(self.scope)"
+        }
+    }
+
+    private let states = Mutex<[Key: ProviderHealth]>([:])
+    /// FCM credentials' answers, `QUOTA_EXCEEDED` about a target counted as bad.
+    private let quotas = Mutex<[String: AnswerWindow]>([:])
+    /// Providers down now, read without the lock on the send path's fast way (nothing down).
+    private let anyDown = Atomic<Int>(0)
+    private let gauges = Mutex<[Key: Gauge]>([:])
+    let clock: any MonotonicClock
+    let logger: Logger
+
+    init(clock: any MonotonicClock, logger: Logger) {
+        self.clock = clock
+        self.logger = logger
+    }
+
+    /// Records an answered attempt; returns it unchanged, or, when its provider is down and it is a 5xx, as a
+    /// requeue that uses no attempt (its history keeps the answer).
+    func record(_ attempt: JobProcessor.Attempt) -> JobProcessor.Attempt {
+        let job = attempt.job
+        guard attempt.outcome.sent, let status = attempt.outcome.status else {
+            // No answer: a probe that was not answered makes way for the next one.
+            if self.anyDown.load(ordering: .relaxed) > 0 {
+                let now = self.clock.now
+                self.states.withLock { $0[Key(job)]?.probeEnded(job: job.id, at: now) }
+            }
+            return attempt
+        }
+        let key = Key(job)
+        let now = self.clock.now
+        let serverError = status >= 500
+        let (change, down) = self.states.withLock { states -> (ProviderHealth.Change?, Bool) in
+            let change = states[key, default: ProviderHealth()].record(
+                serverError: serverError,
+                status: status,
+                job: job.id,
+                at: now
+            )
+            switch change {
+            case .down: self.anyDown.add(1, ordering: .relaxed)
+            case .up: self.anyDown.subtract(1, ordering: .relaxed)
+            case nil: break
+            }
+            return (change, states[key]?.isDown ?? false)
+        }
+        if let change { self.changed(key, change) }
+        guard down, serverError else {
+            return job.platform == .fcm ? self.recordQuota(attempt, at: now) : attempt
+        }
+        var decided = attempt.decided
+        decided.decision = .requeue(after: ProviderHealth.firstProbe)
+        decided.unknownReason = false
+        var outcome = attempt.outcome
+        outcome.disposition = decided.decision
+        return JobProcessor.Attempt(job: job, outcome: outcome, decided: decided)
+    }
+
+    /// An FCM answer counted for its credential's quota: a target's `QUOTA_EXCEEDED` for many distinct tokens
+    /// at once is the project's quota, so the job goes back uncounted and the credential waits.
+    private func recordQuota(_ attempt: JobProcessor.Attempt, at now: ContinuousClock.Instant) -> JobProcessor.Attempt {
+        let job = attempt.job
+        let targetQuota = attempt.decided.trapID == .fcmQuota && !attempt.decided.pausesCredential
+        let tipped = self.quotas.withLock { quotas in
+            quotas[job.credential, default: AnswerWindow()].record(bad: targetQuota, job: job.id, at: now)
+        }
+        guard targetQuota, tipped != nil else { return attempt }
+        // Logged once per pause by the worker (``PushWorkerService/react(to:)``), as FCM asking it to wait.
+        var decided = attempt.decided
+        decided.decision = .requeue(after: FCMReason.quotaWait)
+        decided.pausesCredential = true
+        decided.pauseLength = FCMReason.quotaWait
+        var outcome = attempt.outcome
+        outcome.disposition = decided.decision
+        return JobProcessor.Attempt(job: job, outcome: outcome, decided: decided)
+    }
+
+    /// Asked just before a request is written: false (withdraw it, unsent and uncounted) while its provider is
+    /// down, except for the one probe.
+    func admits(_ job: PushJob) -> Bool {
+        guard self.anyDown.load(ordering: .relaxed) > 0 else { return true }
+        let now = self.clock.now
+        return self.states.withLock { $0[Key(job)]?.admits(job: job.id, at: now) ?? true }
+    }
+
+    /// What the claim leaves out: APNs environments and FCM credentials that are down, unless a probe is due.
+    func excluded() -> (environments: [String], pairs: [String]) {
+        guard self.anyDown.load(ordering: .relaxed) > 0 else { return ([], []) }
+        let now = self.clock.now
+        return self.states.withLock { states in
+            var environments: [String] = []
+            var pairs: [String] = []
+            for (key, health) in states where health.isDown && !health.probeDue(at: now) {
+                if key.platform == .fcm { pairs.append("fcm/\(key.scope)") } else { environments.append(key.scope) }
+            }
+            return (environments, pairs)
+        }
+    }
+
+    /// Whether `platform`'s `scope` is taken for down (tests, `describe`).
+    func isDown(platform: Platform, scope: String) -> Bool {
+        self.states.withLock { $0[Key(platform: platform, scope: scope)]?.isDown ?? false }
+    }
+
+    private func changed(_ key: Key, _ change: ProviderHealth.Change) {
+        let gauge = self.gauges.withLock { gauges in
+            if let gauge = gauges[key] { return gauge }
+            let gauge = Gauge(
+                label: "push_provider_down",
+                dimensions: [("platform", key.platform.rawValue), ("scope", key.scope)]
+            )
+            gauges[key] = gauge
+            return gauge
+        }
+        let metadata: Logger.Metadata = ["push.platform": "\(key.platform.rawValue)", "push.scope": "\(key.scope)"]
+        switch change {
+        case .down(let errors, let answers):
+            gauge.record(1)
+            self.logger.error(
+                "\(key.description) is down: \(errors) of the last \(answers) answers within \(ProviderHealth.window) were 5xx, from distinct jobs. Its jobs go back to pending without using an attempt and are not claimed; one probe request is sent after \(ProviderHealth.firstProbe), then backing off to \(ProviderHealth.lastProbe)",
+                metadata: metadata
+            )
+        case .up(let after):
+            gauge.record(0)
+            self.logger.notice(
+                "\(key.description) answers again after \(after) down: claiming its jobs again",
+                metadata: metadata
+            )
+        }
+    }
+}

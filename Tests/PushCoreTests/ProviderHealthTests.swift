@@ -1,0 +1,135 @@
+import PushCore
+import Testing
+
+/// "Provider outages burn nothing": the window's rule (more than half of at least 20 answers within 10 s are
+/// 5xx, across distinct jobs), one probe at a time backing off from 1 s to 30 s, and what brings it back up.
+struct ProviderHealthTests {
+    let start = ContinuousClock.now
+
+    func at(_ milliseconds: Int) -> ContinuousClock.Instant { self.start + .milliseconds(milliseconds) }
+
+    @Test("20 answers, 11 of them 5xx from distinct jobs: down; 19, or 10 of 20, or one job's own 5xx: not")
+    func window() {
+        var health = ProviderHealth()
+        for job in 0..<9 {
+            let r = health.record(serverError: false, status: 200, job: Int64(job), at: self.at(job))
+            #expect(r == nil)
+        }
+        // One job's 5xx again and again counts once.
+        for _ in 0..<30 {
+            let r = health.record(serverError: true, status: 503, job: 100, at: self.at(50))
+            #expect(r == nil)
+        }
+        for job in 101..<110 {
+            let r = health.record(serverError: true, status: 503, job: Int64(job), at: self.at(60))
+            #expect(r == nil)
+        }
+        #expect(!health.isDown, "19 answers, 10 of them 5xx")
+        let change = health.record(serverError: true, status: 503, job: 110, at: self.at(70))
+        #expect(change == .down(serverErrors: 11, answers: 20))
+        #expect(health.isDown)
+
+        // A brownout under half: never down.
+        var brownout = ProviderHealth()
+        var job: Int64 = 0
+        for second in 0..<30 {
+            for n in 0..<10 {
+                job += 1
+                let error = n < 4
+                _ = brownout.record(
+                    serverError: error,
+                    status: error ? 503 : 200,
+                    job: job,
+                    at: self.at(second * 1000 + n)
+                )
+            }
+        }
+        #expect(!brownout.isDown, "40 % 5xx is the jobs' own retries, not an outage")
+    }
+
+    @Test("answers older than the window are forgotten: 15 5xx, 11 s of quiet, 6 more 5xx is no outage")
+    func forgets() {
+        var health = ProviderHealth()
+        for job in 0..<15 { _ = health.record(serverError: true, status: 500, job: Int64(job), at: self.at(0)) }
+        for job in 15..<21 { _ = health.record(serverError: true, status: 500, job: Int64(job), at: self.at(11_000)) }
+        #expect(!health.isDown)
+    }
+
+    /// A provider taken for down at `at(0)`.
+    func down() -> ProviderHealth {
+        var health = ProviderHealth()
+        for job in 0..<20 { _ = health.record(serverError: true, status: 503, job: Int64(job), at: self.at(0)) }
+        return health
+    }
+
+    @Test("down: no request until the probe is due, then one; a 5xx probe doubles the wait up to 30 s")
+    func probes() {
+        var health = self.down()
+        #expect(health.isDown)
+        let r1 = health.admits(job: 1_000, at: self.at(500))
+        #expect(!r1, "the first probe waits 1 s")
+        #expect(!health.probeDue(at: self.at(999)))
+        #expect(health.probeDue(at: self.at(1_000)))
+        let r2 = health.admits(job: 1_000, at: self.at(1_000))
+        #expect(r2)
+        let r3 = health.admits(job: 1_000, at: self.at(1_001))
+        #expect(r3, "the probe itself, asked again")
+        let r4 = health.admits(job: 1_001, at: self.at(1_001))
+        #expect(!r4, "one probe at a time")
+        #expect(!health.probeDue(at: self.at(5_000)), "not while the probe is out")
+        // Answers of requests written before the outage was seen decide nothing, unless a 2xx.
+        let r5 = health.record(serverError: false, status: 400, job: 7, at: self.at(1_100))
+        #expect(r5 == nil)
+        #expect(health.isDown)
+        var now = 1_200
+        var waits: [Int] = []
+        for _ in 0..<7 {
+            let r6 = health.record(serverError: true, status: 503, job: 1_000, at: self.at(now))
+            #expect(r6 == nil)
+            var next = now + 1
+            while !health.probeDue(at: self.at(next)) { next += 250 }
+            waits.append((next - now + 249) / 1_000)
+            now = next
+            let r7 = health.admits(job: 1_000, at: self.at(now))
+            #expect(r7)
+        }
+        #expect(waits == [2, 4, 8, 16, 30, 30, 30], "\(waits)")
+        // A probe that ends unanswered makes way for the next after the same wait.
+        health.probeEnded(job: 1_000, at: self.at(now))
+        #expect(!health.probeDue(at: self.at(now + 29_000)) && health.probeDue(at: self.at(now + 30_000)))
+    }
+
+    @Test("down: the probe's answer that is not a 5xx brings it up, as does any 2xx; then the window starts afresh")
+    func recovers() {
+        var probed = self.down()
+        let r8 = probed.admits(job: 500, at: self.at(1_000))
+        #expect(r8)
+        let r9 = probed.record(serverError: false, status: 410, job: 500, at: self.at(1_500))
+        #expect(r9 == .up(after: .milliseconds(1_500)))
+        #expect(!probed.isDown)
+        let r10 = probed.admits(job: 501, at: self.at(1_500))
+        #expect(r10)
+        var late = self.down()
+        let r11 = late.record(serverError: false, status: 200, job: 3, at: self.at(300))
+        #expect(r11 == .up(after: .milliseconds(300)))
+        // The 5xx before it are forgotten: one more is not an outage.
+        let r12 = late.record(serverError: true, status: 503, job: 99, at: self.at(400))
+        #expect(r12 == nil)
+        #expect(!late.isDown)
+    }
+
+    @Test("AnswerWindow: a bad answer tips it only with at least 20 answers in 10 s, more than half bad")
+    func answerWindow() {
+        var window = AnswerWindow()
+        for job in 0..<10 {
+            let r = window.record(bad: false, job: Int64(job), at: self.at(0))
+            #expect(r == nil)
+        }
+        for job in 10..<20 {
+            let r = window.record(bad: true, job: Int64(job), at: self.at(0))
+            #expect(r == nil)
+        }
+        let r13 = window.record(bad: true, job: 20, at: self.at(0))
+        #expect(r13.map { [$0.bad, $0.answers] } == [11, 21])
+    }
+}

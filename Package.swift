@@ -80,6 +80,7 @@ let package = Package(
                 .embedInCode("Migrations/0011_webhooks.sql"),
                 .embedInCode("Migrations/0012_traces.sql"),
                 .embedInCode("Migrations/0013_many_tenants.sql"),
+                .embedInCode("Migrations/0014_neighbours.sql"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -134,7 +134,12 @@ public struct ConsoleServer: Sendable {
         group.post("pause") { request, _ in try await pages.pause(request) }
         group.post("resume") { request, _ in try await pages.resume(request) }
         group.get("login") { request, _ in try await pages.loginPage(request) }
-        group.post("login") { request, context in try await pages.login(request, client: context.client(of: request)) }
+        // X-Forwarded-For counts only behind a declared reverse proxy (--public-host): without one, any client
+        // could name a new address in each attempt and never be throttled.
+        let behindProxy = !self.configuration.publicHosts.isEmpty
+        group.post("login") { request, context in
+            try await pages.login(request, client: context.client(of: request, behindProxy: behindProxy))
+        }
         group.post("logout") { request, _ in try await pages.logout(request) }
 
         var logger = self.logger
@@ -223,11 +228,12 @@ struct ConsoleRequestContext: RequestContext {
         self.peer = source.channel.remoteAddress?.ipAddress
     }
 
-    /// Who is signing in, for the throttle: the peer; behind a proxy on this machine (a loopback peer that
-    /// sends `X-Forwarded-For`), the address the proxy saw (the list's last entry: the one it added).
-    func client(of request: Request) -> String {
+    /// Who is signing in, for the throttle: the peer; behind a declared proxy on this machine (`--public-host`,
+    /// a loopback peer that sends `X-Forwarded-For`), the address the proxy saw (the list's last entry: the one
+    /// it added). Without a declared proxy the header is the client's own word and is ignored.
+    func client(of request: Request, behindProxy: Bool) -> String {
         let peer = self.peer ?? "unknown"
-        guard ["127.0.0.1", "::1"].contains(peer),
+        guard behindProxy, ["127.0.0.1", "::1"].contains(peer),
             let forwarded = request.headers[HTTPField.Name("X-Forwarded-For")!],
             let last = forwarded.split(separator: ",").last?.trimmingCharacters(in: .whitespaces), !last.isEmpty
         else { return peer }

@@ -5,8 +5,10 @@
 /// ``minimumAnswers`` answers (each job counted once) are 5xx, the provider is down: the worker sends its jobs
 /// back to `pending` uncounted, stops claiming them, and sends one probe request at a time, the first after
 /// ``firstProbe``, each later one twice as late up to ``lastProbe``. The probe's answer decides: a 5xx keeps
-/// it down, anything else brings it up; a 2xx from any request (one written before the outage was seen) does
-/// too. A job's own 5xx while most answers succeed is no outage: it follows the priority-aware stretch.
+/// it down, anything else brings it up (an answer to a request written before the outage was seen decides
+/// nothing). A job's own 5xx while most answers succeed is no outage: it follows the priority-aware stretch.
+/// "Within 10 s" is any span ending now of at most 10 s: the last second's answers, mostly 5xx, are an outage
+/// even after 9 busy seconds of successes.
 public struct ProviderHealth: Sendable {
     /// How far back answers are counted.
     public static let window: Duration = .seconds(10)
@@ -31,30 +33,50 @@ public struct ProviderHealth: Sendable {
     private var probeInterval = Self.firstProbe
     /// The job whose request is the probe in flight.
     private var probe: Int64?
+    /// When an answer other than a 5xx last came back (the provider works).
+    private var lastAnswered: ContinuousClock.Instant?
 
     public init() {}
 
     /// Whether the provider is taken for down.
     public var isDown: Bool { self.downSince != nil }
 
+    /// Whether the provider may be down though the rule has not said so, for a job whose first attempt began
+    /// at `firstAttempt`: at least a quarter of the last 20 answers were 5xx, or nothing but 5xx has come back
+    /// since the job's first attempt (for a window, when that is not known). Each worker judges alone: in an
+    /// outage's first moments a job may meet a counted 5xx at each worker before each has seen enough, and a
+    /// quiet queue has too few jobs to judge by. A 5xx that would end a job then sends it back uncounted
+    /// instead; one that leaves it attempts follows the stretch. A job whose 5xx came while others were
+    /// answered is the job's own failure.
+    public func mayBeDown(at now: ContinuousClock.Instant, firstAttempt: ContinuousClock.Instant? = nil) -> Bool {
+        if self.isDown || self.window.recentBad * 4 >= Self.minimumAnswers { return true }
+        guard let answered = self.lastAnswered else { return true }
+        if let firstAttempt { return answered < firstAttempt }
+        return now - answered >= Self.window
+    }
+
+    /// How long a job waits whose last attempt met a 5xx while the provider ``mayBeDown(at:)``.
+    public static let doubtfulWait: Duration = .seconds(10)
+
     /// Records one answer of `job` (`serverError`: its status is 5xx); returns the change it made, if any.
     public mutating func record(
         serverError: Bool,
-        status: Int,
         job: Int64,
         at now: ContinuousClock.Instant
     ) -> Change? {
+        if !serverError { self.lastAnswered = now }
         if let since = self.downSince {
-            let isProbe = self.probe == job
-            if isProbe { self.probe = nil }
-            if (200..<300).contains(status) || (isProbe && !serverError) {
+            // Only the probe's answer decides: a request written before the outage was seen (a frozen worker's,
+            // one answered late) may come back 200 while the provider is still down.
+            guard self.probe == job else { return nil }
+            self.probe = nil
+            if !serverError {
                 self = ProviderHealth()
+                self.lastAnswered = now
                 return .up(after: now - since)
             }
-            if isProbe {
-                self.probeInterval = min(self.probeInterval * 2, Self.lastProbe)
-                self.probeAt = now + self.probeInterval
-            }
+            self.probeInterval = min(self.probeInterval * 2, Self.lastProbe)
+            self.probeAt = now + self.probeInterval
             return nil
         }
         guard let (errors, answers) = self.window.record(bad: serverError, job: job, at: now) else { return nil }
@@ -106,6 +128,12 @@ public struct AnswerWindow: Sendable {
     private var badJobs: [Int64: Int64] = [:]
     /// Where seconds are counted from (the first answer seen).
     private var origin: ContinuousClock.Instant?
+    /// The last ``ProviderHealth/minimumAnswers`` answers (when, and whether bad), oldest overwritten first.
+    private var recent = [(at: ContinuousClock.Instant, bad: Bool)]()
+    private var next = 0
+
+    /// How many of the last ``ProviderHealth/minimumAnswers`` answers were bad.
+    public var recentBad: Int { self.recent.reduce(0) { $0 + ($1.bad ? 1 : 0) } }
 
     public init() {}
 
@@ -128,17 +156,36 @@ public struct AnswerWindow: Sendable {
             self.buckets[slot].bad += 1
         }
         self.buckets[slot].answers += 1
+        let minimum = ProviderHealth.minimumAnswers
+        if self.recent.count < minimum {
+            self.recent.append((now, bad))
+        } else {
+            self.recent[self.next] = (now, bad)
+        }
+        self.next = (self.next + 1) % minimum
         guard bad else { return nil }
-        var answers = 0
-        var badAnswers = 0
-        for bucket in self.buckets where second - bucket.second < span {
-            answers += bucket.answers
-            badAnswers += bucket.bad
+        // The last 20 answers, all within the window, more than half bad: the verdict at any rate, within 20
+        // answers of an outage's start (at 1,000 answers a second, a second's bucket would hold hundreds).
+        if self.recent.count == minimum, now - self.recent[self.next].at < ProviderHealth.window {
+            let badRecent = self.recentBad
+            if badRecent * 2 > minimum { return (badRecent, minimum) }
         }
         if self.badJobs.count > 4 * ProviderHealth.minimumAnswers {
             self.badJobs = self.badJobs.filter { second - $0.value < span }
         }
-        guard answers >= ProviderHealth.minimumAnswers, badAnswers * 2 > answers else { return nil }
-        return (badAnswers, answers)
+        // The last second, then the last two, … up to the whole window: any such span of at least 20 answers
+        // more than half bad tips it. A busy drain's successes of 9 s ago do not outvote an outage that began
+        // this second (at 1,000 answers a second, the whole window's count would let every job meet the outage
+        // several times before the verdict).
+        var answers = 0
+        var badAnswers = 0
+        for back in 0..<min(span, second + 1) {
+            let bucket = self.buckets[Int((second - back) % span)]
+            guard bucket.second == second - back else { continue }
+            answers += bucket.answers
+            badAnswers += bucket.bad
+            if answers >= ProviderHealth.minimumAnswers, badAnswers * 2 > answers { return (badAnswers, answers) }
+        }
+        return nil
     }
 }

@@ -121,15 +121,21 @@ extension JobQueue {
         )
         _ = try await self.deleteInBatches(
             of: batchSize,
-            """
-            DELETE FROM push.coalesce_marks WHERE (topic, environment, coalesce_key) IN (
-                SELECT topic, environment, coalesce_key FROM push.coalesce_marks
-                 WHERE updated_at < now() - make_interval(secs => \(seconds))
-                 LIMIT \(Int64(batchSize)) FOR UPDATE SKIP LOCKED)
-            RETURNING 1
-            """
+            PostgresQuery(unsafeSQL: Self.coalesceMarksPruneSQL(ageSeconds: seconds, batchSize: batchSize))
         )
         return forgotten
+    }
+
+    /// The latest-wins marks of keys not claimed for `ageSeconds`, read through `coalesce_marks_updated_idx`
+    /// (schema 14): only the marks it deletes.
+    static func coalesceMarksPruneSQL(ageSeconds: Double, batchSize: Int) -> String {
+        """
+        DELETE FROM push.coalesce_marks WHERE (topic, environment, coalesce_key) IN (
+            SELECT topic, environment, coalesce_key FROM push.coalesce_marks
+             WHERE updated_at < now() - make_interval(secs => \(ageSeconds))
+             LIMIT \(batchSize) FOR UPDATE SKIP LOCKED)
+        RETURNING 1
+        """
     }
 
     /// Runs `statement` (a DELETE of at most `batchSize` rows, `SKIP LOCKED`, returning one row per row

@@ -253,20 +253,48 @@ extension JobQueue {
     }
 
     /// Deletes delivered deliveries older than `retention` (dead ones stay, for `webhooks replay`, until
-    /// their hook is removed or they are a month old), in batches.
+    /// their hook is removed or they are a month old), in batches. First, the pending deliveries of a disabled
+    /// hook (a 410 from its receiver, or an operator) become dead, saying why: nobody claims them, and they would
+    /// wait for ever; `webhooks replay` enables the hook and sends them again.
     @discardableResult
     public func pruneWebhookDeliveries(olderThan retention: Duration, batchSize: Int = 5_000) async throws -> Int {
+        try await self.client.query(
+            """
+            UPDATE push.webhook_deliveries AS d
+               SET state = 'dead', locked_by = NULL, locked_until = NULL,
+                   last_error = 'its hook is disabled (' || coalesce(w.disabled_reason, 'no reason given')
+                                || '): webhooks replay enables it and sends this again'
+              FROM push.webhooks AS w
+             WHERE d.webhook_id = w.id AND w.disabled_at IS NOT NULL AND d.state = 'pending'
+            """,
+            logger: self.logger
+        )
         let seconds = Double(retention.components.seconds)
-        return try await self.deleteInBatches(
-            of: batchSize,
+        var total = 0
+        for statement in Self.webhookPruneSQL(retentionSeconds: seconds, batchSize: batchSize) {
+            total += try await self.deleteInBatches(of: batchSize, PostgresQuery(unsafeSQL: statement))
+        }
+        return total
+    }
+
+    /// The outbox's prunes: delivered deliveries past the retention, dead ones past 31 days. Two statements,
+    /// each read through its own partial index (schema 14): only the rows it deletes, whatever the outbox holds.
+    static func webhookPruneSQL(retentionSeconds: Double, batchSize: Int) -> [String] {
+        [
             """
             DELETE FROM push.webhook_deliveries WHERE id IN (
                 SELECT id FROM push.webhook_deliveries
-                 WHERE (state = 'delivered' AND delivered_at < now() - make_interval(secs => \(seconds)))
-                    OR (state = 'dead' AND created_at < now() - interval '31 days')
+                 WHERE state = 'delivered' AND delivered_at < now() - make_interval(secs => \(retentionSeconds))
                  LIMIT \(batchSize) FOR UPDATE SKIP LOCKED)
             RETURNING id
+            """,
             """
-        )
+            DELETE FROM push.webhook_deliveries WHERE id IN (
+                SELECT id FROM push.webhook_deliveries
+                 WHERE state = 'dead' AND created_at < now() - interval '31 days'
+                 LIMIT \(batchSize) FOR UPDATE SKIP LOCKED)
+            RETURNING id
+            """,
+        ]
     }
 }

@@ -1,29 +1,64 @@
+public import Foundation
 import PostgresNIO
 
 /// Worker heartbeats (`push.workers`): a lease only lapses for a worker that is gone.
+/// Another live process heartbeats under this worker id.
+public struct WorkerIDInUse: Error, Sendable, CustomStringConvertible {
+    public var workerID: String
+    public var host: String
+    public var pid: Int
+    /// Its last heartbeat, seconds ago.
+    public var secondsAgo: Double
+
+    public var description: String {
+        "worker id '\(self.workerID)' is in use by a live worker (host \(self.host), pid \(self.pid), heartbeat \(String(format: "%.1f", self.secondsAgo)) s ago): two workers with one id take each other's jobs back. Give each its own --worker-id (containers sharing a hostname, each PID 1, get the same default id hostname-pid)"
+    }
+}
+
 extension JobQueue {
     /// Registers or refreshes this worker's row: its heartbeat, and the credentials it can sign for.
     ///
     /// - Parameter sessionTracked: every Postgres session of this worker carries `workerID` as its
     ///   `application_name` (not behind a transaction pooler), so the reaper can tell from
     ///   `pg_stat_activity` whether the worker is gone or only frozen.
+    ///   - instance: this process's own id. A row of `workerID` that another instance heartbeats (within
+    ///     `staleAfter`, not stopped) is not taken over: ``WorkerIDInUse`` is thrown instead. Two live workers
+    ///     with one id would take each other's jobs back (containers sharing a hostname, each PID 1).
     public func heartbeat(
         workerID: String,
         host: String,
         pid: Int,
         credentials: [String],
-        sessionTracked: Bool = false
+        sessionTracked: Bool = false,
+        instance: UUID? = nil,
+        staleAfter: Duration = .seconds(6)
     ) async throws {
-        try await self.client.query(
+        let stale = Double(staleAfter.components.seconds) + Double(staleAfter.components.attoseconds) / 1e18
+        var written = 0
+        for try await _ in try await self.client.query(
             """
-            INSERT INTO push.workers (worker_id, host, pid, credentials, session_tracked)
-            VALUES (\(workerID), \(host), \(Int32(clamping: pid)), \(credentials)::text[], \(sessionTracked))
+            INSERT INTO push.workers AS w (worker_id, host, pid, credentials, session_tracked, instance)
+            VALUES (\(workerID), \(host), \(Int32(clamping: pid)), \(credentials)::text[], \(sessionTracked), \(instance))
             ON CONFLICT (worker_id) DO UPDATE
                SET heartbeat_at = now(), host = excluded.host, pid = excluded.pid, credentials = excluded.credentials,
-                   stopped_at = NULL, session_tracked = excluded.session_tracked
+                   stopped_at = NULL, session_tracked = excluded.session_tracked, instance = excluded.instance
+             WHERE excluded.instance IS NULL OR w.instance IS NULL OR w.instance = excluded.instance
+                OR w.stopped_at IS NOT NULL OR w.heartbeat_at < now() - make_interval(secs => \(stale))
+            RETURNING 1
             """,
             logger: self.logger
-        )
+        ) {
+            written += 1
+        }
+        guard written == 0 else { return }
+        var holder = WorkerIDInUse(workerID: workerID, host: "?", pid: 0, secondsAgo: 0)
+        for try await (host, pid, ago) in try await self.client.query(
+            "SELECT host, pid, extract(epoch FROM now() - heartbeat_at)::float8 FROM push.workers WHERE worker_id = \(workerID)",
+            logger: self.logger
+        ).decode((String, Int32, Double).self) {
+            holder = WorkerIDInUse(workerID: workerID, host: host, pid: Int(pid), secondsAgo: ago)
+        }
+        throw holder
     }
 
     /// Marks this worker stopped on a clean stop (it holds no job); the row is kept as "last seen with

@@ -22,6 +22,7 @@ public struct Migration: Sendable, Hashable {
         ("0011_webhooks.sql", PackageResources._011_webhooks_sql),
         ("0012_traces.sql", PackageResources._012_traces_sql),
         ("0013_many_tenants.sql", PackageResources._013_many_tenants_sql),
+        ("0014_neighbours.sql", PackageResources._014_neighbours_sql),
     ]
     .map { name, bytes in
         // The version is the number the file name starts with.

@@ -31,6 +31,9 @@ final class ProviderOutages: Sendable {
         }
     }
 
+    /// An answer that took longer than this (in milliseconds) is not counted as the provider answering.
+    static let staleAnswer = 5_000
+
     private let states = Mutex<[Key: ProviderHealth]>([:])
     /// FCM credentials' answers, `QUOTA_EXCEEDED` about a target counted as bad.
     private let quotas = Mutex<[String: AnswerWindow]>([:])
@@ -60,10 +63,20 @@ final class ProviderOutages: Sendable {
         let key = Key(job)
         let now = self.clock.now
         let serverError = status >= 500
-        let (change, down) = self.states.withLock { states -> (ProviderHealth.Change?, Bool) in
+        // When the job's first attempt began, on this worker's clock: this attempt's start less the database's
+        // time from the first attempt to this claim.
+        let firstAttempt = job.firstAttemptAt.flatMap { first in
+            job.claimedAt.map { claimed in
+                attempt.outcome.attemptedAt - .milliseconds(Int64(max(0, claimed.timeIntervalSince(first)) * 1000))
+            }
+        }
+        // An answer read long after its request was written (this worker was frozen, or the answer sat unread)
+        // says nothing of the provider now: a frozen worker's 200s, read after an outage began, must not vouch
+        // for it. Its 5xx still counts.
+        if !serverError, (attempt.outcome.latencyMs ?? 0) > Self.staleAnswer { return attempt }
+        let (change, wait) = self.states.withLock { states -> (ProviderHealth.Change?, Duration?) in
             let change = states[key, default: ProviderHealth()].record(
                 serverError: serverError,
-                status: status,
                 job: job.id,
                 at: now
             )
@@ -72,14 +85,20 @@ final class ProviderOutages: Sendable {
             case .up: self.anyDown.subtract(1, ordering: .relaxed)
             case nil: break
             }
-            return (change, states[key]?.isDown ?? false)
+            guard serverError, let health = states[key] else { return (change, nil) }
+            // Down: back uncounted. Maybe down, and this 5xx would end the job: back uncounted, later.
+            if health.isDown { return (change, ProviderHealth.firstProbe) }
+            if case .dead = attempt.decided.decision, health.mayBeDown(at: now, firstAttempt: firstAttempt) {
+                return (change, ProviderHealth.doubtfulWait)
+            }
+            return (change, nil)
         }
         if let change { self.changed(key, change) }
-        guard down, serverError else {
+        guard let wait else {
             return job.platform == .fcm ? self.recordQuota(attempt, at: now) : attempt
         }
         var decided = attempt.decided
-        decided.decision = .requeue(after: ProviderHealth.firstProbe)
+        decided.decision = .requeue(after: wait)
         decided.unknownReason = false
         var outcome = attempt.outcome
         outcome.disposition = decided.decision

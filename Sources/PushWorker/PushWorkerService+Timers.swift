@@ -25,7 +25,9 @@ extension PushWorkerService {
             host: ProcessInfo.processInfo.hostName,
             pid: Int(getpid()),
             credentials: credentials,
-            sessionTracked: self.configuration.sessionTracked
+            sessionTracked: self.configuration.sessionTracked,
+            instance: self.instance,
+            staleAfter: self.configuration.staleAfter
         )
         let now = self.clock.now
         self.state.withLock { $0.liveness.heartbeatSucceeded(at: now) }

@@ -30,6 +30,8 @@ public final class PushWorkerService: Service, Sendable {
     let unreachableEndpoints: Pauses<EndpointKey>
     /// Providers down as their answers show it: their jobs go back uncounted and wait, one probe at a time.
     let outages: ProviderOutages
+    /// This process's own id in `push.workers`: another live process with the same worker id is refused.
+    let instance = UUID()
     /// A credential's topics APNs refused (TopicDisallowed): those jobs are not claimed for a while.
     let topicPauses: Pauses<TopicKey>
     /// Signalled by a NOTIFY, a shutdown, a switch: the claim loop looks again.
@@ -252,6 +254,9 @@ public final class PushWorkerService: Service, Sendable {
             metadata: ["push.worker": "\(id)", "push.concurrency": "\(self.configuration.concurrency)"]
         )
         // Check in before the first claim; jobs a previous process of this worker id left running come back now.
+        // Not while another live process heartbeats under this id: wait for its heartbeat to go stale (it was
+        // this worker's previous life), or give up when it keeps beating (a second worker with the same id).
+        var inUseSince: ContinuousClock.Instant?
         while !self.isShuttingDown && !Task.isCancelled {
             do {
                 try await self.beat()
@@ -264,6 +269,17 @@ public final class PushWorkerService: Service, Sendable {
                     )
                 }
                 break
+            } catch let inUse as WorkerIDInUse {
+                let since = inUseSince ?? self.clock.now
+                inUseSince = since
+                if self.clock.now - since > self.configuration.staleAfter * 2,
+                    let refuse = self.configuration.onWorkerIDInUse
+                {
+                    refuse(inUse.description)
+                    return
+                }
+                self.logger.error("\(inUse.description); waiting for its heartbeat to go stale")
+                _ = await self.wake.wait(timeout: .seconds(1), clock: self.clock)
             } catch {
                 self.logger.error(
                     "could not check in with Postgres; retrying",

@@ -18,6 +18,9 @@ public struct WorkerConfiguration: Sendable {
     /// client to the new primary (keeping held jobs and unwritten outcomes), or exits for its supervisor to
     /// restart it. Watching goes on once it returns.
     public var onPrimaryLost: (@Sendable (PrimaryLoss) async -> Void)? = nil
+    /// Called (with the sentence to print) when another live process keeps heartbeating under this worker id
+    /// at start; the worker then stops without claiming. `nil`: it waits for the other to stop.
+    public var onWorkerIDInUse: (@Sendable (String) -> Void)? = nil
     /// How long the database may stay unreachable before ``onPrimaryLost`` is called; `nil`: wait for it.
     public var hostLostAfter: Duration? = nil
     /// Whether a fresh connection would reach a database this worker's pool cannot (another host of a

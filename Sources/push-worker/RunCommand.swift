@@ -298,6 +298,12 @@ struct RunCommand: AsyncParsableCommand {
         )
         configuration.credentialWait = self.credentialWait.duration
         self.watchPrimary(&configuration, primary: primary, hosts: hosts, connect: connect, logger: logger)
+        // A second live process under this worker id would take the first one's jobs back: refuse to start
+        // (EX_CONFIG), naming the fix.
+        configuration.onWorkerIDInUse = { sentence in
+            logger.critical("\(sentence); exiting with status 78")
+            Foundation.exit(78)
+        }
         configuration.frozenAfter = self.frozenWorkerWait.duration
         configuration.sessionTracked = !self.noSessionSettings && workerID.allSatisfy(\.isASCII)
         configuration.apnsIDMemory = self.apnsIDMemory.duration

@@ -1,6 +1,7 @@
 import APNsTransport
 import ArgumentParser
 import Foundation
+import PushCore
 import PushQueue
 
 struct WebhooksCommand: AsyncParsableCommand {
@@ -38,13 +39,19 @@ struct WebhooksCommand: AsyncParsableCommand {
         func run() async throws {
             let hooks = try await self.database.withQueue { queue, _, _ in try await queue.operations.webhooks() }
             if self.json {
-                printJSON(hooks)
+                printJSON(
+                    hooks.map { hook in
+                        var shown = hook
+                        shown.url = WebhookPolicy.displayURL(hook.url)
+                        return shown
+                    }
+                )
                 return
             }
             if hooks.isEmpty { print("no webhooks") }
             for hook in hooks {
                 print(
-                    "\(hook.id)  \(hook.url)  events \(hook.events.joined(separator: ","))  topic \(hook.topic ?? "*")  waiting \(hook.waiting) (failing \(hook.failing))  dead \(hook.dead)\(hook.disabledReason.map { "  DISABLED: \($0)" } ?? "")"
+                    "\(hook.id)  \(WebhookPolicy.displayURL(hook.url))  events \(hook.events.joined(separator: ","))  topic \(hook.topic ?? "*")  waiting \(hook.waiting) (failing \(hook.failing))  dead \(hook.dead)\(hook.disabledReason.map { "  DISABLED: \($0)" } ?? "")"
                 )
             }
         }
@@ -117,7 +124,7 @@ struct WebhooksCommand: AsyncParsableCommand {
                 try await queue.operations.addWebhook(url: url, events: events, topic: topic, secretFile: secretFile)
             }
             print(
-                "added webhook \(hook.id): \(hook.url) for \(hook.events.joined(separator: ",")), topic \(hook.topic ?? "*")"
+                "added webhook \(hook.id): \(WebhookPolicy.displayURL(hook.url)) for \(hook.events.joined(separator: ",")), topic \(hook.topic ?? "*")"
             )
             if let host = URL(string: hook.url)?.host, ["localhost", "127.0.0.1", "::1", "[::1]"].contains(host) {
                 print(
@@ -176,7 +183,7 @@ struct WebhooksCommand: AsyncParsableCommand {
                 return
             }
             print(
-                "\(hook.id)  \(hook.url)  waiting \(hook.waiting) (failing \(hook.failing))  dead \(hook.dead)\(hook.disabledReason.map { "  DISABLED: \($0)" } ?? "")"
+                "\(hook.id)  \(WebhookPolicy.displayURL(hook.url))  waiting \(hook.waiting) (failing \(hook.failing))  dead \(hook.dead)\(hook.disabledReason.map { "  DISABLED: \($0)" } ?? "")"
             )
             if failing.isEmpty { print("no failing deliveries") }
             for delivery in failing {

@@ -357,10 +357,34 @@ import Testing
         }
     }
 
+    @Test(
+        "without a declared proxy, X-Forwarded-For is the client's own word: naming a new address in each attempt escapes no throttle"
+    )
+    func forwardedForIgnoredWithoutAProxy() async throws {
+        try await TestPostgres.withDatabase { db in
+            try await withConsole(db, token: consoleToken) { port in
+                var statuses: [Int] = []
+                for n in 1...15 {
+                    statuses.append(
+                        try await http(
+                            "POST",
+                            port: port,
+                            "/login",
+                            headers: ["X-Forwarded-For": "198.51.100.\(n)"],
+                            form: ["operator": "mallory", "token": "guess-\(n)-0123456789abcdef"]
+                        ).status
+                    )
+                }
+                #expect(statuses == Array(repeating: 403, count: 10) + Array(repeating: 429, count: 5), "\(statuses)")
+            }
+        }
+    }
+
     @Test func failedSignInsAreThrottled() async throws {
         try await TestPostgres.withDatabase { db in
             let logs = LogCapture()
-            try await withConsole(db, token: consoleToken, logs: logs) { port in
+            // Behind a declared reverse proxy (--public-host), the address it adds to X-Forwarded-For is the client.
+            try await withConsole(db, token: consoleToken, publicHosts: ["ops.example.com"], logs: logs) { port in
                 for n in 1...10 {
                     let wrong = try await http(
                         "POST",

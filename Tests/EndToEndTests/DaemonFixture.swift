@@ -229,11 +229,11 @@ struct DaemonFixture: Sendable {
     }
 
     /// Inserts `count` plain alerts for com.example.app, tokens 1…count.
-    func insertAlerts(_ count: Int) async throws {
+    func insertAlerts(_ count: Int, offset: Int = 0) async throws {
         try await self.db.execute(
             """
             INSERT INTO push.jobs (topic, device_token, payload)
-            SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"hi"}}' FROM generate_series(1, \(count)) AS g
+            SELECT 'com.example.app', lpad(to_hex(g), 64, '0'), '{"aps":{"alert":"hi"}}' FROM generate_series(\(offset + 1), \(offset + count)) AS g
             """
         )
     }

@@ -10,7 +10,9 @@ import Testing
 /// The fleet at the shape users run it: the real binary, three workers, ten configured credentials, a backlog,
 /// and neighbour events drawn from a printed seed while it drains: a producer transaction held open over the
 /// in-flight apns_ids, one worker frozen (SIGSTOP) and let go, a rate limit set and cleared, a topic paused and
-/// resumed over its backlog, keyed jobs whose older one commits late, and (in some seeds) a worker killed.
+/// resumed over its backlog, keyed jobs whose older one commits late, (in some seeds) a worker killed, both
+/// providers answering 503 for a while, a hot Android device over its own rate beside its credential's
+/// neighbours, and the database turning read-only under the workers' one host name, then writable again.
 /// Every run ends with the invariants: every job delivered, superseded or dead with a reason, none running;
 /// no 200 answered twice unless a worker died; no older keyed job sent after a newer one's 200; each
 /// limit held where the requests arrive; nothing of a paused topic sent while it was paused. A webhook takes
@@ -24,7 +26,7 @@ struct FleetHarnessTests {
     static let long = FaultTests.long
 
     @Test(
-        "fleet harness: open producer transaction, frozen worker, limits, pauses, late keyed commits, revived superseded jobs, kill -9"
+        "fleet harness: open producer transaction, frozen worker, limits, pauses, late keyed commits, revived superseded jobs, kill -9, a provider outage, a hot device, a read-only primary behind one name"
     )
     func fleet() async throws {
         let seeds: [UInt64]
@@ -137,6 +139,14 @@ struct FleetHarnessTests {
         /// does after a large drain), and a burst of `burstJobs` over `burstTopics` topics arrives.
         var idleFor: Duration
         var burstTopics: Int
+        /// A provider outage: the simulator answers every APNs and FCM send 503, after the limit's window.
+        var outageAt: Duration
+        var outageFor: Duration
+        /// A hot Android device (QUOTA_EXCEEDED on every send) and its credential's neighbours, after the outage.
+        var hotAt: Duration
+        /// The database turns read-only under the burst after the idle spell (a primary demoted behind one
+        /// name), then writable again.
+        var readOnlyFor: Duration
 
         init(seed: UInt64) {
             var r = SeededGenerator(seed: seed)
@@ -156,12 +166,18 @@ struct FleetHarnessTests {
             self.reviveAt = ms(500...3_000)
             self.idleFor = ms(200...2_000)
             self.burstTopics = [1, 50, 500, 2_000].randomElement(using: &r)!
+            // Drawn after the earlier fields, so the seeds of before still replay their first events.
+            self.outageAt = self.limitAt + self.limitFor + ms(0...2_000)
+            self.outageFor = ms(3_000...12_000)
+            self.hotAt = self.outageAt + self.outageFor + ms(500...2_000)
+            self.readOnlyFor = ms(3_000...8_000)
         }
 
         var description: String {
             "producer holds its transaction at \(self.producerHoldAt) for \(self.producerHoldFor); worker b frozen at \(self.freezeAt) for \(self.freezeFor); limit \(self.perSecond)/s burst \(self.burst) at \(self.limitAt) for \(self.limitFor); pause at \(self.pauseAt) for \(self.pauseFor); late keyed commit at \(self.lateCommitAt); superseders die and the superseded are revived at \(self.reviveAt); "
                 + (self.killAt.map { "worker c killed at \($0)" } ?? "no worker killed")
                 + "; after the drain, idle \(self.idleFor), ANALYZE, a burst over \(self.burstTopics) topics"
+                + "; providers answer 503 at \(self.outageAt) for \(self.outageFor); a hot Android device at \(self.hotAt); the database read-only under the burst for \(self.readOnlyFor)"
         }
     }
 
@@ -172,8 +188,12 @@ struct FleetHarnessTests {
         case pause(Date, Date)
         case late([Int64], [Int64])
         case revived(Int)
+        case outage(Date, Date)
+        case hot(Int, Duration)
         case none
     }
+
+    static let hotToken = "hot:APA91bH-token"
 
     static let limitedTopic = "com.example.limited"
     static let pausedTopic = "com.example.paused"
@@ -221,11 +241,12 @@ struct FleetHarnessTests {
             ])
             #expect(hook.status == 0, "\(hook.output)")
             let options = [
-                "--config", config, "--log-level", "error", "--base-delay-ms", "50", "--max-delay-ms", "500",
+                "--config", config, "--log-level", "notice", "--base-delay-ms", "50", "--max-delay-ms", "500",
                 "--frozen-worker-wait", "60s", "--batch-size", "100", "--webhooks-allow-private",
                 "--webhooks-per-hook", "16",
             ]
             let started = ContinuousClock.now
+            let startedAt = Date()
             let a = try f.startWorker("a", options)
             let b = try f.startWorker("b", options)
             let c = try f.startWorker("c", options)
@@ -235,6 +256,8 @@ struct FleetHarnessTests {
             var limitWindow: (Date, Date)?
             var pauseWindow: (Date, Date)?
             var lateKeys: [(older: Int64, newer: Int64)] = []
+            var outageWindow: (Date, Date)?
+            var hotNeighbours: Duration?
             let killAt = plan.killAt
             if killAt != nil { died.insert("c") }
             try await withThrowingTaskGroup(of: Event.self) { events in
@@ -364,6 +387,12 @@ struct FleetHarnessTests {
                             "SELECT count(*) FROM push.jobs WHERE state IN ('pending', 'running') AND topic = 'com.example.app'"
                         ) == 0
                     }
+                    // After the hot device's neighbours too: nothing but the workers writes from here on.
+                    try await f.waitUntil(.seconds(240), "the hot device's neighbours delivered (seed \(seed))") {
+                        try await f.db.int64(
+                            "SELECT count(*) FROM push.jobs WHERE topic = 'com.example.hot' AND device_token LIKE 'neighbour%' AND state = 'delivered'"
+                        ) == 200
+                    }
                     try await Task.sleep(for: plan.idleFor)
                     if Self.long {
                         // The long form waits for autovacuum's own ANALYZE of the drained table (its default
@@ -389,6 +418,23 @@ struct FleetHarnessTests {
                           FROM generate_series(1, \(burst)) AS g
                         """
                     )
+                    // The primary behind the workers' one host name turns read-only under the burst (a failover
+                    // demoting it), and after a while the name leads to a writable primary again: new sessions of
+                    // the database are read-only and the workers' sessions are cut (as a proxy drops them), then
+                    // it is lifted. Nothing else writes meanwhile (this test's reads go on).
+                    let database =
+                        try await f.db.client.query("SELECT current_database()").decode(String.self)
+                        .collect().first ?? ""
+                    try await f.db.execute(
+                        "ALTER DATABASE \"\(database)\" SET default_transaction_read_only = on"
+                    )
+                    try await f.db.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND application_name IN ('a', 'b', 'c')"
+                    )
+                    try await Task.sleep(for: plan.readOnlyFor)
+                    try await f.db.execute(
+                        "ALTER DATABASE \"\(database)\" RESET default_transaction_read_only"
+                    )
                     // Liveness, not speed: a stalled fleet (claims running past their deadline) never gets here.
                     try await f.waitUntil(.seconds(120), "the burst after the idle spell claimed (seed \(seed))") {
                         try await f.db.int64(
@@ -396,6 +442,42 @@ struct FleetHarnessTests {
                         ) == 0
                     }
                     return .burst(burst)
+                }
+                events.addTask {
+                    // A regional outage of both providers: every send answered 503 for a while.
+                    try await Task.sleep(until: started + plan.outageAt)
+                    f.simulator.setOutage(503)
+                    let from = Date()
+                    try await Task.sleep(for: plan.outageFor)
+                    f.simulator.setOutage(nil)
+                    return .outage(from, Date())
+                }
+                events.addTask {
+                    // One Android device over its own rate, then its credential's neighbours: they go out at once.
+                    try await Task.sleep(until: started + plan.hotAt)
+                    f.simulator.script(Self.hotToken, .respond(status: 429, reason: "QUOTA_EXCEEDED"))
+                    try await f.db.execute(
+                        "INSERT INTO push.jobs (platform, topic, device_token, payload, expires_at) VALUES ('fcm', 'com.example.hot', '\(Self.hotToken)', '{\"data\":{\"a\":\"b\"}}', now() + interval '20 seconds')"
+                    )
+                    try await f.waitUntil(.seconds(60), "the hot device answered (seed \(seed))") {
+                        f.simulator.requests.contains {
+                            String(decoding: $0.body, as: UTF8.self).contains(Self.hotToken)
+                        }
+                    }
+                    try await f.db.execute(
+                        """
+                        INSERT INTO push.jobs (platform, topic, device_token, payload)
+                        SELECT 'fcm', 'com.example.hot', 'neighbour' || g || ':APA91bH-token', '{"data":{"a":"b"}}'
+                          FROM generate_series(1, 200) AS g
+                        """
+                    )
+                    let inserted = ContinuousClock.now
+                    try await f.waitUntil(.seconds(120), "the hot device's neighbours delivered (seed \(seed))") {
+                        try await f.db.int64(
+                            "SELECT count(*) FROM push.jobs WHERE topic = 'com.example.hot' AND device_token LIKE 'neighbour%' AND state = 'delivered'"
+                        ) == 200
+                    }
+                    return .hot(201, ContinuousClock.now - inserted)
                 }
                 if let killAt {
                     events.addTask {
@@ -413,6 +495,10 @@ struct FleetHarnessTests {
                     case .pause(let from, let to): pauseWindow = (from, to)
                     case .late(let olders, let newers): lateKeys = Array(zip(olders, newers))
                     case .revived(let jobs): inserted += jobs
+                    case .outage(let from, let to): outageWindow = (from, to)
+                    case .hot(let jobs, let took):
+                        inserted += jobs
+                        hotNeighbours = took
                     case .none: break
                     }
                 }
@@ -449,10 +535,55 @@ struct FleetHarnessTests {
             print(
                 "seed \(seed): webhook deliveries \(deliveries.count) (superseded \(superseded)), requests \(hookRequests.count), taken twice \(hookRequests.count - received.count), lost \(lostDeliveries.count)"
             )
+            let deadReasons = try await f.db.client.query(
+                "SELECT reason || ' ' || coalesce(left(error, 200), '') || ' x' || count(*) FROM push.dead_jobs WHERE reason <> 'BadDeviceToken' GROUP BY reason, left(error, 200) UNION ALL (SELECT 'history: ' || history::text FROM push.dead_jobs WHERE reason IN ('ServiceUnavailable', 'UNAVAILABLE') LIMIT 2)"
+            ).decode(String.self).collect()
             #expect(
-                try await f.db.int64("SELECT count(*) FROM push.dead_jobs WHERE reason <> 'BadDeviceToken'") == 0,
-                "seed \(seed): no healthy job dead-lettered"
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.dead_jobs WHERE reason <> 'BadDeviceToken' AND device_token <> '\(unescaped: Self.hotToken)'"
+                ) == 0,
+                "seed \(seed): no healthy job dead-lettered (a provider outage burns nothing): \(deadReasons)"
             )
+            // The hot device's job ends alone (its own retries, then its expiry), with FCM's quota trap.
+            #expect(
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.dead_jobs WHERE device_token = '\(unescaped: Self.hotToken)' AND reason IN ('QUOTA_EXCEEDED', 'Expired')"
+                ) == 1,
+                "seed \(seed): the hot device's job is dead with its own reason"
+            )
+            var outageSummary = "outage window missing"
+            if let (from, to) = outageWindow {
+                // Fewer than 50 requests a second reach a provider that is down, after the first 2 s (the requests
+                // in flight when it went down, and the answers that show it), and but for the 2 s after the frozen
+                // worker is let go (its requests were claimed before; it writes them before any answer tells it).
+                let frozen = (plan.freezeAt + plan.freezeFor).components
+                let thaw = startedAt.addingTimeInterval(Double(frozen.seconds) + Double(frozen.attoseconds) / 1e18)
+                let watched = from.addingTimeInterval(2)
+                let overlap = max(
+                    0,
+                    min(to, thaw.addingTimeInterval(2)).timeIntervalSince(max(watched, thaw))
+                )
+                let span = to.timeIntervalSince(watched) - overlap
+                let during = f.simulator.requests.filter {
+                    $0.receivedAt > watched && $0.receivedAt < to
+                        && !($0.receivedAt >= thaw && $0.receivedAt < thaw.addingTimeInterval(2))
+                }.count
+                if span > 1 {
+                    #expect(
+                        Double(during) / span < 50,
+                        "seed \(seed): \(during) requests in the \(span) s of an outage after its first 2 s"
+                    )
+                }
+                outageSummary =
+                    "\(during) requests in \(String(format: "%.1f", max(span, 0))) s of outage after its first 2 s"
+            }
+            if let hotNeighbours {
+                #expect(
+                    hotNeighbours < .seconds(30),
+                    "seed \(seed): a hot device's neighbours took \(hotNeighbours) (its credential was held)"
+                )
+                outageSummary += "; the hot device's 200 neighbours delivered in \(hotNeighbours)"
+            }
             #expect(
                 try await f.db.int64(
                     """
@@ -554,7 +685,13 @@ struct FleetHarnessTests {
                 )
                 #expect(late == 0, "seed \(seed): \(late) jobs of a paused topic sent while it was paused")
             }
-            print("seed \(seed): drained in \(elapsed); \(summary); \(limitSummary)")
+            for (name, worker) in [("a", a), ("b", b), ("c", c)] {
+                let changes = worker.output.split(separator: "\n").filter {
+                    $0.contains("is down:") || $0.contains("answers again after")
+                }
+                print("seed \(seed): worker \(name): \(changes.map { String($0.prefix(120)) })")
+            }
+            print("seed \(seed): drained in \(elapsed); \(summary); \(limitSummary); \(outageSummary)")
         }
     }
 }

@@ -182,6 +182,49 @@ struct HostileNeighbourTests {
         }
     }
 
+    @Test(
+        "two live workers with one worker id (containers sharing a hostname, each PID 1): the second refuses to start (exit 78, naming --worker-id) and takes none of the first one's jobs back; a restart after the first is gone starts"
+    )
+    func duplicateWorkerID() async throws {
+        // Every answer takes 3 s: the first worker holds running jobs when the second starts.
+        try await DaemonFixture.run(simulator: { configuration in
+            configuration.faults.slowShare = 1
+            configuration.faults.slowLatency = .seconds(3)
+        }) { f in
+            try await f.insertAlerts(50)
+            let first = try f.startWorker("same", ["--log-level", "error"])
+            defer {
+                first.signal(SIGKILL)
+                first.reap()
+            }
+            try await f.waitUntil(.seconds(30), "the first worker's requests in flight") {
+                f.simulator.requests.count >= 50
+            }
+            let second = try f.startWorker("same", ["--log-level", "error"])
+            let status = second.wait(limit: .seconds(60))
+            #expect(status == 78, "\(second.output)")
+            #expect(second.output.contains("is in use by a live worker") && second.output.contains("--worker-id"))
+            #expect(!second.output.contains("took back"), "\(second.output)")
+            try await f.waitUntil(.seconds(60), "every job delivered once") {
+                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == 50
+            }
+            let ids = f.simulator.requests.compactMap { $0.headers["apns-id"] }
+            #expect(ids.count == 50 && Set(ids).count == 50, "no job sent twice: \(ids.count) requests")
+            // The first one killed: a restart under the same id waits out its stale heartbeat, then starts.
+            first.signal(SIGKILL)
+            first.reap()
+            let restarted = try f.startWorker("same", ["--log-level", "error"])
+            defer {
+                restarted.signal(SIGKILL)
+                restarted.reap()
+            }
+            try await f.insertAlerts(5, offset: 1_000)
+            try await f.waitUntil(.seconds(60), "the restarted worker delivers") {
+                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == 55
+            }
+        }
+    }
+
     @Test("the health server: 127.0.0.1 by default, at most 32 connections at once, then it answers again")
     func healthServerBounds() async throws {
         try await DaemonFixture.run { f in

@@ -57,4 +57,34 @@ struct WebhookVerbTests {
             #expect(try await f.db.int64("SELECT count(*) FROM push.webhook_deliveries") == 0)
         }
     }
+
+    @Test(
+        "list, add and show never print a receiver's token (a URL's query, user info) nor a row's CR/LF: the URL is shown as scheme, host and path"
+    )
+    func urlsShownSafely() async throws {
+        try await DaemonFixture.run { f in
+            let secret = f.directory + "/hook.secret"
+            try "s3cret\n".write(toFile: secret, atomically: true, encoding: .utf8)
+            chmod(secret, 0o600)
+            let added = try await f.cli([
+                "webhooks", "add", "https://hooks.example.com/p?token=tok-123", "--events", "dead", "--secret-file",
+                secret,
+            ])
+            #expect(added.status == 0 && !added.output.contains("tok-123"), "\(added.output)")
+            #expect(added.output.contains("https://hooks.example.com/p?…"), "\(added.output)")
+            // A row written by SQL: user info, a fragment, and a CR/LF that would forge a line of the listing.
+            try await f.db.execute(
+                "INSERT INTO push.webhooks (url, events, secret_file) VALUES (E'https://user:pw-456@hooks.example.com/q\\r\\n2  https://forged.example.com#frag', '{dead}', '/etc/secret')"
+            )
+            for arguments in [["webhooks"], ["webhooks", "list", "--json"], ["webhooks", "show", "2"]] {
+                let shown = try await f.cli(arguments)
+                #expect(shown.status == 0, "\(arguments): \(shown.output)")
+                #expect(!shown.output.contains("tok-123") && !shown.output.contains("pw-456"), "\(shown.output)")
+                #expect(
+                    !shown.output.contains("\r") && !shown.output.contains("\n2  https://forged"),
+                    "\(shown.output)"
+                )
+            }
+        }
+    }
 }

@@ -168,4 +168,15 @@ struct WebhookRulesTests {
                 != nil
         )
     }
+
+    @Test(
+        "a hook's URL as shown: scheme, host, port and path; query and fragment as ?…, user info as …@, controls escaped"
+    )
+    func displayURL() {
+        #expect(WebhookPolicy.displayURL("https://hooks.example.com:8443/p/q") == "https://hooks.example.com:8443/p/q")
+        #expect(WebhookPolicy.displayURL("https://hooks.example.com/p?token=abc") == "https://hooks.example.com/p?…")
+        #expect(WebhookPolicy.displayURL("https://hooks.example.com#frag") == "https://hooks.example.com?…")
+        #expect(WebhookPolicy.displayURL("https://u:pw@hooks.example.com/p") == "https://…@hooks.example.com/p")
+        #expect(WebhookPolicy.displayURL("https://hooks.example.com/a\r\nb") == "https://hooks.example.com/a\\u{D}\\nb")
+    }
 }

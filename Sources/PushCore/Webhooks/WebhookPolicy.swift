@@ -2,6 +2,24 @@ import Foundation
 
 /// What the worker does with a receiver's answer to a delivery, and when it tries again (CONTRACT.md 1c).
 public enum WebhookPolicy {
+    /// A hook's URL as the CLI shows it: scheme, host, port and path. A query or fragment (where receivers keep
+    /// their tokens) is shown as `?…`, user info as `…@`, and control and format characters (a CR or LF a row
+    /// may hold) are escaped: a listing can neither leak a receiver's token nor be rewritten by a row.
+    public static func displayURL(_ url: String) -> String {
+        var shown = url
+        if let scheme = url.range(of: "://") {
+            let rest = url[scheme.upperBound...]
+            let authorityEnd = rest.firstIndex { "/?#".contains($0) } ?? rest.endIndex
+            var authority = String(rest[..<authorityEnd])
+            if let at = authority.lastIndex(of: "@") { authority = "…@" + authority[authority.index(after: at)...] }
+            let tail = rest[authorityEnd...]
+            let pathEnd = tail.firstIndex { "?#".contains($0) } ?? tail.endIndex
+            shown =
+                String(url[..<scheme.upperBound]) + authority + tail[..<pathEnd] + (pathEnd < tail.endIndex ? "?…" : "")
+        }
+        return HumanText.escaped(shown, for: .logLine)
+    }
+
     /// How long a delivery is retried before it is dead.
     public static let retryWindow: Duration = .seconds(24 * 3_600)
     /// The longest wait between two tries.

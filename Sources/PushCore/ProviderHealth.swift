@@ -41,22 +41,28 @@ public struct ProviderHealth: Sendable {
     /// Whether the provider is taken for down.
     public var isDown: Bool { self.downSince != nil }
 
-    /// Whether the provider may be down though the rule has not said so, for a job whose first attempt began
-    /// at `firstAttempt`: at least a quarter of the last 20 answers were 5xx, or nothing but 5xx has come back
-    /// since the job's first attempt (for a window, when that is not known). Each worker judges alone: in an
+    /// Whether the provider may be down though the rule has not said so, for a job due again `since` (after
+    /// its previous attempt's answer): at least a quarter of the last 20 answers were 5xx, or nothing but 5xx
+    /// has come back since (for a window, when that is not known). Each worker judges alone: in an
     /// outage's first moments a job may meet a counted 5xx at each worker before each has seen enough, and a
     /// quiet queue has too few jobs to judge by. A 5xx that would end a job then sends it back uncounted
     /// instead; one that leaves it attempts follows the stretch. A job whose 5xx came while others were
     /// answered is the job's own failure.
-    public func mayBeDown(at now: ContinuousClock.Instant, firstAttempt: ContinuousClock.Instant? = nil) -> Bool {
+    public func mayBeDown(at now: ContinuousClock.Instant, since: ContinuousClock.Instant? = nil) -> Bool {
         if self.isDown || self.window.recentBad * 4 >= Self.minimumAnswers { return true }
         guard let answered = self.lastAnswered else { return true }
-        if let firstAttempt { return answered < firstAttempt }
+        if let since { return answered < since }
         return now - answered >= Self.window
     }
 
-    /// How long a job waits whose last attempt met a 5xx while the provider ``mayBeDown(at:)``.
-    public static let doubtfulWait: Duration = .seconds(10)
+    /// How long a job waits whose last attempt met a 5xx while the provider ``mayBeDown(at:since:)``.
+    public static let doubtfulWait: Duration = .seconds(30)
+    /// How long from its first attempt a job's last 5xx sends it back uncounted while the provider may be down
+    /// (an outage of an hour leaves it deliverable; a job only its own provider answers 5xx ends after that).
+    public static let doubtfulSpan: Duration = .seconds(3_600)
+
+    /// Whether `job`'s request is the probe in flight.
+    public func isProbe(_ job: Int64) -> Bool { self.probe == job }
 
     /// Records one answer of `job` (`serverError`: its status is 5xx); returns the change it made, if any.
     public mutating func record(
@@ -147,7 +153,8 @@ public struct AnswerWindow: Sendable {
         let origin = self.origin ?? now
         self.origin = origin
         let span = Int64(self.buckets.count)
-        let second = Int64((now - origin).components.seconds)
+        // Not before the first answer seen (an instant read before another thread's answer set the origin).
+        let second = max(0, Int64((now - origin).components.seconds))
         let slot = Int(second % span)
         if self.buckets[slot].second != second { self.buckets[slot] = Bucket(second: second) }
         if bad {

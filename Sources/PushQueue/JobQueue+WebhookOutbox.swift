@@ -258,16 +258,22 @@ extension JobQueue {
     /// wait for ever; `webhooks replay` enables the hook and sends them again.
     @discardableResult
     public func pruneWebhookDeliveries(olderThan retention: Duration, batchSize: Int = 5_000) async throws -> Int {
-        try await self.client.query(
+        // In batches; a lapsed `running` one too. Its month before the dead prune starts now.
+        _ = try await self.deleteInBatches(
+            of: batchSize,
             """
             UPDATE push.webhook_deliveries AS d
-               SET state = 'dead', locked_by = NULL, locked_until = NULL,
+               SET state = 'dead', locked_by = NULL, locked_until = NULL, created_at = now(),
                    last_error = 'its hook is disabled (' || coalesce(w.disabled_reason, 'no reason given')
                                 || '): webhooks replay enables it and sends this again'
               FROM push.webhooks AS w
-             WHERE d.webhook_id = w.id AND w.disabled_at IS NOT NULL AND d.state = 'pending'
-            """,
-            logger: self.logger
+             WHERE d.webhook_id = w.id AND w.disabled_at IS NOT NULL
+               AND d.id IN (SELECT r.id FROM push.webhook_deliveries AS r JOIN push.webhooks AS h ON h.id = r.webhook_id
+                             WHERE h.disabled_at IS NOT NULL
+                               AND (r.state = 'pending' OR (r.state = 'running' AND r.locked_until < now()))
+                             LIMIT \(batchSize) FOR UPDATE OF r SKIP LOCKED)
+            RETURNING d.id
+            """
         )
         let seconds = Double(retention.components.seconds)
         var total = 0

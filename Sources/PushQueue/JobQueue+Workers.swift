@@ -63,9 +63,13 @@ extension JobQueue {
 
     /// Marks this worker stopped on a clean stop (it holds no job); the row is kept as "last seen with
     /// these credentials" for ``deadLetterUnsignable(wait:)``.
-    public func deregister(workerID: String) async throws {
+    /// With `instance`, only this process's row: not one another process has since taken over.
+    public func deregister(workerID: String, instance: UUID? = nil) async throws {
         try await self.client.query(
-            "UPDATE push.workers SET stopped_at = now(), heartbeat_at = now() WHERE worker_id = \(workerID)",
+            """
+            UPDATE push.workers SET stopped_at = now(), heartbeat_at = now()
+             WHERE worker_id = \(workerID) AND (\(instance)::uuid IS NULL OR instance IS NULL OR instance = \(instance)::uuid)
+            """,
             logger: self.logger
         )
     }

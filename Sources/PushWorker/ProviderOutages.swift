@@ -1,3 +1,4 @@
+import Foundation
 import Logging
 import Metrics
 import PushCore
@@ -63,17 +64,27 @@ final class ProviderOutages: Sendable {
         let key = Key(job)
         let now = self.clock.now
         let serverError = status >= 500
-        // When the job's first attempt began, on this worker's clock: this attempt's start less the database's
-        // time from the first attempt to this claim.
-        let firstAttempt = job.firstAttemptAt.flatMap { first in
-            job.claimedAt.map { claimed in
-                attempt.outcome.attemptedAt - .milliseconds(Int64(max(0, claimed.timeIntervalSince(first)) * 1000))
+        // When the job's first attempt began, and when it was last due (after its previous attempt's answer), on
+        // this worker's clock: this attempt's start less the database's time from then to this claim.
+        func local(_ date: Date?) -> ContinuousClock.Instant? {
+            date.flatMap { date in
+                job.claimedAt.map { claimed in
+                    attempt.outcome.attemptedAt - .milliseconds(Int64(max(0, claimed.timeIntervalSince(date)) * 1000))
+                }
             }
         }
+        let firstAttempt = local(job.firstAttemptAt)
+        let due = local(job.runAt)
         // An answer read long after its request was written (this worker was frozen, or the answer sat unread)
         // says nothing of the provider now: a frozen worker's 200s, read after an outage began, must not vouch
         // for it. Its 5xx still counts.
-        if !serverError, (attempt.outcome.latencyMs ?? 0) > Self.staleAnswer { return attempt }
+        // The probe's own answer always counts, however slow (a provider coming back is often slow): dropped, the
+        // provider would stay down on this worker with its probe never ended.
+        if !serverError, (attempt.outcome.latencyMs ?? 0) > Self.staleAnswer,
+            !self.states.withLock({ $0[key]?.isProbe(job.id) ?? false })
+        {
+            return attempt
+        }
         let (change, wait) = self.states.withLock { states -> (ProviderHealth.Change?, Duration?) in
             let change = states[key, default: ProviderHealth()].record(
                 serverError: serverError,
@@ -88,7 +99,11 @@ final class ProviderOutages: Sendable {
             guard serverError, let health = states[key] else { return (change, nil) }
             // Down: back uncounted. Maybe down, and this 5xx would end the job: back uncounted, later.
             if health.isDown { return (change, ProviderHealth.firstProbe) }
-            if case .dead = attempt.decided.decision, health.mayBeDown(at: now, firstAttempt: firstAttempt) {
+            // For an hour from the job's first attempt at most: a job whose own request a quiet provider keeps
+            // answering 5xx is not sent for ever.
+            if case .dead = attempt.decided.decision, health.mayBeDown(at: now, since: due),
+                firstAttempt.map({ now - $0 < ProviderHealth.doubtfulSpan }) ?? true
+            {
                 return (change, ProviderHealth.doubtfulWait)
             }
             return (change, nil)
@@ -110,8 +125,10 @@ final class ProviderOutages: Sendable {
     private func recordQuota(_ attempt: JobProcessor.Attempt, at now: ContinuousClock.Instant) -> JobProcessor.Attempt {
         let job = attempt.job
         let targetQuota = attempt.decided.trapID == .fcmQuota && !attempt.decided.pausesCredential
+        // Counted by device token, not by job: twenty jobs of one hot device are one target over its rate.
+        let target = Int64(truncatingIfNeeded: (job.deviceToken ?? "\(job.id)").hashValue)
         let tipped = self.quotas.withLock { quotas in
-            quotas[job.credential, default: AnswerWindow()].record(bad: targetQuota, job: job.id, at: now)
+            quotas[job.credential, default: AnswerWindow()].record(bad: targetQuota, job: target, at: now)
         }
         guard targetQuota, tipped != nil else { return attempt }
         // Logged once per pause by the worker (``PushWorkerService/react(to:)``), as FCM asking it to wait.

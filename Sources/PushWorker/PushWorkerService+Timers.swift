@@ -68,6 +68,12 @@ extension PushWorkerService {
                         self.wake.signal()
                     }
                 }
+            } catch let inUse as WorkerIDInUse {
+                // Another process checked in under this id while this one was frozen or cut off longer than the
+                // stale period: it took this worker's jobs back. This one must not go on as a second holder.
+                self.state.withLock { $0.liveness.heartbeatFailed(connectionLost: false) }
+                self.logger.critical("\(inUse.description); this process stops")
+                if let refuse = self.configuration.onWorkerIDInUse { refuse(inUse.description) }
             } catch {
                 // A statement Postgres refused (a deadlock, say) is no outage; a lost connection is.
                 let connectionLost = !QueueError.isRefusedByServer(error)

@@ -257,6 +257,7 @@ public final class PushWorkerService: Service, Sendable {
         // Not while another live process heartbeats under this id: wait for its heartbeat to go stale (it was
         // this worker's previous life), or give up when it keeps beating (a second worker with the same id).
         var inUseSince: ContinuousClock.Instant?
+        var checkedIn = false
         while !self.isShuttingDown && !Task.isCancelled {
             do {
                 try await self.beat()
@@ -268,6 +269,7 @@ public final class PushWorkerService: Service, Sendable {
                         metadata: ["push.jobs": "\(reclaimed.count)"]
                     )
                 }
+                checkedIn = true
                 break
             } catch let inUse as WorkerIDInUse {
                 let since = inUseSince ?? self.clock.now
@@ -287,6 +289,12 @@ public final class PushWorkerService: Service, Sendable {
                 )
                 _ = await self.wake.wait(timeout: .seconds(1), clock: self.clock)
             }
+        }
+        // Stopped before it checked in (a signal while another process held this id): nothing of this worker's
+        // ran, and nothing of the other's (its row, its webhook deliveries) is touched.
+        guard checkedIn else {
+            self.logger.info("worker stopped before it checked in", metadata: ["push.worker": "\(id)"])
+            return
         }
         // A failover's switch to the new primary: first return the claims the old primary committed while their
         // answer was lost (this worker does not hold them), before any claim of its own goes there.
@@ -356,7 +364,7 @@ public final class PushWorkerService: Service, Sendable {
             background.cancelAll()
         }
         if self.recorder.pending == 0 {
-            try? await self.queue.deregister(workerID: id)
+            try? await self.queue.deregister(workerID: id, instance: self.instance)
         }
         self.logger.info("worker stopped", metadata: ["push.worker": "\(id)"])
     }

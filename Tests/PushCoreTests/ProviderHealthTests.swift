@@ -138,9 +138,9 @@ struct ProviderHealthTests {
         #expect(!health.mayBeDown(at: self.at(5_000)))
         _ = health.record(serverError: true, job: 99, at: self.at(10_040))
         #expect(health.mayBeDown(at: self.at(10_041)), "no answer but 5xx for a window")
-        // Known when the job's first attempt began: answered since (its own failure), or not (maybe down).
-        #expect(!health.mayBeDown(at: self.at(10_041), firstAttempt: self.at(30)))
-        #expect(health.mayBeDown(at: self.at(10_041), firstAttempt: self.at(50)))
+        // Known since when the job was due again: answered since (its own failure), or not (maybe down).
+        #expect(!health.mayBeDown(at: self.at(10_041), since: self.at(30)))
+        #expect(health.mayBeDown(at: self.at(10_041), since: self.at(50)))
     }
 
     @Test("a busy drain's successes do not outvote an outage that began this second")

@@ -8,10 +8,17 @@ public enum WebhookPolicy {
     public static func displayURL(_ url: String) -> String {
         var shown = url
         if let scheme = url.range(of: "://") {
-            let rest = url[scheme.upperBound...]
+            var rest = url[scheme.upperBound...]
+            // User info may hold '/', '?' or '#' (the schema only checks the start): any '@' before the query
+            // ends it, so a password never shows (a path with an '@' in it is shown from there).
+            let beforeQuery = rest[..<(rest.firstIndex { "?#".contains($0) } ?? rest.endIndex)]
+            var userInfo = false
+            if let at = beforeQuery.lastIndex(of: "@") {
+                rest = rest[rest.index(after: at)...]
+                userInfo = true
+            }
             let authorityEnd = rest.firstIndex { "/?#".contains($0) } ?? rest.endIndex
-            var authority = String(rest[..<authorityEnd])
-            if let at = authority.lastIndex(of: "@") { authority = "…@" + authority[authority.index(after: at)...] }
+            let authority = (userInfo ? "…@" : "") + rest[..<authorityEnd]
             let tail = rest[authorityEnd...]
             let pathEnd = tail.firstIndex { "?#".contains($0) } ?? tail.endIndex
             shown =

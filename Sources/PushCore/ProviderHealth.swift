@@ -35,6 +35,8 @@ public struct ProviderHealth: Sendable {
     private var probe: Int64?
     /// When an answer other than a 5xx last came back (the provider works).
     private var lastAnswered: ContinuousClock.Instant?
+    /// The last 5xx answers (when, and to which job), newest last, at most 16.
+    private var failures: [(at: ContinuousClock.Instant, job: Int64)] = []
 
     public init() {}
 
@@ -42,8 +44,9 @@ public struct ProviderHealth: Sendable {
     public var isDown: Bool { self.downSince != nil }
 
     /// Whether the provider may be down though the rule has not said so, for a job due again `since` (after
-    /// its previous attempt's answer): at least a quarter of the last 20 answers were 5xx, or nothing but 5xx
-    /// has come back since (for a window, when that is not known). Each worker judges alone: in an
+    /// its previous attempt's answer): at least a quarter of the last 20 answers were 5xx, or since then only
+    /// 5xx came back and at least three distinct jobs met one within the window (one or two jobs failing alone
+    /// in a quiet queue are their own failures; when `since` is not known, nothing but 5xx for a window). Each worker judges alone: in an
     /// outage's first moments a job may meet a counted 5xx at each worker before each has seen enough, and a
     /// quiet queue has too few jobs to judge by. A 5xx that would end a job then sends it back uncounted
     /// instead; one that leaves it attempts follows the stretch. A job whose 5xx came while others were
@@ -51,7 +54,10 @@ public struct ProviderHealth: Sendable {
     public func mayBeDown(at now: ContinuousClock.Instant, since: ContinuousClock.Instant? = nil) -> Bool {
         if self.isDown || self.window.recentBad * 4 >= Self.minimumAnswers { return true }
         guard let answered = self.lastAnswered else { return true }
-        if let since { return answered < since }
+        if let since {
+            guard answered < since else { return false }
+            return Set(self.failures.filter { now - $0.at < Self.window }.map(\.job)).count >= 3
+        }
         return now - answered >= Self.window
     }
 
@@ -71,6 +77,10 @@ public struct ProviderHealth: Sendable {
         at now: ContinuousClock.Instant
     ) -> Change? {
         if !serverError { self.lastAnswered = now }
+        if serverError {
+            if self.failures.count == 16 { self.failures.removeFirst() }
+            self.failures.append((now, job))
+        }
         if let since = self.downSince {
             // Only the probe's answer decides: a request written before the outage was seen (a frozen worker's,
             // one answered late) may come back 200 while the provider is still down.

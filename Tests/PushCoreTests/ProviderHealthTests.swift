@@ -138,9 +138,14 @@ struct ProviderHealthTests {
         #expect(!health.mayBeDown(at: self.at(5_000)))
         _ = health.record(serverError: true, job: 99, at: self.at(10_040))
         #expect(health.mayBeDown(at: self.at(10_041)), "no answer but 5xx for a window")
-        // Known since when the job was due again: answered since (its own failure), or not (maybe down).
+        // Known since when the job was due again: answered since (its own failure); or not, and only this job
+        // failed since (its own failure in a quiet queue); or not, and three distinct jobs failed (maybe down).
         #expect(!health.mayBeDown(at: self.at(10_041), since: self.at(30)))
-        #expect(health.mayBeDown(at: self.at(10_041), since: self.at(50)))
+        #expect(!health.mayBeDown(at: self.at(10_041), since: self.at(50)))
+        _ = health.record(serverError: true, job: 100, at: self.at(10_050))
+        #expect(!health.mayBeDown(at: self.at(10_051), since: self.at(50)), "two jobs")
+        _ = health.record(serverError: true, job: 101, at: self.at(10_060))
+        #expect(health.mayBeDown(at: self.at(10_061), since: self.at(50)), "three jobs, nothing else answered")
     }
 
     @Test("a busy drain's successes do not outvote an outage that began this second")

@@ -13,11 +13,13 @@ extension APNsSimulator {
     ) -> SimulatorAnswer {
         let method = headers.first(name: ":method") ?? ""
         let path = headers.first(name: ":path") ?? ""
-        if path != Self.fcmTokenPath, let outage = self.state.withLock({ $0.outage }) {
-            let internalError = outage == 500
+        if path != Self.fcmTokenPath, let outage = self.state.withLock({ $0.outage }),
+            outage.share >= 1 || Double.random(in: 0..<1) < outage.share
+        {
+            let internalError = outage.status == 500
             return Self.isFCM(path)
-                ? Self.fcmError(outage, internalError ? "INTERNAL" : "UNAVAILABLE")
-                : .error(outage, internalError ? "InternalServerError" : "ServiceUnavailable")
+                ? Self.fcmError(outage.status, internalError ? "INTERNAL" : "UNAVAILABLE")
+                : .error(outage.status, internalError ? "InternalServerError" : "ServiceUnavailable")
         }
         if Self.isFCM(path) {
             let answer = self.fcmAnswer(headers: headers, body: body, path: path)

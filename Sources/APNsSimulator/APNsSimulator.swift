@@ -156,11 +156,11 @@ public final class APNsSimulator: Sendable {
         self.state.withLock { $0.refusedKeys[keyID] = reason }
     }
 
-    /// Answers every send (APNs' and FCM's, not the token endpoint) with `status` (500 or 503, Apple's
-    /// `InternalServerError` / `ServiceUnavailable`, FCM's `INTERNAL` / `UNAVAILABLE`) until called with `nil`: a
-    /// regional outage and its end.
-    public func setOutage(_ status: Int?) {
-        self.state.withLock { $0.outage = status }
+    /// Answers every send (APNs' and FCM's, not the token endpoint), or the given share of them at random, with
+    /// `status` (500 or 503, Apple's `InternalServerError` / `ServiceUnavailable`, FCM's `INTERNAL` /
+    /// `UNAVAILABLE`) until called with `nil`: a regional outage, or a brownout, and its end.
+    public func setOutage(_ status: Int?, share: Double = 1) {
+        self.state.withLock { $0.outage = status.map { ($0, share) } }
     }
 
     /// The most streams open at once since the last ``resetStreamHighWater()``.

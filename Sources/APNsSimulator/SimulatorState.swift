@@ -51,8 +51,8 @@ struct SimulatorState {
     var channels: [String: [String: Int]] = [:]
     /// Key ids whose provider tokens are refused now, with the reason (a revoked or misconfigured key).
     var refusedKeys: [String: String] = [:]
-    /// Every send answered with this 5xx status (a regional outage), until lifted.
-    var outage: Int?
+    /// Sends answered with this 5xx status (a regional outage: all of them; a brownout: a share), until lifted.
+    var outage: (status: Int, share: Double)?
     /// Per connection: the provider certificate it presented in TLS (`nil` inside: none).
     var clientCertificates: [Int: ProviderCertificateInfo?] = [:]
     /// FCM: access tokens granted (client email, project, expiry in seconds since the epoch), accounts whose

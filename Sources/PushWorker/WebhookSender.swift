@@ -216,15 +216,28 @@ final class WebhookSender: Sendable {
                 )
             )
         }
+        // Any row of push.webhooks can name any path: the delivery's error says the same whatever is wrong (no
+        // existence or mode oracle for files the worker can see); the worker's own log says what.
+        let unusable =
+            "the secret file \(delivery.secretFile) cannot be used: it must be a regular, non-empty file of at most 4 KB, owned by the worker's user and readable by it alone (chmod 600); the worker's log says which of these fails"
         let secret: Data
         switch SecretFile.read(delivery.secretFile, policy: .privateKey, maxBytes: 4_096) {
         case .success(let bytes): secret = Data(bytes)
-        case .failure(let failure): return retry(nil, "the secret file \(delivery.secretFile) \(failure.sentence)")
+        case .failure(let failure):
+            self.logger.warning(
+                "webhook secret file \(HumanText.escaped(delivery.secretFile, for: .logLine)) \(failure.sentence)",
+                metadata: ["push.webhook": "\(delivery.webhookID)"]
+            )
+            return retry(nil, unusable)
         }
         let body = Array(delivery.body.utf8)
         let timestamp = Int64(Date().timeIntervalSince1970)
         guard let signature = WebhookSignature.value(body: body, timestamp: timestamp, secretFileContent: secret) else {
-            return retry(nil, "the secret file \(delivery.secretFile) is empty: write the hook's secret into it")
+            self.logger.warning(
+                "webhook secret file \(HumanText.escaped(delivery.secretFile, for: .logLine)) is empty",
+                metadata: ["push.webhook": "\(delivery.webhookID)"]
+            )
+            return retry(nil, unusable)
         }
         let headers = [
             (WebhookSignature.header, signature),

@@ -110,6 +110,36 @@ struct OutageBenchmark: AsyncParsableCommand {
                 worker.signal(SIGKILL)
                 _ = worker.wait()
 
+                // 1b. FCM answers half of its requests 503 (a brownout) for `outage` seconds; Android jobs,
+                // priorities 10 and 5.
+                try await reset()
+                simulator.setOutage(503, share: 0.5)
+                try await client.query(
+                    """
+                    INSERT INTO push.jobs (platform, topic, device_token, payload, priority)
+                    SELECT 'fcm', 'com.example.app', 'brown' || g || ':APA91b', '{"data":{"a":"b"}}',
+                           CASE WHEN g % 2 = 0 THEN 10 ELSE 5 END
+                      FROM generate_series(1, \(Int64(jobs))) AS g
+                    """,
+                    logger: logger
+                )
+                worker = try startWorker("brownout")
+                try await Task.sleep(for: .seconds(outage))
+                simulator.setOutage(nil)
+                let brownStart = clock.now
+                while try await count("SELECT count(*) FROM push.jobs WHERE state IN ('pending', 'running')") > 0,
+                    clock.now - brownStart < .seconds(120)
+                {
+                    try await Task.sleep(for: .milliseconds(250))
+                }
+                let dead10 = try await count("SELECT count(*) FROM push.dead_jobs WHERE priority = 10")
+                let dead5 = try await count("SELECT count(*) FROM push.dead_jobs WHERE priority = 5")
+                print(
+                    "FCM 503 to half of its requests for \(outage) s, \(jobs) Android jobs: \(dead10) of \(jobs / 2) priority-10 and \(dead5) of \(jobs / 2) priority-5 jobs dead; \(try await count("SELECT count(*) FROM push.jobs WHERE state = 'delivered'")) delivered; \(simulator.requests.count) requests"
+                )
+                worker.signal(SIGKILL)
+                _ = worker.wait()
+
                 /// The time `neighbours` Android jobs of the credential take beside one bad job, sent first.
                 func beside(_ token: String, _ what: String) async throws {
                     try await reset()

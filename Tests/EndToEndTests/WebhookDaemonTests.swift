@@ -212,6 +212,43 @@ struct WebhookDaemonTests {
     }
 
     @Test(
+        "a hook's secret_file names a missing file or a world-readable one: the delivery's error is the same sentence for both (no existence or mode oracle), the worker's log says which"
+    )
+    func secretFileErrorsSayNothingOfTheFile() async throws {
+        try await DaemonFixture.run { f in
+            let open = f.directory + "/open.secret"
+            try "whsec_open\n".write(toFile: open, atomically: true, encoding: .utf8)
+            chmod(open, 0o644)
+            try await f.db.execute(
+                """
+                INSERT INTO push.webhooks (url, events, secret_file) VALUES
+                    ('https://hooks.example.com/a', '{dead}', '/nonexistent/push/hook.secret'),
+                    ('https://hooks.example.com/b', '{dead}', '\(open)')
+                """
+            )
+            let gone = DaemonFixture.token(0xdead)
+            f.simulator.script(gone, .respond(status: 410, reason: "Unregistered"))
+            try await f.db.execute(
+                "INSERT INTO push.jobs (topic, device_token, payload) VALUES ('com.example.app', '\(gone)', '{\"aps\":{\"alert\":\"hi\"}}')"
+            )
+            let worker = try f.startWorker("secrets", ["--log-level", "warning"])
+            defer {
+                worker.signal(SIGKILL)
+                worker.reap()
+            }
+            try await f.waitUntil(.seconds(60), "both deliveries tried") {
+                try await f.db.int64("SELECT count(*) FROM push.webhook_deliveries WHERE last_error IS NOT NULL") == 2
+            }
+            let errors = try await f.db.client.query(
+                "SELECT replace(replace(last_error, '/nonexistent/push/hook.secret', 'F'), \(open), 'F') FROM push.webhook_deliveries ORDER BY webhook_id"
+            ).decode(String.self).collect()
+            #expect(errors.count == 2 && errors[0] == errors[1], "\(errors)")
+            #expect(errors.allSatisfy { $0.contains("chmod 600") && !$0.contains("exist") }, "\(errors)")
+            #expect(worker.output.contains("webhook secret file"), "the log says which: \(worker.output.suffix(1500))")
+        }
+    }
+
+    @Test(
         "kill -9 with deliveries in flight: none lost, a delivery taken twice only when it was in flight at the death, with the same Push-Delivery-Id"
     )
     func killWithDeliveriesInFlight() async throws {

@@ -45,8 +45,10 @@ public struct ProviderHealth: Sendable {
 
     /// Whether the provider may be down though the rule has not said so, for a job due again `since` (after
     /// its previous attempt's answer): at least a quarter of the last 20 answers were 5xx, or since then only
-    /// 5xx came back and at least three distinct jobs met one within the window (one or two jobs failing alone
-    /// in a quiet queue are their own failures; when `since` is not known, nothing but 5xx for a window). Each worker judges alone: in an
+    /// 5xx came back and either at least three distinct jobs met one within the window or nothing else has been
+    /// heard for a window (a worker let go after a freeze knows nothing current); one or two jobs failing alone
+    /// just after others were answered are their own failures. When `since` is not known: nothing but 5xx for
+    /// a window. Each worker judges alone: in an
     /// outage's first moments a job may meet a counted 5xx at each worker before each has seen enough, and a
     /// quiet queue has too few jobs to judge by. A 5xx that would end a job then sends it back uncounted
     /// instead; one that leaves it attempts follows the stretch. A job whose 5xx came while others were
@@ -56,7 +58,10 @@ public struct ProviderHealth: Sendable {
         guard let answered = self.lastAnswered else { return true }
         if let since {
             guard answered < since else { return false }
-            return Set(self.failures.filter { now - $0.at < Self.window }.map(\.job)).count >= 3
+            // This worker has heard nothing else from the provider for a window (it was frozen, or the queue is
+            // quiet), or several jobs are failing now.
+            return now - answered >= Self.window
+                || Set(self.failures.filter { now - $0.at < Self.window }.map(\.job)).count >= 3
         }
         return now - answered >= Self.window
     }

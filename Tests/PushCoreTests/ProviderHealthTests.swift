@@ -139,13 +139,22 @@ struct ProviderHealthTests {
         _ = health.record(serverError: true, job: 99, at: self.at(10_040))
         #expect(health.mayBeDown(at: self.at(10_041)), "no answer but 5xx for a window")
         // Known since when the job was due again: answered since (its own failure); or not, and only this job
-        // failed since (its own failure in a quiet queue); or not, and three distinct jobs failed (maybe down).
-        #expect(!health.mayBeDown(at: self.at(10_041), since: self.at(30)))
-        #expect(!health.mayBeDown(at: self.at(10_041), since: self.at(50)))
-        _ = health.record(serverError: true, job: 100, at: self.at(10_050))
-        #expect(!health.mayBeDown(at: self.at(10_051), since: self.at(50)), "two jobs")
-        _ = health.record(serverError: true, job: 101, at: self.at(10_060))
-        #expect(health.mayBeDown(at: self.at(10_061), since: self.at(50)), "three jobs, nothing else answered")
+        // failed, just after others were answered (its own failure in a quiet queue); or not, and three distinct
+        // jobs failed (maybe down); or nothing else heard for a window (a worker let go after a freeze).
+        var quiet = ProviderHealth()
+        for job in 0..<20 { _ = quiet.record(serverError: false, job: Int64(job), at: self.at(job)) }
+        _ = quiet.record(serverError: true, job: 99, at: self.at(5_000))
+        _ = quiet.record(serverError: true, job: 99, at: self.at(8_000))
+        #expect(!quiet.mayBeDown(at: self.at(8_001), since: self.at(10)), "answered since it was due")
+        #expect(!quiet.mayBeDown(at: self.at(8_001), since: self.at(50)), "one job, others answered 8 s ago")
+        _ = quiet.record(serverError: true, job: 100, at: self.at(8_050))
+        #expect(!quiet.mayBeDown(at: self.at(8_051), since: self.at(50)), "two jobs")
+        _ = quiet.record(serverError: true, job: 101, at: self.at(8_060))
+        #expect(quiet.mayBeDown(at: self.at(8_061), since: self.at(50)), "three jobs, nothing else answered")
+        var thawed = ProviderHealth()
+        _ = thawed.record(serverError: false, job: 1, at: self.at(0))
+        _ = thawed.record(serverError: true, job: 2, at: self.at(12_000))
+        #expect(thawed.mayBeDown(at: self.at(12_001), since: self.at(11_000)), "nothing else heard for a window")
     }
 
     @Test("a busy drain's successes do not outvote an outage that began this second")

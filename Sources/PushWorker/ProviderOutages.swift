@@ -64,28 +64,13 @@ final class ProviderOutages: Sendable {
         let key = Key(job)
         let now = self.clock.now
         let serverError = status >= 500
-        // When the job's first attempt began, and when it was last due (after its previous attempt's answer), on
-        // this worker's clock: this attempt's start less the database's time from then to this claim.
-        func local(_ date: Date?) -> ContinuousClock.Instant? {
-            date.flatMap { date in
-                job.claimedAt.map { claimed in
-                    attempt.outcome.attemptedAt - .milliseconds(Int64(max(0, claimed.timeIntervalSince(date)) * 1000))
-                }
-            }
-        }
-        let firstAttempt = local(job.firstAttemptAt)
-        let due = local(job.runAt)
         // An answer read long after its request was written (this worker was frozen, or the answer sat unread)
         // says nothing of the provider now: a frozen worker's 200s, read after an outage began, must not vouch
-        // for it. Its 5xx still counts.
-        // The probe's own answer always counts, however slow (a provider coming back is often slow): dropped, the
-        // provider would stay down on this worker with its probe never ended.
-        if !serverError, (attempt.outcome.latencyMs ?? 0) > Self.staleAnswer,
-            !self.states.withLock({ $0[key]?.isProbe(job.id) ?? false })
-        {
-            return attempt
-        }
-        let (change, wait) = self.states.withLock { states -> (ProviderHealth.Change?, Duration?) in
+        // for it. Its 5xx still counts, and so does the probe's answer, however slow (a provider coming back is
+        // often slow): dropped, the provider would stay down on this worker with its probe never ended.
+        let stale = !serverError && (attempt.outcome.latencyMs ?? 0) > Self.staleAnswer
+        let (counted, change, wait) = self.states.withLock { states -> (Bool, ProviderHealth.Change?, Duration?) in
+            if stale && states[key]?.isProbe(job.id) != true { return (false, nil, nil) }
             let change = states[key, default: ProviderHealth()].record(
                 serverError: serverError,
                 job: job.id,
@@ -96,28 +81,49 @@ final class ProviderOutages: Sendable {
             case .up: self.anyDown.subtract(1, ordering: .relaxed)
             case nil: break
             }
-            guard serverError, let health = states[key] else { return (change, nil) }
+            guard serverError, let health = states[key] else { return (true, change, nil) }
             // Down: back uncounted. Maybe down, and this 5xx would end the job: back uncounted, later.
-            if health.isDown { return (change, ProviderHealth.firstProbe) }
-            // For an hour from the job's first attempt at most: a job whose own request a quiet provider keeps
-            // answering 5xx is not sent for ever.
-            if case .dead = attempt.decided.decision, health.mayBeDown(at: now, since: due),
-                firstAttempt.map({ now - $0 < ProviderHealth.doubtfulSpan }) ?? true
+            if health.isDown { return (true, change, ProviderHealth.firstProbe) }
+            guard case .dead = attempt.decided.decision else { return (true, change, nil) }
+            // Since when it was due again (after its previous attempt's answer); for an hour from its first
+            // attempt at most: a job whose own request a quiet provider keeps answering 5xx is not sent for ever.
+            if health.mayBeDown(at: now, since: Self.local(job.runAt, of: attempt)),
+                Self.local(job.firstAttemptAt, of: attempt).map({ now - $0 < ProviderHealth.doubtfulSpan }) ?? true
             {
-                return (change, ProviderHealth.doubtfulWait)
+                return (true, change, ProviderHealth.doubtfulWait)
             }
-            return (change, nil)
+            return (true, change, nil)
         }
+        guard counted else { return attempt }
         if let change { self.changed(key, change) }
-        guard let wait else {
-            return job.platform == .fcm ? self.recordQuota(attempt, at: now) : attempt
-        }
+        if let wait { return Self.requeued(attempt, after: wait) }
+        return job.platform == .fcm ? self.recordQuota(attempt, at: now) : attempt
+    }
+
+    /// A database instant of `attempt`'s job on this worker's clock: the attempt's start less the database's
+    /// time from then to the claim.
+    private static func local(_ date: Date?, of attempt: JobProcessor.Attempt) -> ContinuousClock.Instant? {
+        guard let date, let claimed = attempt.job.claimedAt else { return nil }
+        return attempt.outcome.attemptedAt - .milliseconds(Int64(max(0, claimed.timeIntervalSince(date)) * 1000))
+    }
+
+    /// `attempt` sent back to pending after `wait` without using an attempt (its history keeps the answer);
+    /// with `pausing`, its credential waits as long.
+    private static func requeued(
+        _ attempt: JobProcessor.Attempt,
+        after wait: Duration,
+        pausing: Bool = false
+    ) -> JobProcessor.Attempt {
         var decided = attempt.decided
         decided.decision = .requeue(after: wait)
         decided.unknownReason = false
+        if pausing {
+            decided.pausesCredential = true
+            decided.pauseLength = wait
+        }
         var outcome = attempt.outcome
         outcome.disposition = decided.decision
-        return JobProcessor.Attempt(job: job, outcome: outcome, decided: decided)
+        return JobProcessor.Attempt(job: attempt.job, outcome: outcome, decided: decided)
     }
 
     /// An FCM answer counted for its credential's quota: a target's `QUOTA_EXCEEDED` for many distinct tokens
@@ -132,13 +138,7 @@ final class ProviderOutages: Sendable {
         }
         guard targetQuota, tipped != nil else { return attempt }
         // Logged once per pause by the worker (``PushWorkerService/react(to:)``), as FCM asking it to wait.
-        var decided = attempt.decided
-        decided.decision = .requeue(after: FCMReason.quotaWait)
-        decided.pausesCredential = true
-        decided.pauseLength = FCMReason.quotaWait
-        var outcome = attempt.outcome
-        outcome.disposition = decided.decision
-        return JobProcessor.Attempt(job: job, outcome: outcome, decided: decided)
+        return Self.requeued(attempt, after: FCMReason.quotaWait, pausing: true)
     }
 
     /// Asked just before a request is written: false (withdraw it, unsent and uncounted) while its provider is

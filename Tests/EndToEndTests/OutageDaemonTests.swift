@@ -65,6 +65,8 @@ struct OutageDaemonTests {
             )
             #expect(worker.output.contains("answers again after"), "\(worker.output.suffix(2000))")
             let (_, after) = try await f.get(worker, "/metrics")
+            // Every job in a named state, none running, one apns-id each, no 200 answered twice.
+            _ = try await FaultTests.assertInvariants(f, jobs: 1000, diedWorkers: [])
             #expect(
                 after.split(separator: "\n").contains {
                     $0.hasPrefix("push_provider_down{platform=\"apns\"") && ($0.hasSuffix(" 0") || $0.hasSuffix(" 0.0"))
@@ -101,6 +103,7 @@ struct OutageDaemonTests {
                 "its own 5xx used its attempts"
             )
             #expect(!worker.output.contains("is down:"))
+            _ = try await FaultTests.assertInvariants(f, jobs: 300, diedWorkers: [])
         }
     }
 }

@@ -171,10 +171,7 @@ final class ProviderOutages: Sendable {
     private func changed(_ key: Key, _ change: ProviderHealth.Change) {
         let gauge = self.gauges.withLock { gauges in
             if let gauge = gauges[key] { return gauge }
-            let gauge = Gauge(
-                label: "push_provider_down",
-                dimensions: [("platform", key.platform.rawValue), ("scope", key.scope)]
-            )
+            let gauge = WorkerMetrics.providerDown(platform: key.platform, scope: key.scope)
             gauges[key] = gauge
             return gauge
         }

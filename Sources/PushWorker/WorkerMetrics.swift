@@ -23,6 +23,11 @@ public struct WorkerMetrics: Sendable {
     let connections = Gauge(label: "push_apns_connections")
     let jwtMints = Gauge(label: "push_jwt_mints")
     let pausedCredentials = Gauge(label: "push_paused_credentials")
+    /// `push_provider_down{platform,scope}`: 1 while this worker takes an APNs environment or an FCM
+    /// credential for down (``ProviderOutages``), 0 once it answers again; made on the first change.
+    static func providerDown(platform: Platform, scope: String) -> Gauge {
+        Gauge(label: "push_provider_down", dimensions: [("platform", platform.rawValue), ("scope", scope)])
+    }
     /// 1 while ``PushWorkerService/isReady``, 0 otherwise: `sum(push_worker_ready) == 0` means no worker
     /// is taking jobs.
     let ready = Gauge(label: "push_worker_ready")

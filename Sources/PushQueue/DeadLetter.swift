@@ -71,7 +71,7 @@ public struct DeadLetterFilter: Sendable, Hashable {
 public struct ReplayResult: Sendable, Hashable {
     /// One job moved back to `push.jobs`.
     public struct Moved: Sendable, Hashable {
-        /// The job id (kept).
+        /// The dead letter's id.
         public var id: Int64
         /// The `apns_id` it will be sent with: the original, or a fresh one with `--new-apns-id`.
         public var apnsID: UUID
@@ -79,6 +79,12 @@ public struct ReplayResult: Sendable, Hashable {
         public var reason: String
         /// Its `expires_at` has passed (and no new one was given): it will die `Expired` again at once.
         public var expired: Bool = false
+        /// The id it is queued under in `push.jobs` (`nil` for a dry run): its own, unless ``renumbered``.
+        public var queuedAs: Int64? = nil
+        /// A keyed job whose key has a *revived* job above its id (`jobs revive` of an older state after this
+        /// one died): it is queued under a new id above it, so that latest-wins sends this newer state last.
+        /// A truly newer job of its key keeps it at its id, where the claim supersedes it.
+        public var renumbered: Bool = false
     }
 
     /// A dead letter left where it is because it breaks a rule the schema checks at INSERT.

@@ -46,14 +46,33 @@ extension QueueOperations {
             push.broken_rule(j.platform, j.environment, j.topic, j.device_token, j.channel_id, j.payload, j.push_type, j.priority,
                              j.collapse_id, j.credential, now(), coalesce(\(newExpiry), j.expires_at))
             """
+        // A keyed dead letter whose key has a job above its id that carries an older state (a superseded job
+        // revived after this one died, or replayed before it) and none that carries a newer one goes out under
+        // a new id above them: latest-wins orders by id, and this is the newest state that can still arrive.
+        // The state a job carries is as old as the oldest id in its history (`previous_id` of a revive or of a
+        // renumbered replay).
+        let renumber = """
+            (j.coalesce_key IS NOT NULL AND EXISTS (
+                SELECT 1 FROM push.jobs AS n
+                 WHERE n.coalesce_key = j.coalesce_key AND n.topic = j.topic AND n.environment = j.environment
+                   AND n.id > j.id AND n.state IN ('pending', 'running', 'delivered'))
+             AND NOT EXISTS (
+                SELECT 1 FROM push.jobs AS n
+                 WHERE n.coalesce_key = j.coalesce_key AND n.topic = j.topic AND n.environment = j.environment
+                   AND n.id > j.id AND n.state IN ('pending', 'running', 'delivered')
+                   AND coalesce((SELECT min((e->>'previous_id')::bigint) FROM jsonb_array_elements(n.history) AS e
+                                  WHERE e->>'outcome' IN ('revived', 'replayed') AND e ? 'previous_id'), n.id) > j.id))
+            """
         // Two dead letters sharing an apns_id (from before apns_ids were kept unique): the first moves, the
         // others are reported as conflicts.
         let duplicate = "(NOT \(newAPNsID) AND row_number() OVER (PARTITION BY apns_id ORDER BY id) > 1)"
         let sql: String
         if dryRun {
             sql = """
-                SELECT id, apns_id, reason, conflicted OR \(duplicate), coalesce(\(newExpiry), expires_at) < now(), broken
-                  FROM (SELECT j.id, j.apns_id, j.reason, j.expires_at, \(conflict) AS conflicted, \(broken) AS broken
+                SELECT id, apns_id, reason, conflicted OR \(duplicate), coalesce(\(newExpiry), expires_at) < now(), broken,
+                       NULL::bigint, renumber
+                  FROM (SELECT j.id, j.apns_id, j.reason, j.expires_at, \(conflict) AS conflicted, \(broken) AS broken,
+                               \(renumber) AS renumber
                           FROM push.dead_jobs AS j
                          WHERE \(condition) ORDER BY j.id LIMIT \(max(filter.limit, 0))) AS c
                  ORDER BY id
@@ -61,11 +80,12 @@ extension QueueOperations {
         } else {
             sql = """
                 WITH candidates AS MATERIALIZED (
-                    SELECT j.id, j.apns_id, \(conflict) AS conflicted, \(broken) AS broken FROM push.dead_jobs AS j
+                    SELECT j.id, j.apns_id, \(conflict) AS conflicted, \(broken) AS broken, \(renumber) AS renumber
+                      FROM push.dead_jobs AS j
                      WHERE \(condition) ORDER BY j.id LIMIT \(max(filter.limit, 0))
                      FOR UPDATE OF j SKIP LOCKED
                 ), ranked AS (
-                    SELECT id, conflicted OR \(duplicate) AS conflicted, broken FROM candidates
+                    SELECT id, conflicted OR \(duplicate) AS conflicted, broken, renumber FROM candidates
                 ), moved AS (
                     DELETE FROM push.dead_jobs AS d USING ranked AS c
                      WHERE d.id = c.id AND NOT c.conflicted AND c.broken IS NULL
@@ -78,21 +98,27 @@ extension QueueOperations {
                         collapse_id, expires_at, run_at, apns_id, max_attempts, created_at, history, deliver_once,
                         coalesce_key, platform, traceparent, trace_first_span)
                     OVERRIDING SYSTEM VALUE
-                    SELECT id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
+                    -- In id order, so that renumbered jobs of one key keep their order (nextval is volatile:
+                    -- evaluated after the sort).
+                    SELECT CASE WHEN c.renumber THEN nextval(pg_get_serial_sequence('push.jobs', 'id')) ELSE m.id END,
+                           topic, device_token, channel_id, payload, push_type, priority, environment, credential,
                            collapse_id, coalesce(\(newExpiry), expires_at), now(),
                            CASE WHEN \(newAPNsID) THEN gen_random_uuid() ELSE apns_id END,
                            max_attempts, created_at,
                            history || jsonb_build_array(jsonb_build_object(
                                'outcome', 'replayed', 'at', now(), 'dead_reason', reason,
-                               'previous_apns_id', apns_id, 'attempts_before', attempts)),
+                               'previous_apns_id', apns_id, 'attempts_before', attempts)
+                               || CASE WHEN c.renumber THEN jsonb_build_object('previous_id', m.id) ELSE '{}' END),
                            deliver_once, coalesce_key, platform, traceparent, trace_first_span
-                      FROM moved
-                    RETURNING id, apns_id, expires_at < now() AS expired
+                      FROM moved AS m JOIN ranked AS c USING (id)
+                     ORDER BY m.id
+                    RETURNING id, coalesce((history->-1->>'previous_id')::bigint, id) AS dead_id, apns_id,
+                              expires_at < now() AS expired
                 )
-                SELECT i.id, i.apns_id, m.reason, false, i.expired, NULL::text
-                  FROM inserted AS i JOIN moved AS m USING (id)
+                SELECT m.id, i.apns_id, m.reason, false, i.expired, NULL::text, i.id, i.id <> m.id
+                  FROM inserted AS i JOIN moved AS m ON m.id = i.dead_id
                 UNION ALL
-                SELECT c.id, NULL, NULL, c.conflicted, NULL, c.broken FROM ranked AS c
+                SELECT c.id, NULL, NULL, c.conflicted, NULL, c.broken, NULL, false FROM ranked AS c
                  WHERE c.conflicted OR c.broken IS NOT NULL
                 """
         }
@@ -104,9 +130,9 @@ extension QueueOperations {
             if !dryRun {
                 try await connection.query("SELECT set_config('push.internal_insert', 'on', true)", logger: logger)
             }
-            var results: [(Int64, UUID?, String?, Bool, Bool?, String?)] = []
+            var results: [(Int64, UUID?, String?, Bool, Bool?, String?, Int64?, Bool)] = []
             for try await row in try await connection.query(query, logger: logger)
-                .decode((Int64, UUID?, String?, Bool, Bool?, String?).self)
+                .decode((Int64, UUID?, String?, Bool, Bool?, String?, Int64?, Bool).self)
             {
                 results.append(row)
             }
@@ -115,13 +141,22 @@ extension QueueOperations {
         var moved: [ReplayResult.Moved] = []
         var skipped: [Int64] = []
         var invalid: [ReplayResult.Invalid] = []
-        for (id, apnsID, reason, conflicted, expired, broken) in results {
+        for (id, apnsID, reason, conflicted, expired, broken, queuedAs, renumbered) in results {
             if let broken {
                 invalid.append(.init(id: id, rule: broken))
             } else if conflicted {
                 skipped.append(id)
             } else if let apnsID {
-                moved.append(.init(id: id, apnsID: apnsID, reason: reason ?? "", expired: expired ?? false))
+                moved.append(
+                    .init(
+                        id: id,
+                        apnsID: apnsID,
+                        reason: reason ?? "",
+                        expired: expired ?? false,
+                        queuedAs: queuedAs,
+                        renumbered: renumbered
+                    )
+                )
             }
         }
         return ReplayResult(

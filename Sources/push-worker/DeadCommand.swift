@@ -125,7 +125,9 @@ struct DeadCommand: AsyncParsableCommand {
             discussion: """
                 Select by ids, by filters, or everything with --all. A dead letter whose id or apns_id is \
                 already in push.jobs (re-enqueued by a producer) is skipped and stays here; --new-apns-id sends \
-                it as a new notification. Fix the cause first: a token APNs called Unregistered stays dead.
+                it as a new notification. A keyed job (coalesce_key) whose key has a revived older job above \
+                it (jobs revive) is queued under a new id, shown as QUEUED-AS, so that its newer state goes out \
+                last. Fix the cause first: a token APNs called Unregistered stays dead.
                 """
         )
 
@@ -180,8 +182,19 @@ struct DeadCommand: AsyncParsableCommand {
             print("\(verb) \(result.moved.count) dead letter\(result.moved.count == 1 ? "" : "s")")
             if !result.moved.isEmpty {
                 printTable(
-                    ["ID", "APNS-ID", "WAS"],
-                    result.moved.map { [String($0.id), $0.apnsID.uuidString.lowercased(), $0.reason] }
+                    ["ID", "QUEUED-AS", "APNS-ID", "WAS"],
+                    result.moved.map {
+                        [
+                            String($0.id), $0.queuedAs.map(String.init) ?? ($0.renumbered ? "new id" : String($0.id)),
+                            $0.apnsID.uuidString.lowercased(), $0.reason,
+                        ]
+                    }
+                )
+            }
+            let renumbered = result.moved.filter(\.renumbered)
+            if !renumbered.isEmpty {
+                print(
+                    "\(renumbered.count) \(dryRun ? "would be" : "were") queued under a new id (ids \(renumbered.prefix(10).map { String($0.id) }.joined(separator: ", "))\(renumbered.count > 10 ? ", …" : "")): a superseded job of the same coalesce_key, an older state, was revived above them; the new id puts this newer state after it, and the claim supersedes the older one. Same apns_id."
                 )
             }
             let expired = result.moved.filter(\.expired)
@@ -245,6 +258,9 @@ struct DeadCommand: AsyncParsableCommand {
 struct ReplayJSON: Encodable {
     struct Moved: Encodable {
         var id: Int64
+        /// The id in push.jobs: the dead letter's own, or a new one when `renumbered` (null for a dry run).
+        var queuedAs: Int64?
+        var renumbered: Bool
         var apnsId: String
         var reason: String
     }
@@ -257,7 +273,15 @@ struct ReplayJSON: Encodable {
     init(_ result: ReplayResult) {
         self.skippedInvalid = result.skippedInvalid.map { ["id": String($0.id), "rule": $0.rule] }
         self.dryRun = result.dryRun
-        self.moved = result.moved.map { Moved(id: $0.id, apnsId: $0.apnsID.uuidString.lowercased(), reason: $0.reason) }
+        self.moved = result.moved.map {
+            Moved(
+                id: $0.id,
+                queuedAs: $0.queuedAs,
+                renumbered: $0.renumbered,
+                apnsId: $0.apnsID.uuidString.lowercased(),
+                reason: $0.reason
+            )
+        }
         self.skippedConflicts = result.skippedConflicts
     }
 }

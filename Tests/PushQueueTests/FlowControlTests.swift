@@ -120,6 +120,57 @@ struct FlowControlTests {
     }
 
     @Test(
+        "revive, then dead replay of the newer job: the replayed job goes out under a new id above the revived one and supersedes it; a replay with a truly newer job of its key keeps its id and is superseded"
+    )
+    func replayAfterRevive() async throws {
+        try await TestPostgres.withDatabase { db in
+            let row = Self.keyedRow
+            // Key a: a1 superseded by a2, a2 dies unsent, a1 revived (new id above a2). Key c: the same, and then
+            // a truly newer c3 is delivered.
+            let a = try await Self.insert(db, [row(1, "a"), row(2, "a")].joined(separator: ","))
+            let first = try await db.queue.claimBatch(limit: 10, workerID: "w", lease: .seconds(60))
+            #expect(first.jobs.map(\.id) == [a[1]])
+            let c = try await Self.insert(db, [row(3, "c"), row(4, "c")].joined(separator: ","))
+            let second = try await db.queue.claimBatch(limit: 10, workerID: "w", lease: .seconds(60))
+            #expect(second.jobs.map(\.id) == [c[1]])
+            _ = try await db.queue.writeOutcomes(
+                (first.jobs + second.jobs).map {
+                    JobOutcome(jobID: $0.id, attempt: 1, disposition: .dead(sentence: "x"), status: nil, reason: "X")
+                },
+                workerID: "w"
+            )
+            let revived = try await db.queue.operations.reviveSuperseded(ids: [a[0]], dryRun: false)
+            let a1 = try #require(revived.revived.first?.newID)
+            let c3 = try await Self.insert(db, row(5, "c"))
+            let third = try await db.queue.claimBatch(limit: 10, workerID: "w", lease: .seconds(60))
+            #expect(Set(third.jobs.map(\.id)) == [a1, c3[0]])
+            _ = try await db.queue.writeOutcomes(
+                third.jobs.map { JobOutcome(jobID: $0.id, attempt: 1, disposition: .delivered, status: 200) },
+                workerID: "w"
+            )
+            // The revived a1 (the older state) was delivered; a2 (the newer) is replayed: it must go out after it.
+            let a2APNsID = try #require(first.jobs.first?.apnsID)
+            let dry = try await db.queue.operations.replay(matching: .init(ids: [a[1], c[1]]), dryRun: true)
+            #expect(dry.moved.map(\.renumbered) == [true, false])
+            let replayed = try await db.queue.operations.replay(matching: .init(ids: [a[1], c[1]]))
+            #expect(replayed.moved.map(\.id) == [a[1], c[1]])
+            let a2 = try #require(replayed.moved.first?.queuedAs)
+            #expect(a2 > c3[0] && replayed.moved.first?.apnsID == a2APNsID)
+            #expect(replayed.moved.last?.queuedAs == c[1])
+            let next = try await db.queue.claimBatch(limit: 10, workerID: "w", lease: .seconds(60))
+            #expect(next.jobs.map(\.id) == [a2] && next.jobs.first?.apnsID == a2APNsID)
+            #expect(
+                try await db.int64("SELECT count(*) FROM push.jobs WHERE id = \(c[1]) AND state = 'superseded'") == 1
+            )
+            #expect(
+                try await db.int64(
+                    "SELECT count(*) FROM push.jobs WHERE id = \(unescaped: String(a2)) AND history @> '[{\"outcome\": \"replayed\", \"previous_id\": \(unescaped: String(a[1]))}]'"
+                ) == 1
+            )
+        }
+    }
+
+    @Test(
         "cancel: a waiting job ends cancelled and is never claimed; a held one keeps an in-flight outcome, loses an unsent one; by key"
     )
     func cancel() async throws {

@@ -24,7 +24,16 @@ public enum SecretFile {
     }
 
     /// The file's bytes, or a sentence that names the file, what is wrong and the command that fixes it.
-    public static func read(_ path: String, policy: Policy, maxBytes: Int = 1 << 20) -> Result<[UInt8], Failure> {
+    ///
+    /// With `inside`, the file that was opened (after every symlink) must lie in that directory (after its
+    /// own symlinks): a symlink in the directory cannot lead the read out of it. The caller checks the path's
+    /// text first, so nothing outside is opened at all.
+    public static func read(
+        _ path: String,
+        policy: Policy,
+        maxBytes: Int = 1 << 20,
+        inside directory: String? = nil
+    ) -> Result<[UInt8], Failure> {
         // O_NONBLOCK: a FIFO or device planted at the path must not hang the open; regular files ignore it.
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else {
@@ -40,6 +49,13 @@ public enum SecretFile {
             return .failure(.unreadable("cannot be opened (errno \(code))"))
         }
         defer { close(fd) }
+        if let directory {
+            guard let opened = Self.openedPath(fd), let root = Self.realPath(directory),
+                opened.hasPrefix(root.hasSuffix("/") ? root : root + "/")
+            else {
+                return .failure(.outside(directory))
+            }
+        }
         var info = stat()
         guard fstat(fd, &info) == 0 else { return .failure(.unreadable("cannot be inspected (errno \(errno))")) }
         guard (info.st_mode & S_IFMT) == S_IFREG else {
@@ -104,14 +120,37 @@ public enum SecretFile {
         case unreadable(String)
         /// Others may read or change it; the sentence says how to fix it.
         case unsafe(String)
+        /// It resolves (through a symlink) to a file outside the directory it must stay in.
+        case outside(String)
 
         /// The sentence, after the file's path.
         public var sentence: String {
             switch self {
             case .missing: "does not exist"
+            case .outside(let directory): "leads outside \(directory) (a symlink): put the file itself there"
             case .unreadable(let why), .unsafe(let why): why
             }
         }
+    }
+
+    /// The path of the file open at `fd`, as the kernel resolved it.
+    private static func openedPath(_ fd: Int32) -> String? {
+        #if canImport(Darwin)
+        var buffer = [CChar](repeating: 0, count: Int(MAXPATHLEN))
+        guard fcntl(fd, F_GETPATH, &buffer) == 0 else { return nil }
+        return String(cString: buffer)
+        #else
+        var buffer = [CChar](repeating: 0, count: 4_096)
+        let count = readlink("/proc/self/fd/\(fd)", &buffer, buffer.count - 1)
+        guard count > 0 else { return nil }
+        return String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        #endif
+    }
+
+    private static func realPath(_ path: String) -> String? {
+        guard let resolved = realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        return String(cString: resolved)
     }
 
     private static func isOwnGroup(_ gid: gid_t) -> Bool {

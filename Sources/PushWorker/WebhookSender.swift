@@ -24,6 +24,9 @@ public struct WebhookSettings: Sendable {
     public var pollInterval: Duration = .milliseconds(500)
     /// How long the claim and the record statements are waited for (the worker's statement deadline).
     public var statementDeadline: Duration = .seconds(30)
+    /// The only directory hooks' secret files are read from (`--webhooks-secrets-dir`): a row of
+    /// `push.webhooks` naming a file elsewhere is never opened.
+    public var secretsDirectory = WebhookPolicy.defaultSecretsDirectory
 
     public init() {}
 
@@ -97,6 +100,7 @@ final class WebhookSender: Sendable {
                 metadata: ["push.error": "\(QueueError.summary(of: error))"]
             )
         }
+        await self.reportHooksOutsideTheSecretsDirectory()
         await withDiscardingTaskGroup { posts in
             while true {
                 await self.flush()
@@ -200,6 +204,19 @@ final class WebhookSender: Sendable {
         self.wake.signal()
     }
 
+    /// One log line per hook whose secret file the worker will not open (an upgrade from before the secrets
+    /// directory, or a row written by hand), with the fix, so nobody learns of it from failing deliveries.
+    private func reportHooksOutsideTheSecretsDirectory() async {
+        let directory = self.settings.secretsDirectory
+        guard let hooks = try? await self.queue.operations.webhooks() else { return }
+        for hook in hooks where !WebhookPolicy.secretFileIsInside(hook.secretFile, directory: directory) {
+            self.logger.error(
+                "webhook \(hook.id)'s secret file \(HumanText.escaped(hook.secretFile, for: .logLine)) is outside the webhook secrets directory \(directory): its deliveries are not signed or sent. Move the file into \(directory) and add the hook again (push-worker webhooks add … --secret-file \(directory)/NAME), or start the workers with --webhooks-secrets-dir naming the directory that holds it",
+                metadata: ["push.webhook": "\(hook.id)"]
+            )
+        }
+    }
+
     private func attempt(_ delivery: WebhookDelivery) async -> WebhookTry {
         func retry(_ status: Int?, _ error: String, after: Duration? = nil) -> WebhookTry {
             WebhookTry(
@@ -220,8 +237,15 @@ final class WebhookSender: Sendable {
         // existence or mode oracle for files the worker can see); the worker's own log says what.
         let unusable =
             "the secret file \(delivery.secretFile) cannot be used: it must be a regular, non-empty file of at most 4 KB, owned by the worker's user and readable by it alone (chmod 600); the worker's log says which of these fails"
+        let directory = self.settings.secretsDirectory
+        guard WebhookPolicy.secretFileIsInside(delivery.secretFile, directory: directory) else {
+            return retry(
+                nil,
+                "the secret file \(delivery.secretFile) is outside the webhook secrets directory \(directory), so the worker does not read it: move the file into \(directory) and add the hook again, or start the workers with --webhooks-secrets-dir naming its directory"
+            )
+        }
         let secret: Data
-        switch SecretFile.read(delivery.secretFile, policy: .privateKey, maxBytes: 4_096) {
+        switch SecretFile.read(delivery.secretFile, policy: .privateKey, maxBytes: 4_096, inside: directory) {
         case .success(let bytes): secret = Data(bytes)
         case .failure(let failure):
             self.logger.warning(

@@ -1,6 +1,8 @@
 import APNsTransport
 import ArgumentParser
+import Foundation
 import NIOPosix
+import PushCore
 import PushWorker
 
 /// `push-worker run`'s webhook settings (CONTRACT.md 1c).
@@ -34,6 +36,28 @@ struct WebhookOptions: ParsableArguments {
         help:
             "POSTs in flight on this worker, all hooks together (each holds a connection until its answer or deadline)."
     ) var concurrency: Int = 32
+    @Option(
+        name: .customLong("webhooks-secrets-dir"),
+        help: ArgumentHelp(
+            "The directory hooks' secret files must be in (default \(WebhookPolicy.defaultSecretsDirectory), or PUSH_WEBHOOKS_SECRETS_DIR). A row of push.webhooks naming a file elsewhere is never opened: the database cannot point the worker at other files.",
+            valueName: "dir"
+        )
+    ) var secretsDirectory: String?
+
+    /// `--webhooks-secrets-dir`, else `PUSH_WEBHOOKS_SECRETS_DIR`, else the default.
+    static func secretsDirectory(_ option: String?) -> String {
+        option ?? ProcessInfo.processInfo.environment["PUSH_WEBHOOKS_SECRETS_DIR"]
+            ?? WebhookPolicy.defaultSecretsDirectory
+    }
+
+    /// Refuses a secrets directory that is not an absolute path without `.` or `..`.
+    static func validateSecretsDirectory(_ directory: String) throws {
+        guard WebhookPolicy.secretFileIsInside(directory + "/x", directory: directory) else {
+            throw ValidationError(
+                "--webhooks-secrets-dir \(directory): give an absolute path without . or .. (PUSH_WEBHOOKS_SECRETS_DIR likewise)"
+            )
+        }
+    }
 
     func validate() throws {
         guard self.perHook >= 1 else { throw ValidationError("--webhooks-per-hook must be at least 1") }
@@ -43,6 +67,7 @@ struct WebhookOptions: ParsableArguments {
         guard self.timeout.duration >= .seconds(1), self.timeout.duration <= .seconds(120) else {
             throw ValidationError("--webhooks-timeout must be between 1s and 2m")
         }
+        try Self.validateSecretsDirectory(Self.secretsDirectory(self.secretsDirectory))
     }
 
     var settings: WebhookSettings {
@@ -52,6 +77,7 @@ struct WebhookOptions: ParsableArguments {
         settings.timeout = self.timeout.duration
         settings.perHook = self.perHook
         settings.concurrency = self.concurrency
+        settings.secretsDirectory = Self.secretsDirectory(self.secretsDirectory)
         return settings
     }
 

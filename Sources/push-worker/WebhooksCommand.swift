@@ -78,6 +78,13 @@ struct WebhooksCommand: AsyncParsableCommand {
             )
         )
         var secretFile: String
+        @Option(
+            name: .customLong("webhooks-secrets-dir"),
+            help: ArgumentHelp(
+                "The workers' secrets directory, as they are started with it (default \(WebhookPolicy.defaultSecretsDirectory), or PUSH_WEBHOOKS_SECRETS_DIR): the secret file must be in it.",
+                valueName: "dir"
+            )
+        ) var secretsDirectory: String?
 
         var eventList: [String] {
             self.events.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
@@ -105,12 +112,20 @@ struct WebhooksCommand: AsyncParsableCommand {
                     "--secret-file \(self.secretFile): give an absolute path (the workers read it, from their own directory)"
                 )
             }
+            let directory = WebhookOptions.secretsDirectory(self.secretsDirectory)
+            try WebhookOptions.validateSecretsDirectory(directory)
+            guard WebhookPolicy.secretFileIsInside(self.secretFile, directory: directory) else {
+                throw ValidationError(
+                    "--secret-file \(self.secretFile) is not inside the workers' secrets directory \(directory): put it there (install -m 600 -o WORKER_USER /dev/stdin \(directory)/NAME.secret), or name the directory the workers use with --webhooks-secrets-dir (and start them with the same)"
+                )
+            }
         }
 
         func run() async throws {
             // Checked here when this host can read it (the workers read it when they sign).
             // The workers read at most 4 KiB of it.
-            switch SecretFile.read(self.secretFile, policy: .privateKey, maxBytes: 4_096) {
+            let directory = WebhookOptions.secretsDirectory(self.secretsDirectory)
+            switch SecretFile.read(self.secretFile, policy: .privateKey, maxBytes: 4_096, inside: directory) {
             case .success(let bytes)
             where String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines).isEmpty:
                 throw CLIError("--secret-file \(self.secretFile) is empty: write the shared secret into it")

@@ -190,6 +190,8 @@ struct DaemonFixture: Sendable {
             "DATABASE_URL": self.db.url.connectionString,
             "APNS_KEY_PATH": self.keyPath, "APNS_KEY_ID": self.credentials.keyID,
             "APNS_TEAM_ID": self.credentials.teamID,
+            // The workers' and the CLI's webhook secrets directory: the fixture's own.
+            "PUSH_WEBHOOKS_SECRETS_DIR": self.directory,
         ].merging(self.fcmAccountPath.map { ["FCM_SERVICE_ACCOUNT_PATH": $0] } ?? [:]) { $1 }
     }
 

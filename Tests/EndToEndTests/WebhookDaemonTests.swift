@@ -212,18 +212,35 @@ struct WebhookDaemonTests {
     }
 
     @Test(
-        "a hook's secret_file names a missing file or a world-readable one: the delivery's error is the same sentence for both (no existence or mode oracle), the worker's log says which"
+        "a hook's secret_file: a missing, a world-readable and a symlinked-out file in the secrets directory get the same delivery error (no existence or mode oracle), the log says which; a file outside the directory is never opened, and the worker says so at start"
     )
     func secretFileErrorsSayNothingOfTheFile() async throws {
         try await DaemonFixture.run { f in
             let open = f.directory + "/open.secret"
             try "whsec_open\n".write(toFile: open, atomically: true, encoding: .utf8)
             chmod(open, 0o644)
+            // A private file outside the directory (it would pass every other check), reached by a symlink
+            // inside it, and named directly.
+            let elsewhere = FileManager.default.temporaryDirectory.appendingPathComponent(
+                "elsewhere-\(UUID().uuidString)"
+            )
+            .path
+            try FileManager.default.createDirectory(atPath: elsewhere, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(atPath: elsewhere) }
+            let outside = elsewhere + "/private.secret"
+            try "whsec_private\n".write(toFile: outside, atomically: true, encoding: .utf8)
+            chmod(outside, 0o600)
+            let link = f.directory + "/link.secret"
+            try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: outside)
+            let missing = f.directory + "/missing.secret"
             try await f.db.execute(
                 """
                 INSERT INTO push.webhooks (url, events, secret_file) VALUES
-                    ('https://hooks.example.com/a', '{dead}', '/nonexistent/push/hook.secret'),
-                    ('https://hooks.example.com/b', '{dead}', '\(open)')
+                    ('https://hooks.example.com/a', '{dead}', '\(missing)'),
+                    ('https://hooks.example.com/b', '{dead}', '\(open)'),
+                    ('https://hooks.example.com/c', '{dead}', '\(link)'),
+                    ('https://hooks.example.com/d', '{dead}', '\(outside)'),
+                    ('https://hooks.example.com/e', '{dead}', '\(f.directory)/../\(URL(fileURLWithPath: elsewhere).lastPathComponent)/private.secret')
                 """
             )
             let gone = DaemonFixture.token(0xdead)
@@ -236,15 +253,26 @@ struct WebhookDaemonTests {
                 worker.signal(SIGKILL)
                 worker.reap()
             }
-            try await f.waitUntil(.seconds(60), "both deliveries tried") {
-                try await f.db.int64("SELECT count(*) FROM push.webhook_deliveries WHERE last_error IS NOT NULL") == 2
+            try await f.waitUntil(.seconds(60), "every delivery tried") {
+                try await f.db.int64("SELECT count(*) FROM push.webhook_deliveries WHERE last_error IS NOT NULL") == 5
             }
             let errors = try await f.db.client.query(
-                "SELECT replace(replace(last_error, '/nonexistent/push/hook.secret', 'F'), \(open), 'F') FROM push.webhook_deliveries ORDER BY webhook_id"
+                "SELECT last_error FROM push.webhook_deliveries ORDER BY webhook_id"
             ).decode(String.self).collect()
-            #expect(errors.count == 2 && errors[0] == errors[1], "\(errors)")
-            #expect(errors.allSatisfy { $0.contains("chmod 600") && !$0.contains("exist") }, "\(errors)")
+            let inside = zip([missing, open, link], errors).map { $1.replacingOccurrences(of: $0, with: "F") }
+            #expect(Set(inside).count == 1, "\(errors)")
+            #expect(inside.allSatisfy { $0.contains("chmod 600") && !$0.contains("exist") }, "\(errors)")
+            #expect(
+                errors.suffix(2).allSatisfy { $0.contains("outside the webhook secrets directory") },
+                "\(errors)"
+            )
             #expect(worker.output.contains("webhook secret file"), "the log says which: \(worker.output.suffix(1500))")
+            #expect(worker.output.contains("leads outside"), "the symlink: \(worker.output.suffix(1500))")
+            #expect(
+                worker.output.contains("webhook 4's secret file") && worker.output.contains("webhook 5's secret file")
+                    && !worker.output.contains("webhook 3's secret file"),
+                "named at start: \(worker.output.suffix(2500))"
+            )
         }
     }
 

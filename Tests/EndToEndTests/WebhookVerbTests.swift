@@ -8,7 +8,7 @@ import Testing
 @Suite("push-worker webhooks: add, list, remove")
 struct WebhookVerbTests {
     @Test(
-        "add refuses unknown events, a relative or world-readable secret file and a non-HTTP URL, naming the fix; list shows the outbox; remove exits 1 for a missing hook"
+        "add refuses unknown events, a relative, outside or world-readable secret file and a non-HTTP URL, naming the fix; list shows the outbox; remove exits 1 for a missing hook"
     )
     func verbs() async throws {
         try await DaemonFixture.run { f in
@@ -24,6 +24,14 @@ struct WebhookVerbTests {
                 (["https://hooks.example.com/p", "--events", "dead,sent"], "not sent"),
                 (["ftp://hooks.example.com/p", "--events", "dead"], "http:// or https://"),
                 (["https://hooks.example.com/p", "--events", "dead", "--secret-file", "hook.secret"], "absolute path"),
+                (
+                    ["https://hooks.example.com/p", "--events", "dead", "--secret-file", "/etc/hostname"],
+                    "not inside the workers' secrets directory \(f.directory)"
+                ),
+                (
+                    ["https://hooks.example.com/p", "--events", "dead", "--secret-file", f.directory + "/../x.secret"],
+                    "not inside the workers' secrets directory"
+                ),
             ] {
                 let full =
                     ["webhooks", "add"] + arguments

@@ -179,4 +179,25 @@ struct WebhookRulesTests {
         #expect(WebhookPolicy.displayURL("https://u:pw@hooks.example.com/p") == "https://…@hooks.example.com/p")
         #expect(WebhookPolicy.displayURL("https://hooks.example.com/a\r\nb") == "https://hooks.example.com/a\\u{D}\\nb")
     }
+
+    @Test("a secret file is inside its directory by its text alone: absolute, no . or .., below the directory")
+    func secretFileIsInside() {
+        let directory = "/etc/push-worker/webhooks"
+        for (path, inside) in [
+            ("/etc/push-worker/webhooks/hook.secret", true),
+            ("/etc/push-worker/webhooks//a/b.secret", true),
+            ("/etc/push-worker/webhooks", false),
+            ("/etc/push-worker/webhooks/", false),
+            ("/etc/push-worker/webhooks-other/x", false),
+            ("/etc/push-worker/webhooks/../AuthKey.p8", false),
+            ("/etc/push-worker/webhooks/./x", false),
+            ("etc/push-worker/webhooks/x", false),
+            ("/etc/passwd", false),
+        ] {
+            #expect(WebhookPolicy.secretFileIsInside(path, directory: directory) == inside, "\(path)")
+        }
+        #expect(WebhookPolicy.secretFileIsInside("/srv/s/x", directory: "/srv/s/"))
+        #expect(!WebhookPolicy.secretFileIsInside("/srv/s/x", directory: "srv/s"))
+        #expect(!WebhookPolicy.secretFileIsInside("/srv/x", directory: "/srv/s/.."))
+    }
 }

@@ -27,6 +27,24 @@ public enum WebhookPolicy {
         return HumanText.escaped(shown, for: .logLine)
     }
 
+    /// Where hooks' secret files must live unless the worker is told otherwise (`--webhook-secrets-dir`).
+    public static let defaultSecretsDirectory = "/etc/push-worker/webhooks"
+
+    /// Whether `path` names a file inside `directory`, read as text only: both absolute, no `.` or `..`
+    /// component, at least one component below the directory. Any row of `push.webhooks` may name any path,
+    /// so the worker opens none outside its secrets directory (no existence, mode or content oracle there);
+    /// the file's real location is checked again once it is open (a symlink inside may not lead out).
+    public static func secretFileIsInside(_ path: String, directory: String) -> Bool {
+        func components(_ text: String) -> [Substring]? {
+            guard text.hasPrefix("/") else { return nil }
+            let parts = text.split(separator: "/", omittingEmptySubsequences: true)
+            guard !parts.contains(where: { $0 == "." || $0 == ".." }) else { return nil }
+            return parts
+        }
+        guard let file = components(path), let root = components(directory) else { return false }
+        return file.count > root.count && file.starts(with: root)
+    }
+
     /// How long a delivery is retried before it is dead.
     public static let retryWindow: Duration = .seconds(24 * 3_600)
     /// The longest wait between two tries.

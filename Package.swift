@@ -81,6 +81,7 @@ let package = Package(
                 .embedInCode("Migrations/0012_traces.sql"),
                 .embedInCode("Migrations/0013_many_tenants.sql"),
                 .embedInCode("Migrations/0014_neighbours.sql"),
+                .embedInCode("Migrations/0015_token_expiry.sql"),
             ],
             swiftSettings: swiftSettings
         ),

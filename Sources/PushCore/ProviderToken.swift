@@ -6,11 +6,15 @@ public struct ProviderToken: Sendable, Hashable {
     public var jwt: String
     /// When it was minted (`iat`, whole seconds).
     public var issuedAt: Date
+    /// When it stops being accepted, for a token whose issuer says (an FCM access token's `expires_in`);
+    /// `nil` for an APNs provider token, whose rule is its age.
+    public var expiresAt: Date?
 
     /// Wraps a token.
-    public init(jwt: String, issuedAt: Date) {
+    public init(jwt: String, issuedAt: Date, expiresAt: Date? = nil) {
         self.jwt = jwt
         self.issuedAt = issuedAt
+        self.expiresAt = expiresAt
     }
 }
 

@@ -26,13 +26,13 @@ public struct ProviderTokenTable: ProviderTokenStore {
             // A token "issued" in the future (a worker whose clock runs fast minted it) would count as
             // fresh for the whole fleet for too long: ignore it, and let it be replaced.
             """
-            SELECT jwt, issued_at FROM push.provider_tokens
+            SELECT jwt, issued_at, expires_at FROM push.provider_tokens
              WHERE team_id = \(teamID) AND key_id = \(keyID) AND issued_at <= now() + interval '60 seconds'
             """,
             logger: self.logger
         )
-        for try await (jwt, issuedAt) in rows.decode((String, Date).self) {
-            return ProviderToken(jwt: jwt, issuedAt: issuedAt)
+        for try await (jwt, issuedAt, expiresAt) in rows.decode((String, Date, Date?).self) {
+            return ProviderToken(jwt: jwt, issuedAt: issuedAt, expiresAt: expiresAt)
         }
         return nil
     }
@@ -44,27 +44,29 @@ public struct ProviderTokenTable: ProviderTokenStore {
         minimumRefreshInterval: TimeInterval
     ) async throws -> ProviderToken {
         // Insert, or replace a token minted at least the minimum interval before this one (or one "issued"
-        // in the future); either way return the row as it now stands: a token another worker minted moments
-        // before this one wins, so both send it. ON CONFLICT sees the newest committed row even when this
-        // statement's snapshot predates it (two workers inserting at once), so the answer always comes
-        // from the update's RETURNING, never from a second read under the old snapshot.
+        // in the future, or one that has expired whatever its age); either way return the row as it now
+        // stands: a token another worker minted moments before this one wins, so both send it. ON CONFLICT
+        // sees the newest committed row even when this statement's snapshot predates it (two workers
+        // inserting at once), so the answer always comes from the update's RETURNING, never from a second
+        // read under the old snapshot.
+        let replace = """
+            (t.issued_at <= excluded.issued_at - make_interval(secs => \(Double(minimumRefreshInterval)))
+             OR t.issued_at > now() + interval '60 seconds' OR t.expires_at <= now())
+            """
         let rows = try await self.client.query(
             """
-            INSERT INTO push.provider_tokens AS t (team_id, key_id, jwt, issued_at)
-            VALUES (\(teamID), \(keyID), \(token.jwt), \(token.issuedAt))
+            INSERT INTO push.provider_tokens AS t (team_id, key_id, jwt, issued_at, expires_at)
+            VALUES (\(teamID), \(keyID), \(token.jwt), \(token.issuedAt), \(token.expiresAt))
             ON CONFLICT (team_id, key_id) DO UPDATE SET
-                jwt = CASE WHEN t.issued_at <= excluded.issued_at - make_interval(secs => \(minimumRefreshInterval))
-                             OR t.issued_at > now() + interval '60 seconds'
-                           THEN excluded.jwt ELSE t.jwt END,
-                issued_at = CASE WHEN t.issued_at <= excluded.issued_at - make_interval(secs => \(minimumRefreshInterval))
-                                   OR t.issued_at > now() + interval '60 seconds'
-                                 THEN excluded.issued_at ELSE t.issued_at END
-            RETURNING jwt, issued_at
+                jwt = CASE WHEN \(unescaped: replace) THEN excluded.jwt ELSE t.jwt END,
+                issued_at = CASE WHEN \(unescaped: replace) THEN excluded.issued_at ELSE t.issued_at END,
+                expires_at = CASE WHEN \(unescaped: replace) THEN excluded.expires_at ELSE t.expires_at END
+            RETURNING jwt, issued_at, expires_at
             """,
             logger: self.logger
         )
-        for try await (jwt, issuedAt) in rows.decode((String, Date).self) {
-            return ProviderToken(jwt: jwt, issuedAt: issuedAt)
+        for try await (jwt, issuedAt, expiresAt) in rows.decode((String, Date, Date?).self) {
+            return ProviderToken(jwt: jwt, issuedAt: issuedAt, expiresAt: expiresAt)
         }
         return token
     }
@@ -80,14 +82,15 @@ public struct ProviderTokenTable: ProviderTokenStore {
         // a read in the same statement would still see the stale row.
         let rows = try await self.client.query(
             """
-            UPDATE push.provider_tokens SET jwt = \(token.jwt), issued_at = \(token.issuedAt)
+            UPDATE push.provider_tokens
+               SET jwt = \(token.jwt), issued_at = \(token.issuedAt), expires_at = \(token.expiresAt)
              WHERE team_id = \(teamID) AND key_id = \(keyID) AND jwt = \(stale.jwt)
-            RETURNING jwt, issued_at
+            RETURNING jwt, issued_at, expires_at
             """,
             logger: self.logger
         )
-        for try await (jwt, issuedAt) in rows.decode((String, Date).self) {
-            return ProviderToken(jwt: jwt, issuedAt: issuedAt)
+        for try await (jwt, issuedAt, expiresAt) in rows.decode((String, Date, Date?).self) {
+            return ProviderToken(jwt: jwt, issuedAt: issuedAt, expiresAt: expiresAt)
         }
         return try await self.load(teamID: teamID, keyID: keyID)
     }

@@ -83,6 +83,52 @@ struct FCMDaemonTests {
         }
     }
 
+    @Test(
+        "short-lived access tokens (12 s), two workers sharing them through Postgres, a steady stream for 30 s: every token renewed ahead of its expiry, none sent expired (no 401), no pool called unreachable"
+    )
+    func shortLivedAccessTokens() async throws {
+        try await DaemonFixture.run(fcm: true, simulator: { $0.accessTokenLifetime = 12 }) { f in
+            let a = try f.startWorker("a", ["--log-level", "warning"])
+            let b = try f.startWorker("b", ["--log-level", "warning"])
+            defer {
+                for worker in [a, b] {
+                    worker.signal(SIGKILL)
+                    worker.reap()
+                }
+            }
+            let start = ContinuousClock.now
+            var batch = 0
+            while ContinuousClock.now - start < .seconds(30) {
+                batch += 1
+                try await f.db.execute(
+                    """
+                    INSERT INTO push.jobs (platform, topic, device_token, payload)
+                    SELECT 'fcm', 'com.example.app', 'fKx' || \(batch) || '-' || g || ':APA91bH-token', '{}'
+                      FROM generate_series(1, 5) g
+                    """
+                )
+                try await Task.sleep(for: .milliseconds(250))
+            }
+            let jobs = batch * 5
+            try await f.waitUntil(.seconds(60), "\(jobs) delivered") {
+                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'") == Int64(jobs)
+            }
+            let sends = f.simulator.requests.filter { $0.path.hasSuffix("/messages:send") }
+            let refused = sends.filter { $0.status == 401 }.count
+            let faults = f.simulator.faultCounters
+            print(
+                "12 s access tokens, two workers, \(jobs) FCM jobs over 30 s: \(sends.count) sends, \(refused) answered 401, \(faults.accessTokenGrants) grants, \(faults.accessTokensUsed) tokens used"
+            )
+            #expect(refused == 0, "no token is sent after its expiry")
+            // Renewed at half a 12 s lifetime: about 5 renewals in 30 s, shared; a race may add one per renewal.
+            #expect(faults.accessTokenGrants >= 4 && faults.accessTokenGrants <= 14, "\(faults.accessTokenGrants)")
+            for worker in [a, b] {
+                #expect(!worker.output.contains("unreachable"), "\(worker.output.suffix(1500))")
+            }
+            try await FaultTests.assertInvariants(f, jobs: jobs, diedWorkers: [])
+        }
+    }
+
     @Test("two workers share one access token through Postgres: the first stored wins, the other adopts it")
     func sharedAccessToken() async throws {
         try await DaemonFixture.run(fcm: true) { f in

@@ -29,7 +29,7 @@ public final class AccessTokenCache: Sendable {
 
     /// How long before its expiry a token is replaced.
     public static let refreshMargin: TimeInterval = 300
-    /// The lifetime assumed for a token adopted from the store (Google's: one hour).
+    /// The lifetime assumed for a token adopted from the store without an expiry (Google's: one hour).
     public static let sharedLifetime: TimeInterval = 3600
 
     public let account: ServiceAccount
@@ -82,6 +82,16 @@ public final class AccessTokenCache: Sendable {
         }
     }
 
+    /// A token from the store as a grant: it lives until its stored expiry, or (stored by a worker from before
+    /// schema 15) an hour, Google's lifetime.
+    static func grant(_ stored: ProviderToken) -> Grant {
+        Grant(
+            token: stored.jwt,
+            grantedAt: stored.issuedAt,
+            lifetime: stored.expiresAt.map { max(0, $0.timeIntervalSince(stored.issuedAt)) } ?? Self.sharedLifetime
+        )
+    }
+
     /// Younger than its lifetime less the margin (5 minutes, or half a lifetime shorter than 10 minutes).
     private func isFresh(_ grant: Grant) -> Bool {
         self.now().timeIntervalSince(grant.grantedAt) < grant.lifetime - min(Self.refreshMargin, grant.lifetime / 2)
@@ -98,7 +108,7 @@ public final class AccessTokenCache: Sendable {
         let (team, key) = self.storeKey
         var stale: ProviderToken?
         if let store = self.store, let shared = try? await store.load(teamID: team, keyID: key) {
-            let grant = Grant(token: shared.jwt, grantedAt: shared.issuedAt, lifetime: Self.sharedLifetime)
+            let grant = Self.grant(shared)
             if shared.jwt != rejected && self.isFresh(grant) {
                 self.current.withLock { $0 = grant }
                 return grant
@@ -119,16 +129,27 @@ public final class AccessTokenCache: Sendable {
         var grant = try await self.exchange(self.account, assertion)
         self.exchanges.withLock { $0 += 1 }
         if let store = self.store {
-            let token = ProviderToken(jwt: grant.token, issuedAt: grant.grantedAt)
+            let token = ProviderToken(
+                jwt: grant.token,
+                issuedAt: grant.grantedAt,
+                expiresAt: grant.grantedAt.addingTimeInterval(grant.lifetime)
+            )
             var stored: ProviderToken?
             if let stale {
                 stored = try? await store.replace(stale, with: token, teamID: team, keyID: key)
             } else {
                 // A token stored by another worker meanwhile wins (any age under a minute apart).
-                stored = try? await store.save(token, teamID: team, keyID: key, minimumRefreshInterval: 60)
+                // (A quarter of a lifetime shorter than 4 minutes: a short-lived token is not kept for
+                // longer than it lives.)
+                stored = try? await store.save(
+                    token,
+                    teamID: team,
+                    keyID: key,
+                    minimumRefreshInterval: min(60, grant.lifetime / 4)
+                )
             }
             if let stored, stored.jwt != grant.token, stored.jwt != rejected {
-                let adopted = Grant(token: stored.jwt, grantedAt: stored.issuedAt, lifetime: Self.sharedLifetime)
+                let adopted = Self.grant(stored)
                 if self.isFresh(adopted) { grant = adopted }
             }
         }

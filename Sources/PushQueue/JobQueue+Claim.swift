@@ -69,12 +69,41 @@ extension JobQueue {
     struct ClaimCursor: Sendable {
         /// (credential, environment, last topic walked), one per pair that had pending jobs.
         var stops: [(credential: String, environment: String, topic: String)] = []
+        /// Where each busy range (credential, environment, topic, priority) goes on: after the last job this
+        /// claimer took there, while the range keeps giving its whole share. The entries of jobs claimed since
+        /// the last vacuum lie before it; a scan from the head steps over every one of them.
+        var resumes: [RangeKey: ResumePoint] = [:]
+        /// When the claims last read every range from its head: once a second, so that a job a resumed scan
+        /// passed (locked by another statement then, or enqueued with a `run_at` already past) waits a second
+        /// at most.
+        var headAt: ContinuousClock.Instant?
+
+        /// One claim range.
+        struct RangeKey: Hashable {
+            var credential: String
+            var environment: String
+            var topic: String
+            var priority: Int16
+        }
+
+        /// A job's place in its range's order: `run_at` (microseconds since 1970, exact) and id.
+        struct ResumePoint {
+            var runAtMicros: Int64
+            var id: Int64
+        }
+
+        /// How often the claims read every range from its head.
+        static let headInterval: Duration = .seconds(1)
+        /// At most this many resume points are kept (each claim reports only the ranges it read).
+        static let maximumResumes = 10_000
 
         /// The stops a claim reported, with this cursor's stops for the pairs that claim did not walk (left
         /// out for a moment: backing off, paused, nothing pending), so those go on where they were.
         func merged(with walked: [(credential: String, environment: String, topic: String)]) -> ClaimCursor {
             let seen = Set(walked.map { [$0.credential, $0.environment] })
-            return ClaimCursor(stops: walked + self.stops.filter { !seen.contains([$0.credential, $0.environment]) })
+            var merged = self
+            merged.stops = walked + self.stops.filter { !seen.contains([$0.credential, $0.environment]) }
+            return merged
         }
     }
 
@@ -125,6 +154,19 @@ extension JobQueue {
         binds.bind("cursor_environments", walkFrom.stops.map(\.environment))
         binds.bind("cursor_topics", walkFrom.stops.map(\.topic))
         var nextCursor = walkFrom
+        let now = ContinuousClock.now
+        var resumeFrom = walkFrom.resumes
+        if self.claimCursor.takeHeadRequest() || walkFrom.headAt.map({ now - $0 >= ClaimCursor.headInterval }) ?? true {
+            resumeFrom = [:]
+            nextCursor.headAt = now
+        }
+        let resumes = Array(resumeFrom)
+        binds.bind("resume_credentials", resumes.map(\.key.credential))
+        binds.bind("resume_environments", resumes.map(\.key.environment))
+        binds.bind("resume_topics", resumes.map(\.key.topic))
+        binds.bind("resume_priorities", resumes.map(\.key.priority))
+        binds.bind("resume_run_ats", resumes.map(\.value.runAtMicros))
+        binds.bind("resume_ids", resumes.map(\.value.id))
         var walkCut = false
         var superseded = 0
         var limitedMs: Int64?
@@ -150,6 +192,33 @@ extension JobQueue {
                 nextCursor = nextCursor.merged(
                     with: (0..<topics.count).map { (credentials[$0], environments[$0], topics[$0]) }
                 )
+            }
+            // On the first row only: every range read, with where it goes on (id 0: from its head).
+            let (rCredentials, rEnvironments, rTopics) = (
+                try cursor.next([String]?.self), try cursor.next([String]?.self), try cursor.next([String]?.self)
+            )
+            let (rPriorities, rRunAts, rIDs) = (
+                try cursor.next([Int16]?.self), try cursor.next([Int64]?.self), try cursor.next([Int64]?.self)
+            )
+            if let rCredentials, let rEnvironments, let rTopics, let rPriorities, let rRunAts, let rIDs,
+                Set([rCredentials.count, rEnvironments.count, rTopics.count, rPriorities.count, rRunAts.count]) == [
+                    rIDs.count
+                ]
+            {
+                if nextCursor.resumes.count > ClaimCursor.maximumResumes { nextCursor.resumes = [:] }
+                for n in rIDs.indices {
+                    let key = ClaimCursor.RangeKey(
+                        credential: rCredentials[n],
+                        environment: rEnvironments[n],
+                        topic: rTopics[n],
+                        priority: rPriorities[n]
+                    )
+                    if rIDs[n] > 0 {
+                        nextCursor.resumes[key] = ClaimCursor.ResumePoint(runAtMicros: rRunAts[n], id: rIDs[n])
+                    } else {
+                        nextCursor.resumes[key] = nil
+                    }
+                }
             }
             let supersededBy = try cursor.next(Int64?.self)
             let tokenInvalidatedAt = try cursor.next(Date?.self)
@@ -345,7 +414,7 @@ extension JobQueue {
 /// job at the drain's 95 jobs per claim); the worker's sessions run with `plan_cache_mode =
 /// force_generic_plan` (``JobQueue/workerSessionSettings``), so it is planned once per connection.
 enum ClaimStatement: BatchStatement {
-    static let name = "push_claim_v5"
+    static let name = "push_claim_v6"
     /// `Statements/claim.sql` with its binds in order.
     static let statement = SQLStatement(
         file: "claim",
@@ -353,6 +422,8 @@ enum ClaimStatement: BatchStatement {
             "only_credentials", "any_credential", "excluded_credentials", "half_lease_seconds",
             "excluded_environments", "excluded_pairs", "held_ids", "include_rate_limited", "batch_limit", "worker_id",
             "lease_seconds", "excluded_topics", "cursor_credentials", "cursor_environments", "cursor_topics",
+            "resume_credentials", "resume_environments", "resume_topics", "resume_priorities", "resume_run_ats",
+            "resume_ids",
         ]
     )
     static var sql: String { Self.statement.sql }

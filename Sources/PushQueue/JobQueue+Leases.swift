@@ -8,6 +8,8 @@ extension JobQueue {
     @discardableResult
     public func release(_ jobs: [(id: Int64, attempt: Int)], workerID: String) async throws -> Int {
         guard !jobs.isEmpty else { return 0 }
+        // They keep their run_at: this queue's next claim reads from the ranges' heads, where they are.
+        defer { self.claimCursor.requestHead() }
         let ids = jobs.map(\.id)
         let attempts = jobs.map { Int16(clamping: $0.attempt) }
         var count = 0

@@ -91,10 +91,23 @@ extension JobQueue {
 /// Where a queue's claims' walk of topics stopped (``JobQueue/ClaimCursor``).
 final class ClaimCursorStore: Sendable {
     private let cursor = Mutex(JobQueue.ClaimCursor())
+    private let headWanted = Mutex(false)
 
     var value: JobQueue.ClaimCursor {
         get { self.cursor.withLock { $0 } }
         set { self.cursor.withLock { $0 = newValue } }
+    }
+
+    /// The next claim reads every range from its head: jobs went back to pending behind the resume points
+    /// (released with their `run_at` kept).
+    func requestHead() { self.headWanted.withLock { $0 = true } }
+
+    /// Whether a claim asked for the head since the last call.
+    func takeHeadRequest() -> Bool {
+        self.headWanted.withLock { wanted in
+            defer { wanted = false }
+            return wanted
+        }
     }
 }
 

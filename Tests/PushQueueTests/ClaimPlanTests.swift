@@ -228,19 +228,75 @@ struct ClaimPlanTests {
         }
     }
 
+    @Test(
+        "a busy range resumes after its last claimed job: with 20,000 claimed jobs' entries still in the index (no vacuum yet), a resumed claim of 100 reads a small fraction of what a claim from the range's head does"
+    )
+    func resumedRangeStepsOverNothing() async throws {
+        try await TestPostgres.withDatabase { db in
+            try await db.execute("ALTER TABLE push.jobs SET (autovacuum_enabled = off)")
+            try await db.execute(Self.insert(30_000, topics: 1))
+            try await db.execute("ANALYZE push.jobs")
+            // 20,000 claimed (as claims leave them: running, their pending entries dead until a vacuum).
+            try await db.execute(
+                "UPDATE push.jobs SET state = 'running', locked_by = 'x', locked_until = now() + interval '1 hour' WHERE id IN (SELECT id FROM push.jobs ORDER BY id LIMIT 20000)"
+            )
+            let last = try await db.client.query(
+                "SELECT (extract(epoch FROM run_at) * 1000000)::bigint, id FROM push.jobs WHERE state = 'running' ORDER BY run_at DESC, id DESC LIMIT 1"
+            ).decode((Int64, Int64).self).collect()
+            let point = try #require(last.first)
+            let head = try await Self.explainClaim(db, batch: 100)
+            let resumed = try await Self.explainClaim(
+                db,
+                batch: 100,
+                resume: ("com.example.t0", point.0, point.1 + 100)
+            )
+            print(
+                "20,000 dead entries before the range's due jobs: a claim of 100 from the head read \(head); resumed, \(resumed)"
+            )
+            // From the head, each probe of the range and its scan step over the 20,000 entries (about 200 buffers
+            // each); resumed, none does.
+            #expect(
+                head.claimIndex > 800 && resumed.claimIndex * 10 < head.claimIndex,
+                "head \(head), resumed \(resumed)"
+            )
+            // Both claimed 100 jobs each, in order: the head claim the next 100, the resumed one the 100 after.
+            let claimed = try await db.int64s("SELECT id FROM push.jobs WHERE locked_by = 'w' ORDER BY id")
+            #expect(claimed.count == 200 && claimed == Array(claimed[0]..<claimed[0] + 200))
+        }
+    }
+
     /// Buffers one claim read: in all (the plan's top node holds its children's) and in its busiest node.
     struct Buffers: CustomStringConvertible {
         var total = 0
         var largestNode = 0
         var largestNodeName = ""
-        var description: String { "\(total) buffers in all, \(largestNode) in \(largestNodeName)" }
+        /// Read by the scans and probes of the claim's index (`jobs_claim_by_topic_idx`), with their heap.
+        var claimIndex = 0
+        var description: String {
+            "\(total) buffers in all, \(largestNode) in \(largestNodeName), \(claimIndex) by the claim index's scans"
+        }
     }
 
     /// The claim as the worker runs it (a generic plan, prepared, seqscan off), once, under EXPLAIN ANALYZE.
-    static func explainClaim(_ db: TestDatabase, batch: Int) async throws -> Buffers {
+    /// - Parameter resume: one resume point, (topic, run_at in microseconds, id) of credential `default`,
+    ///   environment production, priority 10.
+    static func explainClaim(
+        _ db: TestDatabase,
+        batch: Int,
+        resume: (topic: String, runAtMicros: Int64, id: Int64)? = nil
+    ) async throws -> Buffers {
+        // With a resume point, the claim as a worker's steady state sends it: its credential named, its walk's
+        // cursor at that topic.
+        let credentials = resume == nil ? "'{}', true" : "'{default}', false"
+        let cursor = resume.map { "'{default}', '{production}', '{\($0.topic)}'" } ?? "'{}', '{}', '{}'"
+        let resumes =
+            resume.map {
+                "'{default}', '{production}', '{\($0.topic)}', '{10}', '{\($0.runAtMicros)}', '{\($0.id)}'"
+            } ?? "'{}', '{}', '{}', '{}', '{}', '{}'"
         let types = [
             "text[]", "boolean", "text[]", "float8", "text[]", "text[]", "bigint[]", "boolean", "bigint", "text",
-            "float8", "text[]", "text[]", "text[]", "text[]",
+            "float8", "text[]", "text[]", "text[]", "text[]", "text[]", "text[]", "text[]", "smallint[]", "bigint[]",
+            "bigint[]",
         ]
         #expect(types.count == ClaimStatement.statement.binds.count)
         return try await db.client.withConnection { connection in
@@ -258,7 +314,7 @@ struct ClaimPlanTests {
                 PostgresQuery(
                     unsafeSQL: """
                         EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
-                        EXECUTE t_claim('{}', true, '{}', 30, '{}', '{}', '{}', true, \(batch), 'w', 60, '{}', '{}', '{}', '{}')
+                        EXECUTE t_claim(\(credentials), '{}', 30, '{}', '{}', '{}', true, \(batch), 'w', 60, '{}', \(cursor), \(resumes))
                         """
                 ),
                 logger: db.logger
@@ -277,6 +333,9 @@ struct ClaimPlanTests {
                 let children = node["Plans"] as? [[String: Any]] ?? []
                 // A node's own reads: its count less its children's.
                 let own = hits(node) - children.map(hits).reduce(0, +)
+                if node["Index Name"] as? String == "jobs_claim_by_topic_idx" {
+                    buffers.claimIndex += own
+                }
                 if own > buffers.largestNode {
                     buffers.largestNode = own
                     buffers.largestNodeName =

@@ -37,7 +37,7 @@ struct SQLStatementTests {
             }
             #expect(!leftover, "\(statement.file): a :name not numbered")
         }
-        #expect(ClaimStatement.statement.binds.count == 15 && WriteOutcomesStatement.statement.binds.count == 16)
+        #expect(ClaimStatement.statement.binds.count == 21 && WriteOutcomesStatement.statement.binds.count == 16)
     }
 
     @Test("a bind named only in a comment or a string literal is not a bind")

@@ -5,7 +5,9 @@
 -- :excluded_pairs backing-off environment/credential pairs, :held_ids jobs still held, :include_rate_limited
 -- whether rate-limited jobs are taken, :batch_limit the limit, :worker_id the worker, :lease_seconds the lease
 -- in seconds, :excluded_topics credential/topic pairs APNs refused (TopicDisallowed), :cursor_credentials,
--- :cursor_environments and :cursor_topics the claimer's cursor (the topic each pair's walk stopped at last).
+-- :cursor_environments and :cursor_topics the claimer's cursor (the topic each pair's walk stopped at last),
+-- :resume_credentials, :resume_environments, :resume_topics, :resume_priorities, :resume_run_ats and
+-- :resume_ids the claimer's resume points (where each busy range's last claim stopped).
 -- The rate formula in budgets is JobQueue.available(perSecond:burst:delay:halfLease:), which
 -- `push-worker limits` uses too; SQLStatementTests keeps the two the same.
 --
@@ -38,16 +40,37 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
         ON k.credential = c.c AND k.environment = e.environment
      WHERE NOT (e.environment = ANY (:excluded_environments::text[]))
        AND NOT (e.environment || '/' || c.c = ANY (:excluded_pairs::text[]))
+), resume_points AS MATERIALIZED (
+    -- The claimer's resume points: where each busy range (credential, environment, topic, priority) goes on,
+    -- after the last job its last claim took there. The entries of jobs claimed since the last vacuum lie
+    -- before it (a claim's update leaves its pending entry behind), and a probe or a scan from the range's
+    -- head would step over every one of them: at a million-job backlog, most of the claim's cost. The due
+    -- probes and the range scans below start there. (Microseconds since the epoch: exact both ways.)
+    SELECT k.credential, k.environment, k.topic, k.priority,
+           timestamptz 'epoch' + k.run_at_us * interval '1 microsecond' AS after_run_at, k.id AS after_id
+      FROM unnest(:resume_credentials::text[], :resume_environments::text[], :resume_topics::text[],
+                  :resume_priorities::smallint[], :resume_run_ats::bigint[], :resume_ids::bigint[])
+           AS k(credential, environment, topic, priority, run_at_us, id)
 ), starts AS MATERIALIZED (
     -- Each pair's first topic with pending jobs after its cursor, else its first topic (the walk wraps
     -- round): one probe of jobs_claim_by_topic_idx, or two.
     -- (With no cursor, nothing after it means nothing at all: no second probe.)
+    -- The wrap's probe would step over the claimed entries at the head of the first topic's ranges when
+    -- that topic is busy: with a resume point in the pair, it looks only below the pair's first resumed
+    -- topic (the hint) and takes the hint when nothing is there. Topics with a resume point are busy ones.
     SELECT p.c, p.environment, p.cursor,
            coalesce(a.after, CASE WHEN p.cursor <> '' THEN
+               CASE WHEN h.hint IS NULL THEN
                    (SELECT j.topic FROM push.jobs AS j
                      WHERE j.state = 'pending' AND j.credential = p.c AND j.environment = p.environment
-                     ORDER BY j.topic LIMIT 1) END) AS topic,
-           a.after IS NULL AS wrapped
+                     ORDER BY j.topic LIMIT 1)
+               ELSE coalesce(
+                   (SELECT j.topic FROM push.jobs AS j
+                     WHERE j.state = 'pending' AND j.credential = p.c AND j.environment = p.environment
+                       AND j.topic < h.hint
+                     ORDER BY j.topic LIMIT 1), h.hint) END
+           END) AS topic,
+           a.after IS NULL AS wrapped, h.hint
       FROM pairs AS p
      CROSS JOIN LATERAL (
         SELECT (SELECT j.topic FROM push.jobs AS j
@@ -55,21 +78,44 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
                    AND j.topic > p.cursor
                  ORDER BY j.topic LIMIT 1) AS after
      ) AS a
+     CROSS JOIN LATERAL (
+        SELECT (SELECT min(k.topic) FROM resume_points AS k
+                 WHERE k.credential = p.c AND k.environment = p.environment) AS hint
+     ) AS h
 ), start_due AS MATERIALIZED (
     -- Whether each pair's first topic has due work (one probe, three when only lower priorities are due).
+    -- (From each range's resume point, where it has one.)
     SELECT s.c, s.topic IS NOT NULL AS pending,
            s.topic IS NOT NULL AND coalesce(
                (SELECT true FROM push.jobs AS x
                  WHERE x.state = 'pending' AND x.credential = s.c AND x.environment = s.environment
-                   AND x.topic = s.topic AND x.send_priority = 10 AND x.run_at <= now() LIMIT 1)
+                   AND x.topic = s.topic AND x.send_priority = 10 AND x.run_at <= now()
+                   AND (x.run_at, x.id) > (s.after10_run_at, s.after10_id) LIMIT 1)
                OR (SELECT true FROM push.jobs AS x
                     WHERE x.state = 'pending' AND x.credential = s.c AND x.environment = s.environment
-                      AND x.topic = s.topic AND x.send_priority = 5 AND x.run_at <= now() LIMIT 1)
+                      AND x.topic = s.topic AND x.send_priority = 5 AND x.run_at <= now()
+                      AND (x.run_at, x.id) > (s.after5_run_at, s.after5_id) LIMIT 1)
                OR (SELECT true FROM push.jobs AS x
                     WHERE x.state = 'pending' AND x.credential = s.c AND x.environment = s.environment
-                      AND x.topic = s.topic AND x.send_priority = 1 AND x.run_at <= now() LIMIT 1),
+                      AND x.topic = s.topic AND x.send_priority = 1 AND x.run_at <= now()
+                      AND (x.run_at, x.id) > (s.after1_run_at, s.after1_id) LIMIT 1),
                false) AS due
-      FROM starts AS s
+      FROM (SELECT s.*,
+                   coalesce(k10.after_run_at, '-infinity') AS after10_run_at, coalesce(k10.after_id, 0) AS after10_id,
+                   coalesce(k5.after_run_at, '-infinity') AS after5_run_at, coalesce(k5.after_id, 0) AS after5_id,
+                   coalesce(k1.after_run_at, '-infinity') AS after1_run_at, coalesce(k1.after_id, 0) AS after1_id
+              FROM starts AS s
+              LEFT JOIN resume_points AS k10
+                ON k10.credential = s.c AND k10.environment = s.environment AND k10.topic = s.topic
+               AND k10.priority = 10
+              LEFT JOIN resume_points AS k5
+                ON k5.credential = s.c AND k5.environment = s.environment AND k5.topic = s.topic
+               AND k5.priority = 5
+              LEFT JOIN resume_points AS k1
+                ON k1.credential = s.c AND k1.environment = s.environment AND k1.topic = s.topic
+               AND k1.priority = 1
+            -- Kept a subquery (not pulled up), so each probe reads its bounds as parameters.
+            OFFSET 0) AS s
 ), walk_budget AS MATERIALIZED (
     -- How many topics a pair walks in one claim: the batch split among the credentials whose walk starts
     -- at due work (credentials with only retries waiting do not dilute a busy one's walk), at least one;
@@ -83,16 +129,24 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
 ), walk AS (
     -- A skip scan of jobs_claim_by_topic_idx from the cursor, one probe per topic, round to the cursor
     -- again or until the pair's budget of topics is spent.
-    SELECT s.c, s.environment, s.cursor, s.topic, s.wrapped, 1 AS n
+    -- (Its wrap's probe as the start's: below the pair's hint, else the hint.)
+    SELECT s.c, s.environment, s.cursor, s.topic, s.wrapped, s.hint, 1 AS n
       FROM starts AS s WHERE s.topic IS NOT NULL
     UNION ALL
-    SELECT w.c, w.environment, w.cursor, x.topic, x.wrapped, w.n + 1
+    SELECT w.c, w.environment, w.cursor, x.topic, x.wrapped, w.hint, w.n + 1
       FROM walk AS w
      CROSS JOIN LATERAL (
         SELECT coalesce(a.after, CASE WHEN NOT w.wrapped THEN
-                   (SELECT j.topic FROM push.jobs AS j
-                     WHERE j.state = 'pending' AND j.credential = w.c AND j.environment = w.environment
-                     ORDER BY j.topic LIMIT 1) END) AS topic,
+                   CASE WHEN w.hint IS NULL THEN
+                       (SELECT j.topic FROM push.jobs AS j
+                         WHERE j.state = 'pending' AND j.credential = w.c AND j.environment = w.environment
+                         ORDER BY j.topic LIMIT 1)
+                   ELSE coalesce(
+                       (SELECT j.topic FROM push.jobs AS j
+                         WHERE j.state = 'pending' AND j.credential = w.c AND j.environment = w.environment
+                           AND j.topic < w.hint
+                         ORDER BY j.topic LIMIT 1), w.hint) END
+               END) AS topic,
                w.wrapped OR a.after IS NULL AS wrapped
           FROM (SELECT (SELECT j.topic FROM push.jobs AS j
                          WHERE j.state = 'pending' AND j.credential = w.c AND j.environment = w.environment
@@ -153,12 +207,28 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
     -- Which priorities of each walked topic have due work: a probe for priority 10, a probe for any
     -- pending job below it, and only then one each for 5 and 1 (most topics send at 10 alone: two probes).
     -- Scalar probes, not EXISTS: the planner turns EXISTS into a semi-join over the whole index.
+    -- (From each range's resume point, where it has one.)
     SELECT t.c, t.environment, t.topic, t.scope, d.d10, lo.d5, lo.d1
-      FROM scoped AS t
+      FROM (SELECT t.*,
+                   coalesce(k10.after_run_at, '-infinity') AS after10_run_at, coalesce(k10.after_id, 0) AS after10_id,
+                   coalesce(k5.after_run_at, '-infinity') AS after5_run_at, coalesce(k5.after_id, 0) AS after5_id,
+                   coalesce(k1.after_run_at, '-infinity') AS after1_run_at, coalesce(k1.after_id, 0) AS after1_id
+              FROM scoped AS t
+              LEFT JOIN resume_points AS k10
+                ON k10.credential = t.c AND k10.environment = t.environment AND k10.topic = t.topic
+               AND k10.priority = 10
+              LEFT JOIN resume_points AS k5
+                ON k5.credential = t.c AND k5.environment = t.environment AND k5.topic = t.topic
+               AND k5.priority = 5
+              LEFT JOIN resume_points AS k1
+                ON k1.credential = t.c AND k1.environment = t.environment AND k1.topic = t.topic
+               AND k1.priority = 1
+            OFFSET 0) AS t
      CROSS JOIN LATERAL (
         SELECT coalesce((SELECT true FROM push.jobs AS x
                           WHERE x.state = 'pending' AND x.credential = t.c AND x.environment = t.environment
-                            AND x.topic = t.topic AND x.send_priority = 10 AND x.run_at <= now() LIMIT 1), false) AS d10,
+                            AND x.topic = t.topic AND x.send_priority = 10 AND x.run_at <= now()
+                            AND (x.run_at, x.id) > (t.after10_run_at, t.after10_id) LIMIT 1), false) AS d10,
                coalesce((SELECT true FROM push.jobs AS x
                           WHERE x.state = 'pending' AND x.credential = t.c AND x.environment = t.environment
                             AND x.topic = t.topic AND x.send_priority < 10 LIMIT 1), false) AS low
@@ -167,10 +237,12 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
      CROSS JOIN LATERAL (
         SELECT d.low AND coalesce((SELECT true FROM push.jobs AS x
                     WHERE x.state = 'pending' AND x.credential = t.c AND x.environment = t.environment
-                      AND x.topic = t.topic AND x.send_priority = 5 AND x.run_at <= now() LIMIT 1), false) AS d5,
+                      AND x.topic = t.topic AND x.send_priority = 5 AND x.run_at <= now()
+                      AND (x.run_at, x.id) > (t.after5_run_at, t.after5_id) LIMIT 1), false) AS d5,
                d.low AND coalesce((SELECT true FROM push.jobs AS x
                     WHERE x.state = 'pending' AND x.credential = t.c AND x.environment = t.environment
-                      AND x.topic = t.topic AND x.send_priority = 1 AND x.run_at <= now() LIMIT 1), false) AS d1
+                      AND x.topic = t.topic AND x.send_priority = 1 AND x.run_at <= now()
+                      AND (x.run_at, x.id) > (t.after1_run_at, t.after1_id) LIMIT 1), false) AS d1
         OFFSET 0
      ) AS lo
 ), topic_ranges AS MATERIALIZED (
@@ -185,13 +257,18 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
     -- Every (credential, environment, topic, priority) with due work to read. Each credential with due work
     -- takes an equal share of the batch, split among its topics with due work at that priority (a
     -- configured credential with nothing due takes none); a limited topic reads no more than its limit's room.
+    -- A range this claimer's last claim of it left with more to take starts at its resume point.
     SELECT r.credential, r.environment, r.topic, r.scope, p.priority, p.weight,
            least(ceil(:batch_limit::float8 / (SELECT count(DISTINCT credential) FROM topic_ranges)
                       / count(*) OVER (PARTITION BY r.credential, p.priority)),
-                 coalesce(floor(r.available), :batch_limit::float8))::bigint AS share
+                 coalesce(floor(r.available), :batch_limit::float8))::bigint AS share,
+           coalesce(k.after_run_at, '-infinity') AS after_run_at, coalesce(k.after_id, 0) AS after_id
       FROM topic_ranges AS r
      CROSS JOIN (VALUES (10::smallint, 8.0::float8), (5::smallint, 2.0::float8), (1::smallint, 1.0::float8))
            AS p(priority, weight)
+      LEFT JOIN resume_points AS k
+        ON k.credential = r.credential AND k.environment = r.environment AND k.topic = r.topic
+       AND k.priority = p.priority
      WHERE CASE p.priority WHEN 10 THEN r.d10 WHEN 5 THEN r.d5 ELSE r.d1 END
 ), candidates AS MATERIALIZED (
     -- One index range scan per range: only due, claimable rows are read. Each range locks at most
@@ -215,6 +292,8 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
           ) AS m ON true
          WHERE j.state = 'pending' AND j.credential = r.credential AND j.environment = r.environment
            AND j.topic = r.topic AND j.send_priority = r.priority AND j.run_at <= now()
+           -- From the range's resume point (or its head): an index condition, not a filter.
+           AND (j.run_at, j.id) > (r.after_run_at, r.after_id)
            AND (cardinality(:held_ids::bigint[]) = 0 OR NOT (j.id = ANY (:held_ids::bigint[])))
            -- Latest wins: a job with a newer due pending job of the same key (same topic and
            -- environment) is not claimable (a newer one another claimer holds right now counts too:
@@ -249,6 +328,27 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
      WHERE c.scope IS NULL OR c.k <= floor(b.available)
      ORDER BY c.turn, c.run_at, c.id
      LIMIT :batch_limit
+), resumes AS MATERIALIZED (
+    -- Each range read: where its next claim by this claimer starts. After the last job taken there when the
+    -- range gave its whole share (more is likely waiting behind it: the jobs it locked but did not take lie
+    -- after that job in the range's order); from its head (0) when it gave less, so a job the scan passed
+    -- (locked by another statement then, or enqueued with a run_at already past) is found again.
+    SELECT r.credential, r.environment, r.topic, r.priority,
+           -- (0 for "from its head": arrays of the claim's answer carry no NULL.)
+           coalesce(CASE WHEN f.full THEN (extract(epoch FROM l.run_at) * 1000000)::bigint END, 0) AS run_at_us,
+           coalesce(CASE WHEN f.full THEN l.id END, 0) AS id
+      FROM ranges AS r
+     CROSS JOIN LATERAL (
+        SELECT count(*) >= r.share AS full FROM candidates AS c
+         WHERE c.credential = r.credential AND c.environment = r.environment AND c.topic = r.topic
+           AND c.send_priority = r.priority
+     ) AS f
+      LEFT JOIN LATERAL (
+        SELECT c.run_at, c.id FROM candidates AS c JOIN picked AS p ON p.id = c.id
+         WHERE c.credential = r.credential AND c.environment = r.environment AND c.topic = r.topic
+           AND c.send_priority = r.priority
+         ORDER BY c.run_at DESC, c.id DESC LIMIT 1
+     ) AS l ON true
 ), spent AS (
     UPDATE push.rate_limits AS l
        SET next_send_at = b.start + make_interval(secs => u.n / b.per_second)
@@ -335,6 +435,12 @@ SELECT m.superseded_count, m.limited_ms, m.more, m.walk_cut,
        CASE WHEN row_number() OVER () = 1 THEN m.cursor_credentials END,
        CASE WHEN row_number() OVER () = 1 THEN m.cursor_environments END,
        CASE WHEN row_number() OVER () = 1 THEN m.cursor_topics END,
+       CASE WHEN row_number() OVER () = 1 THEN m.resume_credentials END,
+       CASE WHEN row_number() OVER () = 1 THEN m.resume_environments END,
+       CASE WHEN row_number() OVER () = 1 THEN m.resume_topics END,
+       CASE WHEN row_number() OVER () = 1 THEN m.resume_priorities END,
+       CASE WHEN row_number() OVER () = 1 THEN m.resume_run_ats END,
+       CASE WHEN row_number() OVER () = 1 THEN m.resume_ids END,
        (SELECT mk.high_id FROM marks AS mk
          WHERE mk.topic = j.topic AND mk.environment = j.environment AND mk.coalesce_key = j.coalesce_key
            AND mk.high_id > j.id) AS superseded_by,
@@ -360,7 +466,17 @@ SELECT m.superseded_count, m.limited_ms, m.more, m.walk_cut,
                EXISTS (SELECT 1 FROM cursors WHERE n >= (SELECT topics FROM walk_budget)) AS walk_cut,
                ARRAY(SELECT c FROM cursors ORDER BY c, environment) AS cursor_credentials,
                ARRAY(SELECT environment FROM cursors ORDER BY c, environment) AS cursor_environments,
-               ARRAY(SELECT topic FROM cursors ORDER BY c, environment) AS cursor_topics) AS m
+               ARRAY(SELECT topic FROM cursors ORDER BY c, environment) AS cursor_topics,
+               ARRAY(SELECT credential FROM resumes ORDER BY credential, environment, topic, priority)
+                   AS resume_credentials,
+               ARRAY(SELECT environment FROM resumes ORDER BY credential, environment, topic, priority)
+                   AS resume_environments,
+               ARRAY(SELECT topic FROM resumes ORDER BY credential, environment, topic, priority) AS resume_topics,
+               ARRAY(SELECT priority FROM resumes ORDER BY credential, environment, topic, priority)
+                   AS resume_priorities,
+               ARRAY(SELECT run_at_us FROM resumes ORDER BY credential, environment, topic, priority)
+                   AS resume_run_ats,
+               ARRAY(SELECT id FROM resumes ORDER BY credential, environment, topic, priority) AS resume_ids) AS m
   LEFT JOIN claimed AS j ON true
   -- Joined once (a hash join), not a subquery per row: picked has a row per claimed job.
   LEFT JOIN (SELECT p.id, p.scope, extract(epoch FROM b.start - b.at)::float8 + (p.k - 1) / b.per_second AS send_in,

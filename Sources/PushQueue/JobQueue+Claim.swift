@@ -72,11 +72,10 @@ extension JobQueue {
         /// Where each busy range (credential, environment, topic, priority) goes on: after the last job this
         /// claimer took there, while the range keeps giving its whole share. The entries of jobs claimed since
         /// the last vacuum lie before it; a scan from the head steps over every one of them.
+        /// A point lives a second from when its range was last read from its head (``headInterval``), so a
+        /// job a resumed scan passed (locked by another statement then, or enqueued with a `run_at` already
+        /// past) waits about a second, whatever else the claims read meanwhile.
         var resumes: [RangeKey: ResumePoint] = [:]
-        /// When the claims last read every range from its head: once a second, so that a job a resumed scan
-        /// passed (locked by another statement then, or enqueued with a `run_at` already past) waits a second
-        /// at most.
-        var headAt: ContinuousClock.Instant?
 
         /// One claim range.
         struct RangeKey: Hashable {
@@ -86,16 +85,50 @@ extension JobQueue {
             var priority: Int16
         }
 
-        /// A job's place in its range's order: `run_at` (microseconds since 1970, exact) and id.
+        /// A job's place in its range's order: `run_at` (microseconds since 1970, exact) and id; and when its
+        /// range was last read from its head.
         struct ResumePoint {
             var runAtMicros: Int64
             var id: Int64
+            var headReadAt: ContinuousClock.Instant
         }
 
-        /// How often the claims read every range from its head.
+        /// How long a range is read from a resume point before it is read from its head again.
         static let headInterval: Duration = .seconds(1)
-        /// At most this many resume points are kept (each claim reports only the ranges it read).
-        static let maximumResumes = 10_000
+        /// At most this many resume points are kept and sent (a claim reports one only for a range that gave a
+        /// share of 8 or more): the claim joins them to the topics it walks. Past it, the ones whose ranges
+        /// were read from their heads longest ago go.
+        static let maximumResumes = 64
+
+        /// The points a claim at `now` starts from: those whose ranges were read from their heads within
+        /// ``headInterval``.
+        func livePoints(at now: ContinuousClock.Instant) -> [RangeKey: ResumePoint] {
+            self.resumes.filter { now - $0.value.headReadAt < Self.headInterval }
+        }
+
+        /// The points after a claim at `now` that started from `sent` reported `reported` (id 0: the range
+        /// goes back to its head): a reported point keeps its range's head read time when the claim resumed
+        /// it, else it starts now; points not reported stay while they live.
+        func updated(
+            sent: [RangeKey: ResumePoint],
+            reported: [(RangeKey, runAtMicros: Int64, id: Int64)],
+            at now: ContinuousClock.Instant
+        ) -> [RangeKey: ResumePoint] {
+            var points = sent
+            for (key, runAt, id) in reported {
+                points[key] =
+                    id > 0
+                    ? ResumePoint(runAtMicros: runAt, id: id, headReadAt: sent[key]?.headReadAt ?? now) : nil
+            }
+            if points.count > Self.maximumResumes {
+                for (key, _) in points.sorted(by: { $0.value.headReadAt < $1.value.headReadAt })
+                    .prefix(points.count - Self.maximumResumes)
+                {
+                    points[key] = nil
+                }
+            }
+            return points
+        }
 
         /// The stops a claim reported, with this cursor's stops for the pairs that claim did not walk (left
         /// out for a moment: backing off, paused, nothing pending), so those go on where they were.
@@ -155,11 +188,9 @@ extension JobQueue {
         binds.bind("cursor_topics", walkFrom.stops.map(\.topic))
         var nextCursor = walkFrom
         let now = ContinuousClock.now
-        var resumeFrom = walkFrom.resumes
-        if self.claimCursor.takeHeadRequest() || walkFrom.headAt.map({ now - $0 >= ClaimCursor.headInterval }) ?? true {
-            resumeFrom = [:]
-            nextCursor.headAt = now
-        }
+        // Released jobs keep their run_at: after a release, every range from its head.
+        let resumeFrom = self.claimCursor.takeHeadRequest() ? [:] : walkFrom.livePoints(at: now)
+        var reported: [(ClaimCursor.RangeKey, runAtMicros: Int64, id: Int64)] = []
         let resumes = Array(resumeFrom)
         binds.bind("resume_credentials", resumes.map(\.key.credential))
         binds.bind("resume_environments", resumes.map(\.key.environment))
@@ -205,7 +236,6 @@ extension JobQueue {
                     rIDs.count
                 ]
             {
-                if nextCursor.resumes.count > ClaimCursor.maximumResumes { nextCursor.resumes = [:] }
                 for n in rIDs.indices {
                     let key = ClaimCursor.RangeKey(
                         credential: rCredentials[n],
@@ -213,11 +243,7 @@ extension JobQueue {
                         topic: rTopics[n],
                         priority: rPriorities[n]
                     )
-                    if rIDs[n] > 0 {
-                        nextCursor.resumes[key] = ClaimCursor.ResumePoint(runAtMicros: rRunAts[n], id: rIDs[n])
-                    } else {
-                        nextCursor.resumes[key] = nil
-                    }
+                    reported.append((key, rRunAts[n], rIDs[n]))
                 }
             }
             let supersededBy = try cursor.next(Int64?.self)
@@ -250,6 +276,7 @@ extension JobQueue {
             }
         }
         try await self.forEachRow(of: ClaimStatement.self, binds: binds.complete, read)
+        nextCursor.resumes = walkFrom.updated(sent: resumeFrom, reported: reported, at: now)
         self.claimCursor.value = nextCursor
         if !stale.isEmpty {
             superseded += try await self.supersedeClaimed(stale, workerID: workerID)

@@ -265,6 +265,63 @@ struct ClaimPlanTests {
         }
     }
 
+    @Test(
+        "a job enqueued behind a busy range's resume point (its run_at already past) is claimed once the range is read from its head again, within about a second"
+    )
+    func behindTheResumePoint() async throws {
+        try await TestPostgres.withDatabase { db in
+            try await db.execute(Self.insert(3_000, topics: 1))
+            // One queue, as a worker's claim loop has (its cursor and resume points live in it).
+            let queue = db.queue
+            let first = try await queue.claimBatch(limit: 100, workerID: "w", lease: .seconds(60))
+            #expect(first.jobs.count == 100 && queue.claimCursor.value.resumes.count == 1)
+            let late = try await db.int64s(
+                "INSERT INTO push.jobs (topic, device_token, payload, run_at) VALUES ('com.example.t0', lpad('f', 64, 'f'), '{\"aps\":{}}', now() - interval '1 hour') RETURNING id"
+            )
+            // Resumed after the first claim's last job: the late job, at the range's head, is passed.
+            let resumed = try await queue.claimBatch(limit: 100, workerID: "w", lease: .seconds(60))
+            #expect(resumed.jobs.count == 100 && !resumed.jobs.contains { $0.id == late[0] })
+            #expect(resumed.jobs.map(\.id).min()! > first.jobs.map(\.id).max()!, "in order after the first claim")
+            try await Task.sleep(for: .milliseconds(1_100))
+            let head = try await queue.claimBatch(limit: 100, workerID: "w", lease: .seconds(60))
+            #expect(head.jobs.first?.id == late[0], "the oldest due job first, once read from the head")
+        }
+    }
+
+    @Test("resume points: a point lives a second from its range's last read from the head; at most 64 are kept")
+    func resumePointsExpire() {
+        typealias Cursor = JobQueue.ClaimCursor
+        let t0 = ContinuousClock.now
+        let key = Cursor.RangeKey(credential: "c", environment: "production", topic: "t", priority: 10)
+        var cursor = Cursor()
+        // Read from the head at t0: a point from then.
+        cursor.resumes = cursor.updated(sent: [:], reported: [(key, 1, 10)], at: t0)
+        #expect(cursor.resumes[key]?.headReadAt == t0)
+        // Resumed at t0 + 0.5 s: the new point keeps t0.
+        let sent = cursor.livePoints(at: t0 + .milliseconds(500))
+        #expect(sent[key]?.id == 10)
+        cursor.resumes = cursor.updated(sent: sent, reported: [(key, 2, 20)], at: t0 + .milliseconds(500))
+        #expect(cursor.resumes[key]?.id == 20 && cursor.resumes[key]?.headReadAt == t0)
+        // A second after t0 it is not sent: the range is read from its head.
+        #expect(cursor.livePoints(at: t0 + .milliseconds(1_001)).isEmpty)
+        // A range that gave less than its share goes back to its head.
+        cursor.resumes = cursor.updated(sent: sent, reported: [(key, 0, 0)], at: t0 + .milliseconds(600))
+        #expect(cursor.resumes.isEmpty)
+        // 70 points: the 64 whose ranges were read from their heads last stay.
+        let many = (0..<70).map {
+            (
+                Cursor.RangeKey(credential: "c", environment: "production", topic: "t\($0)", priority: 10), Int64(1),
+                Int64($0 + 1)
+            )
+        }
+        var points: [Cursor.RangeKey: Cursor.ResumePoint] = [:]
+        for (n, point) in many.enumerated() {
+            points[point.0] = .init(runAtMicros: 1, id: point.2, headReadAt: t0 + .milliseconds(n))
+        }
+        let kept = cursor.updated(sent: points, reported: [], at: t0 + .milliseconds(100))
+        #expect(kept.count == 64 && kept[many[0].0] == nil && kept[many[69].0] != nil)
+    }
+
     /// Buffers one claim read: in all (the plan's top node holds its children's) and in its busiest node.
     struct Buffers: CustomStringConvertible {
         var total = 0

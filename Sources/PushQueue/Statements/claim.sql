@@ -46,11 +46,24 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
     -- before it (a claim's update leaves its pending entry behind), and a probe or a scan from the range's
     -- head would step over every one of them: at a million-job backlog, most of the claim's cost. The due
     -- probes and the range scans below start there. (Microseconds since the epoch: exact both ways.)
+    -- (Seconds and microseconds apart: a float product is exact only within 2^53 µs of 1970.)
     SELECT k.credential, k.environment, k.topic, k.priority,
-           timestamptz 'epoch' + k.run_at_us * interval '1 microsecond' AS after_run_at, k.id AS after_id
+           timestamptz 'epoch' + (k.run_at_us / 1000000) * interval '1 second'
+               + (k.run_at_us % 1000000) * interval '1 microsecond' AS after_run_at,
+           k.id AS after_id
       FROM unnest(:resume_credentials::text[], :resume_environments::text[], :resume_topics::text[],
                   :resume_priorities::smallint[], :resume_run_ats::bigint[], :resume_ids::bigint[])
            AS k(credential, environment, topic, priority, run_at_us, id)
+), resume_topics AS MATERIALIZED (
+    -- The same, one row per topic (its three priorities' points side by side): the probes join it once.
+    SELECT credential, environment, topic,
+           coalesce(max(after_run_at) FILTER (WHERE priority = 10), '-infinity') AS after10_run_at,
+           coalesce(max(after_id) FILTER (WHERE priority = 10), 0) AS after10_id,
+           coalesce(max(after_run_at) FILTER (WHERE priority = 5), '-infinity') AS after5_run_at,
+           coalesce(max(after_id) FILTER (WHERE priority = 5), 0) AS after5_id,
+           coalesce(max(after_run_at) FILTER (WHERE priority = 1), '-infinity') AS after1_run_at,
+           coalesce(max(after_id) FILTER (WHERE priority = 1), 0) AS after1_id
+      FROM resume_points GROUP BY credential, environment, topic
 ), starts AS MATERIALIZED (
     -- Each pair's first topic with pending jobs after its cursor, else its first topic (the walk wraps
     -- round): one probe of jobs_claim_by_topic_idx, or two.
@@ -58,6 +71,8 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
     -- The wrap's probe would step over the claimed entries at the head of the first topic's ranges when
     -- that topic is busy: with a resume point in the pair, it looks only below the pair's first resumed
     -- topic (the hint) and takes the hint when nothing is there. Topics with a resume point are busy ones.
+    -- The probe after the cursor likewise looks only below the pair's first resumed topic after the cursor,
+    -- and takes that topic when nothing is there.
     SELECT p.c, p.environment, p.cursor,
            coalesce(a.after, CASE WHEN p.cursor <> '' THEN
                CASE WHEN h.hint IS NULL THEN
@@ -73,15 +88,23 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
            a.after IS NULL AS wrapped, h.hint
       FROM pairs AS p
      CROSS JOIN LATERAL (
-        SELECT (SELECT j.topic FROM push.jobs AS j
-                 WHERE j.state = 'pending' AND j.credential = p.c AND j.environment = p.environment
-                   AND j.topic > p.cursor
-                 ORDER BY j.topic LIMIT 1) AS after
-     ) AS a
-     CROSS JOIN LATERAL (
-        SELECT (SELECT min(k.topic) FROM resume_points AS k
-                 WHERE k.credential = p.c AND k.environment = p.environment) AS hint
+        SELECT (SELECT min(k.topic) FROM resume_topics AS k
+                 WHERE k.credential = p.c AND k.environment = p.environment) AS hint,
+               (SELECT min(k.topic) FROM resume_topics AS k
+                 WHERE k.credential = p.c AND k.environment = p.environment AND k.topic > p.cursor) AS next_hint
      ) AS h
+     CROSS JOIN LATERAL (
+        SELECT CASE WHEN h.next_hint IS NULL THEN
+                   (SELECT j.topic FROM push.jobs AS j
+                     WHERE j.state = 'pending' AND j.credential = p.c AND j.environment = p.environment
+                       AND j.topic > p.cursor
+                     ORDER BY j.topic LIMIT 1)
+               ELSE coalesce(
+                   (SELECT j.topic FROM push.jobs AS j
+                     WHERE j.state = 'pending' AND j.credential = p.c AND j.environment = p.environment
+                       AND j.topic > p.cursor AND j.topic < h.next_hint
+                     ORDER BY j.topic LIMIT 1), h.next_hint) END AS after
+     ) AS a
 ), start_due AS MATERIALIZED (
     -- Whether each pair's first topic has due work (one probe, three when only lower priorities are due).
     -- (From each range's resume point, where it has one.)
@@ -101,19 +124,12 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
                       AND (x.run_at, x.id) > (s.after1_run_at, s.after1_id) LIMIT 1),
                false) AS due
       FROM (SELECT s.*,
-                   coalesce(k10.after_run_at, '-infinity') AS after10_run_at, coalesce(k10.after_id, 0) AS after10_id,
-                   coalesce(k5.after_run_at, '-infinity') AS after5_run_at, coalesce(k5.after_id, 0) AS after5_id,
-                   coalesce(k1.after_run_at, '-infinity') AS after1_run_at, coalesce(k1.after_id, 0) AS after1_id
+                   coalesce(k.after10_run_at, '-infinity') AS after10_run_at, coalesce(k.after10_id, 0) AS after10_id,
+                   coalesce(k.after5_run_at, '-infinity') AS after5_run_at, coalesce(k.after5_id, 0) AS after5_id,
+                   coalesce(k.after1_run_at, '-infinity') AS after1_run_at, coalesce(k.after1_id, 0) AS after1_id
               FROM starts AS s
-              LEFT JOIN resume_points AS k10
-                ON k10.credential = s.c AND k10.environment = s.environment AND k10.topic = s.topic
-               AND k10.priority = 10
-              LEFT JOIN resume_points AS k5
-                ON k5.credential = s.c AND k5.environment = s.environment AND k5.topic = s.topic
-               AND k5.priority = 5
-              LEFT JOIN resume_points AS k1
-                ON k1.credential = s.c AND k1.environment = s.environment AND k1.topic = s.topic
-               AND k1.priority = 1
+              LEFT JOIN resume_topics AS k
+                ON k.credential = s.c AND k.environment = s.environment AND k.topic = s.topic
             -- Kept a subquery (not pulled up), so each probe reads its bounds as parameters.
             OFFSET 0) AS s
 ), walk_budget AS MATERIALIZED (
@@ -148,10 +164,20 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
                          ORDER BY j.topic LIMIT 1), w.hint) END
                END) AS topic,
                w.wrapped OR a.after IS NULL AS wrapped
-          FROM (SELECT (SELECT j.topic FROM push.jobs AS j
-                         WHERE j.state = 'pending' AND j.credential = w.c AND j.environment = w.environment
-                           AND j.topic > w.topic
-                         ORDER BY j.topic LIMIT 1) AS after) AS a
+          FROM (SELECT CASE WHEN n.next_hint IS NULL THEN
+                           (SELECT j.topic FROM push.jobs AS j
+                             WHERE j.state = 'pending' AND j.credential = w.c AND j.environment = w.environment
+                               AND j.topic > w.topic
+                             ORDER BY j.topic LIMIT 1)
+                       ELSE coalesce(
+                           (SELECT j.topic FROM push.jobs AS j
+                             WHERE j.state = 'pending' AND j.credential = w.c AND j.environment = w.environment
+                               AND j.topic > w.topic AND j.topic < n.next_hint
+                             ORDER BY j.topic LIMIT 1), n.next_hint) END AS after
+                  FROM (SELECT CASE WHEN w.hint IS NULL THEN NULL ELSE
+                               (SELECT min(k.topic) FROM resume_topics AS k
+                                 WHERE k.credential = w.c AND k.environment = w.environment AND k.topic > w.topic)
+                               END AS next_hint) AS n) AS a
         -- Kept a subquery (not pulled up), so each probe runs once, not again in the filter below.
         OFFSET 0
      ) AS x
@@ -210,19 +236,12 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
     -- (From each range's resume point, where it has one.)
     SELECT t.c, t.environment, t.topic, t.scope, d.d10, lo.d5, lo.d1
       FROM (SELECT t.*,
-                   coalesce(k10.after_run_at, '-infinity') AS after10_run_at, coalesce(k10.after_id, 0) AS after10_id,
-                   coalesce(k5.after_run_at, '-infinity') AS after5_run_at, coalesce(k5.after_id, 0) AS after5_id,
-                   coalesce(k1.after_run_at, '-infinity') AS after1_run_at, coalesce(k1.after_id, 0) AS after1_id
+                   coalesce(k.after10_run_at, '-infinity') AS after10_run_at, coalesce(k.after10_id, 0) AS after10_id,
+                   coalesce(k.after5_run_at, '-infinity') AS after5_run_at, coalesce(k.after5_id, 0) AS after5_id,
+                   coalesce(k.after1_run_at, '-infinity') AS after1_run_at, coalesce(k.after1_id, 0) AS after1_id
               FROM scoped AS t
-              LEFT JOIN resume_points AS k10
-                ON k10.credential = t.c AND k10.environment = t.environment AND k10.topic = t.topic
-               AND k10.priority = 10
-              LEFT JOIN resume_points AS k5
-                ON k5.credential = t.c AND k5.environment = t.environment AND k5.topic = t.topic
-               AND k5.priority = 5
-              LEFT JOIN resume_points AS k1
-                ON k1.credential = t.c AND k1.environment = t.environment AND k1.topic = t.topic
-               AND k1.priority = 1
+              LEFT JOIN resume_topics AS k
+                ON k.credential = t.c AND k.environment = t.environment AND k.topic = t.topic
             OFFSET 0) AS t
      CROSS JOIN LATERAL (
         SELECT coalesce((SELECT true FROM push.jobs AS x
@@ -333,22 +352,25 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
     -- range gave its whole share (more is likely waiting behind it: the jobs it locked but did not take lie
     -- after that job in the range's order); from its head (0) when it gave less, so a job the scan passed
     -- (locked by another statement then, or enqueued with a run_at already past) is found again.
+    -- (Grouped once, not probed per range: a claim over 250 topics has 250 ranges.)
     SELECT r.credential, r.environment, r.topic, r.priority,
            -- (0 for "from its head": arrays of the claim's answer carry no NULL.)
-           coalesce(CASE WHEN f.full THEN (extract(epoch FROM l.run_at) * 1000000)::bigint END, 0) AS run_at_us,
-           coalesce(CASE WHEN f.full THEN l.id END, 0) AS id
+           -- Only a range with a share of 8 or more: a deep backlog's claims read few ranges, each a large
+           -- share; a claim over many topics keeps no points it would have to join (at most 32 a claim).
+           coalesce(CASE WHEN g.n >= r.share AND r.share >= 8
+                         THEN (extract(epoch FROM l.run_at) * 1000000)::bigint END, 0) AS run_at_us,
+           coalesce(CASE WHEN g.n >= r.share AND r.share >= 8 THEN l.id END, 0) AS id
       FROM ranges AS r
-     CROSS JOIN LATERAL (
-        SELECT count(*) >= r.share AS full FROM candidates AS c
-         WHERE c.credential = r.credential AND c.environment = r.environment AND c.topic = r.topic
-           AND c.send_priority = r.priority
-     ) AS f
-      LEFT JOIN LATERAL (
-        SELECT c.run_at, c.id FROM candidates AS c JOIN picked AS p ON p.id = c.id
-         WHERE c.credential = r.credential AND c.environment = r.environment AND c.topic = r.topic
-           AND c.send_priority = r.priority
-         ORDER BY c.run_at DESC, c.id DESC LIMIT 1
-     ) AS l ON true
+      LEFT JOIN (SELECT c.credential, c.environment, c.topic, c.send_priority, count(*) AS n FROM candidates AS c
+                  GROUP BY c.credential, c.environment, c.topic, c.send_priority) AS g
+        ON g.credential = r.credential AND g.environment = r.environment AND g.topic = r.topic
+       AND g.send_priority = r.priority
+      LEFT JOIN (SELECT DISTINCT ON (c.credential, c.environment, c.topic, c.send_priority)
+                        c.credential, c.environment, c.topic, c.send_priority, c.run_at, c.id
+                   FROM candidates AS c JOIN picked AS p ON p.id = c.id
+                  ORDER BY c.credential, c.environment, c.topic, c.send_priority, c.run_at DESC, c.id DESC) AS l
+        ON l.credential = r.credential AND l.environment = r.environment AND l.topic = r.topic
+       AND l.send_priority = r.priority
 ), spent AS (
     UPDATE push.rate_limits AS l
        SET next_send_at = b.start + make_interval(secs => u.n / b.per_second)

@@ -116,6 +116,8 @@ struct OperationsGuideTests {
                         of: "<job-id>",
                         with: "\(jobID)"
                     ).replacingOccurrences(of: "/etc/push-worker/config.json", with: config)
+                        // The workers' secrets directory is the fixture's (PUSH_WEBHOOKS_SECRETS_DIR).
+                        .replacingOccurrences(of: "/etc/push-worker/webhooks/", with: f.directory + "/")
                 }
                 #expect(!arguments.contains { $0.hasPrefix("<") }, "a placeholder the test does not fill: \(command)")
                 if ["run", "simulator"].contains(arguments[0]) {

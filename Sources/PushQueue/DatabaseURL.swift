@@ -304,7 +304,11 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
         var round = 0
         while true {
             do {
-                return try await self.firstSuitingHost(logger: logger, excluding: excluding)
+                // One host's connect and check: at most 10 s, or what is left of the patience (at least 2 s),
+                // so a host that accepts and then hangs cannot hold the search past its bound.
+                let left = deadline - ContinuousClock.now
+                let perHost = max(.seconds(2), min(Self.hostCheckLimit, left))
+                return try await self.firstSuitingHost(logger: logger, excluding: excluding, perHost: perHost)
             } catch {
                 guard ContinuousClock.now < deadline else { throw error }
                 if round == 0 {
@@ -322,28 +326,40 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
-    private func firstSuitingHost(logger: Logger, excluding: Endpoint?) async throws -> DatabaseURL {
+    /// How long one host's connect and check may take in ``resolvingTarget(logger:patience:excluding:)``.
+    static let hostCheckLimit: Duration = .seconds(10)
+
+    private func firstSuitingHost(
+        logger: Logger,
+        excluding: Endpoint?,
+        perHost: Duration
+    ) async throws -> DatabaseURL {
         var tried: [String] = []
         for endpoint in self.hosts where endpoint != excluding {
             var candidate = self
             candidate.host = endpoint.host
             candidate.port = endpoint.port
+            let attributes = self.targetSessionAttrs
             do {
-                let connection = try await PostgresConnection.connect(
-                    configuration: try candidate.connectionConfiguration(),
-                    id: 0,
-                    logger: logger
-                )
-                defer { Task { try? await connection.close() } }
-                guard self.targetSessionAttrs != "any" else { return candidate }
-                var suits = false
-                var what = ""
-                for try await (recovery, readOnly) in try await connection.query(
-                    "SELECT pg_is_in_recovery(), current_setting('transaction_read_only')",
-                    logger: logger
-                ).decode((Bool, String).self) {
-                    suits = self.targetSessionAttrs == "primary" ? !recovery : readOnly == "off"
-                    what = recovery ? "a standby (in recovery)" : readOnly == "on" ? "read-only" : "read-write"
+                let configuration = try candidate.connectionConfiguration()
+                let (suits, what) = try await withDeadline(perHost, "\(endpoint)'s connect and check") {
+                    let connection = try await PostgresConnection.connect(
+                        configuration: configuration,
+                        id: 0,
+                        logger: logger
+                    )
+                    defer { Task { try? await connection.close() } }
+                    guard attributes != "any" else { return (true, "") }
+                    var suits = false
+                    var what = ""
+                    for try await (recovery, readOnly) in try await connection.query(
+                        "SELECT pg_is_in_recovery(), current_setting('transaction_read_only')",
+                        logger: logger
+                    ).decode((Bool, String).self) {
+                        suits = attributes == "primary" ? !recovery : readOnly == "off"
+                        what = recovery ? "a standby (in recovery)" : readOnly == "on" ? "read-only" : "read-write"
+                    }
+                    return (suits, what)
                 }
                 if suits { return candidate }
                 tried.append("\(endpoint): \(what)")

@@ -36,28 +36,7 @@ struct WebhookOptions: ParsableArguments {
         help:
             "POSTs in flight on this worker, all hooks together (each holds a connection until its answer or deadline)."
     ) var concurrency: Int = 32
-    @Option(
-        name: .customLong("webhooks-secrets-dir"),
-        help: ArgumentHelp(
-            "The directory hooks' secret files must be in (default \(WebhookPolicy.defaultSecretsDirectory), or PUSH_WEBHOOKS_SECRETS_DIR). A row of push.webhooks naming a file elsewhere is never opened: the database cannot point the worker at other files.",
-            valueName: "dir"
-        )
-    ) var secretsDirectory: String?
-
-    /// `--webhooks-secrets-dir`, else `PUSH_WEBHOOKS_SECRETS_DIR`, else the default.
-    static func secretsDirectory(_ option: String?) -> String {
-        option ?? ProcessInfo.processInfo.environment["PUSH_WEBHOOKS_SECRETS_DIR"]
-            ?? WebhookPolicy.defaultSecretsDirectory
-    }
-
-    /// Refuses a secrets directory that is not an absolute path without `.` or `..`.
-    static func validateSecretsDirectory(_ directory: String) throws {
-        guard WebhookPolicy.secretFileIsInside(directory + "/x", directory: directory) else {
-            throw ValidationError(
-                "--webhooks-secrets-dir \(directory): give an absolute path without . or .. (PUSH_WEBHOOKS_SECRETS_DIR likewise)"
-            )
-        }
-    }
+    @OptionGroup var secrets: WebhookSecretsOption
 
     func validate() throws {
         guard self.perHook >= 1 else { throw ValidationError("--webhooks-per-hook must be at least 1") }
@@ -67,7 +46,6 @@ struct WebhookOptions: ParsableArguments {
         guard self.timeout.duration >= .seconds(1), self.timeout.duration <= .seconds(120) else {
             throw ValidationError("--webhooks-timeout must be between 1s and 2m")
         }
-        try Self.validateSecretsDirectory(Self.secretsDirectory(self.secretsDirectory))
     }
 
     var settings: WebhookSettings {
@@ -77,7 +55,7 @@ struct WebhookOptions: ParsableArguments {
         settings.timeout = self.timeout.duration
         settings.perHook = self.perHook
         settings.concurrency = self.concurrency
-        settings.secretsDirectory = Self.secretsDirectory(self.secretsDirectory)
+        settings.secretsDirectory = self.secrets.directory
         return settings
     }
 
@@ -93,6 +71,33 @@ struct WebhookOptions: ParsableArguments {
             )
         } catch let failure as WebhookHTTPClient.Failure {
             throw ValidationError(failure.description)
+        }
+    }
+}
+
+/// `--webhooks-secrets-dir`: the only directory hooks' secret files are read from, for `run` and for
+/// `webhooks add` alike (the same option, the same environment variable, the same default).
+struct WebhookSecretsOption: ParsableArguments {
+    @Option(
+        name: .customLong("webhooks-secrets-dir"),
+        help: ArgumentHelp(
+            "The directory hooks' secret files must be in (default \(WebhookPolicy.defaultSecretsDirectory), or PUSH_WEBHOOKS_SECRETS_DIR); give the workers and webhooks add the same. A row of push.webhooks naming a file elsewhere is never opened: the database cannot point the workers at other files.",
+            valueName: "dir"
+        )
+    ) var option: String?
+
+    /// `--webhooks-secrets-dir`, else `PUSH_WEBHOOKS_SECRETS_DIR`, else the default.
+    var directory: String {
+        self.option ?? ProcessInfo.processInfo.environment["PUSH_WEBHOOKS_SECRETS_DIR"]
+            ?? WebhookPolicy.defaultSecretsDirectory
+    }
+
+    /// Refuses a directory that is not an absolute path without `.` or `..`.
+    func validate() throws {
+        guard WebhookPolicy.secretFileIsInside(self.directory + "/x", directory: self.directory) else {
+            throw ValidationError(
+                "--webhooks-secrets-dir \(self.directory): give an absolute path without . or .. (PUSH_WEBHOOKS_SECRETS_DIR likewise)"
+            )
         }
     }
 }

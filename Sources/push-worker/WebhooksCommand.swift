@@ -78,13 +78,7 @@ struct WebhooksCommand: AsyncParsableCommand {
             )
         )
         var secretFile: String
-        @Option(
-            name: .customLong("webhooks-secrets-dir"),
-            help: ArgumentHelp(
-                "The workers' secrets directory, as they are started with it (default \(WebhookPolicy.defaultSecretsDirectory), or PUSH_WEBHOOKS_SECRETS_DIR): the secret file must be in it.",
-                valueName: "dir"
-            )
-        ) var secretsDirectory: String?
+        @OptionGroup var secrets: WebhookSecretsOption
 
         var eventList: [String] {
             self.events.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
@@ -112,8 +106,7 @@ struct WebhooksCommand: AsyncParsableCommand {
                     "--secret-file \(self.secretFile): give an absolute path (the workers read it, from their own directory)"
                 )
             }
-            let directory = WebhookOptions.secretsDirectory(self.secretsDirectory)
-            try WebhookOptions.validateSecretsDirectory(directory)
+            let directory = self.secrets.directory
             guard WebhookPolicy.secretFileIsInside(self.secretFile, directory: directory) else {
                 throw ValidationError(
                     "--secret-file \(self.secretFile) is not inside the workers' secrets directory \(directory): put it there (install -m 600 -o WORKER_USER /dev/stdin \(directory)/NAME.secret), or name the directory the workers use with --webhooks-secrets-dir (and start them with the same)"
@@ -124,7 +117,7 @@ struct WebhooksCommand: AsyncParsableCommand {
         func run() async throws {
             // Checked here when this host can read it (the workers read it when they sign).
             // The workers read at most 4 KiB of it.
-            let directory = WebhookOptions.secretsDirectory(self.secretsDirectory)
+            let directory = self.secrets.directory
             switch SecretFile.read(self.secretFile, policy: .privateKey, maxBytes: 4_096, inside: directory) {
             case .success(let bytes)
             where String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines).isEmpty:

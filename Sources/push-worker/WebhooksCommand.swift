@@ -14,7 +14,7 @@ struct WebhooksCommand: AsyncParsableCommand {
             row of push.webhook_deliveries in the same statement that writes the outcome, so a crash loses \
             neither. Each is POSTed as JSON signed in Push-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of \
             "<t>.<body>"> keyed with the secret file's content (surrounding whitespace removed).
-              push-worker webhooks add https://hooks.example.com/push --events delivered,dead --secret-file /etc/push-worker/hook.secret
+              push-worker webhooks add https://hooks.example.com/push --events delivered,dead --secret-file /etc/push-worker/webhooks/hook.secret
               push-worker webhooks
               push-worker webhooks remove 3
               push-worker webhooks show 3                  # its failing and dead deliveries, with the receiver's answers

@@ -248,9 +248,12 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
                           WHERE x.state = 'pending' AND x.credential = t.c AND x.environment = t.environment
                             AND x.topic = t.topic AND x.send_priority = 10 AND x.run_at <= now()
                             AND (x.run_at, x.id) > (t.after10_run_at, t.after10_id) LIMIT 1), false) AS d10,
-               coalesce((SELECT true FROM push.jobs AS x
-                          WHERE x.state = 'pending' AND x.credential = t.c AND x.environment = t.environment
-                            AND x.topic = t.topic AND x.send_priority < 10 LIMIT 1), false) AS low
+               -- (A resume point at 5 or 1 says so without the probe, which would start at their heads.)
+               CASE WHEN t.after5_id > 0 OR t.after1_id > 0 THEN true
+                    ELSE coalesce((SELECT true FROM push.jobs AS x
+                                    WHERE x.state = 'pending' AND x.credential = t.c
+                                      AND x.environment = t.environment AND x.topic = t.topic
+                                      AND x.send_priority < 10 LIMIT 1), false) END AS low
         OFFSET 0
      ) AS d
      CROSS JOIN LATERAL (

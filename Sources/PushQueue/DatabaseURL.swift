@@ -1,6 +1,7 @@
 import Foundation
 import NIOSSL
 public import PostgresNIO
+import Synchronization
 
 /// A parsed `DATABASE_URL` (`postgres://user:password@host:port/database?sslmode=…`), or libpq's multi-host
 /// form (`postgres://user@db1:5432,db2:5432/app?target_session_attrs=read-write&connect_timeout=5`): the hosts
@@ -304,12 +305,13 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
         var round = 0
         while true {
             do {
-                // One host's connect and check: at most 10 s, or what is left of the patience (at least 2 s),
-                // so a host that accepts and then hangs cannot hold the search past its bound.
-                let left = deadline - ContinuousClock.now
-                let perHost = max(.seconds(2), min(Self.hostCheckLimit, left))
-                return try await self.firstSuitingHost(logger: logger, excluding: excluding, perHost: perHost)
+                return try await self.firstSuitingHost(
+                    logger: logger,
+                    excluding: excluding,
+                    deadline: patience > .zero ? deadline : nil
+                )
             } catch {
+                if error is CancellationError { throw error }
                 guard ContinuousClock.now < deadline else { throw error }
                 if round == 0 {
                     logger.warning(
@@ -326,28 +328,41 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
-    /// How long one host's connect and check may take in ``resolvingTarget(logger:patience:excluding:)``.
-    static let hostCheckLimit: Duration = .seconds(10)
+    /// One host's connect and check in ``resolvingTarget(logger:patience:excluding:)``: its `connect_timeout`
+    /// (the driver's 10 s by default, which covers the connect and the startup) and 2 s more for the check's
+    /// query, which the driver does not bound; within a search, never past the search's deadline (at least 2 s).
+    func hostCheckLimit(before deadline: ContinuousClock.Instant?) -> Duration {
+        let own = Duration.seconds(self.connectTimeout ?? 10) + .seconds(2)
+        guard let deadline else { return own }
+        return max(.seconds(2), min(own, deadline - ContinuousClock.now))
+    }
 
     private func firstSuitingHost(
         logger: Logger,
         excluding: Endpoint?,
-        perHost: Duration
+        deadline: ContinuousClock.Instant?
     ) async throws -> DatabaseURL {
         var tried: [String] = []
         for endpoint in self.hosts where endpoint != excluding {
+            // A worker stopping (SIGTERM) stops its search here, not after every host.
+            try Task.checkCancellation()
             var candidate = self
             candidate.host = endpoint.host
             candidate.port = endpoint.port
             let attributes = self.targetSessionAttrs
+            // The connection, so that a check abandoned at its limit is closed (the driver's query does not
+            // stop on cancellation: a host that authenticates and then hangs would keep it open).
+            let opened = Mutex<PostgresConnection?>(nil)
             do {
                 let configuration = try candidate.connectionConfiguration()
-                let (suits, what) = try await withDeadline(perHost, "\(endpoint)'s connect and check") {
+                let limit = candidate.hostCheckLimit(before: deadline)
+                let (suits, what) = try await withDeadline(limit, "\(endpoint)'s connect and check") {
                     let connection = try await PostgresConnection.connect(
                         configuration: configuration,
                         id: 0,
                         logger: logger
                     )
+                    opened.withLock { $0 = connection }
                     defer { Task { try? await connection.close() } }
                     guard attributes != "any" else { return (true, "") }
                     var suits = false
@@ -363,7 +378,10 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
                 }
                 if suits { return candidate }
                 tried.append("\(endpoint): \(what)")
+            } catch is CancellationError {
+                throw CancellationError()
             } catch {
+                if let connection = opened.withLock({ $0 }) { Task { try? await connection.close() } }
                 tried.append("\(endpoint): \(QueueError.summary(of: error))")
             }
         }

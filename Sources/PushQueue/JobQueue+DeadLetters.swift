@@ -50,7 +50,13 @@ extension QueueOperations {
         // revived after this one died, or replayed before it) and none that carries a newer one goes out under
         // a new id above them: latest-wins orders by id, and this is the newest state that can still arrive.
         // The state a job carries is as old as the oldest id in its history (`previous_id` of a revive or of a
-        // renumbered replay).
+        // renumbered replay), the dead letter's own included (it may have been renumbered before).
+        func order(_ job: String) -> String {
+            """
+            coalesce((SELECT min((e->>'previous_id')::bigint) FROM jsonb_array_elements(\(job).history) AS e
+                       WHERE e->>'outcome' IN ('revived', 'replayed') AND e ? 'previous_id'), \(job).id)
+            """
+        }
         let renumber = """
             (j.coalesce_key IS NOT NULL AND EXISTS (
                 SELECT 1 FROM push.jobs AS n
@@ -60,8 +66,13 @@ extension QueueOperations {
                 SELECT 1 FROM push.jobs AS n
                  WHERE n.coalesce_key = j.coalesce_key AND n.topic = j.topic AND n.environment = j.environment
                    AND n.id > j.id AND n.state IN ('pending', 'running', 'delivered')
-                   AND coalesce((SELECT min((e->>'previous_id')::bigint) FROM jsonb_array_elements(n.history) AS e
-                                  WHERE e->>'outcome' IN ('revived', 'replayed') AND e ? 'previous_id'), n.id) > j.id))
+                   AND \(order("n")) > \(order("j"))))
+            """
+        // Dead letters of one key replayed together keep their order: once one is renumbered, every later one
+        // of its key is too (else the renumbered older one would go out above a newer one left at its id).
+        let renumberedInOrder = """
+            (coalesce_key IS NOT NULL
+             AND bool_or(renumber) OVER (PARTITION BY topic, environment, coalesce_key ORDER BY id))
             """
         // Two dead letters sharing an apns_id (from before apns_ids were kept unique): the first moves, the
         // others are reported as conflicts.
@@ -70,9 +81,9 @@ extension QueueOperations {
         if dryRun {
             sql = """
                 SELECT id, apns_id, reason, conflicted OR \(duplicate), coalesce(\(newExpiry), expires_at) < now(), broken,
-                       NULL::bigint, renumber
+                       NULL::bigint, \(renumberedInOrder)
                   FROM (SELECT j.id, j.apns_id, j.reason, j.expires_at, \(conflict) AS conflicted, \(broken) AS broken,
-                               \(renumber) AS renumber
+                               j.topic, j.environment, j.coalesce_key, \(renumber) AS renumber
                           FROM push.dead_jobs AS j
                          WHERE \(condition) ORDER BY j.id LIMIT \(max(filter.limit, 0))) AS c
                  ORDER BY id
@@ -80,12 +91,14 @@ extension QueueOperations {
         } else {
             sql = """
                 WITH candidates AS MATERIALIZED (
-                    SELECT j.id, j.apns_id, \(conflict) AS conflicted, \(broken) AS broken, \(renumber) AS renumber
+                    SELECT j.id, j.apns_id, \(conflict) AS conflicted, \(broken) AS broken, j.topic, j.environment,
+                           j.coalesce_key, \(renumber) AS renumber
                       FROM push.dead_jobs AS j
                      WHERE \(condition) ORDER BY j.id LIMIT \(max(filter.limit, 0))
                      FOR UPDATE OF j SKIP LOCKED
                 ), ranked AS (
-                    SELECT id, conflicted OR \(duplicate) AS conflicted, broken, renumber FROM candidates
+                    SELECT id, conflicted OR \(duplicate) AS conflicted, broken, \(renumberedInOrder) AS renumber
+                      FROM candidates
                 ), moved AS (
                     DELETE FROM push.dead_jobs AS d USING ranked AS c
                      WHERE d.id = c.id AND NOT c.conflicted AND c.broken IS NULL

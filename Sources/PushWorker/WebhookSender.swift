@@ -211,7 +211,7 @@ final class WebhookSender: Sendable {
         guard let hooks = try? await self.queue.operations.webhooks() else { return }
         for hook in hooks where !WebhookPolicy.secretFileIsInside(hook.secretFile, directory: directory) {
             self.logger.error(
-                "webhook \(hook.id)'s secret file \(HumanText.escaped(hook.secretFile, for: .logLine)) is outside the webhook secrets directory \(directory): its deliveries are not signed or sent. Move the file into \(directory) and add the hook again (push-worker webhooks add … --secret-file \(directory)/NAME), or start the workers with --webhooks-secrets-dir naming the directory that holds it",
+                "webhook \(hook.id)'s secret file \(HumanText.escaped(hook.secretFile, for: .logLine)) is outside the webhook secrets directory \(directory): its deliveries are not signed or sent. Move the file into \(directory) and point the hook at it (UPDATE push.webhooks SET secret_file = '\(directory)/NAME' WHERE id = \(hook.id)), or start the workers with --webhooks-secrets-dir naming a directory that holds only hook secrets",
                 metadata: ["push.webhook": "\(hook.id)"]
             )
         }
@@ -241,7 +241,7 @@ final class WebhookSender: Sendable {
         guard WebhookPolicy.secretFileIsInside(delivery.secretFile, directory: directory) else {
             return retry(
                 nil,
-                "the secret file \(delivery.secretFile) is outside the webhook secrets directory \(directory), so the worker does not read it: move the file into \(directory) and add the hook again, or start the workers with --webhooks-secrets-dir naming its directory"
+                "the secret file \(delivery.secretFile) is outside the webhook secrets directory \(directory), so the worker does not read it: move the file into \(directory) and point the hook at it (UPDATE push.webhooks SET secret_file = …), or start the workers with --webhooks-secrets-dir naming a directory that holds only hook secrets"
             )
         }
         let secret: Data

@@ -199,5 +199,11 @@ struct WebhookRulesTests {
         #expect(WebhookPolicy.secretFileIsInside("/srv/s/x", directory: "/srv/s/"))
         #expect(!WebhookPolicy.secretFileIsInside("/srv/s/x", directory: "srv/s"))
         #expect(!WebhookPolicy.secretFileIsInside("/srv/x", directory: "/srv/s/.."))
+        // "/" confines nothing; a combining mark after a "/" hides no ".." from the check; equivalent names are
+        // not equal bytes.
+        #expect(!WebhookPolicy.secretFileIsInside("/etc/passwd", directory: "/"))
+        #expect(!WebhookPolicy.secretFileIsInside("/srv/s/..\u{0338}/../x", directory: "/srv/s"))
+        #expect(!WebhookPolicy.secretFileIsInside("/srv/s/../\u{0338}x", directory: "/srv/s"))
+        #expect(!WebhookPolicy.secretFileIsInside("/srv/\u{212A}/x", directory: "/srv/K"))
     }
 }

@@ -167,6 +167,40 @@ struct FlowControlTests {
                     "SELECT count(*) FROM push.jobs WHERE id = \(unescaped: String(a2)) AND history @> '[{\"outcome\": \"replayed\", \"previous_id\": \(unescaped: String(a[1]))}]'"
                 ) == 1
             )
+            _ = try await db.queue.writeOutcomes(
+                next.jobs.map { JobOutcome(jobID: $0.id, attempt: 1, disposition: .delivered, status: 200) },
+                workerID: "w"
+            )
+            // Key b: b2 dies, b1 is revived and delivered, then a newer b3 dies too; both dead letters replayed in
+            // one batch: b3, the newest state, must go out last (b2 renumbered, so b3 is too, above it).
+            let b = try await Self.insert(db, [row(6, "b"), row(7, "b")].joined(separator: ","))
+            let b2Claim = try await db.queue.claimBatch(limit: 10, workerID: "w", lease: .seconds(60))
+            #expect(b2Claim.jobs.map(\.id) == [b[1]])
+            _ = try await db.queue.writeOutcomes(
+                [JobOutcome(jobID: b[1], attempt: 1, disposition: .dead(sentence: "x"), status: nil, reason: "X")],
+                workerID: "w"
+            )
+            let b1 = try #require(
+                try await db.queue.operations.reviveSuperseded(ids: [b[0]], dryRun: false).revived.first?.newID
+            )
+            let b1Claim = try await db.queue.claimBatch(limit: 10, workerID: "w", lease: .seconds(60))
+            #expect(b1Claim.jobs.map(\.id) == [b1])
+            _ = try await db.queue.writeOutcomes(
+                [JobOutcome(jobID: b1, attempt: 1, disposition: .delivered, status: 200)],
+                workerID: "w"
+            )
+            let b3 = try await Self.insert(db, row(8, "b"))
+            let b3Claim = try await db.queue.claimBatch(limit: 10, workerID: "w", lease: .seconds(60))
+            #expect(b3Claim.jobs.map(\.id) == b3)
+            let b3APNsID = try #require(b3Claim.jobs.first?.apnsID)
+            _ = try await db.queue.writeOutcomes(
+                [JobOutcome(jobID: b3[0], attempt: 1, disposition: .dead(sentence: "x"), status: nil, reason: "X")],
+                workerID: "w"
+            )
+            let both = try await db.queue.operations.replay(matching: .init(ids: [b[1], b3[0]]))
+            #expect(both.moved.map(\.renumbered) == [true, true], "\(both.moved)")
+            let last = try await db.queue.claimBatch(limit: 10, workerID: "w", lease: .seconds(60))
+            #expect(last.jobs.map(\.apnsID) == [b3APNsID], "the newest state, b3, goes out; b2's copy is superseded")
         }
     }
 

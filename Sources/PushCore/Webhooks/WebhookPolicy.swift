@@ -35,13 +35,18 @@ public enum WebhookPolicy {
     /// so the worker opens none outside its secrets directory (no existence, mode or content oracle there);
     /// the file's real location is checked again once it is open (a symlink inside may not lead out).
     public static func secretFileIsInside(_ path: String, directory: String) -> Bool {
-        func components(_ text: String) -> [Substring]? {
-            guard text.hasPrefix("/") else { return nil }
-            let parts = text.split(separator: "/", omittingEmptySubsequences: true)
-            guard !parts.contains(where: { $0 == "." || $0 == ".." }) else { return nil }
+        // Bytes, as the kernel reads the path: Swift's characters would merge a combining mark into the "/"
+        // before it (hiding a "..") and call canonically equivalent names equal.
+        let slash = UInt8(ascii: "/")
+        let dot = UInt8(ascii: ".")
+        func components(_ text: String) -> [[UInt8]]? {
+            guard text.utf8.first == slash else { return nil }
+            let parts = text.utf8.split(separator: slash, omittingEmptySubsequences: true).map(Array.init)
+            guard !parts.contains(where: { $0 == [dot] || $0 == [dot, dot] }) else { return nil }
             return parts
         }
-        guard let file = components(path), let root = components(directory) else { return false }
+        // The root itself is no confinement.
+        guard let file = components(path), let root = components(directory), !root.isEmpty else { return false }
         return file.count > root.count && file.starts(with: root)
     }
 

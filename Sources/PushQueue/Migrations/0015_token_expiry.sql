@@ -7,5 +7,20 @@
 -- rule is an age, not an expiry).
 ALTER TABLE push.provider_tokens ADD COLUMN IF NOT EXISTS expires_at timestamptz;
 
+-- While a fleet upgrades, a worker from before schema 15 replaces a token without knowing this column: the new
+-- token would inherit the old one's expiry. A token changed without its expiry has none (taken for an hour).
+CREATE OR REPLACE FUNCTION push.provider_token_expiry_follows_token() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.jwt IS DISTINCT FROM OLD.jwt AND NEW.expires_at IS NOT DISTINCT FROM OLD.expires_at THEN
+        NEW.expires_at := NULL;
+    END IF;
+    RETURN NEW;
+END
+$$;
+DROP TRIGGER IF EXISTS provider_token_expiry_follows_token ON push.provider_tokens;
+CREATE TRIGGER provider_token_expiry_follows_token BEFORE UPDATE ON push.provider_tokens
+    FOR EACH ROW EXECUTE FUNCTION push.provider_token_expiry_follows_token();
+
 -- Recorded, so that `push-worker migrate` after applying this file by hand knows it ran.
 INSERT INTO push.schema_migrations (version, name) VALUES (15, '0015_token_expiry.sql') ON CONFLICT (version) DO NOTHING;

@@ -321,6 +321,10 @@ struct APNsFeatureTests {
                 )
                     == 20
             }
+            // (Under load, brand-b's jobs may all be answered before the refused key's first answer is read.)
+            try await f.waitUntil(.seconds(30), "the refused key paused") {
+                worker.output.contains("APNs refused credential 'default'")
+            }
             func refused() -> Int {
                 // Only the refused key is answered 403 (its tokens never verify, so no key id is recorded).
                 f.simulator.requests.filter { $0.status == 403 && $0.reason == "InvalidProviderToken" }.count

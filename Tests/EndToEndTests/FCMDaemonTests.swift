@@ -191,10 +191,10 @@ struct FCMDaemonTests {
             try await f.db.execute(
                 "INSERT INTO push.jobs (platform, topic, device_token, payload) VALUES ('fcm', 'com.example.app', '\(gone)', '{\"data\":{\"a\":\"b\"}}'), ('fcm', 'com.example.app', '\(throttled)', '{\"data\":{\"a\":\"b\"}}')"
             )
-            // A later job for the same token, enqueued now and due in 4 s: FCM will have called the token dead
-            // by then.
+            // A later job for the same token, enqueued now and due in 10 s: FCM will have called the token dead
+            // by then (4 s was not always enough under the full suite's load: the first send came later).
             try await f.db.execute(
-                "INSERT INTO push.jobs (platform, topic, device_token, payload, run_at) VALUES ('fcm', 'com.example.app', '\(gone)', '{}', now() + interval '4 seconds')"
+                "INSERT INTO push.jobs (platform, topic, device_token, payload, run_at) VALUES ('fcm', 'com.example.app', '\(gone)', '{}', now() + interval '10 seconds')"
             )
             try await f.waitUntil(.seconds(60), "the dead token's first job dead, the throttled one delivered") {
                 let dead = try await f.db.int64("SELECT count(*) FROM push.dead_jobs WHERE reason = 'UNREGISTERED'")

@@ -323,7 +323,10 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
                     )
                 }
                 round += 1
-                try await Task.sleep(for: .seconds(1))
+                // The pause between rounds ends the search with this round's error when it reaches the deadline.
+                let pause = min(Duration.seconds(1), deadline - ContinuousClock.now)
+                guard pause > .milliseconds(100) else { throw error }
+                try await Task.sleep(for: pause)
             }
         }
     }

@@ -226,7 +226,7 @@ extension JobQueue {
                     with: (0..<topics.count).map { (credentials[$0], environments[$0], topics[$0]) }
                 )
             }
-            // On the first row only: every range read, with where it goes on (id 0: from its head).
+            // On the first row only: the ranges read whose point is new or goes (id 0: from its head).
             let (rCredentials, rEnvironments, rTopics) = (
                 try cursor.next([String]?.self), try cursor.next([String]?.self), try cursor.next([String]?.self)
             )

@@ -351,7 +351,7 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
      ORDER BY c.turn, c.run_at, c.id
      LIMIT :batch_limit
 ), resumes AS MATERIALIZED (
-    -- Each range read: where its next claim by this claimer starts. After the last job taken there when the
+    -- Each range read that has a point or had one: where its next claim by this claimer starts. After the last job taken there when the
     -- range gave its whole share (more is likely waiting behind it: the jobs it locked but did not take lie
     -- after that job in the range's order); from its head (0) when it gave less, so a job the scan passed
     -- (locked by another statement then, or enqueued with a run_at already past) is found again.
@@ -374,6 +374,9 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
                   ORDER BY c.credential, c.environment, c.topic, c.send_priority, c.run_at DESC, c.id DESC) AS l
         ON l.credential = r.credential AND l.environment = r.environment AND l.topic = r.topic
        AND l.send_priority = r.priority
+     -- Only what changes the claimer's points: a new point, or "from its head" for a range it sent a point for
+     -- (a claim over 250 topics would otherwise send 250 rows of nothing back, decoded on every claim).
+     WHERE (g.n >= r.share AND r.share >= 8 AND l.id IS NOT NULL) OR r.after_id > 0
 ), spent AS (
     UPDATE push.rate_limits AS l
        SET next_send_at = b.start + make_interval(secs => u.n / b.per_second)

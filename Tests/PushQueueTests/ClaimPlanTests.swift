@@ -192,6 +192,10 @@ struct ClaimPlanTests {
             group.addTask { await client.run() }
             defer { group.cancelAll() }
             let queue = JobQueue(client: client, logger: db.logger, preparedStatements: true)
+            // Connected before the clock starts: the worker's deadline and the server's statement_timeout then
+            // start together (on a loaded machine a new connection's handshake took over a second of the
+            // deadline, and the server's clock, started later, outlived the check).
+            _ = try await client.query("SELECT 1", logger: db.logger).collect()
             return try await db.client.withConnection { holder in
                 try await holder.query("BEGIN", logger: db.logger)
                 try await holder.query("LOCK TABLE push.pauses IN ACCESS EXCLUSIVE MODE", logger: db.logger)

@@ -33,7 +33,9 @@ public struct ProviderHealth: Sendable {
     private var probeInterval = Self.firstProbe
     /// The job whose request is the probe in flight.
     private var probe: Int64?
-    /// When an answer other than a 5xx last came back (the provider works).
+    /// When the newest request answered other than 5xx was written (the provider worked then). The write, not
+    /// the answer: at an outage's onset, requests written just before it are still answered 200 after the
+    /// first 5xx, and must not vouch for the provider after it.
     private var lastAnswered: ContinuousClock.Instant?
     /// The last 5xx answers (when, and to which job), newest last, at most 16.
     private var failures: [(at: ContinuousClock.Instant, job: Int64)] = []
@@ -75,13 +77,18 @@ public struct ProviderHealth: Sendable {
     /// Whether `job`'s request is the probe in flight.
     public func isProbe(_ job: Int64) -> Bool { self.probe == job }
 
-    /// Records one answer of `job` (`serverError`: its status is 5xx); returns the change it made, if any.
+    /// Records one answer of `job` (`serverError`: its status is 5xx), received `now` to a request written
+    /// at `written` (`nil`: now); returns the change it made, if any.
     public mutating func record(
         serverError: Bool,
         job: Int64,
-        at now: ContinuousClock.Instant
+        at now: ContinuousClock.Instant,
+        written: ContinuousClock.Instant? = nil
     ) -> Change? {
-        if !serverError { self.lastAnswered = now }
+        if !serverError {
+            let written = min(written ?? now, now)
+            self.lastAnswered = max(self.lastAnswered ?? written, written)
+        }
         if serverError {
             if self.failures.count == 16 { self.failures.removeFirst() }
             self.failures.append((now, job))

@@ -74,7 +74,8 @@ final class ProviderOutages: Sendable {
             let change = states[key, default: ProviderHealth()].record(
                 serverError: serverError,
                 job: job.id,
-                at: now
+                at: now,
+                written: attempt.outcome.attemptedAt
             )
             switch change {
             case .down: self.anyDown.add(1, ordering: .relaxed)

@@ -157,6 +157,25 @@ struct ProviderHealthTests {
         #expect(thawed.mayBeDown(at: self.at(12_001), since: self.at(11_000)), "nothing else heard for a window")
     }
 
+    @Test(
+        "at an outage's onset, 200s to requests written before it vouch for nothing: a job's last 5xx after them is a maybe-down, not its own failure"
+    )
+    func answersWrittenBeforeTheOnset() {
+        var health = ProviderHealth()
+        // A busy connection: requests written up to t=500 ms, answered 200 until t=1,020 ms.
+        for job in 0..<20 {
+            _ = health.record(serverError: false, job: Int64(job), at: self.at(1_000 + job), written: self.at(500))
+        }
+        // The outage began at t=550: three jobs met a 5xx; job 99 was due again at 700 and met its last one.
+        for job in [97, 98, 99] as [Int64] { _ = health.record(serverError: true, job: job, at: self.at(600)) }
+        _ = health.record(serverError: true, job: 99, at: self.at(1_050))
+        // Before: the 200s answered at 1,000-1,019 counted as "answered since the job was due" (its own failure).
+        #expect(health.mayBeDown(at: self.at(1_051), since: self.at(700)), "nothing written since 700 was answered")
+        // A request written after the job was due and answered 200: the provider works, the 5xx is the job's.
+        _ = health.record(serverError: false, job: 200, at: self.at(1_060), written: self.at(800))
+        #expect(!health.mayBeDown(at: self.at(1_061), since: self.at(700)))
+    }
+
     @Test("a busy drain's successes do not outvote an outage that began this second")
     func outageDuringABusyDrain() {
         var health = ProviderHealth()

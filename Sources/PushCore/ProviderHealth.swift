@@ -37,6 +37,10 @@ public struct ProviderHealth: Sendable {
     /// the answer: at an outage's onset, requests written just before it are still answered 200 after the
     /// first 5xx, and must not vouch for the provider after it.
     private var lastAnswered: ContinuousClock.Instant?
+    /// Back up after an outage, with fewer than ``minimumAnswers`` answers counted since: the evidence that
+    /// judged it down is gone, and a brownout (half the answers 5xx) flaps down and up; until the window holds
+    /// enough answers again, a job's last 5xx is not taken for its own.
+    private var recovering = false
     /// The last 5xx answers (when, and to which job), newest last, at most 16.
     private var failures: [(at: ContinuousClock.Instant, job: Int64)] = []
 
@@ -50,13 +54,15 @@ public struct ProviderHealth: Sendable {
     /// 5xx came back and either at least three distinct jobs met one within the window or nothing else has been
     /// heard for a window (a worker let go after a freeze knows nothing current); one or two jobs failing alone
     /// just after others were answered are their own failures. When `since` is not known: nothing but 5xx for
-    /// a window. Each worker judges alone: in an
+    /// a window. Just back up after an outage, it may be down until 20 answers are counted again. Each worker
+    /// judges alone: in an
     /// outage's first moments a job may meet a counted 5xx at each worker before each has seen enough, and a
     /// quiet queue has too few jobs to judge by. A 5xx that would end a job then sends it back uncounted
     /// instead; one that leaves it attempts follows the stretch. A job whose 5xx came while others were
     /// answered is the job's own failure.
     public func mayBeDown(at now: ContinuousClock.Instant, since: ContinuousClock.Instant? = nil) -> Bool {
         if self.isDown || self.window.recentBad * 4 >= Self.minimumAnswers { return true }
+        if self.recovering && self.window.recentCount < Self.minimumAnswers { return true }
         guard let answered = self.lastAnswered else { return true }
         if let since {
             guard answered < since else { return false }
@@ -101,6 +107,7 @@ public struct ProviderHealth: Sendable {
             if !serverError {
                 self = ProviderHealth()
                 self.lastAnswered = now
+                self.recovering = true
                 return .up(after: now - since)
             }
             self.probeInterval = min(self.probeInterval * 2, Self.lastProbe)
@@ -162,6 +169,8 @@ public struct AnswerWindow: Sendable {
 
     /// How many of the last ``ProviderHealth/minimumAnswers`` answers were bad.
     public var recentBad: Int { self.recent.reduce(0) { $0 + ($1.bad ? 1 : 0) } }
+    /// How many answers the last ``ProviderHealth/minimumAnswers`` hold (fewer only at the start).
+    public var recentCount: Int { self.recent.count }
 
     public init() {}
 

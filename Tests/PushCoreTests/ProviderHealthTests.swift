@@ -113,6 +113,11 @@ struct ProviderHealthTests {
         // The 5xx before it are forgotten: one more is not an outage.
         let r12 = probed.record(serverError: true, job: 99, at: self.at(1_600))
         #expect(r12 == nil && !probed.isDown)
+        // But until 20 answers are counted again it may be down: a job's last 5xx just after the probe's 200 (a
+        // brownout flapping down and up) is sent back uncounted, not dead-lettered as its own failure.
+        #expect(probed.mayBeDown(at: self.at(1_601), since: self.at(1_550)))
+        for job in 600..<619 { _ = probed.record(serverError: false, job: Int64(job), at: self.at(1_700)) }
+        #expect(!probed.mayBeDown(at: self.at(1_701), since: self.at(1_550)), "20 answers since, one a 5xx")
         // An answer to a request written before the outage was seen decides nothing, a 200 included: a frozen
         // worker's late answers must not reopen the gates while the provider is still down.
         var late = self.down()

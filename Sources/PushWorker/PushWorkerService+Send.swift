@@ -222,8 +222,13 @@ extension PushWorkerService {
             )
         }
         self.recorder.add(outcome)
-        self.state.withLock { $0.capacity.sendFinished() }
-        self.sendEnded.signal()
+        // The claim loop waits for room for a batch (and a drain for the last send): woken only when there is,
+        // not by every answer. Each wake-up with no room cost a task group, a timer and a thread switch a job.
+        let wakes = self.state.withLock { state in
+            state.capacity.sendFinished()
+            return state.shuttingDown || state.capacity.claimLimit() != nil
+        }
+        if wakes { self.sendEnded.signal() }
     }
 
     /// The worker's side effects of a decision: pause a credential, a topic or an unreachable endpoint.

@@ -119,6 +119,21 @@ func cpuMicros(_ pid: pid_t) -> Double {
     return (user + system) * 1_000_000 / Double(sysconf(Int32(_SC_CLK_TCK)))
 }
 
+/// Context switches (voluntary and not) summed over a process's threads, from `/proc/PID/task/*/status`: each is
+/// a thread that slept and was woken (a hand-off between threads), a figure the machine's speed does not move.
+func contextSwitches(_ pid: pid_t) -> Int {
+    let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+    return threads.reduce(0) { sum, thread in
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/task/\(thread)/status", encoding: .utf8)
+        else { return sum }
+        return sum
+            + status.split(separator: "\n").reduce(0) { count, line in
+                guard line.contains("ctxt_switches:") else { return count }
+                return count + (Int(line.split(separator: ":").last?.trimmingCharacters(in: .whitespaces) ?? "") ?? 0)
+            }
+    }
+}
+
 /// CPU microseconds summed over every process whose command name is `name` (Postgres: the postmaster and
 /// all its backends, which keep their connections for the whole measurement).
 func cpuMicros(named name: String) -> Double {

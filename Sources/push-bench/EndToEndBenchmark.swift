@@ -107,6 +107,7 @@ struct EndToEndBenchmark: AsyncParsableCommand {
                     worker: cpuMicros(worker.pid), postgres: cpuMicros(named: "postgres"), sink: cpuMicros(sinkPID),
                     machine: machineCPU()
                 )
+                let switchesBefore = contextSwitches(worker.pid)
                 let start = clock.now
                 worker.signal(SIGCONT)
                 while try await scalar(
@@ -126,6 +127,7 @@ struct EndToEndBenchmark: AsyncParsableCommand {
                     worker: cpuMicros(worker.pid), postgres: cpuMicros(named: "postgres"), sink: cpuMicros(sinkPID),
                     machine: machineCPU()
                 )
+                let switchesPerJob = Double(contextSwitches(worker.pid) - switchesBefore) / Double(jobs)
                 let delivered = try await scalar(
                     client,
                     "SELECT count(*) FROM push.jobs WHERE state = 'delivered'",
@@ -308,11 +310,12 @@ struct EndToEndBenchmark: AsyncParsableCommand {
                 print(
                     String(
                         format:
-                            "CPU per job      worker %.1f µs   Postgres %.1f µs   stand-in %.1f µs   (machine %.0f %% busy over the drain)",
+                            "CPU per job      worker %.1f µs   Postgres %.1f µs   stand-in %.1f µs   (machine %.0f %% busy over the drain); worker threads switched %.2f times a job",
                         perJob.worker,
                         perJob.postgres,
                         perJob.sink,
-                        utilisation * 100
+                        utilisation * 100,
+                        switchesPerJob
                     )
                 )
                 print(

@@ -44,8 +44,10 @@ struct JobProcessor: Sendable {
         case fcm(FCMResponse)
     }
 
-    /// A claimed job made ready: its request, or the reason nothing is sent.
-    enum Prepared: Sendable {
+    /// A claimed job made ready: its request, or the reason nothing is sent. Indirect: boxed once, so the
+    /// send path's copies (into its group, into each closure that reads it) retain one object, not every
+    /// string and array of the job and its request.
+    indirect enum Prepared: Sendable {
         /// Send this request.
         case send(Claimed, Request)
         /// Refused before sending: the rejection says why.
@@ -76,12 +78,20 @@ struct JobProcessor: Sendable {
 
     /// One attempt of a job, decided: the row's outcome for the outcome writer, and the decision whose
     /// effects the worker applies (pause the credential, the topic or the endpoint; forget a streak).
-    struct Attempt: Sendable {
+    /// A class (its fields never change): handed from the decision through the health check, the reactions,
+    /// the metrics and the outcome writer, one retain each, not one per string of the job and its outcome.
+    final class Attempt: Sendable {
         let job: PushJob
         /// What is written to the job's row.
         let outcome: JobOutcome
         /// The decision, with its effects on this worker.
         let decided: DecidedOutcome
+
+        init(job: PushJob, outcome: JobOutcome, decided: DecidedOutcome) {
+            self.job = job
+            self.outcome = outcome
+            self.decided = decided
+        }
     }
 
     /// Builds a job's request, or the reason it cannot be sent (no I/O).

@@ -511,8 +511,8 @@ def check_prometheus(defaults):
     metrics_source = read("Sources/PushWorker/WorkerMetrics.swift")
     exported = set(re.findall(r'label: "(push_[a-z_]+)"', metrics_source))
     tested = read("deploy/prometheus/alerts.test.yaml")
-    operations = read("docs/operations.md")
-    anchors = {github_anchor(h) for h in re.findall(r"^#+ (.+)$", operations, flags=re.M)}
+    runbook = read("docs/runbook.md")
+    anchors = {github_anchor(h) for h in re.findall(r"^#+ (.+)$", runbook, flags=re.M)}
     for rule in rules:
         name = rule["alert"]
         for metric in set(re.findall(r"\bpush_[a-z_]+", rule["expr"])):
@@ -520,9 +520,10 @@ def check_prometheus(defaults):
                 problem(artifact, f"{name} uses {metric}, which the worker does not export ({sorted(exported)})")
         if f"alertname: {name}" not in tested:
             problem(artifact, f"{name} has no case in alerts.test.yaml")
-        anchor = rule["annotations"].get("runbook_url", "").split("#")[-1]
-        if anchor not in anchors:
-            problem(artifact, f"{name}: runbook_url anchor #{anchor} is not a heading in docs/operations.md")
+        url = rule["annotations"].get("runbook_url", "")
+        anchor = url.split("#")[-1]
+        if not url.startswith("docs/runbook.md#") or anchor not in anchors:
+            problem(artifact, f"{name}: runbook_url {url!r} is not docs/runbook.md#<a heading of docs/runbook.md>")
     print(f"   {artifact}: {len(rules)} alerts use exported metrics, each tested and with a runbook entry")
 
 

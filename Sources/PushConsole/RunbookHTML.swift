@@ -1,7 +1,7 @@
 import Foundation
 
 /// The runbook's Markdown as the little HTML the console needs: paragraphs, fenced code, `code` spans, and
-/// links shown as their text (they point into docs/operations.md). Everything is escaped first.
+/// links shown as their text (they point into docs/runbook.md and docs/operations.md). Everything is escaped first.
 enum RunbookHTML {
     static func render(_ markdown: String) -> String {
         var html = ""

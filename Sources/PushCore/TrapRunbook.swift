@@ -1,4 +1,4 @@
-/// The runbook for trap ids: one source for `docs/operations.md` ("Runbook: trap ids", checked equal by a
+/// The runbook for trap ids: one source for `docs/runbook.md` ("Runbook: trap ids", checked equal by a
 /// test) and the operator console's dead-letter advice.
 public enum TrapRunbook {
     /// One entry: the codes it covers (its heading), a title, and the advice in Markdown.
@@ -227,7 +227,7 @@ public enum TrapRunbook {
         entries.first { $0.codes.contains(trapID) }
     }
 
-    /// The whole section as `docs/operations.md` holds it.
+    /// The whole section as `docs/runbook.md` holds it.
     public static var markdown: String {
         var text = "## Runbook: trap ids\n\n" + introduction + "\n"
         for entry in entries {

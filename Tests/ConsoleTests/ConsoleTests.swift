@@ -431,10 +431,10 @@ import Testing
         }
     }
 
-    /// docs/operations.md's "Runbook: trap ids" is the console's advice, word for word.
+    /// docs/runbook.md's "Runbook: trap ids" is the console's advice, word for word.
     @Test func runbookInTheDocsIsTheConsolesRunbook() throws {
         let docs = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("docs/operations.md")
+            .deletingLastPathComponent().appendingPathComponent("docs/runbook.md")
         let text = try String(contentsOf: docs, encoding: .utf8)
         let section = try #require(text.range(of: "## Runbook: trap ids"))
         let rest = text[section.lowerBound...]
@@ -442,7 +442,7 @@ import Testing
         let documented = String(rest[..<end]).trimmingCharacters(in: .newlines)
         #expect(
             documented == TrapRunbook.markdown.trimmingCharacters(in: .newlines),
-            "docs/operations.md and Sources/PushCore/TrapRunbook.swift differ: edit TrapRunbook and copy its markdown into the docs"
+            "docs/runbook.md and Sources/PushCore/TrapRunbook.swift differ: edit TrapRunbook and copy its markdown into the docs"
         )
         // Every trap id the worker records has advice.
         for trap in TrapID.all + TrapID.warnings + TrapID.fcm {

@@ -7,15 +7,24 @@ import Testing
 
 @testable import PushQueue
 
-/// docs/operations.md shows operators commands and queries; each one must exist and run. Every
+/// docs/operations.md and docs/runbook.md show operators commands and queries; each one must exist and run. Every
 /// `$ push-worker …` line of a `console` block runs against a real database with dead letters, a
 /// running worker and the simulator (daemon verbs, `run` and `simulator`, are parsed by
 /// `check-arguments` instead: the other end-to-end suites start them). Every `sql` block runs against
 /// the real schema.
-@Suite("docs/operations.md: every command and query runs", .serialized)
+@Suite("docs/operations.md and docs/runbook.md: every command and query runs", .serialized)
 struct OperationsGuideTests {
     static let guide = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().appendingPathComponent("docs/operations.md").path
+    static let runbook = URL(fileURLWithPath: Self.guide).deletingLastPathComponent().appendingPathComponent(
+        "runbook.md"
+    ).path
+
+    /// Both guides' text, the operations guide first.
+    static func text() throws -> String {
+        try String(contentsOfFile: Self.guide, encoding: .utf8) + "\n"
+            + String(contentsOfFile: Self.runbook, encoding: .utf8)
+    }
 
     /// The fenced blocks of a Markdown file with their info string.
     static func blocks(of text: String) -> [(language: String, body: [String])] {
@@ -39,7 +48,7 @@ struct OperationsGuideTests {
     @Test("sh blocks (systemctl, docker, kubectl: not runnable here) are valid shell and name files that exist")
     func shellBlocks() throws {
         let root = URL(fileURLWithPath: Self.guide).deletingLastPathComponent().deletingLastPathComponent().path
-        let scripts = Self.blocks(of: try String(contentsOfFile: Self.guide, encoding: .utf8)).filter {
+        let scripts = Self.blocks(of: try Self.text()).filter {
             $0.language == "sh"
         }.map { $0.body.joined(separator: "\n") }
         #expect(scripts.count >= 3)
@@ -58,7 +67,7 @@ struct OperationsGuideTests {
 
     @Test("every push-worker command in a console block runs and exits 0; every sql block runs")
     func commandsAndQueries() async throws {
-        let text = try String(contentsOfFile: Self.guide, encoding: .utf8)
+        let text = try Self.text()
         let blocks = Self.blocks(of: text)
         let commands = blocks.filter { $0.language == "console" }.flatMap(\.body).filter {
             $0.hasPrefix("$ push-worker ")

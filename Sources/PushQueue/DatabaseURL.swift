@@ -1,19 +1,19 @@
 import Foundation
 import NIOSSL
 public import PostgresNIO
-import Synchronization
 
 /// A parsed `DATABASE_URL` (`postgres://user:password@host:port/database?sslmode=…`), or libpq's multi-host
 /// form (`postgres://user@db1:5432,db2:5432/app?target_session_attrs=read-write&connect_timeout=5`): the hosts
 /// are tried in order and the first that suits `target_session_attrs` (`any`, `read-write`, `primary`) is
-/// used (``resolvingTarget(logger:)``); `connect_timeout` bounds each try.
+/// used (``DatabaseProbe/primary(patience:excluding:)``); `connect_timeout` bounds each try. This type only
+/// parses and configures; ``DatabaseProbe`` connects.
 ///
 /// `sslmode` follows libpq: `disable`; `prefer` (the default) and `require` encrypt without checking
 /// the server's certificate; `verify-ca` and `verify-full` check it against `sslrootcert` (a PEM file)
 /// or, without one, the system's trust roots. As in libpq, `require` with an `sslrootcert` verifies the
 /// CA too. Other `ssl*` settings (client certificates, CRLs) are refused rather than ignored.
 public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
-    /// The host in use: the first of ``hosts`` until ``resolvingTarget(logger:)`` picks one.
+    /// The host in use: the first of ``hosts`` until ``DatabaseProbe/primary(patience:excluding:)`` picks one.
     public var host: String
     public var port: Int
     /// Every host of the URL, in order (one for a single-host URL).
@@ -261,188 +261,5 @@ public struct DatabaseURL: Sendable, Hashable, CustomStringConvertible {
         )
         if let timeout = self.connectTimeout { configuration.options.connectTimeout = .seconds(Int64(timeout)) }
         return configuration
-    }
-
-    /// Opens one connection and closes it, so a command fails at once with a sentence naming the server
-    /// and what to check, rather than with a connection pool's circuit-breaker error later.
-    public func probe(logger: Logger) async throws {
-        try await self.probeSessionSettings([], logger: logger)
-    }
-
-    /// Whether the server refuses this URL's password (SQLSTATE 28P01 or 28000: a short-lived token expired);
-    /// `false` when it accepts it or cannot be reached.
-    public func refusesPassword(logger: Logger) async -> Bool {
-        do {
-            let connection = try await PostgresConnection.connect(
-                configuration: try self.connectionConfiguration(),
-                id: 0,
-                logger: logger
-            )
-            try? await connection.close()
-            return false
-        } catch let error as PSQLError {
-            return ["28P01", "28000"].contains(error.serverInfo?[.sqlState] ?? "")
-        } catch {
-            return false
-        }
-    }
-
-    /// The URL pointed at the first host that suits `target_session_attrs`, tried in order as libpq does (each
-    /// try bounded by `connect_timeout`); a single host with `any` is used as it is, without a connection.
-    /// A host that answers but does not suit (a read-only standby) is closed and the next tried; the error
-    /// names what each host said.
-    ///
-    /// `patience`: how long to keep trying, once a second, while no host suits (a failover in progress: the old
-    /// primary gone or demoted, the standby not yet promoted); the first round's answers are logged. `excluding`:
-    /// a host not to try (the one a worker just lost).
-    public func resolvingTarget(
-        logger: Logger,
-        patience: Duration = .zero,
-        excluding: Endpoint? = nil
-    ) async throws -> DatabaseURL {
-        if self.hosts.count == 1 && self.targetSessionAttrs == "any" { return self }
-        let deadline = ContinuousClock.now + patience
-        var round = 0
-        while true {
-            do {
-                return try await self.firstSuitingHost(
-                    logger: logger,
-                    excluding: excluding,
-                    deadline: patience > .zero ? deadline : nil
-                )
-            } catch {
-                if error is CancellationError { throw error }
-                guard ContinuousClock.now < deadline else { throw error }
-                if round == 0 {
-                    logger.warning(
-                        "no database host suits yet; trying again every second (a failover may be in progress)",
-                        metadata: [
-                            "push.error": "\(QueueError.summary(of: error))",
-                            "push.patience": "\(patience.components.seconds)s",
-                        ]
-                    )
-                }
-                round += 1
-                // The pause between rounds ends the search with this round's error when it reaches the deadline.
-                let pause = min(Duration.seconds(1), deadline - ContinuousClock.now)
-                guard pause > .milliseconds(100) else { throw error }
-                try await Task.sleep(for: pause)
-            }
-        }
-    }
-
-    /// One host's connect and check in ``resolvingTarget(logger:patience:excluding:)``: its `connect_timeout`
-    /// (the driver's 10 s by default, which covers the connect and the startup) and 2 s more for the check's
-    /// query, which the driver does not bound; within a search, never past the search's deadline (at least 2 s).
-    func hostCheckLimit(before deadline: ContinuousClock.Instant?) -> Duration {
-        let own = Duration.seconds(self.connectTimeout ?? 10) + .seconds(2)
-        guard let deadline else { return own }
-        return max(.seconds(2), min(own, deadline - ContinuousClock.now))
-    }
-
-    private func firstSuitingHost(
-        logger: Logger,
-        excluding: Endpoint?,
-        deadline: ContinuousClock.Instant?
-    ) async throws -> DatabaseURL {
-        var tried: [String] = []
-        for endpoint in self.hosts where endpoint != excluding {
-            // A worker stopping (SIGTERM) stops its search here, not after every host.
-            try Task.checkCancellation()
-            var candidate = self
-            candidate.host = endpoint.host
-            candidate.port = endpoint.port
-            let attributes = self.targetSessionAttrs
-            // The connection, so that a check abandoned at its limit is closed (the driver's query does not
-            // stop on cancellation: a host that authenticates and then hangs would keep it open).
-            let opened = Mutex<PostgresConnection?>(nil)
-            do {
-                let configuration = try candidate.connectionConfiguration()
-                let limit = candidate.hostCheckLimit(before: deadline)
-                let (suits, what) = try await withDeadline(limit, "\(endpoint)'s connect and check") {
-                    let connection = try await PostgresConnection.connect(
-                        configuration: configuration,
-                        id: 0,
-                        logger: logger
-                    )
-                    opened.withLock { $0 = connection }
-                    defer { Task { try? await connection.close() } }
-                    guard attributes != "any" else { return (true, "") }
-                    var suits = false
-                    var what = ""
-                    for try await (recovery, readOnly) in try await connection.query(
-                        "SELECT pg_is_in_recovery(), current_setting('transaction_read_only')",
-                        logger: logger
-                    ).decode((Bool, String).self) {
-                        suits = attributes == "primary" ? !recovery : readOnly == "off"
-                        what = recovery ? "a standby (in recovery)" : readOnly == "on" ? "read-only" : "read-write"
-                    }
-                    return (suits, what)
-                }
-                if suits { return candidate }
-                tried.append("\(endpoint): \(what)")
-            } catch is CancellationError {
-                throw CancellationError()
-            } catch {
-                if let connection = opened.withLock({ $0 }) { Task { try? await connection.close() } }
-                tried.append("\(endpoint): \(QueueError.summary(of: error))")
-            }
-        }
-        throw QueueError(
-            code: .databaseUnreachable,
-            message:
-                "no host of DATABASE_URL is \(self.targetSessionAttrs == "any" ? "reachable" : self.targetSessionAttrs) (\(tried.joined(separator: "; "))). Check that the primary is up, and the host list"
-        )
-    }
-
-    /// What the server can promise for committed rows when it fails over, in a sentence for the start-up log:
-    /// single server, asynchronous replication (a failover can lose the last commits), or synchronous.
-    public static func durabilitySentence(
-        synchronousCommit: String,
-        synchronousStandbyNames: String,
-        streamingStandbys: Int
-    ) -> String {
-        let syncCommit = ["on", "remote_write", "remote_apply"].contains(synchronousCommit)
-        if !synchronousStandbyNames.isEmpty && syncCommit {
-            return
-                "synchronous replication (synchronous_commit=\(synchronousCommit), synchronous_standby_names='\(synchronousStandbyNames)'): no committed job or outcome is lost when a synchronous standby takes over"
-        }
-        if streamingStandbys > 0 || !synchronousStandbyNames.isEmpty {
-            return
-                "asynchronous replication (synchronous_commit=\(synchronousCommit), synchronous_standby_names='\(synchronousStandbyNames)', \(streamingStandbys) standby streaming): a failover can lose the last committed jobs and outcomes; a lost outcome means the push is sent again with the same apns-id. For no loss, set synchronous_standby_names and synchronous_commit = on or remote_apply"
-        }
-        if synchronousCommit == "off" {
-            return
-                "a single server (no standby streaming) with synchronous_commit=off: a commit is acknowledged before it reaches disk, so a crash can lose the last committed jobs and outcomes; nothing replicates them"
-        }
-        return
-            "a single server (no standby streaming, synchronous_commit=\(synchronousCommit)): committed jobs survive a crash as far as its disk does; nothing replicates them"
-    }
-
-    /// Opens one connection with the startup parameters the worker's sessions carry (its session settings
-    /// and `application_name`), so a server or pooler that refuses them is named at start, with the fix,
-    /// instead of a pool retrying in silence. A pooler in transaction mode (PgBouncer) refuses parameters it
-    /// does not know ("unsupported startup parameter"), and could not keep them per session anyway.
-    public func probeSessionSettings(_ parameters: [(String, String)], logger: Logger) async throws {
-        var configuration = try self.connectionConfiguration()
-        configuration.options.additionalStartupParameters = parameters
-        do {
-            let connection = try await PostgresConnection.connect(configuration: configuration, id: 0, logger: logger)
-            try? await connection.close()
-        } catch {
-            let summary = QueueError.summary(of: error)
-            if summary.contains("unsupported startup parameter") || summary.contains("startup parameter") {
-                throw QueueError(
-                    code: .databaseUnreachable,
-                    message:
-                        "\(self.host):\(self.port) refused the worker's session settings (\(summary)): a connection pooler in transaction mode (PgBouncer) is in the way. Start the worker with --no-session-settings (it then sets nothing per session), or point DATABASE_URL at Postgres itself"
-                )
-            }
-            throw QueueError(
-                code: .databaseUnreachable,
-                message:
-                    "cannot connect to Postgres at \(self.host):\(self.port) as \(self.username) (database \(self.database)): \(QueueError.summary(of: error)). Check that the server is running and accepts connections, and DATABASE_URL (or --database-url)"
-            )
-        }
     }
 }

@@ -254,7 +254,7 @@ extension JobQueue {
 }
 
 extension JobQueue {
-    /// What the server this worker reached promises for committed rows on failover (``DatabaseURL/durabilitySentence(synchronousCommit:synchronousStandbyNames:streamingStandbys:)``).
+    /// What the server this worker reached promises for committed rows on failover (``durabilitySentence(synchronousCommit:synchronousStandbyNames:streamingStandbys:)``).
     public func durability() async throws -> String {
         for try await (commit, names, standbys) in try await self.client.query(
             """
@@ -263,12 +263,36 @@ extension JobQueue {
             """,
             logger: self.logger
         ).decode((String, String, Int64).self) {
-            return DatabaseURL.durabilitySentence(
+            return Self.durabilitySentence(
                 synchronousCommit: commit,
                 synchronousStandbyNames: names,
                 streamingStandbys: Int(standbys)
             )
         }
         return "unknown"
+    }
+
+    /// What the server can promise for committed rows when it fails over, in a sentence for the start-up log:
+    /// single server, asynchronous replication (a failover can lose the last commits), or synchronous.
+    public static func durabilitySentence(
+        synchronousCommit: String,
+        synchronousStandbyNames: String,
+        streamingStandbys: Int
+    ) -> String {
+        let syncCommit = ["on", "remote_write", "remote_apply"].contains(synchronousCommit)
+        if !synchronousStandbyNames.isEmpty && syncCommit {
+            return
+                "synchronous replication (synchronous_commit=\(synchronousCommit), synchronous_standby_names='\(synchronousStandbyNames)'): no committed job or outcome is lost when a synchronous standby takes over"
+        }
+        if streamingStandbys > 0 || !synchronousStandbyNames.isEmpty {
+            return
+                "asynchronous replication (synchronous_commit=\(synchronousCommit), synchronous_standby_names='\(synchronousStandbyNames)', \(streamingStandbys) standby streaming): a failover can lose the last committed jobs and outcomes; a lost outcome means the push is sent again with the same apns-id. For no loss, set synchronous_standby_names and synchronous_commit = on or remote_apply"
+        }
+        if synchronousCommit == "off" {
+            return
+                "a single server (no standby streaming) with synchronous_commit=off: a commit is acknowledged before it reaches disk, so a crash can lose the last committed jobs and outcomes; nothing replicates them"
+        }
+        return
+            "a single server (no standby streaming, synchronous_commit=\(synchronousCommit)): committed jobs survive a crash as far as its disk does; nothing replicates them"
     }
 }

@@ -140,8 +140,8 @@ struct DatabaseOptions: ParsableArguments {
         _ body: @Sendable (JobQueue, PostgresClient, Logger) async throws -> T
     ) async throws -> T {
         let logger = try self.makeLogger()
-        let url = try await self.resolve(logger: logger).resolvingTarget(logger: logger)
-        try await url.probe(logger: logger)
+        let url = try await DatabaseProbe(self.resolve(logger: logger), logger: logger).primary()
+        try await DatabaseProbe(url, logger: logger).connects()
         var configuration = url.clientConfiguration
         configuration.options.maximumConnections = 4
         // A one-shot verb queries before the pool's run() is scheduled; postgres-nio warns about that on

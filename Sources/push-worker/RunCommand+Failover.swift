@@ -49,7 +49,7 @@ extension RunCommand {
                 if passwordFile != nil { target.password = try database.readPassword() }
                 // One name: whatever answers there once it takes writes (the name moves to the new primary).
                 if !multiHost && target.targetSessionAttrs == "any" { target.targetSessionAttrs = "read-write" }
-                let next = try await target.resolvingTarget(logger: logger, patience: Self.primarySearch)
+                let next = try await DatabaseProbe(target, logger: logger).primary(patience: Self.primarySearch)
                 // Read-only, and a multi-host URL's search came back to the same server (target any picking the
                 // first again): a switch would land where it is.
                 if multiHost && loss == .readOnly && "\(next.host):\(next.port)" == primary.host {
@@ -93,7 +93,7 @@ extension RunCommand {
                 var target = hosts
                 if passwordFile != nil, let renewed = try? database.readPassword() { target.password = renewed }
                 let excluded = hosts.hosts.first { "\($0.host):\($0.port)" == current }
-                if (try? await target.resolvingTarget(logger: quiet, excluding: excluded)) != nil { return true }
+                if (try? await DatabaseProbe(target, logger: quiet).primary(excluding: excluded)) != nil { return true }
             }
             // A renewed password: checked every 30 s (a heartbeat missed: at once) while the file holds a password
             // other than the one in use, and only acted on when the server refuses the one in use and accepts
@@ -116,8 +116,8 @@ extension RunCommand {
             var fresh = inUse
             inUse.password = recent.password.withLock { $0 }
             fresh.password = renewed
-            guard await inUse.refusesPassword(logger: quiet) else { return false }
-            return (try? await fresh.probe(logger: quiet)) != nil
+            guard await DatabaseProbe(inUse, logger: quiet).refusesPassword() else { return false }
+            return (try? await DatabaseProbe(fresh, logger: quiet).connects()) != nil
         }
     }
 }

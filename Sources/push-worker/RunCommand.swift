@@ -150,14 +150,13 @@ struct RunCommand: AsyncParsableCommand {
         defer { startedCluster?.stop() }
         // A multi-host URL: the first host that suits target_session_attrs (a read-only standby is skipped). A
         // restart in the middle of a failover (the old primary gone, the standby not yet promoted) waits for it.
-        let url = try await configured.resolvingTarget(
-            logger: logger,
+        let url = try await DatabaseProbe(configured, logger: logger).primary(
             patience: configured.hosts.count > 1 ? Self.primarySearch : .zero
         )
         if configured.hosts.count > 1 {
             logger.notice("database host chosen", metadata: ["push.database": "\(url.host):\(url.port)"])
         }
-        try await url.probe(logger: logger)
+        try await DatabaseProbe(url, logger: logger).connects()
         if useKey {
             try await self.serve(url: url, hosts: configured, logger: logger) { store in
                 (
@@ -257,7 +256,7 @@ struct RunCommand: AsyncParsableCommand {
             )
                 + [("application_name", JobQueue.applicationName(of: workerID))]
         // application_name: the reaper tells a frozen worker (sessions open) from a dead one (none).
-        if !parameters.isEmpty { try await url.probeSessionSettings(parameters, logger: logger) }
+        if !parameters.isEmpty { try await DatabaseProbe(url, logger: logger).acceptsSessionSettings(parameters) }
         // The pool warns once if a query is queued before its run() is scheduled (harmless); query
         // failures are logged by the worker with the database's own message, so keep the pool's
         // background logger at error unless debugging.

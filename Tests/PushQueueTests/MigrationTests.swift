@@ -99,27 +99,27 @@ struct MigrationTests {
 
     @Test("the start-up durability sentence: synchronous, asynchronous, single server")
     func durabilitySentence() {
-        let sync = DatabaseURL.durabilitySentence(
+        let sync = JobQueue.durabilitySentence(
             synchronousCommit: "remote_apply",
             synchronousStandbyNames: "ANY 1 (s1, s2)",
             streamingStandbys: 2
         )
         #expect(sync.hasPrefix("synchronous replication") && sync.contains("no committed job or outcome is lost"))
-        let async = DatabaseURL.durabilitySentence(
+        let async = JobQueue.durabilitySentence(
             synchronousCommit: "on",
             synchronousStandbyNames: "",
             streamingStandbys: 1
         )
         #expect(async.hasPrefix("asynchronous replication") && async.contains("can lose"))
         // synchronous_standby_names set but commits that do not wait for it: asynchronous in effect.
-        let local = DatabaseURL.durabilitySentence(
+        let local = JobQueue.durabilitySentence(
             synchronousCommit: "local",
             synchronousStandbyNames: "s1",
             streamingStandbys: 1
         )
         #expect(local.hasPrefix("asynchronous replication"))
         #expect(
-            DatabaseURL.durabilitySentence(synchronousCommit: "on", synchronousStandbyNames: "", streamingStandbys: 0)
+            JobQueue.durabilitySentence(synchronousCommit: "on", synchronousStandbyNames: "", streamingStandbys: 0)
                 .hasPrefix("a single server")
         )
     }

@@ -50,7 +50,7 @@ struct PrimarySearchTests {
         let started = ContinuousClock.now
         let outcome = try await withDeadline(.seconds(30), "the primary search") {
             do {
-                _ = try await url.resolvingTarget(logger: Logger(label: "test"), patience: .seconds(3))
+                _ = try await DatabaseProbe(url, logger: Logger(label: "test")).primary(patience: .seconds(3))
                 return "found a host"
             } catch {
                 return "\(error)"

@@ -41,6 +41,11 @@ public struct ProviderHealth: Sendable {
     /// judged it down is gone, and a brownout (half the answers 5xx) flaps down and up; until the window holds
     /// enough answers again, a job's last 5xx is not taken for its own.
     private var recovering = false
+    /// When the provider came back up (``recovering`` ends a minute after it, however few answers came).
+    private var recoveredAt: ContinuousClock.Instant?
+    /// When this worker last read an answer too late to say anything of the provider now (it was frozen, or
+    /// the answer sat unread): until a request written after that is answered, it knows nothing current.
+    private var heardStale: ContinuousClock.Instant?
     /// The last 5xx answers (when, and to which job), newest last, at most 16.
     private var failures: [(at: ContinuousClock.Instant, job: Int64)] = []
 
@@ -54,7 +59,8 @@ public struct ProviderHealth: Sendable {
     /// 5xx came back and either at least three distinct jobs met one within the window or nothing else has been
     /// heard for a window (a worker let go after a freeze knows nothing current); one or two jobs failing alone
     /// just after others were answered are their own failures. When `since` is not known: nothing but 5xx for
-    /// a window. Just back up after an outage, it may be down until 20 answers are counted again. Each worker
+    /// a window, or this worker has read answers too late since its last fresh one (it was frozen). Just back
+    /// up after an outage, it may be down until 20 answers are counted again (for a minute at most). Each worker
     /// judges alone: in an
     /// outage's first moments a job may meet a counted 5xx at each worker before each has seen enough, and a
     /// quiet queue has too few jobs to judge by. A 5xx that would end a job then sends it back uncounted
@@ -62,16 +68,31 @@ public struct ProviderHealth: Sendable {
     /// answered is the job's own failure.
     public func mayBeDown(at now: ContinuousClock.Instant, since: ContinuousClock.Instant? = nil) -> Bool {
         if self.isDown || self.window.recentBad * 4 >= Self.minimumAnswers { return true }
-        if self.recovering && self.window.recentCount < Self.minimumAnswers { return true }
+        if self.recovering, self.window.recentCount < Self.minimumAnswers,
+            let recovered = self.recoveredAt, now - recovered < Self.recoveryLimit
+        {
+            return true
+        }
         guard let answered = self.lastAnswered else { return true }
         if let since {
             guard answered < since else { return false }
+            // A worker let go after a freeze reads its old answers late: nothing fresh since then vouches.
+            if let stale = self.heardStale, stale > answered { return true }
             // This worker has heard nothing else from the provider for a window (it was frozen, or the queue is
             // quiet), or several jobs are failing now.
             return now - answered >= Self.window
                 || Set(self.failures.filter { now - $0.at < Self.window }.map(\.job)).count >= 3
         }
         return now - answered >= Self.window
+    }
+
+    /// How long after coming back up the provider may be down for want of answers (a quiet scope's jobs are
+    /// not kept from their own end for longer).
+    public static let recoveryLimit: Duration = .seconds(60)
+
+    /// Notes an answer read too late to say anything of the provider now (see ``mayBeDown(at:since:)``).
+    public mutating func heardStaleAnswer(at now: ContinuousClock.Instant) {
+        self.heardStale = now
     }
 
     /// How long a job waits whose last attempt met a 5xx while the provider ``mayBeDown(at:since:)``.
@@ -108,6 +129,7 @@ public struct ProviderHealth: Sendable {
                 self = ProviderHealth()
                 self.lastAnswered = now
                 self.recovering = true
+                self.recoveredAt = now
                 return .up(after: now - since)
             }
             self.probeInterval = min(self.probeInterval * 2, Self.lastProbe)

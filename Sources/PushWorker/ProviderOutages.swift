@@ -70,7 +70,10 @@ final class ProviderOutages: Sendable {
         // often slow): dropped, the provider would stay down on this worker with its probe never ended.
         let stale = !serverError && (attempt.outcome.latencyMs ?? 0) > Self.staleAnswer
         let (counted, change, wait) = self.states.withLock { states -> (Bool, ProviderHealth.Change?, Duration?) in
-            if stale && states[key]?.isProbe(job.id) != true { return (false, nil, nil) }
+            if stale && states[key]?.isProbe(job.id) != true {
+                states[key, default: ProviderHealth()].heardStaleAnswer(at: now)
+                return (false, nil, nil)
+            }
             let change = states[key, default: ProviderHealth()].record(
                 serverError: serverError,
                 job: job.id,

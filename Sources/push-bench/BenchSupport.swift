@@ -121,6 +121,8 @@ func cpuMicros(_ pid: pid_t) -> Double {
 
 /// Context switches (voluntary and not) summed over a process's threads, from `/proc/PID/task/*/status`: each is
 /// a thread that slept and was woken (a hand-off between threads), a figure the machine's speed does not move.
+/// Approximate: a thread that ends between two readings takes its count with it (the worker's threads are
+/// NIO's event loops and the concurrency pool's, which last).
 func contextSwitches(_ pid: pid_t) -> Int {
     let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
     return threads.reduce(0) { sum, thread in

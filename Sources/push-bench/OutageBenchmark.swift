@@ -135,7 +135,7 @@ struct OutageBenchmark: AsyncParsableCommand {
                 let dead10 = try await count("SELECT count(*) FROM push.dead_jobs WHERE priority = 10")
                 let dead5 = try await count("SELECT count(*) FROM push.dead_jobs WHERE priority = 5")
                 let reasons = try await client.query(
-                    "SELECT reason || ' after ' || attempts || ' attempts over ' || round(extract(epoch FROM (dead_at - first_attempt_at)))::text || ' s: ' || history::text FROM push.dead_jobs ORDER BY id LIMIT 3",
+                    "SELECT reason || ' after ' || attempts || ' attempts over ' || coalesce(round(extract(epoch FROM (dead_at - first_attempt_at)))::text, '?') || ' s: ' || history::text FROM push.dead_jobs ORDER BY id LIMIT 3",
                     logger: logger
                 ).decode(String.self)
                 for try await reason in reasons { print("  dead: \(reason.prefix(600))") }

@@ -118,6 +118,16 @@ struct ProviderHealthTests {
         #expect(probed.mayBeDown(at: self.at(1_601), since: self.at(1_550)))
         for job in 600..<619 { _ = probed.record(serverError: false, job: Int64(job), at: self.at(1_700)) }
         #expect(!probed.mayBeDown(at: self.at(1_701), since: self.at(1_550)), "20 answers since, one a 5xx")
+        // A quiet scope: recovering ends a minute after the provider came back, however few answers came.
+        var quiet = self.down()
+        _ = quiet.admits(job: 500, at: self.at(1_000))
+        _ = quiet.record(serverError: false, job: 500, at: self.at(1_500))
+        for job in 600..<605 { _ = quiet.record(serverError: false, job: Int64(job), at: self.at(50_000)) }
+        _ = quiet.record(serverError: true, job: 99, at: self.at(51_000))
+        #expect(quiet.mayBeDown(at: self.at(51_001), since: self.at(50_500)), "6 answers since it came back")
+        for job in 700..<705 { _ = quiet.record(serverError: false, job: Int64(job), at: self.at(61_000)) }
+        _ = quiet.record(serverError: true, job: 98, at: self.at(62_000))
+        #expect(!quiet.mayBeDown(at: self.at(62_001), since: self.at(61_600)), "back for a minute: one job's own")
         // An answer to a request written before the outage was seen decides nothing, a 200 included: a frozen
         // worker's late answers must not reopen the gates while the provider is still down.
         var late = self.down()
@@ -179,6 +189,16 @@ struct ProviderHealthTests {
         // A request written after the job was due and answered 200: the provider works, the 5xx is the job's.
         _ = health.record(serverError: false, job: 200, at: self.at(1_060), written: self.at(800))
         #expect(!health.mayBeDown(at: self.at(1_061), since: self.at(700)))
+        // A worker let go after a freeze: it read its old answers late (stale, not counted), then one job's
+        // last 5xx. Nothing fresh vouches for the provider since: maybe down, though only one job failed.
+        var thawed = ProviderHealth()
+        for job in 0..<20 { _ = thawed.record(serverError: false, job: Int64(job), at: self.at(job)) }
+        #expect(!thawed.mayBeDown(at: self.at(8_000), since: self.at(7_000)), "one job, others answered 8 s ago")
+        thawed.heardStaleAnswer(at: self.at(8_000))
+        _ = thawed.record(serverError: true, job: 99, at: self.at(8_010))
+        #expect(thawed.mayBeDown(at: self.at(8_011), since: self.at(7_000)), "stale answers since the last fresh one")
+        _ = thawed.record(serverError: false, job: 300, at: self.at(8_100), written: self.at(8_050))
+        #expect(!thawed.mayBeDown(at: self.at(8_101), since: self.at(7_000)), "a fresh answer since")
     }
 
     @Test("a busy drain's successes do not outvote an outage that began this second")

@@ -178,6 +178,11 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .target(
+            name: "PushClockTesting",
+            dependencies: ["PushCore"],
+            swiftSettings: swiftSettings
+        ),
+        .target(
             name: "PushQueueTesting",
             dependencies: [
                 "PushQueue",
@@ -239,6 +244,7 @@ let package = Package(
                 "PushCore",
                 "PushProcess",
                 "PushQueueTesting",
+                "PushClockTesting",
                 "APNsTransport",
                 "APNsSimulator",
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -271,7 +277,7 @@ let package = Package(
         .testTarget(
             name: "PushWorkerTests",
             dependencies: [
-                "PushWorker", "PushCore", "PushQueue", "PushQueueTesting",
+                "PushWorker", "PushCore", "PushQueue", "PushQueueTesting", "PushClockTesting",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -1,6 +1,6 @@
 /// The clock the worker's timers read: pauses, the outcome writer's batching and backoff, the connection
 /// pool's reconnect backoff, the heartbeat's freshness. Monotonic, so a wall-clock step neither ends nor
-/// stretches a wait. `ContinuousClock` in production; tests pass a `ManualClock` (PushQueueTesting) and move
+/// stretches a wait. `ContinuousClock` in production; tests pass a `ManualClock` (PushClockTesting) and move
 /// time by hand instead of sleeping (as postgres-nio's `ConnectionPool` takes its `Clock`).
 ///
 /// Its instants are `ContinuousClock`'s, so the state machines that store them (`PoolStateMachine`,

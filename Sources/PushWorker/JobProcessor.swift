@@ -142,7 +142,7 @@ struct JobProcessor: Sendable {
     }
 
     /// Decides a prepared job's outcome from its send's result (`nil`: it was refused before sending).
-    func finish(_ prepared: Prepared, with result: Result<Answer, any Error>?) -> Attempt {
+    func decide(_ prepared: Prepared, with result: Result<Answer, any Error>?) -> Attempt {
         let claimed = prepared.claimed
         let job = claimed.job
         let started = claimed.started

@@ -12,19 +12,13 @@ extension PushWorkerService {
         Date().addingTimeInterval((job.claimedAt ?? claimedAt).timeIntervalSince(claimedAt))
     }
 
-    /// Asked just before a request of `credential` is written: not while this worker's heartbeat is stale,
-    /// and not once APNs has refused the credential, or the credential for `topic` (the jobs already claimed
-    /// for it go back unsent, uncounted).
     /// Whether a row of `push.pauses` (as of the last heartbeat) matches the job.
     func isPausedByFleet(credential: String, topic: String) -> Bool {
         self.state.withLock { state in
-            state.fleetPauses.contains { ($0.credential ?? credential) == credential && ($0.topic ?? topic) == topic }
+            state.fleetPauses.contains { $0.matches(credential: credential, topic: topic) }
         }
     }
 
-    /// A rate-limited request (`spacing`) is also withdrawn when this worker wrote one of its limit less than an
-    /// interval ago (``SendSpacer/admit(_:now:)``): it was held up behind other requests, and sending it now
-    /// would bunch it with the next.
     /// Jobs an operator cancelled while this worker may hold them (`jobs cancel` NOTIFYs their ids): a
     /// request of one not yet written is withdrawn. Bounded: the oldest ids are forgotten first.
     func noteCancelled(_ ids: Substring) {
@@ -202,12 +196,12 @@ extension PushWorkerService {
     /// A prepared job's send ended (`nil`: refused before sending): decide, react, count, hand to the recorder.
     func complete(_ prepared: JobProcessor.Prepared, with result: Result<JobProcessor.Answer, any Error>?) {
         if case .success(.apns(let response)) = result { self.skew.observe(response) }
-        self.finished(self.processor.finish(prepared, with: result))
+        self.apply(self.processor.decide(prepared, with: result))
     }
 
     /// A job's attempt is decided: its effects on this worker, its metrics, the outcome writer; the send no
     /// longer counts.
-    func finished(_ attempt: JobProcessor.Attempt) {
+    func apply(_ attempt: JobProcessor.Attempt) {
         // A 5xx while its provider is down goes back uncounted (``ProviderOutages``).
         let attempt = self.outages.record(attempt)
         self.react(to: attempt)

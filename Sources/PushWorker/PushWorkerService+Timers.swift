@@ -9,7 +9,7 @@ extension PushWorkerService {
     /// with a pause list older than the heartbeat.
     func beat() async throws {
         let readAt = self.clock.now
-        let paused = try await self.queue.pauses().map { (credential: $0.credential, topic: $0.topic) }
+        let paused = try await self.queue.pauses().map { FleetPause(credential: $0.credential, topic: $0.topic) }
         self.state.withLock { state in
             state.fleetPauses = paused
             state.fleetPausesReadAt = readAt

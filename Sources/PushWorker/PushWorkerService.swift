@@ -67,7 +67,7 @@ public final class PushWorkerService: Service, Sendable {
         /// The fleet's pauses (`push.pauses`) as of the last heartbeat: a claimed job they match is not sent
         /// (it goes back uncounted), so a worker that held jobs across a pause (it was frozen, or busy) does
         /// not send them once it is paused.
-        var fleetPauses: [(credential: String?, topic: String?)] = []
+        var fleetPauses: [FleetPause] = []
         /// When the read of ``fleetPauses`` began.
         var fleetPausesReadAt: ContinuousClock.Instant
         /// The client's not-processed count at the last scrape (the metric counts the difference).
@@ -462,10 +462,7 @@ public final class PushWorkerService: Service, Sendable {
                         // once, not at the next heartbeat). An older claim may predate the pause itself.
                         guard claimStarted > state.fleetPausesReadAt else { return }
                         state.fleetPauses.removeAll { pause in
-                            jobs.contains {
-                                (pause.credential ?? $0.credential) == $0.credential
-                                    && (pause.topic ?? $0.topic) == $0.topic
-                            }
+                            jobs.contains { pause.matches(credential: $0.credential, topic: $0.topic) }
                         }
                     }
                     self.stats.withLock { $0.claimed += jobs.count }

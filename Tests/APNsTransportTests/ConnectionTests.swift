@@ -1,6 +1,7 @@
 import APNsSimulator
 import Foundation
 import PushCore
+import PushClockTesting
 import PushQueueTesting
 import Testing
 

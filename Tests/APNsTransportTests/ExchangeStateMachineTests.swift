@@ -190,6 +190,18 @@ struct ExchangeStateMachineTests {
         // Each stream is extended once: the second firing times it out.
         let second = machine.deadlineFired(now: self.t0 + .seconds(42), lastStall: self.t0 + .milliseconds(41_500))
         #expect(second.resets == [c])
+
+        // A freeze that ended just after the deadline: the timer fires 490 ms late, before the stall detector
+        // (another thread, out of the same freeze) has noticed. Still a stall: the unread 200 gets its grace.
+        let (d, _) = self.opened(&machine, 4, at: self.t0 + .seconds(50))
+        let thawed = machine.deadlineFired(now: self.t0 + .milliseconds(60_490), lastStall: nil)
+        #expect(thawed.completions.isEmpty, "490 ms late: a stall, not a timeout")
+        let read = machine.headers(d, status: 200, headers: Self.status(200), endStream: true, now: thawed.armTimer!)
+        #expect(read?.slot == 4)
+        // A timer a few milliseconds late (a busy loop) is on time.
+        let (e, _) = self.opened(&machine, 5, at: self.t0 + .seconds(70))
+        let busy = machine.deadlineFired(now: self.t0 + .milliseconds(80_020), lastStall: nil)
+        #expect(busy.resets == [e])
     }
 
     @Test(

@@ -1,5 +1,6 @@
 import Foundation
 import PushCore
+import PushClockTesting
 import PushQueueTesting
 import Testing
 

@@ -1,4 +1,5 @@
 import PushCore
+import PushClockTesting
 import PushQueueTesting
 import Testing
 

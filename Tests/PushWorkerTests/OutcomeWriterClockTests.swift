@@ -2,6 +2,7 @@ import Logging
 import PostgresNIO
 import PushCore
 import PushQueue
+import PushClockTesting
 import PushQueueTesting
 import Testing
 

@@ -57,8 +57,12 @@ struct ExchangeStateMachine<Waiter> {
 
     /// The last stream id a client may open (odd, below 2^31).
     static var lastStreamID: Int32 { Int32.max - 2 }
-    /// How late a deadline timer may fire before this process counts as having been stalled.
-    static var stallThreshold: TimeAmount { .seconds(1) }
+    /// How late a deadline timer may fire before this process counts as having been stalled. An event loop
+    /// fires its timers within milliseconds; a freeze that ends just after a deadline makes it half a second
+    /// late while the stall detector's thread, racing this one out of the same freeze, may not have said so
+    /// yet (a fleet seed resent 11 delivered pushes that way with a 1 s threshold). Taken for a stall when
+    /// it was not, a request gets its grace period once: two seconds more.
+    static var stallThreshold: TimeAmount { .milliseconds(200) }
     /// How long overdue streams may still be answered after a stall.
     static var stallGrace: TimeAmount { .seconds(2) }
 

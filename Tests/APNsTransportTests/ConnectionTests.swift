@@ -1,7 +1,7 @@
 import APNsSimulator
 import Foundation
-import PushCore
 import PushClockTesting
+import PushCore
 import PushQueueTesting
 import Testing
 

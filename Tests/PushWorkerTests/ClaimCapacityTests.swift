@@ -1,6 +1,6 @@
 import Foundation
-import PushCore
 import PushClockTesting
+import PushCore
 import PushQueueTesting
 import Testing
 

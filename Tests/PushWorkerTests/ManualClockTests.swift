@@ -1,5 +1,5 @@
-import PushCore
 import PushClockTesting
+import PushCore
 import PushQueueTesting
 import Testing
 

@@ -1,8 +1,8 @@
 import Logging
 import PostgresNIO
+import PushClockTesting
 import PushCore
 import PushQueue
-import PushClockTesting
 import PushQueueTesting
 import Testing
 

@@ -57,10 +57,10 @@ public struct ProviderHealth: Sendable {
     /// Whether the provider may be down though the rule has not said so, for a job due again `since` (after
     /// its previous attempt's answer): at least a quarter of the last 20 answers were 5xx, or since then only
     /// 5xx came back and either at least three distinct jobs met one within the window or nothing else has been
-    /// heard for a window (a worker let go after a freeze knows nothing current); one or two jobs failing alone
-    /// just after others were answered are their own failures. When `since` is not known: nothing but 5xx for
-    /// a window, or this worker has read answers too late since its last fresh one (it was frozen). Just back
-    /// up after an outage, it may be down until 20 answers are counted again (for a minute at most). Each worker
+    /// heard for a window, or it has read answers too late since its last fresh one (a worker let go after a
+    /// freeze knows nothing current); one or two jobs failing alone just after others were answered are their
+    /// own failures. When `since` is not known: nothing but 5xx for a window. Just back up after an outage, it
+    /// may be down until 20 answers are counted again (for a minute at most). Each worker
     /// judges alone: in an
     /// outage's first moments a job may meet a counted 5xx at each worker before each has seen enough, and a
     /// quiet queue has too few jobs to judge by. A 5xx that would end a job then sends it back uncounted

@@ -37,11 +37,9 @@ public struct ProviderHealth: Sendable {
     /// the answer: at an outage's onset, requests written just before it are still answered 200 after the
     /// first 5xx, and must not vouch for the provider after it.
     private var lastAnswered: ContinuousClock.Instant?
-    /// Back up after an outage, with fewer than ``minimumAnswers`` answers counted since: the evidence that
-    /// judged it down is gone, and a brownout (half the answers 5xx) flaps down and up; until the window holds
-    /// enough answers again, a job's last 5xx is not taken for its own.
-    private var recovering = false
-    /// When the provider came back up (``recovering`` ends a minute after it, however few answers came).
+    /// When the provider came back up after an outage. For a minute after, while fewer than ``minimumAnswers``
+    /// answers are counted since, it may be down: the evidence that judged it down is gone, and a brownout (half
+    /// the answers 5xx) flaps down and up; a job's last 5xx is not taken for its own meanwhile.
     private var recoveredAt: ContinuousClock.Instant?
     /// When this worker last read an answer too late to say anything of the provider now (it was frozen, or
     /// the answer sat unread): until a request written after that is answered, it knows nothing current.
@@ -68,8 +66,8 @@ public struct ProviderHealth: Sendable {
     /// answered is the job's own failure.
     public func mayBeDown(at now: ContinuousClock.Instant, since: ContinuousClock.Instant? = nil) -> Bool {
         if self.isDown || self.window.recentBad * 4 >= Self.minimumAnswers { return true }
-        if self.recovering, self.window.recentCount < Self.minimumAnswers,
-            let recovered = self.recoveredAt, now - recovered < Self.recoveryLimit
+        if let recovered = self.recoveredAt, now - recovered < Self.recoveryLimit,
+            self.window.recentCount < Self.minimumAnswers
         {
             return true
         }
@@ -128,7 +126,6 @@ public struct ProviderHealth: Sendable {
             if !serverError {
                 self = ProviderHealth()
                 self.lastAnswered = now
-                self.recovering = true
                 self.recoveredAt = now
                 return .up(after: now - since)
             }

@@ -351,10 +351,11 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
      ORDER BY c.turn, c.run_at, c.id
      LIMIT :batch_limit
 ), resumes AS MATERIALIZED (
-    -- Each range read that has a point or had one: where its next claim by this claimer starts. After the last job taken there when the
-    -- range gave its whole share (more is likely waiting behind it: the jobs it locked but did not take lie
-    -- after that job in the range's order); from its head (0) when it gave less, so a job the scan passed
-    -- (locked by another statement then, or enqueued with a run_at already past) is found again.
+    -- Each range read that has a point or had one: where its next claim by this claimer starts. After the
+    -- last job taken there when the range gave its whole share (more is likely waiting behind it: the jobs it
+    -- locked but did not take lie after that job in the range's order); from its head (0) when it gave less,
+    -- so a job the scan passed (locked by another statement then, or enqueued with a run_at already past) is
+    -- found again.
     -- (Grouped once, not probed per range: a claim over 250 topics has 250 ranges.)
     SELECT r.credential, r.environment, r.topic, r.priority,
            -- (0 for "from its head": arrays of the claim's answer carry no NULL.)

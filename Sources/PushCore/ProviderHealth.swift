@@ -41,29 +41,23 @@ public struct ProviderHealth: Sendable {
     /// answers are counted since, it may be down: the evidence that judged it down is gone, and a brownout (half
     /// the answers 5xx) flaps down and up; a job's last 5xx is not taken for its own meanwhile.
     private var recoveredAt: ContinuousClock.Instant?
-    /// When this worker last read an answer too late to say anything of the provider now (it was frozen, or
-    /// the answer sat unread): until a request written after that is answered, it knows nothing current.
-    private var heardStale: ContinuousClock.Instant?
-    /// The last 5xx answers (when, and to which job), newest last, at most 16.
-    private var failures: [(at: ContinuousClock.Instant, job: Int64)] = []
 
     public init() {}
 
     /// Whether the provider is taken for down.
     public var isDown: Bool { self.downSince != nil }
 
-    /// Whether the provider may be down though the rule has not said so, for a job due again `since` (after
-    /// its previous attempt's answer): at least a quarter of the last 20 answers were 5xx, or since then only
-    /// 5xx came back and either at least three distinct jobs met one within the window or nothing else has been
-    /// heard for a window, or it has read answers too late since its last fresh one (a worker let go after a
-    /// freeze knows nothing current); one or two jobs failing alone just after others were answered are their
-    /// own failures. When `since` is not known: nothing but 5xx for a window. Just back up after an outage, it
-    /// may be down until 20 answers are counted again (for a minute at most). Each worker
-    /// judges alone: in an
-    /// outage's first moments a job may meet a counted 5xx at each worker before each has seen enough, and a
-    /// quiet queue has too few jobs to judge by. A 5xx that would end a job then sends it back uncounted
-    /// instead; one that leaves it attempts follows the stretch. A job whose 5xx came while others were
-    /// answered is the job's own failure.
+    /// Whether the provider may be down though the rule has not said so, for a job whose previous request was
+    /// written `since` (by any worker; before its first, when it was due): at least a quarter of the last 20
+    /// answers were 5xx, or no request written since then has been answered other than 5xx. A job's own 5xx is
+    /// one "while others succeed" (the contract's words): only a success to a request written after the job's
+    /// previous one shows that.
+    /// Without it, the job may have met the first moments of an outage at several workers (each judges alone,
+    /// and none has seen enough yet), or the queue is too quiet to judge by, or this worker was frozen and
+    /// knows nothing current (answers read late are not counted). When `since` is not known: nothing but 5xx
+    /// for a window. Just back up after an outage, it may be down until 20 answers are counted again (for a
+    /// minute at most). A 5xx that would end a job while the provider may be down sends it back uncounted
+    /// instead (for an hour from its first attempt at most); one that leaves it attempts follows the stretch.
     public func mayBeDown(at now: ContinuousClock.Instant, since: ContinuousClock.Instant? = nil) -> Bool {
         if self.isDown || self.window.recentBad * 4 >= Self.minimumAnswers { return true }
         if let recovered = self.recoveredAt, now - recovered < Self.recoveryLimit,
@@ -72,26 +66,13 @@ public struct ProviderHealth: Sendable {
             return true
         }
         guard let answered = self.lastAnswered else { return true }
-        if let since {
-            guard answered < since else { return false }
-            // A worker let go after a freeze reads its old answers late: nothing fresh since then vouches.
-            if let stale = self.heardStale, stale > answered { return true }
-            // This worker has heard nothing else from the provider for a window (it was frozen, or the queue is
-            // quiet), or several jobs are failing now.
-            return now - answered >= Self.window
-                || Set(self.failures.filter { now - $0.at < Self.window }.map(\.job)).count >= 3
-        }
+        if let since { return answered < since }
         return now - answered >= Self.window
     }
 
     /// How long after coming back up the provider may be down for want of answers (a quiet scope's jobs are
     /// not kept from their own end for longer).
     public static let recoveryLimit: Duration = .seconds(60)
-
-    /// Notes an answer read too late to say anything of the provider now (see ``mayBeDown(at:since:)``).
-    public mutating func heardStaleAnswer(at now: ContinuousClock.Instant) {
-        self.heardStale = now
-    }
 
     /// How long a job waits whose last attempt met a 5xx while the provider ``mayBeDown(at:since:)``.
     public static let doubtfulWait: Duration = .seconds(30)
@@ -113,10 +94,6 @@ public struct ProviderHealth: Sendable {
         if !serverError {
             let written = min(written ?? now, now)
             self.lastAnswered = max(self.lastAnswered ?? written, written)
-        }
-        if serverError {
-            if self.failures.count == 16 { self.failures.removeFirst() }
-            self.failures.append((now, job))
         }
         if let since = self.downSince {
             // Only the probe's answer decides: a request written before the outage was seen (a frozen worker's,

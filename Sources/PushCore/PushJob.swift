@@ -77,6 +77,9 @@ public struct PushJob: Sendable, Hashable {
     /// The span id of this job's first attempt whose outcome was written (traced jobs only): a retry's span
     /// links to it.
     public var traceFirstSpan: String?
+    /// When its last request was written (`nil` before the first): a retry's 5xx is the job's own failure only
+    /// if a request written after that was answered ("Provider outages burn nothing").
+    public var lastAttemptAt: Date?
 
     /// Creates a job value; every field is as stored in `push.jobs`.
     public init(
@@ -105,9 +108,11 @@ public struct PushJob: Sendable, Hashable {
         tokenInvalidatedAt: Date? = nil,
         platform: Platform = .apns,
         traceparent: String? = nil,
-        traceFirstSpan: String? = nil
+        traceFirstSpan: String? = nil,
+        lastAttemptAt: Date? = nil
     ) {
         self.traceFirstSpan = traceFirstSpan
+        self.lastAttemptAt = lastAttemptAt
         self.platform = platform
         self.traceparent = traceparent
         self.transportRetries = transportRetries

@@ -353,7 +353,8 @@ extension JobQueue {
             // The schema's constraint admits only these two.
             platform: Platform(rawValue: try c.next(String.self)) ?? .apns,
             traceparent: try c.next(String?.self),
-            traceFirstSpan: try c.next(String?.self)
+            traceFirstSpan: try c.next(String?.self),
+            lastAttemptAt: try c.next(Date?.self)
         )
     }
 }

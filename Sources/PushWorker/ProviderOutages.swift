@@ -70,10 +70,7 @@ final class ProviderOutages: Sendable {
         // often slow): dropped, the provider would stay down on this worker with its probe never ended.
         let stale = !serverError && (attempt.outcome.latencyMs ?? 0) > Self.staleAnswer
         let (counted, change, wait) = self.states.withLock { states -> (Bool, ProviderHealth.Change?, Duration?) in
-            if stale && states[key]?.isProbe(job.id) != true {
-                states[key, default: ProviderHealth()].heardStaleAnswer(at: now)
-                return (false, nil, nil)
-            }
+            if stale && states[key]?.isProbe(job.id) != true { return (false, nil, nil) }
             let change = states[key, default: ProviderHealth()].record(
                 serverError: serverError,
                 job: job.id,
@@ -89,9 +86,11 @@ final class ProviderOutages: Sendable {
             // Down: back uncounted. Maybe down, and this 5xx would end the job: back uncounted, later.
             if health.isDown { return (true, change, ProviderHealth.firstProbe) }
             guard case .dead = attempt.decided.decision else { return (true, change, nil) }
-            // Since when it was due again (after its previous attempt's answer); for an hour from its first
-            // attempt at most: a job whose own request a quiet provider keeps answering 5xx is not sent for ever.
-            if health.mayBeDown(at: now, since: Self.local(job.runAt, of: attempt)),
+            // Since its previous request was written (by any worker; before the first, since it was due): a
+            // request written after that and answered shows the provider worked after the job's last failure.
+            // For an hour from its first attempt at most: a job whose own request a quiet provider keeps
+            // answering 5xx is not sent for ever.
+            if health.mayBeDown(at: now, since: Self.local(job.lastAttemptAt ?? job.runAt, of: attempt)),
                 Self.local(job.firstAttemptAt, of: attempt).map({ now - $0 < ProviderHealth.doubtfulSpan }) ?? true
             {
                 return (true, change, ProviderHealth.doubtfulWait)

@@ -79,10 +79,20 @@ struct DaemonTests {
                 #expect(later.timeIntervalSince(earlier) >= 0.99, "no attempt before Retry-After")
             }
 
+            // A 5xx that would end a job while nothing written since its previous request was answered (a quiet
+            // queue: maybe an outage's first moments) sends it back once more uncounted; its history says so.
+            func uncounted(_ token: String) async throws -> Int64 {
+                try await f.db.int64(
+                    """
+                    SELECT count(*) FROM push.dead_jobs, jsonb_array_elements(history) AS h
+                     WHERE device_token = '\(unescaped: token)' AND h->>'outcome' = 'requeue'
+                    """
+                )
+            }
             #expect(try await dead(t.failing10)?.attempts == 3, "priority 10: 3 attempts")
-            #expect(requests(t.failing10).count == 3)
+            #expect(try await requests(t.failing10).count == 3 + Int(uncounted(t.failing10)))
             #expect(try await dead(t.failing5)?.attempts == 4, "priority 5: 4 attempts")
-            #expect(requests(t.failing5).count == 4)
+            #expect(try await requests(t.failing5).count == 4 + Int(uncounted(t.failing5)))
 
             #expect(try await dead(t.big)?.traps == ["MS011"])
             #expect(try await dead(t.suffixed)?.traps == ["MS018"])

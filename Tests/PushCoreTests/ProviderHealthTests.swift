@@ -125,7 +125,7 @@ struct ProviderHealthTests {
         for job in 600..<605 { _ = quiet.record(serverError: false, job: Int64(job), at: self.at(50_000)) }
         _ = quiet.record(serverError: true, job: 99, at: self.at(51_000))
         #expect(quiet.mayBeDown(at: self.at(51_001), since: self.at(50_500)), "6 answers since it came back")
-        for job in 700..<705 { _ = quiet.record(serverError: false, job: Int64(job), at: self.at(61_000)) }
+        for job in 700..<705 { _ = quiet.record(serverError: false, job: Int64(job), at: self.at(61_700)) }
         _ = quiet.record(serverError: true, job: 98, at: self.at(62_000))
         #expect(!quiet.mayBeDown(at: self.at(62_001), since: self.at(61_600)), "back for a minute: one job's own")
         // An answer to a request written before the outage was seen decides nothing, a 200 included: a frozen
@@ -153,19 +153,19 @@ struct ProviderHealthTests {
         #expect(!health.mayBeDown(at: self.at(5_000)))
         _ = health.record(serverError: true, job: 99, at: self.at(10_040))
         #expect(health.mayBeDown(at: self.at(10_041)), "no answer but 5xx for a window")
-        // Known since when the job was due again: answered since (its own failure); or not, and only this job
-        // failed, just after others were answered (its own failure in a quiet queue); or not, and three distinct
-        // jobs failed (maybe down); or nothing else heard for a window (a worker let go after a freeze).
+        // Known since when the job was due again: a request written since then answered other than 5xx (the
+        // provider works: the job's own failure); or none (maybe down, however few jobs failed: at an outage's
+        // onset each worker may see a job's 5xx once, and a quiet queue has too few jobs to judge by).
         var quiet = ProviderHealth()
         for job in 0..<20 { _ = quiet.record(serverError: false, job: Int64(job), at: self.at(job)) }
         _ = quiet.record(serverError: true, job: 99, at: self.at(5_000))
         _ = quiet.record(serverError: true, job: 99, at: self.at(8_000))
         #expect(!quiet.mayBeDown(at: self.at(8_001), since: self.at(10)), "answered since it was due")
-        #expect(!quiet.mayBeDown(at: self.at(8_001), since: self.at(50)), "one job, others answered 8 s ago")
-        _ = quiet.record(serverError: true, job: 100, at: self.at(8_050))
-        #expect(!quiet.mayBeDown(at: self.at(8_051), since: self.at(50)), "two jobs")
-        _ = quiet.record(serverError: true, job: 101, at: self.at(8_060))
-        #expect(quiet.mayBeDown(at: self.at(8_061), since: self.at(50)), "three jobs, nothing else answered")
+        // Before: one or two jobs failing just after others were answered were taken for their own failures, and
+        // a job whose three 5xx came from three workers at an outage's onset was dead-lettered.
+        #expect(quiet.mayBeDown(at: self.at(8_001), since: self.at(50)), "one job, nothing answered since it was due")
+        _ = quiet.record(serverError: false, job: 100, at: self.at(8_050), written: self.at(8_040))
+        #expect(!quiet.mayBeDown(at: self.at(8_051), since: self.at(50)), "a request written since was answered")
         var thawed = ProviderHealth()
         _ = thawed.record(serverError: false, job: 1, at: self.at(0))
         _ = thawed.record(serverError: true, job: 2, at: self.at(12_000))
@@ -189,16 +189,6 @@ struct ProviderHealthTests {
         // A request written after the job was due and answered 200: the provider works, the 5xx is the job's.
         _ = health.record(serverError: false, job: 200, at: self.at(1_060), written: self.at(800))
         #expect(!health.mayBeDown(at: self.at(1_061), since: self.at(700)))
-        // A worker let go after a freeze: it read its old answers late (stale, not counted), then one job's
-        // last 5xx. Nothing fresh vouches for the provider since: maybe down, though only one job failed.
-        var thawed = ProviderHealth()
-        for job in 0..<20 { _ = thawed.record(serverError: false, job: Int64(job), at: self.at(job)) }
-        #expect(!thawed.mayBeDown(at: self.at(8_000), since: self.at(7_000)), "one job, others answered 8 s ago")
-        thawed.heardStaleAnswer(at: self.at(8_000))
-        _ = thawed.record(serverError: true, job: 99, at: self.at(8_010))
-        #expect(thawed.mayBeDown(at: self.at(8_011), since: self.at(7_000)), "stale answers since the last fresh one")
-        _ = thawed.record(serverError: false, job: 300, at: self.at(8_100), written: self.at(8_050))
-        #expect(!thawed.mayBeDown(at: self.at(8_101), since: self.at(7_000)), "a fresh answer since")
     }
 
     @Test("a busy drain's successes do not outvote an outage that began this second")

@@ -307,15 +307,6 @@ extension JobQueue {
         )
     }
 
-    /// How many jobs a limit lets a claim take now, as SQL: the slots whose send times (one interval apart,
-    /// the first `delay` seconds from now) fall within the look-ahead: `burst` intervals, at most half the
-    /// lease but never less than one interval, so any rate sends. In float8 `(1 / r) * r` can come out just
-    /// under 1 (for 82 of the integer rates 1-1000): a tolerance keeps such a limit from never sending. The
-    /// claim and `push-worker limits` both use this.
-    static func available(perSecond r: String, burst b: String, delay d: String, halfLease h: String) -> String {
-        "floor((least(\(b) / \(r), greatest(\(h), 1 / \(r))) - \(d)) * \(r) + 1e-9)"
-    }
-
     /// The columns `decodeJob` reads, by position: the order here is the order there.
     static let jobColumns = SQLStatement.fragment("job_columns")
 
@@ -368,29 +359,12 @@ extension JobQueue {
         let sorted = jobs.sorted { $0.id < $1.id }
         var count = 0
         for try await _ in try await self.client.query(
-            """
-            WITH superseded AS (
-                UPDATE push.jobs AS j
-                   SET state = 'superseded', superseded_by = i.by, reason = 'Superseded', attempts = j.attempts - 1,
-                       locked_by = NULL, locked_until = NULL
-                  FROM unnest(\(sorted.map(\.id))::bigint[], \(sorted.map { Int16(clamping: $0.attempt) })::smallint[],
-                              \(sorted.map(\.by))::bigint[]) AS i(id, attempt, by)
-                 WHERE j.id = i.id AND j.attempts = i.attempt AND j.locked_by = \(workerID) AND j.state = 'running'
-                RETURNING j.id, j.apns_id, j.platform, j.topic, j.trap_ids
-            ), hooks AS (
-                -- Webhooks that take `superseded` (schema 11), as the claim's own superseding does.
-                INSERT INTO push.webhook_deliveries (webhook_id, event, job_id, body)
-                SELECT h.id, 'superseded', e.id,
-                       jsonb_build_object('job_id', e.id, 'apns_id', e.apns_id, 'platform', e.platform,
-                                          'topic', e.topic, 'state', 'superseded', 'status', NULL,
-                                          'reason', 'Superseded', 'trap_ids', to_jsonb(e.trap_ids), 'at', now(),
-                                          'event', 'superseded')
-                  FROM push.webhooks AS h JOIN superseded AS e ON h.topic IS NULL OR h.topic = e.topic
-                 WHERE h.disabled_at IS NULL AND 'superseded' = ANY (h.events)
-                RETURNING 1
-            )
-            SELECT id FROM superseded
-            """,
+            JobsSQL.supersedeClaimed.query {
+                $0.bind("ids", sorted.map(\.id))
+                $0.bind("attempts", sorted.map { Int16(clamping: $0.attempt) })
+                $0.bind("by", sorted.map(\.by))
+                $0.bind("worker_id", workerID)
+            },
             logger: self.logger
         ) {
             count += 1
@@ -401,12 +375,7 @@ extension JobQueue {
     /// How long until the next pending job falls due, on the database's clock (zero if one is due now),
     /// or `nil` when none is pending.
     public func untilNextDue() async throws -> Duration? {
-        let rows = try await self.client.query(
-            """
-            SELECT (extract(epoch FROM (\(unescaped: Self.earliestPendingRunAt) - now())) * 1000)::bigint
-            """,
-            logger: self.logger
-        )
+        let rows = try await self.client.query(JobsSQL.untilNextDue.query(), logger: self.logger)
         for try await ms in rows.decode(Int64?.self) { return ms.map { .milliseconds(max($0, 0)) } }
         return nil
     }
@@ -415,36 +384,13 @@ extension JobQueue {
     /// `jobs_claim_by_topic_idx` (one probe per credential, not a scan of the backlog); a last row of NULL
     /// ends it. Evaluated only where it is read.
     static let pendingCredentials = SQLStatement.fragment("pending_credentials")
-
-    /// The earliest `run_at` of any pending job, as a scalar subquery: the (credential, environment, topic)
-    /// ranges of `jobs_claim_by_topic_idx` found by a skip scan (one probe each), then one probe per send
-    /// priority in each. Never a scan of the backlog.
-    static let earliestPendingRunAt = """
-        (WITH RECURSIVE pending_ranges AS (
-            (SELECT credential, environment, topic FROM push.jobs WHERE state = 'pending'
-              ORDER BY credential, environment, topic LIMIT 1)
-            UNION ALL
-            SELECT n.credential, n.environment, n.topic FROM pending_ranges AS p
-             CROSS JOIN LATERAL (
-                SELECT j.credential, j.environment, j.topic FROM push.jobs AS j
-                 WHERE j.state = 'pending' AND (j.credential, j.environment, j.topic) > (p.credential, p.environment, p.topic)
-                 ORDER BY j.credential, j.environment, j.topic LIMIT 1) AS n
-        )
-        SELECT min(f.run_at) FROM pending_ranges AS r
-         CROSS JOIN (VALUES (10::smallint), (5::smallint), (1::smallint)) AS p(priority)
-         CROSS JOIN LATERAL (
-            SELECT j.run_at FROM push.jobs AS j
-             WHERE j.state = 'pending' AND j.credential = r.credential AND j.environment = r.environment
-               AND j.topic = r.topic AND j.send_priority = p.priority
-             ORDER BY j.run_at LIMIT 1) AS f)
-        """
 }
 
 /// ``JobQueue/claimSQL``, prepared once per connection. Planning the claim cost 1.6 ms per call (16 µs per
 /// job at the drain's 95 jobs per claim); the worker's sessions run with `plan_cache_mode =
 /// force_generic_plan` (``JobQueue/workerSessionSettings``), so it is planned once per connection.
 enum ClaimStatement: BatchStatement {
-    static let name = "push_claim_v6"
+    static let name = "push_claim_v7"
     /// `Statements/claim.sql` with its binds in order.
     static let statement = SQLStatement(
         file: "claim",

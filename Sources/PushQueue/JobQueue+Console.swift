@@ -109,23 +109,10 @@ extension QueueOperations {
     /// so it stays fast with millions of delivered rows.
     public func consoleOverview() async throws -> ConsoleOverview {
         let cap = Self.exactCountLimit + 1
-        func capped(_ condition: String) -> String {
-            "(SELECT count(*) FROM (SELECT 1 FROM push.jobs WHERE \(condition) LIMIT \(cap)) AS x)"
-        }
-        func estimate(_ relation: String) -> String {
-            "(SELECT reltuples::float8 FROM pg_class WHERE oid = '\(relation)'::regclass)"
-        }
-        let sql = """
-            SELECT \(capped("state = 'pending' AND run_at <= now()")),
-                   \(capped("state = 'pending' AND run_at > now()")),
-                   \(capped("state = 'running'")),
-                   \(capped("state = 'delivered'")), \(estimate("push.jobs_delivered_idx")),
-                   \(capped("state = 'superseded'")), \(estimate("push.jobs_superseded_idx")),
-                   (SELECT count(*) FROM (SELECT 1 FROM push.dead_jobs LIMIT \(cap)) AS x),
-                   \(estimate("push.dead_jobs")),
-                   greatest(coalesce(extract(epoch FROM now() - \(JobQueue.earliestPendingRunAt)), 0), 0)::float8
-            """
-        let rows = try await self.client.query(PostgresQuery(unsafeSQL: sql), logger: self.logger)
+        let rows = try await self.client.query(
+            JobsSQL.overview.query { $0.bind("cap", Int64(cap)) },
+            logger: self.logger
+        )
         for try await r in rows.decode(
             (Int64, Int64, Int64, Int64, Double, Int64, Double, Int64, Double, Double).self
         ) {
@@ -151,10 +138,7 @@ extension QueueOperations {
     /// The fleet's workers: live ones first, then the stopped, each once.
     public func workers(limit: Int = 50) async throws -> [WorkerRow] {
         let rows = try await self.client.query(
-            """
-            SELECT worker_id, host, pid, credentials, started_at, heartbeat_at, stopped_at FROM push.workers
-             ORDER BY stopped_at IS NOT NULL, heartbeat_at DESC LIMIT \(Int64(limit))
-            """,
+            WorkersSQL.list.query { $0.bind("limit", Int64(limit)) },
             logger: self.logger
         )
         var workers: [WorkerRow] = []
@@ -181,24 +165,7 @@ extension QueueOperations {
     /// table's size.
     public func outcomesByMinute(minutes: Int = 60) async throws -> [MinuteOutcomes] {
         let rows = try await self.client.query(
-            """
-            WITH minutes AS (
-                SELECT generate_series(date_trunc('minute', now()) - make_interval(mins => \(Int32(minutes - 1))),
-                                       date_trunc('minute', now()), interval '1 minute') AS minute
-            ), delivered AS (
-                SELECT date_trunc('minute', delivered_at) AS minute, count(*) AS n FROM push.jobs
-                 WHERE state = 'delivered'
-                   AND delivered_at >= date_trunc('minute', now()) - make_interval(mins => \(Int32(minutes - 1)))
-                 GROUP BY 1
-            ), dead AS (
-                SELECT date_trunc('minute', dead_at) AS minute, count(*) AS n FROM push.dead_jobs
-                 WHERE dead_at >= date_trunc('minute', now()) - make_interval(mins => \(Int32(minutes - 1)))
-                 GROUP BY 1
-            )
-            SELECT m.minute, coalesce(d.n, 0), coalesce(x.n, 0)
-              FROM minutes AS m LEFT JOIN delivered AS d USING (minute) LEFT JOIN dead AS x USING (minute)
-             ORDER BY m.minute
-            """,
+            JobsSQL.outcomesByMinute.query { $0.bind("minutes", Int32(clamping: minutes)) },
             logger: self.logger
         )
         var result: [MinuteOutcomes] = []

@@ -43,12 +43,11 @@ extension QueueOperations {
     @discardableResult
     public func pause(credential: String?, topic: String?, reason: String) async throws -> Pause {
         let rows = try await self.client.query(
-            """
-            INSERT INTO push.pauses (credential, topic, reason) VALUES (\(credential), \(topic), \(reason))
-            ON CONFLICT ON CONSTRAINT one_pause_per_credential_and_topic
-            DO UPDATE SET reason = excluded.reason, created_at = now(), created_by = current_user
-            RETURNING credential, topic, reason, created_at, created_by
-            """,
+            ControlsSQL.pause.query {
+                $0.bind("credential", credential)
+                $0.bind("topic", topic)
+                $0.bind("reason", reason)
+            },
             logger: self.logger
         )
         for try await (credential, topic, reason, at, by) in rows.decode((String?, String?, String, Date, String).self)
@@ -61,12 +60,12 @@ extension QueueOperations {
     /// Lifts the pause of exactly this scope and wakes every listening worker (NOTIFY), so its jobs are
     /// claimed at once. Returns whether there was one.
     public func resume(credential: String?, topic: String?) async throws -> Bool {
-        try await self.deleteScope(from: "push.pauses", credential: credential, topic: topic)
+        try await self.deleteScope(ControlsSQL.resume, credential: credential, topic: topic)
     }
 
     /// NOTIFY on the channel every worker listens on: they claim at once instead of at their next poll.
     func wakeWorkers() async throws {
-        try await self.client.query("NOTIFY push_jobs", logger: self.logger)
+        try await self.client.query(ControlsSQL.wakeWorkers.query(), logger: self.logger)
     }
 
     /// Sets the rate limit of this scope (replacing one there), with a full bucket, and wakes the workers.
@@ -80,14 +79,12 @@ extension QueueOperations {
         -> RateLimit
     {
         let rows = try await self.client.query(
-            """
-            INSERT INTO push.rate_limits (credential, topic, per_second, burst)
-            VALUES (\(credential), \(topic), \(perSecond)::float8::numeric, \(Int32(clamping: burst)))
-            ON CONFLICT ON CONSTRAINT one_limit_per_credential_and_topic
-            DO UPDATE SET per_second = excluded.per_second, burst = excluded.burst, created_at = now(),
-                          created_by = current_user
-            RETURNING credential, topic, per_second::float8, burst, \(unescaped: Self.availableNow)
-            """,
+            ControlsSQL.setRateLimit.query {
+                $0.bind("credential", credential)
+                $0.bind("topic", topic)
+                $0.bind("per_second", perSecond)
+                $0.bind("burst", Int32(clamping: burst))
+            },
             logger: self.logger
         )
         for try await (credential, topic, rate, burst, available) in rows.decode(
@@ -107,18 +104,17 @@ extension QueueOperations {
 
     /// Removes the rate limit of exactly this scope and wakes the workers. Returns whether there was one.
     public func clearRateLimit(credential: String?, topic: String?) async throws -> Bool {
-        try await self.deleteScope(from: "push.rate_limits", credential: credential, topic: topic)
+        try await self.deleteScope(ControlsSQL.clearRateLimit, credential: credential, topic: topic)
     }
 
-    /// Deletes the row of exactly this scope from `push.pauses` or `push.rate_limits`, then wakes the
-    /// workers (NOTIFY). Returns whether there was one.
-    private func deleteScope(from table: String, credential: String?, topic: String?) async throws -> Bool {
+    /// Deletes the row of exactly this scope from `push.pauses` or `push.rate_limits` (`statement`), then
+    /// wakes the workers (NOTIFY). Returns whether there was one.
+    private func deleteScope(_ statement: SQLStatement, credential: String?, topic: String?) async throws -> Bool {
         let rows = try await self.client.query(
-            """
-            DELETE FROM \(unescaped: table)
-             WHERE credential IS NOT DISTINCT FROM \(credential) AND topic IS NOT DISTINCT FROM \(topic)
-            RETURNING 1
-            """,
+            statement.query {
+                $0.bind("credential", credential)
+                $0.bind("topic", topic)
+            },
             logger: self.logger
         )
         var found = false
@@ -127,26 +123,9 @@ extension QueueOperations {
         return found
     }
 
-    /// How many jobs a claim could take now under a `push.rate_limits` row: the claim's own expression
-    /// (``JobQueue.available(perSecond:burst:delay:halfLease:)``) with the default lease's look-ahead (30 s), read only.
-    static let availableNow =
-        "greatest("
-        + JobQueue.available(
-            perSecond: "per_second::float8",
-            burst: "burst::float8",
-            delay: "greatest(extract(epoch FROM next_send_at - clock_timestamp()), 0)",
-            halfLease: "30"
-        ) + ", 0)::bigint"
-
     /// Every rate limit with what a claim could take under it now (read only: nothing is scheduled).
     public func rateLimits() async throws -> [RateLimit] {
-        let rows = try await self.client.query(
-            """
-            SELECT credential, topic, per_second::float8, burst, \(unescaped: Self.availableNow)
-              FROM push.rate_limits ORDER BY credential NULLS FIRST, topic NULLS FIRST
-            """,
-            logger: self.logger
-        )
+        let rows = try await self.client.query(ControlsSQL.rateLimits.query(), logger: self.logger)
         var limits: [RateLimit] = []
         for try await (credential, topic, rate, burst, available) in rows.decode(
             (String?, String?, Double, Int32, Int64).self
@@ -189,7 +168,7 @@ extension JobQueue {
         guard !ids.isEmpty else { return [] }
         var found: [Int64] = []
         for try await id in try await self.client.query(
-            "SELECT id FROM push.jobs WHERE id = ANY (\(ids)::bigint[]) AND state = 'cancelled'",
+            ControlsSQL.cancelledAmong.query { $0.bind("ids", ids) },
             logger: self.logger
         ).decode(Int64.self) {
             found.append(id)
@@ -201,42 +180,15 @@ extension JobQueue {
     /// `cancelled` and are never sent. Jobs a worker holds are cancelled too, and every worker is told
     /// (NOTIFY) so it withdraws those whose request is not yet written.
     public func cancel(ids: [Int64], coalesceKey: String? = nil, topic: String? = nil) async throws -> CancelResult {
-        var binds = PostgresBindings()
-        binds.append(ids)
-        binds.append(coalesceKey)
-        binds.append(topic)
-        let sql = """
-            WITH targets AS (
-                SELECT j.id, j.state FROM push.jobs AS j
-                 WHERE (j.id = ANY ($1::bigint[])
-                        OR ($2::text IS NOT NULL AND j.coalesce_key = $2 AND ($3::text IS NULL OR j.topic = $3)))
-                   AND j.state IN ('pending', 'running')
-                 FOR NO KEY UPDATE
-            ), cancelled AS (
-                UPDATE push.jobs AS j
-                   SET state = 'cancelled', reason = 'Cancelled', locked_until = NULL,
-                       history = push.append_history(j.history, jsonb_build_object(
-                           'outcome', 'cancelled', 'at', now(), 'by', current_user, 'was', t.state))
-                  FROM targets AS t
-                 WHERE j.id = t.id
-                RETURNING j.id, t.state AS was
-            ), notified AS (
-                -- NOTIFY payloads stop at 8,000 bytes: 300 ids (at most 20 characters each) a notification.
-                SELECT pg_notify('push_jobs', '\(Self.cancelNotificationPrefix)' || string_agg(id::text, ','))
-                  FROM (SELECT id, (row_number() OVER (ORDER BY id) - 1) / 300 AS part
-                          FROM cancelled WHERE was = 'running') AS c
-                 GROUP BY part
-            )
-            SELECT c.id, c.was, (SELECT count(*) FROM notified) FROM cancelled AS c
-            UNION ALL
-            SELECT a.id, coalesce(j.state, CASE WHEN d.id IS NOT NULL THEN 'dead letter' END), 0
-              FROM unnest($1::bigint[]) AS a (id)
-              LEFT JOIN push.jobs AS j ON j.id = a.id
-              LEFT JOIN push.dead_jobs AS d ON d.id = a.id
-             WHERE a.id NOT IN (SELECT id FROM cancelled)
-            """
         var result = CancelResult(cancelled: [], heldByWorkers: [], ended: [:], missing: [])
-        let rows = try await self.client.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: self.logger)
+        let rows = try await self.client.query(
+            ControlsSQL.cancel.query {
+                $0.bind("ids", ids)
+                $0.bind("coalesce_key", coalesceKey)
+                $0.bind("topic", topic)
+            },
+            logger: self.logger
+        )
         var seen = Set<Int64>()
         for try await (id, state, _) in rows.decode((Int64, String?, Int64).self) {
             guard seen.insert(id).inserted else { continue }
@@ -258,14 +210,7 @@ extension JobQueue {
     /// Every pause, oldest first; with `countingJobs`, how many pending jobs each holds.
     public func pauses(countingJobs: Bool = false) async throws -> [Pause] {
         let rows = try await self.client.query(
-            """
-            SELECT p.credential, p.topic, p.reason, p.created_at, p.created_by,
-                   CASE WHEN \(countingJobs) THEN (
-                       SELECT count(*) FROM push.jobs AS j
-                        WHERE j.state = 'pending' AND (p.credential IS NULL OR j.credential = p.credential)
-                          AND (p.topic IS NULL OR j.topic = p.topic)) END
-              FROM push.pauses AS p ORDER BY p.created_at, p.id
-            """,
+            ControlsSQL.pauses.query { $0.bind("counting_jobs", countingJobs) },
             logger: self.logger
         )
         var pauses: [Pause] = []
@@ -285,4 +230,29 @@ extension JobQueue {
         }
         return pauses
     }
+}
+
+/// The statements of `Statements/controls.sql`, with their binds in order.
+enum ControlsSQL {
+    static let pause = SQLStatement(file: "controls", name: "pause", binds: ["credential", "topic", "reason"])
+    static let resume = SQLStatement(file: "controls", name: "resume", binds: ["credential", "topic"])
+    static let pauses = SQLStatement(file: "controls", name: "pauses", binds: ["counting_jobs"])
+    static let setRateLimit = SQLStatement(
+        file: "controls",
+        name: "set_rate_limit",
+        binds: ["credential", "topic", "per_second", "burst"]
+    )
+    static let clearRateLimit = SQLStatement(
+        file: "controls",
+        name: "clear_rate_limit",
+        binds: ["credential", "topic"]
+    )
+    static let rateLimits = SQLStatement(file: "controls", name: "rate_limits")
+    static let wakeWorkers = SQLStatement(file: "controls", name: "wake_workers")
+    static let cancelledAmong = SQLStatement(file: "controls", name: "cancelled_among", binds: ["ids"])
+    static let cancel = SQLStatement(file: "controls", name: "cancel", binds: ["ids", "coalesce_key", "topic"])
+
+    static let all = [
+        pause, resume, pauses, setRateLimit, clearRateLimit, rateLimits, wakeWorkers, cancelledAmong, cancel,
+    ]
 }

@@ -186,7 +186,13 @@ extension QueueOperations {
     @discardableResult
     public func purgeDeadLetters(olderThan age: Duration, batchSize: Int = 5_000) async throws -> Int {
         let seconds = Double(age.components.seconds)
-        return try await self.purgeDeadLetters(where: "dead_at < now() - make_interval(secs => \(seconds))", batchSize)
+        return try await self.queue.deleteInBatches(
+            of: batchSize,
+            DeadJobsSQL.purgeOlder.query {
+                $0.bind("age_seconds", seconds)
+                $0.bind("batch_size", Int64(batchSize))
+            }
+        )
     }
 
     /// Deletes the dead letters that died before `cutoffMicros` (microseconds since 1970, exact), in bounded
@@ -195,22 +201,12 @@ extension QueueOperations {
     /// - Returns: how many were deleted.
     @discardableResult
     public func purgeDeadLetters(diedBeforeMicros cutoffMicros: Int64, batchSize: Int = 5_000) async throws -> Int {
-        try await self.purgeDeadLetters(
-            where: "dead_at < timestamptz 'epoch' + \(cutoffMicros)::int8 * interval '1 microsecond'",
-            batchSize
-        )
-    }
-
-    private func purgeDeadLetters(where condition: String, _ batchSize: Int) async throws -> Int {
         try await self.queue.deleteInBatches(
             of: batchSize,
-            """
-            -- The apns_id stays spent in push.apns_ids for the apns-id memory.
-            DELETE FROM push.dead_jobs WHERE id IN (
-                SELECT id FROM push.dead_jobs WHERE \(unescaped: condition)
-                 LIMIT \(Int64(batchSize)) FOR UPDATE SKIP LOCKED)
-            RETURNING id
-            """
+            DeadJobsSQL.purgeDiedBefore.query {
+                $0.bind("cutoff_micros", cutoffMicros)
+                $0.bind("batch_size", Int64(batchSize))
+            }
         )
     }
 
@@ -257,4 +253,16 @@ extension QueueOperations {
             rowJSON: try cells["row_json"].decode(String.self)
         )
     }
+}
+
+/// The statements of `Statements/dead_jobs.sql`, with their binds in order.
+enum DeadJobsSQL {
+    static let purgeOlder = SQLStatement(file: "dead_jobs", name: "purge_older", binds: ["age_seconds", "batch_size"])
+    static let purgeDiedBefore = SQLStatement(
+        file: "dead_jobs",
+        name: "purge_died_before",
+        binds: ["cutoff_micros", "batch_size"]
+    )
+
+    static let all = [purgeOlder, purgeDiedBefore]
 }

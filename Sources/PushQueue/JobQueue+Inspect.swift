@@ -5,18 +5,7 @@ import PushCore
 extension QueueOperations {
     /// One job by id with its outcome, or `nil` (it may have moved to `push.dead_jobs`).
     public func job(id: Int64) async throws -> JobDetails? {
-        let rows = try await self.client.query(
-            """
-            SELECT \(unescaped: JobQueue.jobColumns), j.state, j.status, j.reason, j.apns_unique_id, j.delivered_at,
-                   j.last_attempt_at, j.latency_ms, j.locked_by, j.locked_until, j.superseded_by,
-                   j.provider_message_id,
-                   \(unescaped: JobQueue.shownHistory)::text AS history_json,
-                   (to_jsonb(j) - 'send_priority' || jsonb_build_object('history', \(unescaped: JobQueue.shownHistory)))::text
-                       AS row_json
-              FROM push.jobs AS j WHERE j.id = \(id)
-            """,
-            logger: self.logger
-        )
+        let rows = try await self.client.query(JobsSQL.show.query { $0.bind("id", id) }, logger: self.logger)
         for try await row in rows {
             let job = try JobQueue.decodeJob(row)
             let c = row.makeRandomAccess()
@@ -43,26 +32,7 @@ extension QueueOperations {
     /// Counts by state, the oldest due job's age, dead letters by trap and last-minute throughput, in one
     /// statement.
     public func stats() async throws -> QueueStats {
-        let rows = try await self.client.query(
-            """
-            SELECT
-              (SELECT coalesce(jsonb_object_agg(platform || '/' || state, n), '{}')::text
-                 FROM (SELECT platform, state, count(*) AS n FROM push.jobs GROUP BY platform, state) AS s),
-              (SELECT count(*) FROM push.jobs WHERE state = 'pending' AND run_at <= now()),
-              (SELECT coalesce(extract(epoch FROM now() - min(run_at)), 0)::double precision
-                 FROM push.jobs WHERE state = 'pending' AND run_at <= now()),
-              (SELECT count(*) FROM push.dead_jobs),
-              (SELECT coalesce(jsonb_object_agg(trap, n), '{}')::text FROM (
-                  SELECT coalesce(t.trap, 'none') AS trap, count(*) AS n
-                    FROM push.dead_jobs AS d LEFT JOIN LATERAL unnest(d.trap_ids) AS t(trap) ON true
-                   GROUP BY 1) AS x),
-              (SELECT count(*) FROM push.jobs
-                WHERE state = 'delivered' AND delivered_at > now() - interval '1 minute'),
-              (SELECT count(*) FROM push.dead_jobs WHERE dead_at > now() - interval '1 minute'),
-              (SELECT count(*) FROM push.invalid_tokens)
-            """,
-            logger: self.logger
-        )
+        let rows = try await self.client.query(JobsSQL.stats.query(), logger: self.logger)
         for try await r in rows.decode((String, Int64, Double, Int64, String, Int64, Int64, Int64).self) {
             var byState = Dictionary(uniqueKeysWithValues: JobState.allCases.map { ($0.rawValue, 0) })
             var byPlatform: [String: [String: Int]] = [:]
@@ -116,35 +86,10 @@ extension JobQueue {
     public func gauges(workerID: String, staleAfter: Duration) async throws -> QueueGauges? {
         let stale = Double(staleAfter.components.seconds)
         let rows = try await self.client.query(
-            """
-            SELECT (SELECT count(*) FROM push.jobs WHERE state = 'pending'),
-                   (SELECT count(*) FROM push.jobs WHERE state = 'running'),
-                   -- The oldest due job is the earliest pending one, if that is due.
-                   greatest(coalesce(extract(epoch FROM now() - \(unescaped: JobQueue.earliestPendingRunAt)), 0), 0)::double precision,
-                   (SELECT CASE WHEN c.reltuples < 100000 THEN (SELECT count(*) FROM push.dead_jobs)
-                                ELSE c.reltuples::bigint END
-                      FROM pg_class AS c WHERE c.oid = 'push.dead_jobs'::regclass),
-                   (SELECT coalesce(jsonb_agg(jsonb_build_object(
-                        'credential', credential, 'topic', topic, 'reason', reason,
-                        'created_at', extract(epoch FROM created_at), 'created_by', created_by)), '[]')::text
-                      FROM push.pauses),
-                   (SELECT coalesce(jsonb_agg(jsonb_build_object(
-                        'credential', credential, 'topic', topic, 'per_second', per_second::float8, 'burst', burst,
-                        'available', \(unescaped: QueueOperations.availableNow))), '[]')::text
-                      FROM push.rate_limits),
-                   -- Per enabled hook, its oldest due delivery through the claim index (a disabled hook's
-                   -- backlog is never read).
-                   greatest(coalesce(extract(epoch FROM now() - (
-                       SELECT min(x.run_at) FROM push.webhooks AS w CROSS JOIN LATERAL (
-                           SELECT d.run_at FROM push.webhook_deliveries AS d
-                            WHERE d.webhook_id = w.id AND d.state IN ('pending', 'running') AND d.run_at <= now()
-                              AND (d.state = 'pending' OR d.locked_until < now())
-                            ORDER BY d.run_at LIMIT 1) AS x
-                        WHERE w.disabled_at IS NULL)), 0), 0)::double precision
-             WHERE (SELECT min(worker_id) FROM push.workers
-                     WHERE stopped_at IS NULL AND heartbeat_at > now() - make_interval(secs => \(stale)))
-                   = \(workerID)
-            """,
+            JobsSQL.gauges.query {
+                $0.bind("stale_seconds", stale)
+                $0.bind("worker_id", workerID)
+            },
             logger: self.logger
         )
         for try await (pending, running, age, dead, pausesJSON, limitsJSON, outboxAge) in rows.decode(
@@ -194,15 +139,4 @@ extension JobQueue {
         }
         return nil
     }
-
-    /// A job's history as `jobs show` prints it: a delivered attempt is kept in the row's columns only (not in
-    /// `history`), so it is added as the last entry.
-    static let shownHistory = """
-        (CASE WHEN j.state = 'delivered'
-              THEN j.history || jsonb_build_array(jsonb_build_object(
-                   'attempt', j.attempts, 'at', j.last_attempt_at, 'outcome', 'delivered',
-                   'status', j.status, 'reason', NULL, 'trap_ids', '[]'::jsonb,
-                   'latency_ms', j.latency_ms, 'sent', true))
-              ELSE j.history END)
-        """
 }

@@ -14,13 +14,11 @@ extension JobQueue {
         let attempts = jobs.map { Int16(clamping: $0.attempt) }
         var count = 0
         for try await _ in try await self.client.query(
-            """
-            UPDATE push.jobs AS j
-               SET state = 'pending', attempts = j.attempts - 1, locked_by = NULL, locked_until = NULL
-              FROM unnest(\(ids)::bigint[], \(attempts)::smallint[]) AS i(id, attempt)
-             WHERE j.id = i.id AND j.attempts = i.attempt AND j.locked_by = \(workerID)
-            RETURNING j.id
-            """,
+            JobsSQL.release.query {
+                $0.bind("ids", ids)
+                $0.bind("attempts", attempts)
+                $0.bind("worker_id", workerID)
+            },
             logger: self.logger
         ) {
             count += 1
@@ -39,13 +37,11 @@ extension JobQueue {
         let seconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
         var count = 0
         for try await _ in try await self.client.query(
-            """
-            UPDATE push.jobs SET locked_until = now() + make_interval(secs => \(seconds))
-             WHERE id IN (SELECT id FROM push.jobs WHERE id = ANY (\(ids.sorted())::bigint[]) AND locked_by = \(workerID)
-                           ORDER BY id FOR NO KEY UPDATE SKIP LOCKED)
-               AND locked_by = \(workerID)
-            RETURNING id
-            """,
+            JobsSQL.extendLeases.query {
+                $0.bind("ids", ids.sorted())
+                $0.bind("worker_id", workerID)
+                $0.bind("lease_seconds", seconds)
+            },
             logger: self.logger
         ) {
             count += 1
@@ -62,31 +58,10 @@ extension JobQueue {
         let seconds = Double(retention.components.seconds)
         return try await self.deleteInBatches(
             of: batchSize,
-            """
-            WITH delivered AS (
-                SELECT id FROM push.jobs
-                 WHERE state = 'delivered' AND delivered_at < now() - make_interval(secs => \(seconds))
-                 LIMIT \(Int64(batchSize))
-                 FOR UPDATE SKIP LOCKED
-            ), superseded AS (
-                -- Superseded jobs (never sent) go by the same retention, counted from their creation.
-                SELECT id FROM push.jobs
-                 WHERE state = 'superseded' AND created_at < now() - make_interval(secs => \(seconds))
-                 LIMIT \(Int64(batchSize))
-                 FOR UPDATE SKIP LOCKED
-            ), cancelled AS (
-                -- Cancelled jobs too (a holder's late outcome is no longer awaited after the retention).
-                SELECT id FROM push.jobs
-                 WHERE state = 'cancelled' AND created_at < now() - make_interval(secs => \(seconds))
-                 LIMIT \(Int64(batchSize))
-                 FOR UPDATE SKIP LOCKED
-            )
-            -- The apns_id stays spent in push.apns_ids: an outbox retry of this job is skipped, not sent again.
-            DELETE FROM push.jobs
-             WHERE id IN (SELECT id FROM delivered UNION ALL SELECT id FROM superseded
-                          UNION ALL SELECT id FROM cancelled)
-            RETURNING id
-            """
+            JobsSQL.pruneFinished.query {
+                $0.bind("retention_seconds", seconds)
+                $0.bind("batch_size", Int64(batchSize))
+            }
         )
     }
 
@@ -99,45 +74,16 @@ extension JobQueue {
     @discardableResult
     public func forgetRetiredAPNsIDs(olderThan age: Duration, batchSize: Int = 5_000) async throws -> Int {
         let seconds = Double(age.components.seconds)
-        let forgotten = try await self.deleteInBatches(
-            of: batchSize,
-            """
-            DELETE FROM push.apns_ids WHERE apns_id IN (
-                SELECT a.apns_id FROM push.apns_ids AS a
-                 WHERE a.created_at < now() - make_interval(secs => \(seconds))
-                   AND NOT EXISTS (SELECT 1 FROM push.jobs AS j WHERE j.apns_id = a.apns_id)
-                   AND NOT EXISTS (SELECT 1 FROM push.dead_jobs AS d WHERE d.apns_id = a.apns_id)
-                 LIMIT \(Int64(batchSize)) FOR UPDATE SKIP LOCKED)
-            RETURNING 1
-            """
-        )
-        _ = try await self.deleteInBatches(
-            of: batchSize,
-            """
-            DELETE FROM push.retired_apns_ids WHERE apns_id IN (
-                SELECT apns_id FROM push.retired_apns_ids
-                 WHERE retired_at < now() - make_interval(secs => \(seconds))
-                 LIMIT \(Int64(batchSize)) FOR UPDATE SKIP LOCKED)
-            RETURNING 1
-            """
-        )
-        _ = try await self.deleteInBatches(
-            of: batchSize,
-            PostgresQuery(unsafeSQL: Self.coalesceMarksPruneSQL(ageSeconds: seconds, batchSize: batchSize))
-        )
+        func aged(_ statement: SQLStatement) -> PostgresQuery {
+            statement.query {
+                $0.bind("age_seconds", seconds)
+                $0.bind("batch_size", Int64(batchSize))
+            }
+        }
+        let forgotten = try await self.deleteInBatches(of: batchSize, aged(JobsSQL.forgetAPNsIDs))
+        _ = try await self.deleteInBatches(of: batchSize, aged(JobsSQL.forgetRetiredAPNsIDs))
+        _ = try await self.deleteInBatches(of: batchSize, aged(JobsSQL.forgetCoalesceMarks))
         return forgotten
-    }
-
-    /// The latest-wins marks of keys not claimed for `ageSeconds`, read through `coalesce_marks_updated_idx`
-    /// (schema 14): only the marks it deletes.
-    static func coalesceMarksPruneSQL(ageSeconds: Double, batchSize: Int) -> String {
-        """
-        DELETE FROM push.coalesce_marks WHERE (topic, environment, coalesce_key) IN (
-            SELECT topic, environment, coalesce_key FROM push.coalesce_marks
-             WHERE updated_at < now() - make_interval(secs => \(ageSeconds))
-             LIMIT \(batchSize) FOR UPDATE SKIP LOCKED)
-        RETURNING 1
-        """
     }
 
     /// Runs `statement` (a DELETE of at most `batchSize` rows, `SKIP LOCKED`, returning one row per row
@@ -152,4 +98,55 @@ extension JobQueue {
             if deleted < batchSize { return total }
         }
     }
+}
+
+/// The statements of `Statements/jobs.sql`, with their binds in order.
+enum JobsSQL {
+    static let supersedeClaimed = SQLStatement(
+        file: "jobs",
+        name: "supersede_claimed",
+        binds: ["ids", "attempts", "by", "worker_id"]
+    )
+    static let untilNextDue = SQLStatement(file: "jobs", name: "until_next_due")
+    static let release = SQLStatement(file: "jobs", name: "release", binds: ["ids", "attempts", "worker_id"])
+    static let extendLeases = SQLStatement(
+        file: "jobs",
+        name: "extend_leases",
+        binds: ["ids", "worker_id", "lease_seconds"]
+    )
+    static let pruneFinished = SQLStatement(
+        file: "jobs",
+        name: "prune_finished",
+        binds: ["retention_seconds", "batch_size"]
+    )
+    static let forgetAPNsIDs = SQLStatement(
+        file: "jobs",
+        name: "forget_apns_ids",
+        binds: ["age_seconds", "batch_size"]
+    )
+    static let forgetRetiredAPNsIDs = SQLStatement(
+        file: "jobs",
+        name: "forget_retired_apns_ids",
+        binds: ["age_seconds", "batch_size"]
+    )
+    static let forgetCoalesceMarks = SQLStatement(
+        file: "jobs",
+        name: "forget_coalesce_marks",
+        binds: ["age_seconds", "batch_size"]
+    )
+    static let show = SQLStatement(file: "jobs", name: "show", binds: ["id"])
+    static let stats = SQLStatement(file: "jobs", name: "stats")
+    static let gauges = SQLStatement(file: "jobs", name: "gauges", binds: ["stale_seconds", "worker_id"])
+    static let overview = SQLStatement(file: "jobs", name: "overview", binds: ["cap"])
+    static let outcomesByMinute = SQLStatement(file: "jobs", name: "outcomes_by_minute", binds: ["minutes"])
+    static let writeUnwritable = SQLStatement(
+        file: "jobs",
+        name: "write_unwritable",
+        binds: ["delivered", "id", "attempt", "worker_id", "status", "reason", "sentence", "entry"]
+    )
+
+    static let all = [
+        supersedeClaimed, untilNextDue, release, extendLeases, pruneFinished, forgetAPNsIDs, forgetRetiredAPNsIDs,
+        forgetCoalesceMarks, show, stats, gauges, overview, outcomesByMinute, writeUnwritable,
+    ]
 }

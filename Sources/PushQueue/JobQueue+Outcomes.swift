@@ -30,64 +30,21 @@ extension JobQueue {
         let reason = outcome.reason ?? "OutcomeWriteFailed"
         let entry = "{\"outcome\":\"\(outcome.disposition.name)\",\"unwritable\":true}"
         let rows = try await self.client.query(
-            """
-            WITH done AS (
-                UPDATE push.jobs AS j
-                   SET state = 'delivered', delivered_at = now(), last_attempt_at = now(), status = 200,
-                       locked_by = NULL, locked_until = NULL
-                 WHERE \(delivered) AND j.id = \(outcome.jobID) AND j.attempts = \(Int16(clamping: outcome.attempt))
-                   AND j.locked_by = \(workerID)
-                RETURNING j.id, j.apns_id, j.platform, j.topic, j.trap_ids
-            ), moved AS (
-                DELETE FROM push.jobs AS j
-                 WHERE NOT \(delivered) AND j.id = \(outcome.jobID) AND j.attempts = \(Int16(clamping: outcome.attempt))
-                   AND j.locked_by = \(workerID)
-                RETURNING j.*
-            ), dead AS (
-                INSERT INTO push.dead_jobs (\(unescaped: Self.deadLetterInsertColumns))
-                SELECT id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
-                       collapse_id, expires_at, run_at, apns_id, max_attempts, attempts, transport_retries,
-                       \(outcome.status.map { Int16(clamping: $0) })::smallint, \(reason), coalesce(array_remove(trap_ids, NULL), '{}'), apns_unique_id,
-                       created_at, first_attempt_at, now(), NULL, now(), \(sentence),
-                       history || jsonb_build_array(\(entry)::jsonb || jsonb_build_object('at', now(), 'worker', \(workerID)::text)),
-                       deliver_once, coalesce_key, platform, provider_message_id, traceparent, trace_first_span
-                  FROM moved
-                \(unescaped: Self.deadConflict)
-                RETURNING id
-            ), deliveries AS (
-                -- Webhooks take this outcome too, in the same statement (the normal write's rule).
-                INSERT INTO push.webhook_deliveries (webhook_id, event, job_id, body)
-                SELECT h.id, e.event, e.id,
-                       jsonb_build_object('job_id', e.id, 'apns_id', e.apns_id, 'platform', e.platform,
-                                          'topic', e.topic, 'state', e.event, 'status', e.status,
-                                          'reason', e.reason, 'trap_ids', to_jsonb(e.trap_ids), 'at', now(),
-                                          'event', e.event)
-                  FROM push.webhooks AS h
-                  JOIN (SELECT id, 'delivered' AS event, apns_id, platform, topic, 200 AS status,
-                               NULL::text AS reason, trap_ids
-                          FROM done
-                        UNION ALL
-                        SELECT id, 'dead', apns_id, platform, topic,
-                               \(outcome.status.map { Int(clamping: $0) })::int, \(reason), trap_ids
-                          FROM moved) AS e
-                    ON e.event = ANY (h.events) AND (h.topic IS NULL OR h.topic = e.topic)
-                 WHERE h.disabled_at IS NULL
-                RETURNING 1
-            )
-            SELECT id FROM done UNION ALL SELECT id FROM dead
-            """,
+            JobsSQL.writeUnwritable.query {
+                $0.bind("delivered", delivered)
+                $0.bind("id", outcome.jobID)
+                $0.bind("attempt", Int16(clamping: outcome.attempt))
+                $0.bind("worker_id", workerID)
+                $0.bind("status", outcome.status.map { Int32(clamping: $0) })
+                $0.bind("reason", reason)
+                $0.bind("sentence", sentence)
+                $0.bind("entry", entry)
+            },
             logger: self.logger
         )
         for try await _ in rows.decode(Int64.self) { return true }
         return false
     }
-
-    /// The columns every move into `push.dead_jobs` writes, in this order.
-    static let deadLetterInsertColumns = SQLStatement.fragment("dead_letter_columns")
-
-    /// A dead letter whose `id` is already taken (a job re-enqueued by hand with an explicit id) merges
-    /// into it: the newer row wins, both histories are kept, nothing is lost and the write never fails.
-    static let deadConflict = SQLStatement.fragment("dead_conflict")
 
     static func bindings(_ outcomes: [JobOutcome], workerID: String) -> PostgresBindings {
         var ids: [Int64] = []

@@ -88,58 +88,28 @@ extension JobQueue {
             // The caller's deadline, on the server too: a claim it stopped waiting for stops running.
             if let statementTimeout {
                 try await connection.query(
-                    PostgresQuery(
-                        unsafeSQL: "SET LOCAL statement_timeout = '\(max(statementTimeout.milliseconds, 1))ms'"
-                    ),
+                    WebhooksSQL.claimDeadline.query {
+                        $0.bind("timeout", "\(max(statementTimeout.milliseconds, 1))ms")
+                    },
                     logger: logger
                 )
             }
             var hooks: [Int64] = []
-            for try await id in try await connection.query(
-                """
-                SELECT w.id FROM push.webhooks AS w
-                 WHERE w.disabled_at IS NULL
-                   AND EXISTS (SELECT 1 FROM push.webhook_deliveries AS d
-                                WHERE d.webhook_id = w.id AND d.state IN ('pending', 'running') AND d.run_at <= now()
-                                  AND (d.state = 'pending' OR d.locked_until < now()))
-                 ORDER BY w.id
-                 FOR NO KEY UPDATE OF w SKIP LOCKED
-                """,
-                logger: logger
-            ).decode(Int64.self) {
+            for try await id in try await connection.query(WebhooksSQL.claimHooks.query(), logger: logger)
+                .decode(Int64.self)
+            {
                 hooks.append(id)
             }
             guard !hooks.isEmpty else { return [] }
             var claimed: [WebhookDelivery] = []
             for try await row in try await connection.query(
-                """
-                WITH hooks AS MATERIALIZED (
-                    SELECT h.id,
-                           \(perHook) - (SELECT count(*) FROM push.webhook_deliveries AS r
-                                          WHERE r.webhook_id = h.id AND r.state = 'running' AND r.locked_until >= now())
-                           AS room
-                      FROM unnest(\(hooks)::bigint[]) AS h (id)
-                ), picked AS (
-                    SELECT p.id FROM hooks AS h CROSS JOIN LATERAL (
-                        SELECT d.id, d.run_at FROM push.webhook_deliveries AS d
-                         WHERE d.webhook_id = h.id AND d.state IN ('pending', 'running') AND d.run_at <= now()
-                           AND (d.state = 'pending' OR d.locked_until < now())
-                         ORDER BY d.run_at LIMIT greatest(h.room, 0)
-                         FOR NO KEY UPDATE SKIP LOCKED
-                    ) AS p
-                    ORDER BY p.run_at
-                    LIMIT \(limit)
-                )
-                UPDATE push.webhook_deliveries AS d
-                   SET state = 'running', attempts = d.attempts + 1, locked_by = \(workerID),
-                       locked_until = now() + make_interval(secs => \(seconds))
-                  FROM push.webhooks AS w
-                 WHERE d.id IN (SELECT id FROM picked) AND w.id = d.webhook_id
-                RETURNING d.id, d.webhook_id, w.url, w.secret_file, d.event, d.job_id, d.body::text, d.attempts,
-                          d.created_at,
-                          CASE WHEN isfinite(d.created_at)
-                               THEN least(extract(epoch FROM now() - d.created_at), 1e9) ELSE 1e9 END::float8
-                """,
+                WebhooksSQL.claimDeliveries.query {
+                    $0.bind("per_hook", Int64(perHook))
+                    $0.bind("hooks", hooks)
+                    $0.bind("limit", Int64(limit))
+                    $0.bind("worker_id", workerID)
+                    $0.bind("lease_seconds", seconds)
+                },
                 logger: logger
             ).decode((Int64, Int64, String, String, String, Int64, String, Int32, Date, Double).self) {
                 claimed.append(
@@ -182,44 +152,16 @@ extension JobQueue {
         let window = Double(retryWindow.components.seconds)
         var result = WebhookRecordResult()
         for try await row in try await self.client.query(
-            """
-            WITH input AS (
-                SELECT u.id, u.attempt, u.kind, NULLIF(u.status, 0) AS status, NULLIF(u.error, '') AS error, u.wait
-                  FROM unnest(\(ids)::bigint[], \(attempts)::int[], \(kinds)::text[], \(statuses)::int[],
-                              \(errors)::text[], \(waits)::float8[]) AS u (id, attempt, kind, status, error, wait)
-            ), updated AS (
-                UPDATE push.webhook_deliveries AS d
-                   SET state = CASE WHEN i.kind = 'delivered' THEN 'delivered'
-                                    WHEN i.kind = 'retry'
-                                         AND now() + make_interval(secs => i.wait)
-                                             <= d.created_at + make_interval(secs => \(window))
-                                    THEN 'pending'
-                                    ELSE 'dead' END,
-                       run_at = CASE WHEN i.kind = 'retry' THEN now() + make_interval(secs => i.wait) ELSE d.run_at END,
-                       delivered_at = CASE WHEN i.kind = 'delivered' THEN now() END,
-                       last_status = i.status,
-                       last_error = CASE WHEN i.kind = 'delivered' THEN NULL
-                                         WHEN i.kind = 'retry'
-                                              AND now() + make_interval(secs => i.wait)
-                                                  > d.created_at + make_interval(secs => \(window))
-                                         THEN 'gave up after 24 hours: ' || coalesce(i.error, 'no answer')
-                                         ELSE i.error END,
-                       locked_by = NULL, locked_until = NULL
-                  FROM input AS i
-                 WHERE d.id = i.id AND d.attempts = i.attempt AND d.state = 'running' AND d.locked_by = \(workerID)
-                RETURNING d.id, d.state, d.webhook_id, i.kind, i.status
-            ), disabled AS (
-                UPDATE push.webhooks AS w
-                   SET disabled_at = now(),
-                       disabled_reason = 'the receiver answered 410 Gone at '
-                                         || to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || 'Z'
-                 WHERE w.id IN (SELECT webhook_id FROM updated WHERE kind = 'gone') AND w.disabled_at IS NULL
-                RETURNING w.id
-            )
-            SELECT CASE WHEN u.kind = 'gone' THEN 'gone' ELSE u.state END, NULL::bigint FROM updated AS u
-            UNION ALL
-            SELECT 'disabled', id FROM disabled
-            """,
+            WebhooksSQL.recordTries.query {
+                $0.bind("ids", ids)
+                $0.bind("attempts", attempts)
+                $0.bind("kinds", kinds)
+                $0.bind("statuses", statuses)
+                $0.bind("errors", errors)
+                $0.bind("waits", waits)
+                $0.bind("window_seconds", window)
+                $0.bind("worker_id", workerID)
+            },
             logger: self.logger
         ).decode((String, Int64?).self) {
             switch row.0 {
@@ -240,11 +182,7 @@ extension JobQueue {
     public func reclaimWebhookDeliveries(ofPreviousLife workerID: String) async throws -> Int {
         var count = 0
         for try await _ in try await self.client.query(
-            """
-            UPDATE push.webhook_deliveries SET state = 'pending', locked_by = NULL, locked_until = NULL, run_at = now()
-             WHERE state = 'running' AND locked_by = \(workerID)
-            RETURNING id
-            """,
+            WebhooksSQL.reclaimPreviousLife.query { $0.bind("worker_id", workerID) },
             logger: self.logger
         ) {
             count += 1
@@ -261,46 +199,25 @@ extension JobQueue {
         // In batches; a lapsed `running` one too. Its month before the dead prune starts now.
         _ = try await self.deleteInBatches(
             of: batchSize,
-            """
-            UPDATE push.webhook_deliveries AS d
-               SET state = 'dead', locked_by = NULL, locked_until = NULL, created_at = now(),
-                   last_error = 'its hook is disabled (' || coalesce(w.disabled_reason, 'no reason given')
-                                || '): webhooks replay enables it and sends this again'
-              FROM push.webhooks AS w
-             WHERE d.webhook_id = w.id AND w.disabled_at IS NOT NULL
-               AND d.id IN (SELECT r.id FROM push.webhook_deliveries AS r JOIN push.webhooks AS h ON h.id = r.webhook_id
-                             WHERE h.disabled_at IS NOT NULL
-                               AND (r.state = 'pending' OR (r.state = 'running' AND r.locked_until < now()))
-                             LIMIT \(batchSize) FOR UPDATE OF r SKIP LOCKED)
-            RETURNING d.id
-            """
+            WebhooksSQL.killDisabled.query { $0.bind("batch_size", Int64(batchSize)) }
         )
         let seconds = Double(retention.components.seconds)
         var total = 0
-        for statement in Self.webhookPruneSQL(retentionSeconds: seconds, batchSize: batchSize) {
-            total += try await self.deleteInBatches(of: batchSize, PostgresQuery(unsafeSQL: statement))
+        for statement in Self.webhookPrunes(retentionSeconds: seconds, batchSize: batchSize) {
+            total += try await self.deleteInBatches(of: batchSize, statement)
         }
         return total
     }
 
     /// The outbox's prunes: delivered deliveries past the retention, dead ones past 31 days. Two statements,
     /// each read through its own partial index (schema 14): only the rows it deletes, whatever the outbox holds.
-    static func webhookPruneSQL(retentionSeconds: Double, batchSize: Int) -> [String] {
+    static func webhookPrunes(retentionSeconds: Double, batchSize: Int) -> [PostgresQuery] {
         [
-            """
-            DELETE FROM push.webhook_deliveries WHERE id IN (
-                SELECT id FROM push.webhook_deliveries
-                 WHERE state = 'delivered' AND delivered_at < now() - make_interval(secs => \(retentionSeconds))
-                 LIMIT \(batchSize) FOR UPDATE SKIP LOCKED)
-            RETURNING id
-            """,
-            """
-            DELETE FROM push.webhook_deliveries WHERE id IN (
-                SELECT id FROM push.webhook_deliveries
-                 WHERE state = 'dead' AND created_at < now() - interval '31 days'
-                 LIMIT \(batchSize) FOR UPDATE SKIP LOCKED)
-            RETURNING id
-            """,
+            WebhooksSQL.pruneDelivered.query {
+                $0.bind("retention_seconds", retentionSeconds)
+                $0.bind("batch_size", Int64(batchSize))
+            },
+            WebhooksSQL.pruneDead.query { $0.bind("batch_size", Int64(batchSize)) },
         ]
     }
 }

@@ -29,11 +29,12 @@ extension QueueOperations {
     /// Adds a hook; the schema's constraints name what is wrong with a bad one.
     public func addWebhook(url: String, events: [String], topic: String?, secretFile: String) async throws -> Webhook {
         let rows = try await self.client.query(
-            """
-            INSERT INTO push.webhooks (url, events, topic, secret_file)
-            VALUES (\(url), \(events)::text[], \(topic), \(secretFile))
-            RETURNING id, url, events, topic, secret_file, created_at, disabled_reason
-            """,
+            WebhooksSQL.add.query {
+                $0.bind("url", url)
+                $0.bind("events", events)
+                $0.bind("topic", topic)
+                $0.bind("secret_file", secretFile)
+            },
             logger: self.logger
         )
         for try await row in rows.decode((Int64, String, [String], String?, String, Date, String?).self) {
@@ -57,11 +58,7 @@ extension QueueOperations {
     public func removeWebhook(id: Int64) async throws -> Bool {
         var found = false
         for try await _ in try await self.client.query(
-            """
-            UPDATE push.webhooks SET disabled_at = coalesce(disabled_at, now()),
-                   disabled_reason = coalesce(disabled_reason, 'being removed')
-             WHERE id = \(id) RETURNING id
-            """,
+            WebhooksSQL.disableForRemoval.query { $0.bind("id", id) },
             logger: self.logger
         ) {
             found = true
@@ -69,15 +66,14 @@ extension QueueOperations {
         guard found else { return false }
         _ = try await self.queue.deleteInBatches(
             of: 5_000,
-            """
-            DELETE FROM push.webhook_deliveries WHERE id IN (
-                SELECT id FROM push.webhook_deliveries WHERE webhook_id = \(id) LIMIT 5000 FOR UPDATE SKIP LOCKED)
-            RETURNING id
-            """
+            WebhooksSQL.deleteDeliveries.query {
+                $0.bind("id", id)
+                $0.bind("batch_size", Int64(5_000))
+            }
         )
         var removed = false
         for try await _ in try await self.client.query(
-            "DELETE FROM push.webhooks WHERE id = \(id) RETURNING id",
+            WebhooksSQL.remove.query { $0.bind("id", id) },
             logger: self.logger
         ) {
             removed = true
@@ -87,17 +83,7 @@ extension QueueOperations {
 
     /// Every hook, oldest first, with its deliveries waiting, failing and dead.
     public func webhooks() async throws -> [Webhook] {
-        let rows = try await self.client.query(
-            """
-            SELECT w.id, w.url, w.events, w.topic, w.secret_file, w.created_at, w.disabled_reason,
-                   count(*) FILTER (WHERE d.state IN ('pending', 'running')),
-                   count(*) FILTER (WHERE d.state IN ('pending', 'running') AND d.last_error IS NOT NULL),
-                   count(*) FILTER (WHERE d.state = 'dead')
-              FROM push.webhooks AS w LEFT JOIN push.webhook_deliveries AS d ON d.webhook_id = w.id
-             GROUP BY w.id ORDER BY w.id
-            """,
-            logger: self.logger
-        )
+        let rows = try await self.client.query(WebhooksSQL.list.query(), logger: self.logger)
         var hooks: [Webhook] = []
         for try await row in rows.decode(
             (Int64, String, [String], String?, String, Date, String?, Int64, Int64, Int64).self
@@ -144,23 +130,17 @@ extension QueueOperations {
         try await self.client.withTransaction(logger: self.logger) { connection in
             if let hook {
                 for try await id in try await connection.query(
-                    """
-                    UPDATE push.webhooks SET disabled_at = NULL, disabled_reason = NULL
-                     WHERE id = \(hook) AND disabled_at IS NOT NULL RETURNING id
-                    """,
+                    WebhooksSQL.enable.query { $0.bind("id", hook) },
                     logger: self.logger
                 ).decode(Int64.self) {
                     result.enabledHook = id
                 }
             }
             for try await id in try await connection.query(
-                """
-                UPDATE push.webhook_deliveries
-                   SET state = 'pending', run_at = now(), created_at = now(), last_error = NULL,
-                       last_status = NULL, locked_by = NULL, locked_until = NULL
-                 WHERE state = 'dead' AND (id = ANY (\(ids)::bigint[]) OR webhook_id = \(hook))
-                RETURNING id
-                """,
+                WebhooksSQL.replay.query {
+                    $0.bind("ids", ids)
+                    $0.bind("hook", hook)
+                },
                 logger: self.logger
             ).decode(Int64.self) {
                 result.replayed.append(id)
@@ -171,10 +151,7 @@ extension QueueOperations {
         result.notDead = ids.filter { !replayed.contains($0) }
         // Replayed deliveries of a hook that stays disabled wait until it is enabled (replay --hook).
         for try await hook in try await self.client.query(
-            """
-            SELECT DISTINCT w.id FROM push.webhook_deliveries AS d JOIN push.webhooks AS w ON w.id = d.webhook_id
-             WHERE d.id = ANY (\(result.replayed)::bigint[]) AND w.disabled_at IS NOT NULL ORDER BY w.id
-            """,
+            WebhooksSQL.disabledHooksOf.query { $0.bind("ids", result.replayed) },
             logger: self.logger
         ).decode(Int64.self) {
             result.disabledHooks.append(hook)
@@ -187,12 +164,10 @@ extension QueueOperations {
     public func failingWebhookDeliveries(hook: Int64, limit: Int) async throws -> [FailingWebhookDelivery] {
         var rows: [FailingWebhookDelivery] = []
         for try await row in try await self.client.query(
-            """
-            SELECT id, event, job_id, state, attempts, last_status, last_error, run_at, created_at
-              FROM push.webhook_deliveries
-             WHERE webhook_id = \(hook) AND (state = 'dead' OR (state IN ('pending', 'running') AND last_error IS NOT NULL))
-             ORDER BY id DESC LIMIT \(limit)
-            """,
+            WebhooksSQL.failing.query {
+                $0.bind("hook", hook)
+                $0.bind("limit", Int64(limit))
+            },
             logger: self.logger
         ).decode((Int64, String, Int64, String, Int32, Int32?, String?, Date, Date).self) {
             rows.append(
@@ -225,4 +200,47 @@ public struct FailingWebhookDelivery: Sendable, Hashable, Codable {
     /// When it is tried again (`nil` for a dead one).
     public var nextTry: Date?
     public var createdAt: Date
+}
+
+/// The statements of `Statements/webhooks.sql`, with their binds in order.
+enum WebhooksSQL {
+    static let add = SQLStatement(file: "webhooks", name: "add", binds: ["url", "events", "topic", "secret_file"])
+    static let disableForRemoval = SQLStatement(file: "webhooks", name: "disable_for_removal", binds: ["id"])
+    static let deleteDeliveries = SQLStatement(
+        file: "webhooks",
+        name: "delete_deliveries",
+        binds: ["id", "batch_size"]
+    )
+    static let remove = SQLStatement(file: "webhooks", name: "remove", binds: ["id"])
+    static let list = SQLStatement(file: "webhooks", name: "list")
+    static let enable = SQLStatement(file: "webhooks", name: "enable", binds: ["id"])
+    static let replay = SQLStatement(file: "webhooks", name: "replay", binds: ["ids", "hook"])
+    static let disabledHooksOf = SQLStatement(file: "webhooks", name: "disabled_hooks_of", binds: ["ids"])
+    static let failing = SQLStatement(file: "webhooks", name: "failing", binds: ["hook", "limit"])
+    static let claimDeadline = SQLStatement(file: "webhooks", name: "claim_deadline", binds: ["timeout"])
+    static let claimHooks = SQLStatement(file: "webhooks", name: "claim_hooks")
+    static let claimDeliveries = SQLStatement(
+        file: "webhooks",
+        name: "claim_deliveries",
+        binds: ["per_hook", "hooks", "limit", "worker_id", "lease_seconds"]
+    )
+    static let recordTries = SQLStatement(
+        file: "webhooks",
+        name: "record_tries",
+        binds: ["ids", "attempts", "kinds", "statuses", "errors", "waits", "window_seconds", "worker_id"]
+    )
+    static let reclaimPreviousLife = SQLStatement(file: "webhooks", name: "reclaim_previous_life", binds: ["worker_id"])
+    static let killDisabled = SQLStatement(file: "webhooks", name: "kill_disabled", binds: ["batch_size"])
+    static let pruneDelivered = SQLStatement(
+        file: "webhooks",
+        name: "prune_delivered",
+        binds: ["retention_seconds", "batch_size"]
+    )
+    static let pruneDead = SQLStatement(file: "webhooks", name: "prune_dead", binds: ["batch_size"])
+
+    static let all = [
+        add, disableForRemoval, deleteDeliveries, remove, list, enable, replay, disabledHooksOf, failing,
+        claimDeadline, claimHooks, claimDeliveries, recordTries, reclaimPreviousLife, killDisabled, pruneDelivered,
+        pruneDead,
+    ]
 }

@@ -36,16 +36,15 @@ extension JobQueue {
         let stale = Double(staleAfter.components.seconds) + Double(staleAfter.components.attoseconds) / 1e18
         var written = 0
         for try await _ in try await self.client.query(
-            """
-            INSERT INTO push.workers AS w (worker_id, host, pid, credentials, session_tracked, instance)
-            VALUES (\(workerID), \(host), \(Int32(clamping: pid)), \(credentials)::text[], \(sessionTracked), \(instance))
-            ON CONFLICT (worker_id) DO UPDATE
-               SET heartbeat_at = now(), host = excluded.host, pid = excluded.pid, credentials = excluded.credentials,
-                   stopped_at = NULL, session_tracked = excluded.session_tracked, instance = excluded.instance
-             WHERE excluded.instance IS NULL OR w.instance IS NULL OR w.instance = excluded.instance
-                OR w.stopped_at IS NOT NULL OR w.heartbeat_at < now() - make_interval(secs => \(stale))
-            RETURNING 1
-            """,
+            WorkersSQL.heartbeat.query {
+                $0.bind("worker_id", workerID)
+                $0.bind("host", host)
+                $0.bind("pid", Int32(clamping: pid))
+                $0.bind("credentials", credentials)
+                $0.bind("session_tracked", sessionTracked)
+                $0.bind("instance", instance)
+                $0.bind("stale_seconds", stale)
+            },
             logger: self.logger
         ) {
             written += 1
@@ -53,7 +52,7 @@ extension JobQueue {
         guard written == 0 else { return }
         var holder = WorkerIDInUse(workerID: workerID, host: "?", pid: 0, secondsAgo: 0)
         for try await (host, pid, ago) in try await self.client.query(
-            "SELECT host, pid, extract(epoch FROM now() - heartbeat_at)::float8 FROM push.workers WHERE worker_id = \(workerID)",
+            WorkersSQL.holder.query { $0.bind("worker_id", workerID) },
             logger: self.logger
         ).decode((String, Int32, Double).self) {
             holder = WorkerIDInUse(workerID: workerID, host: host, pid: Int(pid), secondsAgo: ago)
@@ -66,24 +65,12 @@ extension JobQueue {
     /// With `instance`, only this process's row: not one another process has since taken over.
     public func deregister(workerID: String, instance: UUID? = nil) async throws {
         try await self.client.query(
-            """
-            UPDATE push.workers SET stopped_at = now(), heartbeat_at = now()
-             WHERE worker_id = \(workerID) AND (\(instance)::uuid IS NULL OR instance IS NULL OR instance = \(instance)::uuid)
-            """,
+            WorkersSQL.deregister.query {
+                $0.bind("worker_id", workerID)
+                $0.bind("instance", instance)
+            },
             logger: self.logger
         )
-    }
-
-    /// The SET clause that returns a running job to `pending`, due at once, same `apns_id`: the attempt
-    /// stays counted (its outcome is unknown), `locked_by` is kept so the old holder's late outcome is
-    /// still accepted until another worker re-claims the job, and the history says why.
-    static func backToPending(_ why: String) -> String {
-        """
-        state = 'pending', run_at = now(), locked_until = NULL,
-        history = push.append_history(j.history, jsonb_build_object(
-            'attempt', j.attempts, 'at', now(), 'outcome', 'lease_expired', 'worker', j.locked_by,
-            'why', '\(why)'))
-        """
     }
 
     /// Returns to `pending` the jobs a previous process with this worker id left `running` (it died):
@@ -111,12 +98,11 @@ extension JobQueue {
     private func returnRunning(of workerID: String, except held: [Int64], why: String) async throws -> [Int64] {
         var ids: [Int64] = []
         for try await id in try await self.client.query(
-            """
-            UPDATE push.jobs AS j
-               SET \(unescaped: Self.backToPending(why))
-             WHERE j.state = 'running' AND j.locked_by = \(workerID) AND NOT (j.id = ANY(\(held)))
-            RETURNING j.id
-            """,
+            WorkersSQL.returnRunning.query {
+                $0.bind("why", why)
+                $0.bind("worker_id", workerID)
+                $0.bind("held", held)
+            },
             logger: self.logger
         ).decode(Int64.self) {
             ids.append(id)
@@ -156,32 +142,13 @@ extension JobQueue {
         let grace = Double(restartGrace.components.seconds)
         var ids: [Int64] = []
         for try await id in try await self.client.query(
-            """
-            WITH holders AS MATERIALIZED (
-                SELECT w.worker_id,
-                       w.heartbeat_at > now() - make_interval(secs => \(stale))
-                       -- Last seen before Postgres restarted, and the restart is recent: cut off, not gone.
-                       OR (w.heartbeat_at < pg_postmaster_start_time()
-                           AND pg_postmaster_start_time() > now() - make_interval(secs => \(grace)))
-                       -- Frozen or cut off: its sessions are still open. Not gone until the longer bound.
-                       OR (w.session_tracked AND w.heartbeat_at > now() - make_interval(secs => \(frozen))
-                           AND EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity AS a
-                                        WHERE a.application_name = left(w.worker_id, 63)
-                                          AND a.datname = current_database())) AS live
-                  FROM push.workers AS w
-            ), reaped AS MATERIALIZED (
-                SELECT r.id FROM push.jobs AS r LEFT JOIN holders AS h ON h.worker_id = r.locked_by
-                 WHERE r.state = 'running'
-                   AND ((r.locked_by = \(workerID) AND r.locked_until < now())
-                        OR (r.locked_by <> \(workerID) AND h.live IS FALSE)
-                        OR (r.locked_by <> \(workerID) AND h.live IS NULL AND r.locked_until < now()))
-                 FOR NO KEY UPDATE OF r SKIP LOCKED
-            )
-            UPDATE push.jobs AS j
-               SET \(unescaped: Self.backToPending("its worker is gone"))
-             WHERE j.id IN (SELECT id FROM reaped) AND j.state = 'running'
-            RETURNING j.id
-            """,
+            WorkersSQL.reapGoneWorkers.query {
+                $0.bind("stale_seconds", stale)
+                $0.bind("grace_seconds", grace)
+                $0.bind("frozen_seconds", frozen)
+                $0.bind("worker_id", workerID)
+                $0.bind("why", "its worker is gone")
+            },
             logger: self.logger
         ).decode(Int64.self) {
             ids.append(id)
@@ -198,53 +165,10 @@ extension JobQueue {
     @discardableResult
     public func deadLetterUnsignable(wait: Duration) async throws -> Int {
         let waitSeconds = Double(wait.components.seconds)
-        try await self.client.query(
-            "DELETE FROM push.workers WHERE heartbeat_at < now() - interval '7 days'",
-            logger: self.logger
-        )
+        try await self.client.query(WorkersSQL.forgetSilentWorkers.query(), logger: self.logger)
         var count = 0
         for try await _ in try await self.client.query(
-            """
-            WITH seen AS (
-                SELECT credentials FROM push.workers WHERE heartbeat_at > now() - make_interval(secs => \(waitSeconds))
-            ), moved AS (
-                DELETE FROM push.jobs AS j
-                 WHERE j.id IN (SELECT p.id FROM push.jobs AS p
-                                 WHERE p.state = 'pending' AND p.run_at < now() - make_interval(secs => \(waitSeconds))
-                                   AND NOT EXISTS (SELECT 1 FROM seen AS w
-                                                    WHERE cardinality(w.credentials) = 0
-                                                       -- An FCM credential registers as fcm:<name>.
-                                                       OR (CASE WHEN p.environment = 'fcm' THEN 'fcm:' || p.credential
-                                                                ELSE p.credential END) = ANY (w.credentials))
-                                 LIMIT 1000 FOR UPDATE SKIP LOCKED)
-                RETURNING j.*
-            ), deliveries AS (
-                -- Webhooks that take `dead` hear of these too, in this statement.
-                INSERT INTO push.webhook_deliveries (webhook_id, event, job_id, body)
-                SELECT h.id, 'dead', m.id,
-                       jsonb_build_object('job_id', m.id, 'apns_id', m.apns_id, 'platform', m.platform,
-                                          'topic', m.topic, 'state', 'dead', 'status', m.status,
-                                          'reason', 'CredentialsMissing',
-                                          'trap_ids', to_jsonb(push.merge_trap_ids(m.trap_ids, '{MS028}')),
-                                          'at', now(), 'event', 'dead')
-                  FROM push.webhooks AS h JOIN moved AS m ON h.topic IS NULL OR h.topic = m.topic
-                 WHERE h.disabled_at IS NULL AND 'dead' = ANY (h.events)
-                RETURNING 1
-            )
-            INSERT INTO push.dead_jobs (\(unescaped: Self.deadLetterInsertColumns))
-            SELECT id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
-                   collapse_id, expires_at, run_at, apns_id, max_attempts, attempts, transport_retries, status,
-                   'CredentialsMissing', push.merge_trap_ids(trap_ids, '{MS028}'), apns_unique_id, created_at,
-                   first_attempt_at, last_attempt_at, latency_ms, now(),
-                   CASE WHEN environment = 'fcm'
-                        THEN 'no running worker has an FCM service account for credential ''' || credential || ''' (MS028): give a worker FCM_SERVICE_ACCOUNT_PATH or a {"type": "fcm"} credential in its --config, then replay this job.'
-                        ELSE 'no running worker has a signing key for credential ''' || credential || ''' (MS028): name it in a worker''s --config or APNS_* settings, then replay this job.' END,
-                   push.append_history(history, jsonb_build_object('outcome', 'dead', 'at', now(), 'reason', 'CredentialsMissing')),
-                   deliver_once, coalesce_key, platform, provider_message_id, traceparent, trace_first_span
-              FROM moved
-            \(unescaped: Self.deadConflict)
-            RETURNING id
-            """,
+            WorkersSQL.deadLetterUnsignable.query { $0.bind("wait_seconds", waitSeconds) },
             logger: self.logger
         ) {
             count += 1
@@ -257,10 +181,7 @@ extension JobQueue {
     /// What the server this worker reached promises for committed rows on failover (``durabilitySentence(synchronousCommit:synchronousStandbyNames:streamingStandbys:)``).
     public func durability() async throws -> String {
         for try await (commit, names, standbys) in try await self.client.query(
-            """
-            SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names'),
-                   (SELECT count(*) FROM pg_stat_replication)
-            """,
+            WorkersSQL.durability.query(),
             logger: self.logger
         ).decode((String, String, Int64).self) {
             return Self.durabilitySentence(
@@ -295,4 +216,38 @@ extension JobQueue {
         return
             "a single server (no standby streaming, synchronous_commit=\(synchronousCommit)): committed jobs survive a crash as far as its disk does; nothing replicates them"
     }
+}
+
+/// The statements of `Statements/workers.sql`, with their binds in order.
+enum WorkersSQL {
+    static let heartbeat = SQLStatement(
+        file: "workers",
+        name: "heartbeat",
+        binds: ["worker_id", "host", "pid", "credentials", "session_tracked", "instance", "stale_seconds"]
+    )
+    static let holder = SQLStatement(file: "workers", name: "holder", binds: ["worker_id"])
+    static let deregister = SQLStatement(file: "workers", name: "deregister", binds: ["worker_id", "instance"])
+    static let returnRunning = SQLStatement(
+        file: "workers",
+        name: "return_running",
+        binds: ["why", "worker_id", "held"]
+    )
+    static let reapGoneWorkers = SQLStatement(
+        file: "workers",
+        name: "reap_gone_workers",
+        binds: ["stale_seconds", "grace_seconds", "frozen_seconds", "worker_id", "why"]
+    )
+    static let forgetSilentWorkers = SQLStatement(file: "workers", name: "forget_silent_workers")
+    static let deadLetterUnsignable = SQLStatement(
+        file: "workers",
+        name: "dead_letter_unsignable",
+        binds: ["wait_seconds"]
+    )
+    static let durability = SQLStatement(file: "workers", name: "durability")
+    static let list = SQLStatement(file: "workers", name: "list", binds: ["limit"])
+
+    static let all = [
+        heartbeat, holder, deregister, returnRunning, reapGoneWorkers, forgetSilentWorkers, deadLetterUnsignable,
+        durability, list,
+    ]
 }

@@ -58,7 +58,7 @@ public struct Migrator: Sendable {
                 var backend: Int32 = 0
                 while true {
                     let rows = try await connection.query(
-                        "SELECT pg_try_advisory_lock(\(Self.advisoryLockKey)), pg_backend_pid()",
+                        MigrationsSQL.tryLock.query { $0.bind("key", Self.advisoryLockKey) },
                         logger: logger
                     )
                     var locked = false
@@ -77,16 +77,19 @@ public struct Migrator: Sendable {
                     // A worker's sessions stop any statement at its statement deadline (statement_timeout);
                     // a migration's index build may take longer. RESET returns the connection to its session
                     // default before the pool hands it on.
-                    try await connection.query("SET statement_timeout = 0", logger: logger)
+                    try await connection.query(MigrationsSQL.noStatementTimeout.query(), logger: logger)
                     let applied = try await self.apply(migrations, on: connection, session: backend)
-                    try await connection.query("RESET statement_timeout", logger: logger)
-                    try await connection.query("SELECT pg_advisory_unlock(\(Self.advisoryLockKey))", logger: logger)
+                    try await connection.query(MigrationsSQL.resetStatementTimeout.query(), logger: logger)
+                    try await connection.query(
+                        MigrationsSQL.unlock.query { $0.bind("key", Self.advisoryLockKey) },
+                        logger: logger
+                    )
                     return applied
                 } catch {
                     _ = try? await connection.query("ROLLBACK", logger: logger)
-                    _ = try? await connection.query("RESET statement_timeout", logger: logger)
+                    _ = try? await connection.query(MigrationsSQL.resetStatementTimeout.query(), logger: logger)
                     _ = try? await connection.query(
-                        "SELECT pg_advisory_unlock(\(Self.advisoryLockKey))",
+                        MigrationsSQL.unlock.query { $0.bind("key", Self.advisoryLockKey) },
                         logger: logger
                     )
                     throw error
@@ -105,22 +108,12 @@ public struct Migrator: Sendable {
         session: Int32
     ) async throws -> [Migration] {
         let logger = self.logger
-        try await connection.query("CREATE SCHEMA IF NOT EXISTS push", logger: logger)
-        try await connection.query(
-            """
-            CREATE TABLE IF NOT EXISTS push.schema_migrations (
-                version integer PRIMARY KEY,
-                name text NOT NULL,
-                applied_at timestamptz NOT NULL DEFAULT now()
-            )
-            """,
-            logger: logger
-        )
+        try await connection.query(MigrationsSQL.createSchema.query(), logger: logger)
+        try await connection.query(MigrationsSQL.createLedger.query(), logger: logger)
         var applied: Set<Int> = []
-        for try await version in try await connection.query(
-            "SELECT version FROM push.schema_migrations",
-            logger: logger
-        ).decode(Int32.self) {
+        for try await version in try await connection.query(MigrationsSQL.appliedVersions.query(), logger: logger)
+            .decode(Int32.self)
+        {
             applied.insert(Int(version))
         }
         let timeoutMs = max(self.lockTimeout.milliseconds, 1)
@@ -133,7 +126,7 @@ public struct Migrator: Sendable {
             try await self.retryingLockTimeouts(migration.name, on: connection) {
                 try await connection.query("BEGIN", logger: logger)
                 try await connection.query(
-                    PostgresQuery(unsafeSQL: "SET LOCAL lock_timeout = '\(timeoutMs)ms'"),
+                    MigrationsSQL.lockTimeout.query { $0.bind("timeout", "\(timeoutMs)ms") },
                     logger: logger
                 )
                 for statement in inside {
@@ -164,7 +157,7 @@ public struct Migrator: Sendable {
     /// pooler (PgBouncer in transaction mode) each statement may run on another server connection: say so
     /// instead of applying files without the lock.
     private func requireOneSession(_ connection: PostgresConnection, _ session: Int32) async throws {
-        for try await pid in try await connection.query("SELECT pg_backend_pid()", logger: self.logger)
+        for try await pid in try await connection.query(MigrationsSQL.backendPID.query(), logger: self.logger)
             .decode(Int32.self) where pid != session
         {
             throw QueueError(
@@ -177,7 +170,10 @@ public struct Migrator: Sendable {
 
     private func record(_ migration: Migration, on connection: PostgresConnection) async throws {
         try await connection.query(
-            "INSERT INTO push.schema_migrations (version, name) VALUES (\(Int32(migration.version)), \(migration.name)) ON CONFLICT (version) DO NOTHING",
+            MigrationsSQL.record.query {
+                $0.bind("version", Int32(migration.version))
+                $0.bind("name", migration.name)
+            },
             logger: self.logger
         )
     }
@@ -219,7 +215,7 @@ public struct Migrator: Sendable {
         let name = words[6]
         let qualified = name.contains(".") ? name : "push.\(name)"
         let rows = try await connection.query(
-            "SELECT NOT i.indisvalid FROM pg_index AS i WHERE i.indexrelid = to_regclass(\(qualified))",
+            MigrationsSQL.indexInvalid.query { $0.bind("index", qualified) },
             logger: self.logger
         )
         for try await invalid in rows.decode(Bool.self) where invalid {
@@ -232,16 +228,13 @@ public struct Migrator: Sendable {
 
     /// The versions recorded in `push.schema_migrations`, or empty when the schema was never migrated.
     public func appliedVersions() async throws -> [Int] {
-        let exists = try await self.client.query(
-            "SELECT to_regclass('push.schema_migrations') IS NOT NULL",
-            logger: self.logger
-        ).decode(Bool.self)
+        let exists = try await self.client.query(MigrationsSQL.ledgerExists.query(), logger: self.logger)
+            .decode(Bool.self)
         for try await present in exists where !present { return [] }
         var versions: [Int] = []
-        for try await version in try await self.client.query(
-            "SELECT version FROM push.schema_migrations ORDER BY version",
-            logger: self.logger
-        ).decode(Int32.self) {
+        for try await version in try await self.client.query(MigrationsSQL.appliedVersions.query(), logger: self.logger)
+            .decode(Int32.self)
+        {
             versions.append(Int(version))
         }
         return versions
@@ -267,4 +260,25 @@ public struct Migrator: Sendable {
                 "the push schema \(at) and lacks \(missing.map(\.name).joined(separator: ", ")), which this build needs: apply the migrations first (push-worker migrate)"
         )
     }
+}
+
+/// The statements of `Statements/migrations.sql`, with their binds in order.
+enum MigrationsSQL {
+    static let tryLock = SQLStatement(file: "migrations", name: "try_lock", binds: ["key"])
+    static let unlock = SQLStatement(file: "migrations", name: "unlock", binds: ["key"])
+    static let noStatementTimeout = SQLStatement(file: "migrations", name: "no_statement_timeout")
+    static let resetStatementTimeout = SQLStatement(file: "migrations", name: "reset_statement_timeout")
+    static let createSchema = SQLStatement(file: "migrations", name: "create_schema")
+    static let createLedger = SQLStatement(file: "migrations", name: "create_ledger")
+    static let ledgerExists = SQLStatement(file: "migrations", name: "ledger_exists")
+    static let appliedVersions = SQLStatement(file: "migrations", name: "applied_versions")
+    static let record = SQLStatement(file: "migrations", name: "record", binds: ["version", "name"])
+    static let backendPID = SQLStatement(file: "migrations", name: "backend_pid")
+    static let lockTimeout = SQLStatement(file: "migrations", name: "lock_timeout", binds: ["timeout"])
+    static let indexInvalid = SQLStatement(file: "migrations", name: "index_invalid", binds: ["index"])
+
+    static let all = [
+        tryLock, unlock, noStatementTimeout, resetStatementTimeout, createSchema, createLedger, ledgerExists,
+        appliedVersions, record, backendPID, lockTimeout, indexInvalid,
+    ]
 }

@@ -23,12 +23,10 @@ public struct ProviderTokenTable: ProviderTokenStore {
 
     public func load(teamID: String, keyID: String) async throws -> ProviderToken? {
         let rows = try await self.client.query(
-            // A token "issued" in the future (a worker whose clock runs fast minted it) would count as
-            // fresh for the whole fleet for too long: ignore it, and let it be replaced.
-            """
-            SELECT jwt, issued_at, expires_at FROM push.provider_tokens
-             WHERE team_id = \(teamID) AND key_id = \(keyID) AND issued_at <= now() + interval '60 seconds'
-            """,
+            ProviderTokensSQL.load.query {
+                $0.bind("team_id", teamID)
+                $0.bind("key_id", keyID)
+            },
             logger: self.logger
         )
         for try await (jwt, issuedAt, expiresAt) in rows.decode((String, Date, Date?).self) {
@@ -43,26 +41,17 @@ public struct ProviderTokenTable: ProviderTokenStore {
         keyID: String,
         minimumRefreshInterval: TimeInterval
     ) async throws -> ProviderToken {
-        // Insert, or replace a token minted at least the minimum interval before this one (or one "issued"
-        // in the future, or one that has expired whatever its age); either way return the row as it now
-        // stands: a token another worker minted moments before this one wins, so both send it. ON CONFLICT
-        // sees the newest committed row even when this statement's snapshot predates it (two workers
-        // inserting at once), so the answer always comes from the update's RETURNING, never from a second
-        // read under the old snapshot.
-        let replace = """
-            (t.issued_at <= excluded.issued_at - make_interval(secs => \(Double(minimumRefreshInterval)))
-             OR t.issued_at > now() + interval '60 seconds' OR t.expires_at <= now())
-            """
+        // Insert, or replace a token minted at least the minimum interval before this one; the row as it now
+        // stands comes back (`provider_tokens.sql`, save).
         let rows = try await self.client.query(
-            """
-            INSERT INTO push.provider_tokens AS t (team_id, key_id, jwt, issued_at, expires_at)
-            VALUES (\(teamID), \(keyID), \(token.jwt), \(token.issuedAt), \(token.expiresAt))
-            ON CONFLICT (team_id, key_id) DO UPDATE SET
-                jwt = CASE WHEN \(unescaped: replace) THEN excluded.jwt ELSE t.jwt END,
-                issued_at = CASE WHEN \(unescaped: replace) THEN excluded.issued_at ELSE t.issued_at END,
-                expires_at = CASE WHEN \(unescaped: replace) THEN excluded.expires_at ELSE t.expires_at END
-            RETURNING jwt, issued_at, expires_at
-            """,
+            ProviderTokensSQL.save.query {
+                $0.bind("team_id", teamID)
+                $0.bind("key_id", keyID)
+                $0.bind("jwt", token.jwt)
+                $0.bind("issued_at", token.issuedAt)
+                $0.bind("expires_at", token.expiresAt)
+                $0.bind("minimum_refresh_seconds", Double(minimumRefreshInterval))
+            },
             logger: self.logger
         )
         for try await (jwt, issuedAt, expiresAt) in rows.decode((String, Date, Date?).self) {
@@ -77,16 +66,16 @@ public struct ProviderTokenTable: ProviderTokenStore {
         teamID: String,
         keyID: String
     ) async throws -> ProviderToken? {
-        // Compare and swap on the JWT. When another worker replaced it first, the update matches nothing
-        // (Postgres re-checks the row it waited for), and a fresh statement reads what that worker stored:
-        // a read in the same statement would still see the stale row.
+        // Compare and swap on the JWT; when another worker replaced it first, what it stored is read afresh.
         let rows = try await self.client.query(
-            """
-            UPDATE push.provider_tokens
-               SET jwt = \(token.jwt), issued_at = \(token.issuedAt), expires_at = \(token.expiresAt)
-             WHERE team_id = \(teamID) AND key_id = \(keyID) AND jwt = \(stale.jwt)
-            RETURNING jwt, issued_at, expires_at
-            """,
+            ProviderTokensSQL.replace.query {
+                $0.bind("team_id", teamID)
+                $0.bind("key_id", keyID)
+                $0.bind("jwt", token.jwt)
+                $0.bind("issued_at", token.issuedAt)
+                $0.bind("expires_at", token.expiresAt)
+                $0.bind("stale_jwt", stale.jwt)
+            },
             logger: self.logger
         )
         for try await (jwt, issuedAt, expiresAt) in rows.decode((String, Date, Date?).self) {
@@ -94,4 +83,21 @@ public struct ProviderTokenTable: ProviderTokenStore {
         }
         return try await self.load(teamID: teamID, keyID: keyID)
     }
+}
+
+/// The statements of `Statements/provider_tokens.sql`, with their binds in order.
+enum ProviderTokensSQL {
+    static let load = SQLStatement(file: "provider_tokens", name: "load", binds: ["team_id", "key_id"])
+    static let save = SQLStatement(
+        file: "provider_tokens",
+        name: "save",
+        binds: ["team_id", "key_id", "jwt", "issued_at", "expires_at", "minimum_refresh_seconds"]
+    )
+    static let replace = SQLStatement(
+        file: "provider_tokens",
+        name: "replace",
+        binds: ["team_id", "key_id", "jwt", "issued_at", "expires_at", "stale_jwt"]
+    )
+
+    static let all = [load, save, replace]
 }

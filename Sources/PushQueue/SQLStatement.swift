@@ -1,12 +1,17 @@
+import Foundation
 import PostgresNIO
 
-/// A statement kept as a `.sql` file under `Statements/`, embedded in the binary like the migrations. In
-/// the file, `{{name}}` includes the fragment `name.sql` of the same folder, and `:name` is a named bind.
-/// The Swift side declares the binds once, in order (``binds``): that list is the one place a name maps to
-/// its `$n`, and ``NamedBindings`` refuses a value bound under another name than its position's.
+/// A statement kept in a `.sql` file under `Statements/`, embedded in the binary like the migrations: a file
+/// of its own (the claim, the outcome write), or one of the named statements of its table's file (River's
+/// way: `jobs.sql`, `dead_jobs.sql`, `controls.sql`, `workers.sql`, `webhooks.sql`), where a line
+/// `-- name: x` starts statement `x` and the next such line ends it. In the text, `{{name}}` includes the
+/// fragment `name.sql` of the same folder, and `:name` is a named bind. The Swift side declares the binds
+/// once, in order (``binds``): that list is the one place a name maps to its `$n`, and ``NamedBindings``
+/// refuses a value bound under another name than its position's.
 struct SQLStatement: Sendable {
-    /// The file's name without `.sql`.
+    /// The file's name without `.sql`, and the statement's name in it (`nil`: the whole file).
     let file: String
+    let name: String?
     /// The statement as Postgres gets it: fragments included, binds numbered.
     let sql: String
     /// The binds in `$1…$n` order.
@@ -15,10 +20,12 @@ struct SQLStatement: Sendable {
     /// Renders `file` with its binds numbered in the order of `binds`. A bind used in the file but not
     /// declared, or declared but not used, or an include with no file, stops the process: a mistake in a
     /// statement's source, caught the first time a test touches it (`SQLStatementTests` renders them all).
-    init(file: String, binds: [String]) {
+    init(file: String, name: String? = nil, binds: [String] = []) {
         self.file = file
+        self.name = name
         self.binds = binds
-        let text = Self.include(Self.text(of: file), from: file)
+        let location = Self.location(file, name)
+        let text = Self.include(Self.text(of: file, statement: name), from: file)
         var used = Set<String>()
         var rendered = ""
         rendered.reserveCapacity(text.utf8.count)
@@ -53,7 +60,7 @@ struct SQLStatement: Sendable {
                 let name = String(String.UnicodeScalarView(scalars.prefix(while: Self.isWord)))
                 scalars.removeFirst(name.unicodeScalars.count)
                 guard let index = binds.firstIndex(of: name) else {
-                    fatalError("Statements/\(file).sql binds :\(name), which its Swift side does not declare")
+                    fatalError("\(location) binds :\(name), which its Swift side does not declare")
                 }
                 used.insert(name)
                 rendered += "$\(index + 1)"
@@ -64,7 +71,7 @@ struct SQLStatement: Sendable {
             previous = scalar
         }
         if let unused = binds.first(where: { !used.contains($0) }) {
-            fatalError("Statements/\(file).sql does not use the declared bind :\(unused)")
+            fatalError("\(location) does not use the declared bind :\(unused)")
         }
         self.sql = rendered.trimmingTrailingNewlines()
     }
@@ -74,11 +81,33 @@ struct SQLStatement: Sendable {
         Self.include(Self.text(of: file), from: file).trimmingTrailingNewlines()
     }
 
-    /// A file's text without its leading comment lines (the file's description, for people: not sent to
-    /// Postgres with every batch, and never in the middle of an including line).
-    static func text(of file: String) -> String {
+    /// Where it is kept, for messages: `Statements/jobs.sql, statement extend_leases`.
+    var location: String { Self.location(self.file, self.name) }
+
+    static func location(_ file: String, _ name: String?) -> String {
+        "Statements/\(file).sql" + (name.map { ", statement \($0)" } ?? "")
+    }
+
+    /// The query to send: this statement with `bind` giving each declared bind its value, in order.
+    func query(_ bind: (inout NamedBindings) -> Void = { _ in }) -> PostgresQuery {
+        var binds = NamedBindings(for: self)
+        bind(&binds)
+        return PostgresQuery(unsafeSQL: self.sql, binds: binds.complete)
+    }
+
+    /// A file's text, or its named statement's, without leading and trailing comment lines (the description,
+    /// for people: not sent to Postgres with every call, and never in the middle of an including line).
+    static func text(of file: String, statement: String? = nil) -> String {
         guard let bytes = Self.files[file] else { fatalError("no statement file Statements/\(file).sql") }
         var lines = String(decoding: bytes, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false)[...]
+        if let statement {
+            let marker = "-- name: \(statement)"
+            guard let start = lines.firstIndex(where: { $0.trimmingCharacters(in: .whitespaces) == marker }) else {
+                fatalError("Statements/\(file).sql has no statement \(statement) (a line `\(marker)`)")
+            }
+            let rest = lines[(start + 1)...]
+            lines = rest[..<(rest.firstIndex(where: { $0.hasPrefix("-- name: ") }) ?? rest.endIndex)]
+        }
         func isCommentOrBlank(_ line: Substring) -> Bool {
             let trimmed = line.drop(while: { $0 == " " })
             return trimmed.isEmpty || trimmed.hasPrefix("--")
@@ -120,7 +149,28 @@ struct SQLStatement: Sendable {
         "outcome_input_rows": PackageResources.outcome_input_rows_sql,
         "dead_letter_columns": PackageResources.dead_letter_columns_sql,
         "dead_conflict": PackageResources.dead_conflict_sql,
+        "back_to_pending": PackageResources.back_to_pending_sql,
+        "workers": PackageResources.workers_sql,
+        "controls": PackageResources.controls_sql,
+        "available_now": PackageResources.available_now_sql,
+        "jobs": PackageResources.jobs_sql,
+        "webhooks": PackageResources.webhooks_sql,
+        "dead_jobs": PackageResources.dead_jobs_sql,
+        "migrations": PackageResources.migrations_sql,
+        "provider_tokens": PackageResources.provider_tokens_sql,
+        "token_replaceable": PackageResources.token_replaceable_sql,
+        "earliest_pending_run_at": PackageResources.earliest_pending_run_at_sql,
+        "shown_history": PackageResources.shown_history_sql,
     ]
+
+    /// Every named statement of a table's file, for the test that renders them all.
+    static func names(in file: String) -> [String] {
+        guard let bytes = Self.files[file] else { return [] }
+        return String(decoding: bytes, as: UTF8.self).split(separator: "\n").compactMap { line in
+            line.hasPrefix("-- name: ")
+                ? String(line.dropFirst("-- name: ".count)).trimmingCharacters(in: .whitespaces) : nil
+        }
+    }
 }
 
 /// A statement's bindings, appended by name in the statement's declared order.
@@ -136,17 +186,27 @@ struct NamedBindings {
 
     /// Binds `value` as `:name`, which must be the statement's next bind.
     mutating func bind(_ name: String, _ value: some PostgresDynamicTypeEncodable) {
+        self.expect(name)
+        self.bindings.append(value)
+    }
+
+    /// Binds `value` as `:name` (`nil`: NULL, its type left to Postgres).
+    mutating func bind<Value: PostgresDynamicTypeEncodable>(_ name: String, _ value: Value?) {
+        self.expect(name)
+        self.bindings.append(value)
+    }
+
+    private mutating func expect(_ name: String) {
         precondition(
             self.next < self.statement.binds.count && self.statement.binds[self.next] == name,
-            "\(self.statement.file).sql: :\(name) bound where :\(self.next < self.statement.binds.count ? self.statement.binds[self.next] : "nothing") belongs"
+            "\(self.statement.location): :\(name) bound where :\(self.next < self.statement.binds.count ? self.statement.binds[self.next] : "nothing") belongs"
         )
-        self.bindings.append(value)
         self.next += 1
     }
 
     /// The bindings, once every declared bind has its value.
     var complete: PostgresBindings {
-        precondition(self.next == self.statement.binds.count, "\(self.statement.file).sql: binds missing")
+        precondition(self.next == self.statement.binds.count, "\(self.statement.location): binds missing")
         return self.bindings
     }
 }

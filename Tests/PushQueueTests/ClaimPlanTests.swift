@@ -80,6 +80,37 @@ struct ClaimPlanTests {
         }
     }
 
+    @Test(
+        "the rate formula (push.rate_available, migration 0016) gives the old inline expression's answer and is inlined into the claim's plan"
+    )
+    func rateFormulaInlined() async throws {
+        try await TestPostgres.withDatabase { db in
+            // The expression the claim carried inline before schema 16, over rates whose float8 interval
+            // rounds under one (82 of the integer rates 1-1000 do), bursts, delays and half leases.
+            let differing = try await db.int64(
+                """
+                SELECT count(*) FROM generate_series(1, 1000) AS r, (VALUES (1), (7), (100)) AS b(burst),
+                       (VALUES (0.0), (0.25), (3.0)) AS d(delay), (VALUES (0.5), (4.0), (30.0)) AS h(half)
+                 WHERE push.rate_available(r::float8, b.burst::float8, d.delay::float8, h.half::float8)
+                       IS DISTINCT FROM floor((least(b.burst::float8 / r::float8, greatest(h.half::float8, 1 / r::float8))
+                                               - d.delay::float8) * r::float8 + 1e-9)
+                """
+            )
+            #expect(differing == 0)
+            try await db.execute("INSERT INTO push.rate_limits (topic, per_second, burst) VALUES ('t', 50, 5)")
+            var plan = ""
+            for try await line in try await db.client.query(
+                """
+                EXPLAIN (VERBOSE, COSTS OFF) SELECT push.rate_available(per_second::float8, burst::float8, 0, 30)
+                  FROM push.rate_limits
+                """
+            ).decode(String.self) {
+                plan += line + "\n"
+            }
+            #expect(plan.contains("floor(") && !plan.contains("rate_available"), "not inlined: \(plan)")
+        }
+    }
+
     @Test("a queue's claims serve every topic once before any topic twice")
     func rotatesAcrossTopics() async throws {
         try await TestPostgres.withDatabase { db in

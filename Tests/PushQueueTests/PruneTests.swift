@@ -10,7 +10,7 @@ import Testing
 @Suite("Prunes: read through their indexes, whatever the table holds")
 struct PruneTests {
     /// Buffers one statement reads under EXPLAIN ANALYZE, with the worker's session settings.
-    static func buffers(_ db: TestDatabase, _ sql: String) async throws -> (total: Int, plan: String) {
+    static func buffers(_ db: TestDatabase, _ query: PostgresQuery) async throws -> (total: Int, plan: String) {
         try await db.client.withConnection { connection in
             for setting in JobQueue.workerSessionSettings {
                 try await connection.query(
@@ -21,7 +21,7 @@ struct PruneTests {
             try await connection.query("BEGIN", logger: db.logger)
             var text = ""
             for try await line in try await connection.query(
-                PostgresQuery(unsafeSQL: "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) \(sql)"),
+                PostgresQuery(unsafeSQL: "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) \(query.sql)", binds: query.binds),
                 logger: db.logger
             ).decode(String.self) {
                 text += line
@@ -59,13 +59,16 @@ struct PruneTests {
             )
             try await db.execute("VACUUM ANALYZE push.webhook_deliveries")
             try await db.execute("VACUUM ANALYZE push.coalesce_marks")
-            for sql in JobQueue.webhookPruneSQL(retentionSeconds: 86_400, batchSize: 5_000) {
-                let (total, plan) = try await Self.buffers(db, sql)
+            for query in JobQueue.webhookPrunes(retentionSeconds: 86_400, batchSize: 5_000) {
+                let (total, plan) = try await Self.buffers(db, query)
                 #expect(total < 50, "\(total) buffers: \(plan.prefix(1500))")
             }
             let (marks, plan) = try await Self.buffers(
                 db,
-                JobQueue.coalesceMarksPruneSQL(ageSeconds: 86_400, batchSize: 5_000)
+                JobsSQL.forgetCoalesceMarks.query {
+                    $0.bind("age_seconds", 86_400.0)
+                    $0.bind("batch_size", Int64(5_000))
+                }
             )
             #expect(marks < 50, "\(marks) buffers: \(plan.prefix(1500))")
             // And they delete what is due.

@@ -8,8 +8,7 @@
 -- :cursor_environments and :cursor_topics the claimer's cursor (the topic each pair's walk stopped at last),
 -- :resume_credentials, :resume_environments, :resume_topics, :resume_priorities, :resume_run_ats and
 -- :resume_ids the claimer's resume points (where each busy range's last claim stopped).
--- The rate formula in budgets is JobQueue.available(perSecond:burst:delay:halfLease:), which
--- `push-worker limits` uses too; SQLStatementTests keeps the two the same.
+-- The rate formula in budgets is push.rate_available (migration 0016), which `push-worker limits` uses too.
 --
 -- Its cost is bounded by the batch, not by the number of topics, pauses, limits or keys: each pair
 -- (credential, environment) walks its topics from the claimer's cursor, at most a batch's worth of topics
@@ -222,7 +221,8 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
     -- interval, so any rate sends, however slow. Times are clock_timestamp(), taken after the lock.
     SELECT l.id, l.credential, l.topic, l.per_second, t.start, t.at, h.id IS NOT NULL AS held,
            CASE WHEN h.id IS NULL THEN 0
-                ELSE floor((least(l.burst / l.per_second, greatest(:half_lease_seconds, 1 / l.per_second)) - extract(epoch FROM t.start - t.at)) * l.per_second + 1e-9) END AS available
+                ELSE push.rate_available(l.per_second, l.burst, extract(epoch FROM t.start - t.at),
+                                         :half_lease_seconds) END AS available
       FROM (SELECT id, credential, topic, per_second::float8 AS per_second, burst::float8 AS burst,
                    next_send_at FROM push.rate_limits
              WHERE id = ANY (ARRAY(SELECT DISTINCT scope FROM scoped WHERE scope IS NOT NULL))) AS l

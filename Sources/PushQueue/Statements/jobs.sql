@@ -1,0 +1,239 @@
+-- push.jobs, besides the claim (claim.sql) and the outcome write (write_outcomes.sql): what a worker does to
+-- the jobs it holds, what the CLI reads of them, and the prunes of finished rows and spent ids
+-- (JobQueue+Claim.swift, JobQueue+Leases.swift, JobQueue+Inspect.swift).
+-- Each statement starts at its `-- name:` line; the comment lines right after it describe it.
+
+-- name: supersede_claimed
+-- Ends claimed jobs superseded without a request (a newer job of their key was claimed by another worker
+-- while this claim ran), fenced on (id, attempt, worker), the attempt not counted; webhooks told.
+WITH superseded AS (
+    UPDATE push.jobs AS j
+       SET state = 'superseded', superseded_by = i.by, reason = 'Superseded', attempts = j.attempts - 1,
+           locked_by = NULL, locked_until = NULL
+      FROM unnest(:ids::bigint[], :attempts::smallint[], :by::bigint[]) AS i(id, attempt, by)
+     WHERE j.id = i.id AND j.attempts = i.attempt AND j.locked_by = :worker_id AND j.state = 'running'
+    RETURNING j.id, j.apns_id, j.platform, j.topic, j.trap_ids
+), hooks AS (
+    -- Webhooks that take `superseded` (schema 11), as the claim's own superseding does.
+    INSERT INTO push.webhook_deliveries (webhook_id, event, job_id, body)
+    SELECT h.id, 'superseded', e.id,
+           jsonb_build_object('job_id', e.id, 'apns_id', e.apns_id, 'platform', e.platform,
+                              'topic', e.topic, 'state', 'superseded', 'status', NULL,
+                              'reason', 'Superseded', 'trap_ids', to_jsonb(e.trap_ids), 'at', now(),
+                              'event', 'superseded')
+      FROM push.webhooks AS h JOIN superseded AS e ON h.topic IS NULL OR h.topic = e.topic
+     WHERE h.disabled_at IS NULL AND 'superseded' = ANY (h.events)
+    RETURNING 1
+)
+SELECT id FROM superseded
+
+-- name: until_next_due
+-- Milliseconds until the next pending job falls due (negative: one is due), NULL when none is pending.
+SELECT (extract(epoch FROM ({{earliest_pending_run_at}} - now())) * 1000)::bigint
+
+-- name: release
+-- Claimed jobs never sent back to pending as if never claimed (the attempt not counted, run_at kept).
+UPDATE push.jobs AS j
+   SET state = 'pending', attempts = j.attempts - 1, locked_by = NULL, locked_until = NULL
+  FROM unnest(:ids::bigint[], :attempts::smallint[]) AS i(id, attempt)
+ WHERE j.id = i.id AND j.attempts = i.attempt AND j.locked_by = :worker_id
+RETURNING j.id
+
+-- name: extend_leases
+-- The leases of jobs this worker still holds; a row another statement holds now is skipped (next beat).
+UPDATE push.jobs SET locked_until = now() + make_interval(secs => :lease_seconds)
+ WHERE id IN (SELECT id FROM push.jobs WHERE id = ANY (:ids::bigint[]) AND locked_by = :worker_id
+               ORDER BY id FOR NO KEY UPDATE SKIP LOCKED)
+   AND locked_by = :worker_id
+RETURNING id
+
+-- name: prune_finished
+-- Delivered, superseded and cancelled jobs past the retention, at most :batch_size of each a statement.
+WITH delivered AS (
+    SELECT id FROM push.jobs
+     WHERE state = 'delivered' AND delivered_at < now() - make_interval(secs => :retention_seconds)
+     LIMIT :batch_size
+     FOR UPDATE SKIP LOCKED
+), superseded AS (
+    -- Superseded jobs (never sent) go by the same retention, counted from their creation.
+    SELECT id FROM push.jobs
+     WHERE state = 'superseded' AND created_at < now() - make_interval(secs => :retention_seconds)
+     LIMIT :batch_size
+     FOR UPDATE SKIP LOCKED
+), cancelled AS (
+    -- Cancelled jobs too (a holder's late outcome is no longer awaited after the retention).
+    SELECT id FROM push.jobs
+     WHERE state = 'cancelled' AND created_at < now() - make_interval(secs => :retention_seconds)
+     LIMIT :batch_size
+     FOR UPDATE SKIP LOCKED
+)
+-- The apns_id stays spent in push.apns_ids: an outbox retry of this job is skipped, not sent again.
+DELETE FROM push.jobs
+ WHERE id IN (SELECT id FROM delivered UNION ALL SELECT id FROM superseded
+              UNION ALL SELECT id FROM cancelled)
+RETURNING id
+
+-- name: forget_apns_ids
+-- apns_ids enqueued before the age that no job and no dead letter holds any longer.
+DELETE FROM push.apns_ids WHERE apns_id IN (
+    SELECT a.apns_id FROM push.apns_ids AS a
+     WHERE a.created_at < now() - make_interval(secs => :age_seconds)
+       AND NOT EXISTS (SELECT 1 FROM push.jobs AS j WHERE j.apns_id = a.apns_id)
+       AND NOT EXISTS (SELECT 1 FROM push.dead_jobs AS d WHERE d.apns_id = a.apns_id)
+     LIMIT :batch_size FOR UPDATE SKIP LOCKED)
+RETURNING 1
+
+-- name: forget_retired_apns_ids
+-- The retired apns_ids of schema 4 to 7, past the age.
+DELETE FROM push.retired_apns_ids WHERE apns_id IN (
+    SELECT apns_id FROM push.retired_apns_ids
+     WHERE retired_at < now() - make_interval(secs => :age_seconds)
+     LIMIT :batch_size FOR UPDATE SKIP LOCKED)
+RETURNING 1
+
+-- name: forget_coalesce_marks
+-- The latest-wins marks of keys not claimed for the age, read through coalesce_marks_updated_idx (schema
+-- 14): only the marks it deletes.
+DELETE FROM push.coalesce_marks WHERE (topic, environment, coalesce_key) IN (
+    SELECT topic, environment, coalesce_key FROM push.coalesce_marks
+     WHERE updated_at < now() - make_interval(secs => :age_seconds)
+     LIMIT :batch_size FOR UPDATE SKIP LOCKED)
+RETURNING 1
+
+-- name: show
+-- One job with its outcome, its history as shown and its whole row.
+SELECT {{job_columns}}, j.state, j.status, j.reason, j.apns_unique_id, j.delivered_at,
+       j.last_attempt_at, j.latency_ms, j.locked_by, j.locked_until, j.superseded_by,
+       j.provider_message_id,
+       {{shown_history}}::text AS history_json,
+       (to_jsonb(j) - 'send_priority' || jsonb_build_object('history', {{shown_history}}))::text AS row_json
+  FROM push.jobs AS j WHERE j.id = :id
+
+-- name: stats
+-- Counts by platform and state, the oldest due job's age, dead letters by trap, the last minute's throughput.
+SELECT
+  (SELECT coalesce(jsonb_object_agg(platform || '/' || state, n), '{}')::text
+     FROM (SELECT platform, state, count(*) AS n FROM push.jobs GROUP BY platform, state) AS s),
+  (SELECT count(*) FROM push.jobs WHERE state = 'pending' AND run_at <= now()),
+  (SELECT coalesce(extract(epoch FROM now() - min(run_at)), 0)::double precision
+     FROM push.jobs WHERE state = 'pending' AND run_at <= now()),
+  (SELECT count(*) FROM push.dead_jobs),
+  (SELECT coalesce(jsonb_object_agg(trap, n), '{}')::text FROM (
+      SELECT coalesce(t.trap, 'none') AS trap, count(*) AS n
+        FROM push.dead_jobs AS d LEFT JOIN LATERAL unnest(d.trap_ids) AS t(trap) ON true
+       GROUP BY 1) AS x),
+  (SELECT count(*) FROM push.jobs
+    WHERE state = 'delivered' AND delivered_at > now() - interval '1 minute'),
+  (SELECT count(*) FROM push.dead_jobs WHERE dead_at > now() - interval '1 minute'),
+  (SELECT count(*) FROM push.invalid_tokens)
+
+-- name: gauges
+-- The queue gauges, for the live worker with the smallest id only (no row for any other): pending and running
+-- from their partial indexes, the oldest due job one probe per claim range, never a delivered row.
+SELECT (SELECT count(*) FROM push.jobs WHERE state = 'pending'),
+       (SELECT count(*) FROM push.jobs WHERE state = 'running'),
+       -- The oldest due job is the earliest pending one, if that is due.
+       greatest(coalesce(extract(epoch FROM now() - {{earliest_pending_run_at}}), 0), 0)::double precision,
+       (SELECT CASE WHEN c.reltuples < 100000 THEN (SELECT count(*) FROM push.dead_jobs)
+                    ELSE c.reltuples::bigint END
+          FROM pg_class AS c WHERE c.oid = 'push.dead_jobs'::regclass),
+       (SELECT coalesce(jsonb_agg(jsonb_build_object(
+            'credential', credential, 'topic', topic, 'reason', reason,
+            'created_at', extract(epoch FROM created_at), 'created_by', created_by)), '[]')::text
+          FROM push.pauses),
+       (SELECT coalesce(jsonb_agg(jsonb_build_object(
+            'credential', credential, 'topic', topic, 'per_second', per_second::float8, 'burst', burst,
+            'available', {{available_now}})), '[]')::text
+          FROM push.rate_limits),
+       -- Per enabled hook, its oldest due delivery through the claim index (a disabled hook's backlog is
+       -- never read).
+       greatest(coalesce(extract(epoch FROM now() - (
+           SELECT min(x.run_at) FROM push.webhooks AS w CROSS JOIN LATERAL (
+               SELECT d.run_at FROM push.webhook_deliveries AS d
+                WHERE d.webhook_id = w.id AND d.state IN ('pending', 'running') AND d.run_at <= now()
+                  AND (d.state = 'pending' OR d.locked_until < now())
+                ORDER BY d.run_at LIMIT 1) AS x
+            WHERE w.disabled_at IS NULL)), 0), 0)::double precision
+ WHERE (SELECT min(worker_id) FROM push.workers
+         WHERE stopped_at IS NULL AND heartbeat_at > now() - make_interval(secs => :stale_seconds))
+       = :worker_id
+
+-- name: overview
+-- The console's counts by state and the oldest due job's age: partial indexes, counts capped at :cap and the
+-- planner's estimates, so it stays fast with millions of delivered rows.
+SELECT (SELECT count(*) FROM (SELECT 1 FROM push.jobs WHERE state = 'pending' AND run_at <= now() LIMIT :cap) AS x),
+       (SELECT count(*) FROM (SELECT 1 FROM push.jobs WHERE state = 'pending' AND run_at > now() LIMIT :cap) AS x),
+       (SELECT count(*) FROM (SELECT 1 FROM push.jobs WHERE state = 'running' LIMIT :cap) AS x),
+       (SELECT count(*) FROM (SELECT 1 FROM push.jobs WHERE state = 'delivered' LIMIT :cap) AS x),
+       (SELECT reltuples::float8 FROM pg_class WHERE oid = 'push.jobs_delivered_idx'::regclass),
+       (SELECT count(*) FROM (SELECT 1 FROM push.jobs WHERE state = 'superseded' LIMIT :cap) AS x),
+       (SELECT reltuples::float8 FROM pg_class WHERE oid = 'push.jobs_superseded_idx'::regclass),
+       (SELECT count(*) FROM (SELECT 1 FROM push.dead_jobs LIMIT :cap) AS x),
+       (SELECT reltuples::float8 FROM pg_class WHERE oid = 'push.dead_jobs'::regclass),
+       greatest(coalesce(extract(epoch FROM now() - {{earliest_pending_run_at}}), 0), 0)::float8
+
+-- name: outcomes_by_minute
+-- Deliveries and dead letters per minute over the last :minutes minutes, oldest first, every minute present,
+-- from the delivered and dead-at indexes: the cost follows the window's volume, not the table's size.
+WITH minutes AS (
+    SELECT generate_series(date_trunc('minute', now()) - make_interval(mins => :minutes - 1),
+                           date_trunc('minute', now()), interval '1 minute') AS minute
+), delivered AS (
+    SELECT date_trunc('minute', delivered_at) AS minute, count(*) AS n FROM push.jobs
+     WHERE state = 'delivered'
+       AND delivered_at >= date_trunc('minute', now()) - make_interval(mins => :minutes - 1)
+     GROUP BY 1
+), dead AS (
+    SELECT date_trunc('minute', dead_at) AS minute, count(*) AS n FROM push.dead_jobs
+     WHERE dead_at >= date_trunc('minute', now()) - make_interval(mins => :minutes - 1)
+     GROUP BY 1
+)
+SELECT m.minute, coalesce(d.n, 0), coalesce(x.n, 0)
+  FROM minutes AS m LEFT JOIN delivered AS d USING (minute) LEFT JOIN dead AS x USING (minute)
+ ORDER BY m.minute
+
+-- name: write_unwritable
+-- The last resort for one outcome the normal write refused (a poison row): a 200 written as delivered with
+-- nothing else; anything else moves the job to the dead letters with :sentence, without the side effect that
+-- may have failed (the invalid-token row). Fenced like the normal write; webhooks told in the same statement.
+WITH done AS (
+    UPDATE push.jobs AS j
+       SET state = 'delivered', delivered_at = now(), last_attempt_at = now(), status = 200,
+           locked_by = NULL, locked_until = NULL
+     WHERE :delivered AND j.id = :id AND j.attempts = :attempt AND j.locked_by = :worker_id
+    RETURNING j.id, j.apns_id, j.platform, j.topic, j.trap_ids
+), moved AS (
+    DELETE FROM push.jobs AS j
+     WHERE NOT :delivered AND j.id = :id AND j.attempts = :attempt AND j.locked_by = :worker_id
+    RETURNING j.*
+), dead AS (
+    INSERT INTO push.dead_jobs ({{dead_letter_columns}})
+    SELECT id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
+           collapse_id, expires_at, run_at, apns_id, max_attempts, attempts, transport_retries,
+           :status::smallint, :reason::text, coalesce(array_remove(trap_ids, NULL), '{}'), apns_unique_id,
+           created_at, first_attempt_at, now(), NULL, now(), :sentence::text,
+           history || jsonb_build_array(:entry::jsonb || jsonb_build_object('at', now(), 'worker', :worker_id::text)),
+           deliver_once, coalesce_key, platform, provider_message_id, traceparent, trace_first_span
+      FROM moved
+    {{dead_conflict}}
+    RETURNING id
+), deliveries AS (
+    -- Webhooks take this outcome too, in the same statement (the normal write's rule).
+    INSERT INTO push.webhook_deliveries (webhook_id, event, job_id, body)
+    SELECT h.id, e.event, e.id,
+           jsonb_build_object('job_id', e.id, 'apns_id', e.apns_id, 'platform', e.platform,
+                              'topic', e.topic, 'state', e.event, 'status', e.status,
+                              'reason', e.reason, 'trap_ids', to_jsonb(e.trap_ids), 'at', now(),
+                              'event', e.event)
+      FROM push.webhooks AS h
+      JOIN (SELECT id, 'delivered' AS event, apns_id, platform, topic, 200 AS status,
+                   NULL::text AS reason, trap_ids
+              FROM done
+            UNION ALL
+            SELECT id, 'dead', apns_id, platform, topic, :status::int, :reason::text, trap_ids
+              FROM moved) AS e
+        ON e.event = ANY (h.events) AND (h.topic IS NULL OR h.topic = e.topic)
+     WHERE h.disabled_at IS NULL
+    RETURNING 1
+)
+SELECT id FROM done UNION ALL SELECT id FROM dead

@@ -103,8 +103,8 @@ final class PushClient<Provider: PushProvider>: Sendable {
     }
 
     /// How many times one call resends a request the peer certainly did not process before it gives the
-    /// job back uncounted.
-    static var maximumResends: Int { 8 }
+    /// job back uncounted (``InCallRules/maximumResends``).
+    static var maximumResends: Int { InCallRules.maximumResends }
 
     /// Requests the peer certainly did not process, resent or given back (the `requests_not_processed`
     /// metric).
@@ -136,10 +136,7 @@ final class PushClient<Provider: PushProvider>: Sendable {
         let authenticator = self.authenticators[credential]
         guard self.knows(credential) else { throw self.provider.missingCredential(credential) }
         let pool = self.pool(for: PoolKey(endpoint: endpoint, credential: credential))
-        var reMinted = false
-        var adoptedShared = false
-        var reconnected = false
-        var resends = 0
+        var rules = InCallRules()
         var pending = first
         while true {
             let attempt: FirstAttempt
@@ -174,18 +171,20 @@ final class PushClient<Provider: PushProvider>: Sendable {
                 pool.succeeded()
                 // What the answer does to the connection is its reason's row, acted on once per request; the
                 // same answer again is the job's.
-                switch self.provider.connectionEffect(of: response) {
-                case .reMintToken where !reMinted:
-                    guard let authenticator, let used = attempt.authorization else { break }
-                    reMinted = true
-                    _ = try await Self.unsentIfCancelled { try await authenticator.replace(used) }
+                let carriedToken = authenticator != nil && attempt.authorization != nil
+                switch rules.answered(effect: self.provider.connectionEffect(of: response), carriedToken: carriedToken)
+                {
+                case .reMintToken:
+                    if let authenticator, let used = attempt.authorization {
+                        _ = try await Self.unsentIfCancelled { try await authenticator.replace(used) }
+                    }
                     continue
-                case .adoptSharedToken where !adoptedShared:
-                    guard let authenticator, let used = attempt.authorization else { break }
+                case .adoptSharedToken:
                     // The peer took another process's token for this key first: send with that one, once. A
                     // refusal is not a delivery, so the resend cannot deliver twice.
-                    adoptedShared = true
-                    if try await Self.unsentIfCancelled({ try await authenticator.adoptShared(rejecting: used) }) != nil
+                    if let authenticator, let used = attempt.authorization,
+                        try await Self.unsentIfCancelled({ try await authenticator.adoptShared(rejecting: used) })
+                            != nil
                     {
                         // On a new connection: the peer may count a token change on one connection as an update.
                         self.notProcessed.withLock { $0 += 1 }
@@ -196,25 +195,25 @@ final class PushClient<Provider: PushProvider>: Sendable {
                         await pool.discard(connection)
                         continue
                     }
-                case .reconnect where !reconnected:
-                    reconnected = true
+                case .reconnect:
                     await pool.discard(connection)
                     continue
-                default:
+                case .deliver, .resend, .fail:
                     break
                 }
                 connection.limiter.noteCredential(accepted: self.provider.credentialAccepted(by: response))
                 return response
-            case .failure(let error) where error.fault == .notProcessed:
-                // Certainly not processed: resend at once, on another connection if this one is going.
-                // Past the resend limit the caller gives the job back to the queue, uncounted.
-                self.notProcessed.withLock { $0 += 1 }
-                if !connection.isUsable { await pool.discard(connection) }
-                resends += 1
-                if resends > Self.maximumResends || Task.isCancelled { throw error }
-                continue
             case .failure(let error):
-                throw error
+                // Certainly not processed: resend at once, on another connection if this one is going. Past
+                // the resend limit the caller gives the job back to the queue, uncounted.
+                let notProcessed = error.fault == .notProcessed
+                if notProcessed {
+                    self.notProcessed.withLock { $0 += 1 }
+                    if !connection.isUsable { await pool.discard(connection) }
+                }
+                guard rules.failed(notProcessed: notProcessed, cancelled: Task.isCancelled) == .resend else {
+                    throw error
+                }
             }
         }
     }
@@ -323,8 +322,9 @@ final class PushClient<Provider: PushProvider>: Sendable {
     /// process) rather than hand it back.
     func takesInCallRules(_ result: Result<Response, TransportError>) -> Bool {
         switch result {
-        case .success(let response): self.provider.connectionEffect(of: response) != .none
-        case .failure(let error): error.fault == .notProcessed
+        case .success(let response):
+            InCallRules.acts(on: self.provider.connectionEffect(of: response), notProcessed: false)
+        case .failure(let error): InCallRules.acts(on: nil, notProcessed: error.fault == .notProcessed)
         }
     }
 

@@ -211,11 +211,15 @@ public final class APNsClient: Sendable {
         headers: [(name: String, value: String)],
         body: [UInt8]
     ) async throws -> APNsResponse {
-        try await self.engine.perform(
-            OutgoingRequest(method: method, path: path, headers: headers, body: body),
-            endpoint: endpoint,
-            credential: credential
-        )
+        try await PushClient<APNsProvider>.single { onResult in
+            await self.engine.sendBatch(
+                [OutgoingRequest(method: method, path: path, headers: headers, body: body)],
+                endpoint: endpoint,
+                credential: credential,
+                mayWrite: { true },
+                onResult: onResult
+            )
+        }
     }
 
     /// Requests APNs certainly did not process, resent or given back (the `requests_not_processed` metric).

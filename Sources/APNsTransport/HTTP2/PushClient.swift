@@ -111,113 +111,6 @@ final class PushClient<Provider: PushProvider>: Sendable {
     var notProcessedCount: Int { self.notProcessed.withLock { $0 } }
     private let notProcessed = Mutex(0)
 
-    /// One request's attempt whose answer the in-call rules still have to judge (a batch's first attempt).
-    struct FirstAttempt: Sendable {
-        var connection: HTTP2Connection
-        /// The `authorization` value it went out with (`nil`: a certificate credential).
-        var authorization: String?
-        var result: Result<Response, TransportError>
-    }
-
-    /// Sends one request with a credential's token, with the in-call rules.
-    ///
-    /// - Parameters:
-    ///   - mayWrite: asked once a stream is granted, just before the request is written; `false`
-    ///     withdraws it unsent (``TransportError/Code/shutdown``).
-    ///   - first: an attempt already made (by ``sendBatch(_:endpoint:credential:mayWrite:withdraws:onResult:)``):
-    ///     its answer is judged first, as if this call had sent it.
-    func perform(
-        _ request: OutgoingRequest,
-        endpoint: PushEndpoint,
-        credential: String,
-        mayWrite: (@Sendable () -> Bool)? = nil,
-        resuming first: FirstAttempt? = nil
-    ) async throws -> Response {
-        let authenticator = self.authenticators[credential]
-        guard self.knows(credential) else { throw self.provider.missingCredential(credential) }
-        let pool = self.pool(for: PoolKey(endpoint: endpoint, credential: credential))
-        var rules = InCallRules()
-        var pending = first
-        while true {
-            let attempt: FirstAttempt
-            if let made = pending {
-                attempt = made
-                pending = nil
-            } else {
-                let connection = try await pool.connection()
-                // A certificate credential authenticates in TLS: no token, no authorization header.
-                let authorization = try await Self.unsentIfCancelled { try await authenticator?.authorization() }
-                let result: Result<Response, TransportError>
-                do {
-                    let answer = try await connection.send(
-                        method: request.method,
-                        path: request.path,
-                        headers: request.headers,
-                        body: request.body,
-                        authorization: authorization,
-                        deadline: self.configuration.requestTimeout,
-                        mayWrite: mayWrite
-                    )
-                    result = .success(self.provider.parse(answer))
-                } catch let error as TransportError {
-                    result = .failure(error)
-                }
-                attempt = FirstAttempt(connection: connection, authorization: authorization, result: result)
-            }
-            let connection = attempt.connection
-            switch attempt.result {
-            case .success(let response):
-                // Any answer proves the endpoint works: reconnects need no backoff.
-                pool.succeeded()
-                // What the answer does to the connection is its reason's row, acted on once per request; the
-                // same answer again is the job's.
-                let carriedToken = authenticator != nil && attempt.authorization != nil
-                switch rules.answered(effect: self.provider.connectionEffect(of: response), carriedToken: carriedToken)
-                {
-                case .reMintToken:
-                    if let authenticator, let used = attempt.authorization {
-                        _ = try await Self.unsentIfCancelled { try await authenticator.replace(used) }
-                    }
-                    continue
-                case .adoptSharedToken:
-                    // The peer took another process's token for this key first: send with that one, once. A
-                    // refusal is not a delivery, so the resend cannot deliver twice.
-                    if let authenticator, let used = attempt.authorization,
-                        try await Self.unsentIfCancelled({ try await authenticator.adoptShared(rejecting: used) })
-                            != nil
-                    {
-                        // On a new connection: the peer may count a token change on one connection as an update.
-                        self.notProcessed.withLock { $0 += 1 }
-                        self.logger.warning(
-                            "\(self.provider.peerName) took another worker's token for this credential first; sending with that one",
-                            metadata: ["push.credential": "\(credential)"]
-                        )
-                        await pool.discard(connection)
-                        continue
-                    }
-                case .reconnect:
-                    await pool.discard(connection)
-                    continue
-                case .deliver, .resend, .fail:
-                    break
-                }
-                connection.limiter.noteCredential(accepted: self.provider.credentialAccepted(by: response))
-                return response
-            case .failure(let error):
-                // Certainly not processed: resend at once, on another connection if this one is going. Past
-                // the resend limit the caller gives the job back to the queue, uncounted.
-                let notProcessed = error.fault == .notProcessed
-                if notProcessed {
-                    self.notProcessed.withLock { $0 += 1 }
-                    if !connection.isUsable { await pool.discard(connection) }
-                }
-                guard rules.failed(notProcessed: notProcessed, cancelled: Task.isCancelled) == .resend else {
-                    throw error
-                }
-            }
-        }
-    }
-
     /// Runs a token operation; a caller cancelled while it waited (a shutdown past its grace, behind a slow
     /// mint) gets ``TransportError/withdrawn``: nothing was sent, and the job goes back uncounted, never as an
     /// unknown outcome.
@@ -229,12 +122,12 @@ final class PushClient<Provider: PushProvider>: Sendable {
         }
     }
 
-    /// Sends many requests of one endpoint and credential, with the same rules as ``perform`` for each, at a
-    /// fraction of the cost: stream slots are taken as many at a time as are free, requests go to the event
-    /// loop in one hop per connection and are flushed together, and each answer is handed to `onResult` on
-    /// the event loop as it arrives. An answer the in-call rules act on (a token to re-mint or adopt, a
-    /// connection to replace, a request the peer did not process) is taken up at once by ``perform``, in a
-    /// task of its own. Returns when every request has its result.
+    /// Sends requests of one endpoint and credential (one request is a batch of one), with the in-call rules
+    /// (``InCallRules``) for each: stream slots are taken as many at a time as are free, requests go to the
+    /// event loop in one hop per connection and are flushed together, and each answer is handed to `onResult`
+    /// on the event loop as it arrives. An answer the rules act on (a token to re-mint or adopt, a connection
+    /// to replace, a request the peer did not process) goes back into the same loop, which does what the rule
+    /// says and writes the request again. Returns when every request has its result.
     ///
     /// - Parameters:
     ///   - mayWrite: asked once per group of requests, once their stream slots are granted and just before
@@ -260,10 +153,11 @@ final class PushClient<Provider: PushProvider>: Sendable {
         let authenticator = self.authenticators[credential]
         let pool = self.pool(for: PoolKey(endpoint: endpoint, credential: credential))
         let provider = self.provider
-        // Which connection and token each request went out with: an answer the in-call rules act on needs both.
+        // Which connection and token each request went out with: an answer the rules act on needs both.
         let attempts = Mutex(
             [(connection: HTTP2Connection, authorization: String?)?](repeating: nil, count: requests.count)
         )
+        let rules = Mutex([InCallRules](repeating: InCallRules(), count: requests.count))
         let batch = RequestBatch { batch, index, answer in
             let result = answer.map(provider.parse)
             if case .success = result { pool.succeeded() }
@@ -271,36 +165,46 @@ final class PushClient<Provider: PushProvider>: Sendable {
                 defer { attempts[index] = nil }
                 return attempts[index]
             }
-            if self.takesInCallRules(result), let sent {
-                // The in-call rules take it from here, at once, in a task of its own (these answers are rare).
-                let attempt = FirstAttempt(
-                    connection: sent.connection,
-                    authorization: sent.authorization,
-                    result: result
-                )
-                batch.followUp {
-                    do {
-                        let response = try await self.perform(
-                            requests[index],
-                            endpoint: endpoint,
-                            credential: credential,
-                            mayWrite: { !batch.isCancelled && mayWrite() },
-                            resuming: attempt
-                        )
-                        onResult(index, .success(response))
-                    } catch {
-                        onResult(index, .failure(error))
-                    }
+            let step: InCallRules.Step
+            switch result {
+            case .success(let response):
+                // What the answer does to the connection is its reason's row, acted on once per request; the
+                // same answer again is the job's.
+                let carriedToken = authenticator != nil && sent?.authorization != nil
+                step = rules.withLock {
+                    $0[index].answered(effect: provider.connectionEffect(of: response), carriedToken: carriedToken)
                 }
-                return
+            case .failure(let error):
+                // Certainly not processed: sent again at once, on another connection if this one is going.
+                // Past the resend limit the caller gives the job back to the queue, uncounted.
+                let notProcessed = error.fault == .notProcessed
+                if notProcessed { self.notProcessed.withLock { $0 += 1 } }
+                step = rules.withLock { $0[index].failed(notProcessed: notProcessed, cancelled: batch.isCancelled) }
             }
-            if case .success(let response) = result {
-                sent?.connection.limiter.noteCredential(accepted: provider.credentialAccepted(by: response))
+            switch (step, sent) {
+            case (.deliver, _), (.fail, _), (_, nil):
+                if case .success(let response) = result {
+                    sent?.connection.limiter.noteCredential(accepted: provider.credentialAccepted(by: response))
+                }
+                onResult(index, result.mapError { $0 })
+            case (_, let sent?):
+                batch.redo {
+                    await self.redo(
+                        step,
+                        index,
+                        sent: sent,
+                        answer: result,
+                        batch: batch,
+                        pool: pool,
+                        authenticator: authenticator,
+                        credential: credential,
+                        onResult: onResult
+                    )
+                }
             }
-            onResult(index, result.mapError { $0 })
         }
         // A caller that gives up (a drain past its grace period) cancels the batch wherever this task waits:
-        // requests in flight are reset, follow-ups stop, and the rest are withdrawn.
+        // requests in flight are reset, and the rest are withdrawn.
         await withTaskCancellationHandler {
             await self.submit(
                 requests,
@@ -318,18 +222,66 @@ final class PushClient<Provider: PushProvider>: Sendable {
         }
     }
 
-    /// Whether ``perform`` acts on this first answer (its connection effect, or a request the peer did not
-    /// process) rather than hand it back.
-    func takesInCallRules(_ result: Result<Response, TransportError>) -> Bool {
-        switch result {
-        case .success(let response):
-            InCallRules.acts(on: self.provider.connectionEffect(of: response), notProcessed: false)
-        case .failure(let error): InCallRules.acts(on: nil, notProcessed: error.fault == .notProcessed)
+    /// Does what the in-call rules said for a request's answer (`step`), in the batch's own loop: returns the
+    /// request's index to write it again, or `nil` once it has its result.
+    private func redo(
+        _ step: InCallRules.Step,
+        _ index: Int,
+        sent: (connection: HTTP2Connection, authorization: String?),
+        answer: Result<Response, TransportError>,
+        batch: RequestBatch,
+        pool: ConnectionPool,
+        authenticator: (any RequestAuthenticator)?,
+        credential: String,
+        onResult: @escaping @Sendable (_ index: Int, _ result: Result<Response, any Error>) -> Void
+    ) async -> Int? {
+        guard !batch.isCancelled && !Task.isCancelled else {
+            // Nothing more goes out: the answer in hand was a refusal, so the job goes back uncounted.
+            onResult(index, .failure(TransportError.withdrawn))
+            return nil
         }
+        do {
+            switch step {
+            case .reMintToken:
+                if let authenticator, let used = sent.authorization {
+                    _ = try await Self.unsentIfCancelled { try await authenticator.replace(used) }
+                }
+            case .adoptSharedToken:
+                // The peer took another process's token for this key first: send with that one, once. A
+                // refusal is not a delivery, so the resend cannot deliver twice.
+                if let authenticator, let used = sent.authorization,
+                    try await Self.unsentIfCancelled({ try await authenticator.adoptShared(rejecting: used) })
+                        != nil
+                {
+                    // On a new connection: the peer may count a token change on one connection as an update.
+                    self.notProcessed.withLock { $0 += 1 }
+                    self.logger.warning(
+                        "\(self.provider.peerName) took another worker's token for this credential first; sending with that one",
+                        metadata: ["push.credential": "\(credential)"]
+                    )
+                    await pool.discard(sent.connection)
+                } else if case .success(let response) = answer {
+                    // No other token to adopt: the answer is the job's.
+                    sent.connection.limiter.noteCredential(accepted: self.provider.credentialAccepted(by: response))
+                    onResult(index, .success(response))
+                    return nil
+                }
+            case .reconnect:
+                await pool.discard(sent.connection)
+            case .resend:
+                if !sent.connection.isUsable { await pool.discard(sent.connection) }
+            case .deliver, .fail:
+                break
+            }
+        } catch {
+            onResult(index, .failure(error))
+            return nil
+        }
+        return index
     }
 
     /// ``sendBatch``'s loop: takes slots, writes, until every request is written or given its reason not
-    /// to be.
+    /// to be, then writes again each one the in-call rules send back, until every request has its result.
     private func submit(
         _ requests: [OutgoingRequest],
         batch: RequestBatch,
@@ -342,7 +294,15 @@ final class PushClient<Provider: PushProvider>: Sendable {
     ) async {
         var waiting = requests.indices[...]
         var failedRounds = 0
-        while !waiting.isEmpty {
+        while true {
+            if waiting.isEmpty {
+                // Every request is written: wait for one the rules send again, or for the last result.
+                guard let work = await batch.nextRedo() else { return }
+                let index = await work()
+                batch.redoTaken()
+                if let index { waiting = index..<(index + 1) }
+                continue
+            }
             let stop: TransportError?
             do {
                 let connection = try await pool.connection(waitForNew: false)

@@ -13,8 +13,14 @@ final class RequestBatch: Sendable {
         var cancelled = false
         /// The connections the batch's requests went out on, held until it ends (a cancellation resets there).
         var connections: [HTTP2Connection] = []
-        var followUps: [Task<Void, Never>] = []
+        /// Answers the in-call rules send again, each as the work to do first (it returns the request's
+        /// index to write again, or `nil` once the request has its result), for the batch's loop to take.
+        var redos: [Redo] = []
+        var redoWaiter: CheckedContinuation<Redo?, Never>?
     }
+
+    /// What the batch's loop does for a request the in-call rules send again.
+    typealias Redo = @Sendable () async -> Int?
 
     private let handler: Handler
     private let state = Mutex(State())
@@ -44,32 +50,50 @@ final class RequestBatch: Sendable {
         self.finishedOne()
     }
 
-    /// Runs `operation` in a task of its own at once (a request the in-call rules resend or re-mint for),
-    /// and waits for it as for an answer: called from the handler, before its answer counts as delivered,
-    /// so the batch never looks finished in between. A cancelled batch cancels it.
-    func followUp(_ operation: @escaping @Sendable () async -> Void) {
-        self.state.withLock { $0.outstanding += 1 }
-        let task = Task {
-            // A batch cancelled before this task started: its operation sees the cancellation at once.
-            if self.isCancelled { withUnsafeCurrentTask { $0?.cancel() } }
-            await operation()
-            self.finishedOne()
+    /// Hands a request the in-call rules send again to the batch's loop (called from the handler, before
+    /// its answer counts as delivered, so the batch never looks finished in between): it stays outstanding
+    /// until the loop has taken it (``redoTaken()``).
+    func redo(_ work: @escaping Redo) {
+        let waiter = self.state.withLock { state -> CheckedContinuation<Redo?, Never>? in
+            state.outstanding += 1
+            guard let waiter = state.redoWaiter else {
+                state.redos.append(work)
+                return nil
+            }
+            state.redoWaiter = nil
+            return waiter
         }
-        let cancelled = self.state.withLock { state -> Bool in
-            state.followUps.append(task)
-            return state.cancelled
-        }
-        if cancelled { task.cancel() }
+        waiter?.resume(returning: work)
     }
 
+    /// The next request the rules send again, waiting for one while answers are outstanding; `nil` once every
+    /// request has its result. Only the batch's loop calls it.
+    func nextRedo() async -> Redo? {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Redo?, Never>) in
+            let ready = self.state.withLock { state -> Redo?? in
+                if !state.redos.isEmpty { return .some(state.redos.removeFirst()) }
+                if state.outstanding == 0 { return .some(nil) }
+                state.redoWaiter = continuation
+                return nil
+            }
+            if let ready { continuation.resume(returning: ready) }
+        }
+    }
+
+    /// The loop has done a redo's work: it no longer counts as outstanding (written again, its new attempt
+    /// does).
+    func redoTaken() { self.finishedOne() }
+
     private func finishedOne() {
-        let done = self.state.withLock { state -> CheckedContinuation<Void, Never>? in
+        let (done, waiter) = self.state.withLock {
+            state -> (CheckedContinuation<Void, Never>?, CheckedContinuation<Redo?, Never>?) in
             state.outstanding -= 1
-            guard state.outstanding == 0 else { return nil }
-            defer { state.done = nil }
-            return state.done
+            guard state.outstanding == 0 else { return (nil, nil) }
+            defer { (state.done, state.redoWaiter) = (nil, nil) }
+            return (state.done, state.redoWaiter)
         }
         done?.resume()
+        waiter?.resume(returning: nil)
     }
 
     /// Waits until every expected request has its answer. A cancelled caller resets the ones in flight
@@ -93,11 +117,10 @@ final class RequestBatch: Sendable {
     /// Gives up on the batch: see ``waitForAll()``.
     func cancel() {
         self.cancelledFlag.store(true, ordering: .releasing)
-        let (connections, followUps) = self.state.withLock { state in
+        let connections = self.state.withLock { state in
             state.cancelled = true
-            return (state.connections, state.followUps)
+            return state.connections
         }
         for connection in connections { connection.exchange.cancel(self) }
-        for task in followUps { task.cancel() }
     }
 }

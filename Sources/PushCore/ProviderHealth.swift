@@ -48,17 +48,22 @@ public struct ProviderHealth: Sendable {
     public var isDown: Bool { self.downSince != nil }
 
     /// Whether the provider may be down though the rule has not said so, for a job whose previous request was
-    /// written `since` (by any worker; before its first, when it was due): at least a quarter of the last 20
-    /// answers were 5xx, or no request written since then has been answered other than 5xx. A job's own 5xx is
-    /// one "while others succeed" (the contract's words): only a success to a request written after the job's
-    /// previous one shows that.
+    /// written `since` (by any worker; for a first attempt, this one): at least a quarter of the last 20
+    /// answers were 5xx, or no request written since then has been answered other than 5xx, or nothing but 5xx
+    /// came back for a window (unless `afterDoubt`: the job's previous attempt was itself sent back uncounted).
+    /// A job's own 5xx is one "while others succeed" (the contract's words): only a success to a request
+    /// written after the job's previous one, and a recent one, shows that.
     /// Without it, the job may have met the first moments of an outage at several workers (each judges alone,
     /// and none has seen enough yet), or the queue is too quiet to judge by, or this worker was frozen and
     /// knows nothing current (answers read late are not counted). When `since` is not known: nothing but 5xx
     /// for a window. Just back up after an outage, it may be down until 20 answers are counted again (for a
     /// minute at most). A 5xx that would end a job while the provider may be down sends it back uncounted
     /// instead (for an hour from its first attempt at most); one that leaves it attempts follows the stretch.
-    public func mayBeDown(at now: ContinuousClock.Instant, since: ContinuousClock.Instant? = nil) -> Bool {
+    public func mayBeDown(
+        at now: ContinuousClock.Instant,
+        since: ContinuousClock.Instant? = nil,
+        afterDoubt: Bool = false
+    ) -> Bool {
         if self.isDown || self.window.recentBad * 4 >= Self.minimumAnswers { return true }
         if let recovered = self.recoveredAt, now - recovered < Self.recoveryLimit,
             self.window.recentCount < Self.minimumAnswers
@@ -66,8 +71,11 @@ public struct ProviderHealth: Sendable {
             return true
         }
         guard let answered = self.lastAnswered else { return true }
-        if let since { return answered < since }
-        return now - answered >= Self.window
+        // Nothing else heard for a window: too quiet to judge by, whenever the job last failed. Once: a job
+        // already sent back for that doubt is judged by what was answered since (in a quiet queue its own
+        // failure would otherwise be doubted for an hour).
+        if now - answered >= Self.window && !afterDoubt { return true }
+        return since.map { answered < $0 } ?? false
     }
 
     /// How long after coming back up the provider may be down for want of answers (a quiet scope's jobs are

@@ -59,6 +59,10 @@ public struct PushJob: Sendable, Hashable {
     /// The database's clock when the job was claimed: every expiry check compares queue times with
     /// this clock, never the worker's own.
     public var claimedAt: Date?
+    /// The worker's monotonic instant of ``claimedAt`` (the middle of the claim's round trip): a database time
+    /// of the job maps to the worker's clock from here, not from when its request was written (which a busy
+    /// worker or a rate limit may delay by seconds).
+    public var claimedLocally: ContinuousClock.Instant?
     /// The producer's `coalesce_key`: of the due pending jobs sharing it, only the newest is sent.
     public var coalesceKey: String?
     /// When `push.invalid_tokens` says the device token died, if that was after this job was enqueued (set
@@ -80,6 +84,9 @@ public struct PushJob: Sendable, Hashable {
     /// When its last request was written (`nil` before the first): a retry's 5xx is the job's own failure only
     /// if a request written after that was answered ("Provider outages burn nothing").
     public var lastAttemptAt: Date?
+    /// How its last attempt that did not deliver ended, as its history says (`retry`, `requeue`, …; `nil`
+    /// before any): a job sent back uncounted while its provider may have been down is not doubted twice.
+    public var lastOutcome: String?
 
     /// Creates a job value; every field is as stored in `push.jobs`.
     public init(
@@ -109,8 +116,10 @@ public struct PushJob: Sendable, Hashable {
         platform: Platform = .apns,
         traceparent: String? = nil,
         traceFirstSpan: String? = nil,
-        lastAttemptAt: Date? = nil
+        lastAttemptAt: Date? = nil,
+        lastOutcome: String? = nil
     ) {
+        self.lastOutcome = lastOutcome
         self.traceFirstSpan = traceFirstSpan
         self.lastAttemptAt = lastAttemptAt
         self.platform = platform

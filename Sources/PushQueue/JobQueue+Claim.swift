@@ -278,6 +278,10 @@ extension JobQueue {
             }
         }
         try await self.forEachRow(of: ClaimStatement.self, binds: binds.complete, read)
+        // This process's instant of the claim's database clock (claimedAt), within half the round trip: the
+        // middle of it. Database times of the job (its previous attempt) map to this process's clock from here.
+        let answered = ContinuousClock.now
+        for index in jobs.indices { jobs[index].claimedLocally = now + (answered - now) / 2 }
         nextCursor.resumes = walkFrom.updated(sent: resumeFrom, reported: reported, at: now)
         self.claimCursor.value = nextCursor
         if !stale.isEmpty {
@@ -345,7 +349,8 @@ extension JobQueue {
             platform: Platform(rawValue: try c.next(String.self)) ?? .apns,
             traceparent: try c.next(String?.self),
             traceFirstSpan: try c.next(String?.self),
-            lastAttemptAt: try c.next(Date?.self)
+            lastAttemptAt: try c.next(Date?.self),
+            lastOutcome: try c.next(String?.self)
         )
     }
 }

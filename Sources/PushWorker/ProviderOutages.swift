@@ -86,11 +86,12 @@ final class ProviderOutages: Sendable {
             // Down: back uncounted. Maybe down, and this 5xx would end the job: back uncounted, later.
             if health.isDown { return (true, change, ProviderHealth.firstProbe) }
             guard case .dead = attempt.decided.decision else { return (true, change, nil) }
-            // Since its previous request was written (by any worker; before the first, since it was due): a
+            // Since its previous request was written (by any worker; a first attempt, since this one was): a
             // request written after that and answered shows the provider worked after the job's last failure.
             // For an hour from its first attempt at most: a job whose own request a quiet provider keeps
             // answering 5xx is not sent for ever.
-            if health.mayBeDown(at: now, since: Self.local(job.lastAttemptAt ?? job.runAt, of: attempt)),
+            let since = job.lastAttemptAt.flatMap { Self.local($0, of: attempt) } ?? attempt.outcome.attemptedAt
+            if health.mayBeDown(at: now, since: since, afterDoubt: job.lastOutcome == "requeue"),
                 Self.local(job.firstAttemptAt, of: attempt).map({ now - $0 < ProviderHealth.doubtfulSpan }) ?? true
             {
                 return (true, change, ProviderHealth.doubtfulWait)
@@ -103,11 +104,12 @@ final class ProviderOutages: Sendable {
         return job.platform == .fcm ? self.recordQuota(attempt, at: now) : attempt
     }
 
-    /// A database instant of `attempt`'s job on this worker's clock: the attempt's start less the database's
-    /// time from then to the claim.
+    /// A database instant of `attempt`'s job on this worker's clock: the claim's instant here less the
+    /// database's time from then to the claim.
     private static func local(_ date: Date?, of attempt: JobProcessor.Attempt) -> ContinuousClock.Instant? {
         guard let date, let claimed = attempt.job.claimedAt else { return nil }
-        return attempt.outcome.attemptedAt - .milliseconds(Int64(max(0, claimed.timeIntervalSince(date)) * 1000))
+        let here = attempt.job.claimedLocally ?? attempt.outcome.attemptedAt
+        return here - .milliseconds(Int64(max(0, claimed.timeIntervalSince(date)) * 1000))
     }
 
     /// `attempt` sent back to pending after `wait` without using an attempt (its history keeps the answer);

@@ -53,14 +53,4 @@ struct InCallRulesTests {
         #expect(unknown.failed(notProcessed: false, cancelled: false) == .fail, "an unknown outcome is never resent")
         #expect(unknown.resends == 0)
     }
-
-    @Test("a batch hands an answer to the rules only when they would act on it")
-    func batchHandsOver() {
-        #expect(!InCallRules.acts(on: ConnectionEffect.none, notProcessed: false))
-        #expect(!InCallRules.acts(on: nil, notProcessed: false))
-        #expect(InCallRules.acts(on: nil, notProcessed: true))
-        for effect in [ConnectionEffect.reMintToken, .adoptSharedToken, .reconnect] {
-            #expect(InCallRules.acts(on: effect, notProcessed: false))
-        }
-    }
 }

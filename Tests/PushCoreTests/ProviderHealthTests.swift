@@ -166,6 +166,18 @@ struct ProviderHealthTests {
         #expect(quiet.mayBeDown(at: self.at(8_001), since: self.at(50)), "one job, nothing answered since it was due")
         _ = quiet.record(serverError: false, job: 100, at: self.at(8_050), written: self.at(8_040))
         #expect(!quiet.mayBeDown(at: self.at(8_051), since: self.at(50)), "a request written since was answered")
+        // A quiet queue: a job's previous 503 at 0, another job answered 200 at 30 s, the provider down from
+        // 40 s, the job's last 503 at 60 s. The 200 came after the job's previous attempt, but nothing has been
+        // heard for 30 s: maybe down (a reviewer's case; the job would have been dead-lettered).
+        var sparse = ProviderHealth()
+        _ = sparse.record(serverError: false, job: 1, at: self.at(30_000), written: self.at(29_990))
+        _ = sparse.record(serverError: true, job: 2, at: self.at(60_000))
+        #expect(sparse.mayBeDown(at: self.at(60_001), since: self.at(0)), "nothing heard for 30 s")
+        #expect(!sparse.mayBeDown(at: self.at(35_001), since: self.at(0)), "5 s after the 200: the job's own")
+        // Sent back once for that doubt, the job is judged by what was answered since its previous attempt: a
+        // quiet queue's own failure is not doubted for an hour.
+        #expect(!sparse.mayBeDown(at: self.at(60_001), since: self.at(0), afterDoubt: true), "answered since")
+        #expect(sparse.mayBeDown(at: self.at(60_001), since: self.at(40_000), afterDoubt: true), "not since")
         var thawed = ProviderHealth()
         _ = thawed.record(serverError: false, job: 1, at: self.at(0))
         _ = thawed.record(serverError: true, job: 2, at: self.at(12_000))

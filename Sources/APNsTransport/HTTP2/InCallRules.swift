@@ -56,9 +56,4 @@ struct InCallRules: Sendable, Equatable {
         self.resends += 1
         return self.resends > Self.maximumResends || cancelled ? .fail : .resend
     }
-
-    /// Whether a fresh request's first answer needs the rules at all (a batch hands only those to them).
-    static func acts(on effect: ConnectionEffect?, notProcessed: Bool) -> Bool {
-        notProcessed || (effect.map { $0 != .none } ?? false)
-    }
 }

@@ -292,20 +292,31 @@ final class PushClient<Provider: PushProvider>: Sendable {
         withdraws: (@Sendable (_ index: Int) -> Bool)?,
         onResult: @escaping @Sendable (_ index: Int, _ result: Result<Response, any Error>) -> Void
     ) async {
-        var waiting = requests.indices[...]
+        var waiting = Array(requests.indices)[...]
         var failedRounds = 0
+        // A request the rules send again goes out on a new connection where the pool has room for one (the old
+        // one was discarded, or may be bound to another key): the round after it waits for the new one.
+        var fresh = false
         while true {
-            if waiting.isEmpty {
-                // Every request is written: wait for one the rules send again, or for the last result.
+            // Requests the rules send again, all that are queued, each after its rule's step (a token re-minted
+            // or adopted, a connection discarded); when every request is written, wait for one or for the end.
+            var redos = batch.takeRedos()
+            if waiting.isEmpty && redos.isEmpty {
                 guard let work = await batch.nextRedo() else { return }
-                let index = await work()
-                batch.redoTaken()
-                if let index { waiting = index..<(index + 1) }
-                continue
+                redos = [work]
             }
+            for work in redos {
+                if let index = await work() {
+                    waiting.append(index)
+                    fresh = true
+                }
+                batch.redoTaken()
+            }
+            if waiting.isEmpty { continue }
             let stop: TransportError?
             do {
-                let connection = try await pool.connection(waitForNew: false)
+                let connection = try await pool.connection(waitForNew: fresh)
+                fresh = false
                 let authorization = try await Self.unsentIfCancelled { try await authenticator?.authorization() }
                 let granted = await connection.limiter.acquire(upTo: waiting.count)
                 if granted == 0 {

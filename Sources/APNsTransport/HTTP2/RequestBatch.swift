@@ -80,6 +80,14 @@ final class RequestBatch: Sendable {
         }
     }
 
+    /// Every request the rules send again that is queued now, without waiting.
+    func takeRedos() -> [Redo] {
+        self.state.withLock { state in
+            defer { state.redos.removeAll() }
+            return state.redos
+        }
+    }
+
     /// The loop has done a redo's work: it no longer counts as outstanding (written again, its new attempt
     /// does).
     func redoTaken() { self.finishedOne() }

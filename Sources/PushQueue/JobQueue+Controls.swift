@@ -234,23 +234,20 @@ extension JobQueue {
 
 /// The statements of `Statements/controls.sql`, with their binds in order.
 enum ControlsSQL {
-    static let pause = SQLStatement(file: "controls", name: "pause", binds: ["credential", "topic", "reason"])
-    static let resume = SQLStatement(file: "controls", name: "resume", binds: ["credential", "topic"])
-    static let pauses = SQLStatement(file: "controls", name: "pauses", binds: ["counting_jobs"])
-    static let setRateLimit = SQLStatement(
-        file: "controls",
-        name: "set_rate_limit",
-        binds: ["credential", "topic", "per_second", "burst"]
-    )
-    static let clearRateLimit = SQLStatement(
-        file: "controls",
-        name: "clear_rate_limit",
-        binds: ["credential", "topic"]
-    )
-    static let rateLimits = SQLStatement(file: "controls", name: "rate_limits")
-    static let wakeWorkers = SQLStatement(file: "controls", name: "wake_workers")
-    static let cancelledAmong = SQLStatement(file: "controls", name: "cancelled_among", binds: ["ids"])
-    static let cancel = SQLStatement(file: "controls", name: "cancel", binds: ["ids", "coalesce_key", "topic"])
+    /// Statement `name` of `Statements/controls.sql`, with its binds in order.
+    private static func named(_ name: String, _ binds: String...) -> SQLStatement {
+        SQLStatement(file: "controls", name: name, binds: binds)
+    }
+
+    static let pause = named("pause", "credential", "topic", "reason")
+    static let resume = named("resume", "credential", "topic")
+    static let pauses = named("pauses", "counting_jobs")
+    static let setRateLimit = named("set_rate_limit", "credential", "topic", "per_second", "burst")
+    static let clearRateLimit = named("clear_rate_limit", "credential", "topic")
+    static let rateLimits = named("rate_limits")
+    static let wakeWorkers = named("wake_workers")
+    static let cancelledAmong = named("cancelled_among", "ids")
+    static let cancel = named("cancel", "ids", "coalesce_key", "topic")
 
     static let all = [
         pause, resume, pauses, setRateLimit, clearRateLimit, rateLimits, wakeWorkers, cancelledAmong, cancel,

@@ -257,12 +257,13 @@ extension QueueOperations {
 
 /// The statements of `Statements/dead_jobs.sql`, with their binds in order.
 enum DeadJobsSQL {
-    static let purgeOlder = SQLStatement(file: "dead_jobs", name: "purge_older", binds: ["age_seconds", "batch_size"])
-    static let purgeDiedBefore = SQLStatement(
-        file: "dead_jobs",
-        name: "purge_died_before",
-        binds: ["cutoff_micros", "batch_size"]
-    )
+    /// Statement `name` of `Statements/dead_jobs.sql`, with its binds in order.
+    private static func named(_ name: String, _ binds: String...) -> SQLStatement {
+        SQLStatement(file: "dead_jobs", name: name, binds: binds)
+    }
+
+    static let purgeOlder = named("purge_older", "age_seconds", "batch_size")
+    static let purgeDiedBefore = named("purge_died_before", "cutoff_micros", "batch_size")
 
     static let all = [purgeOlder, purgeDiedBefore]
 }

@@ -102,47 +102,34 @@ extension JobQueue {
 
 /// The statements of `Statements/jobs.sql`, with their binds in order.
 enum JobsSQL {
-    static let supersedeClaimed = SQLStatement(
-        file: "jobs",
-        name: "supersede_claimed",
-        binds: ["ids", "attempts", "by", "worker_id"]
-    )
-    static let untilNextDue = SQLStatement(file: "jobs", name: "until_next_due")
-    static let release = SQLStatement(file: "jobs", name: "release", binds: ["ids", "attempts", "worker_id"])
-    static let extendLeases = SQLStatement(
-        file: "jobs",
-        name: "extend_leases",
-        binds: ["ids", "worker_id", "lease_seconds"]
-    )
-    static let pruneFinished = SQLStatement(
-        file: "jobs",
-        name: "prune_finished",
-        binds: ["retention_seconds", "batch_size"]
-    )
-    static let forgetAPNsIDs = SQLStatement(
-        file: "jobs",
-        name: "forget_apns_ids",
-        binds: ["age_seconds", "batch_size"]
-    )
-    static let forgetRetiredAPNsIDs = SQLStatement(
-        file: "jobs",
-        name: "forget_retired_apns_ids",
-        binds: ["age_seconds", "batch_size"]
-    )
-    static let forgetCoalesceMarks = SQLStatement(
-        file: "jobs",
-        name: "forget_coalesce_marks",
-        binds: ["age_seconds", "batch_size"]
-    )
-    static let show = SQLStatement(file: "jobs", name: "show", binds: ["id"])
-    static let stats = SQLStatement(file: "jobs", name: "stats")
-    static let gauges = SQLStatement(file: "jobs", name: "gauges", binds: ["stale_seconds", "worker_id"])
-    static let overview = SQLStatement(file: "jobs", name: "overview", binds: ["cap"])
-    static let outcomesByMinute = SQLStatement(file: "jobs", name: "outcomes_by_minute", binds: ["minutes"])
-    static let writeUnwritable = SQLStatement(
-        file: "jobs",
-        name: "write_unwritable",
-        binds: ["delivered", "id", "attempt", "worker_id", "status", "reason", "sentence", "entry"]
+    /// Statement `name` of `Statements/jobs.sql`, with its binds in order.
+    private static func named(_ name: String, _ binds: String...) -> SQLStatement {
+        SQLStatement(file: "jobs", name: name, binds: binds)
+    }
+
+    static let supersedeClaimed = named("supersede_claimed", "ids", "attempts", "by", "worker_id")
+    static let untilNextDue = named("until_next_due")
+    static let release = named("release", "ids", "attempts", "worker_id")
+    static let extendLeases = named("extend_leases", "ids", "worker_id", "lease_seconds")
+    static let pruneFinished = named("prune_finished", "retention_seconds", "batch_size")
+    static let forgetAPNsIDs = named("forget_apns_ids", "age_seconds", "batch_size")
+    static let forgetRetiredAPNsIDs = named("forget_retired_apns_ids", "age_seconds", "batch_size")
+    static let forgetCoalesceMarks = named("forget_coalesce_marks", "age_seconds", "batch_size")
+    static let show = named("show", "id")
+    static let stats = named("stats")
+    static let gauges = named("gauges", "stale_seconds", "worker_id")
+    static let overview = named("overview", "cap")
+    static let outcomesByMinute = named("outcomes_by_minute", "minutes")
+    static let writeUnwritable = named(
+        "write_unwritable",
+        "delivered",
+        "id",
+        "attempt",
+        "worker_id",
+        "status",
+        "reason",
+        "sentence",
+        "entry"
     )
 
     static let all = [

@@ -204,39 +204,38 @@ public struct FailingWebhookDelivery: Sendable, Hashable, Codable {
 
 /// The statements of `Statements/webhooks.sql`, with their binds in order.
 enum WebhooksSQL {
-    static let add = SQLStatement(file: "webhooks", name: "add", binds: ["url", "events", "topic", "secret_file"])
-    static let disableForRemoval = SQLStatement(file: "webhooks", name: "disable_for_removal", binds: ["id"])
-    static let deleteDeliveries = SQLStatement(
-        file: "webhooks",
-        name: "delete_deliveries",
-        binds: ["id", "batch_size"]
+    /// Statement `name` of `Statements/webhooks.sql`, with its binds in order.
+    private static func named(_ name: String, _ binds: String...) -> SQLStatement {
+        SQLStatement(file: "webhooks", name: name, binds: binds)
+    }
+
+    static let add = named("add", "url", "events", "topic", "secret_file")
+    static let disableForRemoval = named("disable_for_removal", "id")
+    static let deleteDeliveries = named("delete_deliveries", "id", "batch_size")
+    static let remove = named("remove", "id")
+    static let list = named("list")
+    static let enable = named("enable", "id")
+    static let replay = named("replay", "ids", "hook")
+    static let disabledHooksOf = named("disabled_hooks_of", "ids")
+    static let failing = named("failing", "hook", "limit")
+    static let claimDeadline = named("claim_deadline", "timeout")
+    static let claimHooks = named("claim_hooks")
+    static let claimDeliveries = named("claim_deliveries", "per_hook", "hooks", "limit", "worker_id", "lease_seconds")
+    static let recordTries = named(
+        "record_tries",
+        "ids",
+        "attempts",
+        "kinds",
+        "statuses",
+        "errors",
+        "waits",
+        "window_seconds",
+        "worker_id"
     )
-    static let remove = SQLStatement(file: "webhooks", name: "remove", binds: ["id"])
-    static let list = SQLStatement(file: "webhooks", name: "list")
-    static let enable = SQLStatement(file: "webhooks", name: "enable", binds: ["id"])
-    static let replay = SQLStatement(file: "webhooks", name: "replay", binds: ["ids", "hook"])
-    static let disabledHooksOf = SQLStatement(file: "webhooks", name: "disabled_hooks_of", binds: ["ids"])
-    static let failing = SQLStatement(file: "webhooks", name: "failing", binds: ["hook", "limit"])
-    static let claimDeadline = SQLStatement(file: "webhooks", name: "claim_deadline", binds: ["timeout"])
-    static let claimHooks = SQLStatement(file: "webhooks", name: "claim_hooks")
-    static let claimDeliveries = SQLStatement(
-        file: "webhooks",
-        name: "claim_deliveries",
-        binds: ["per_hook", "hooks", "limit", "worker_id", "lease_seconds"]
-    )
-    static let recordTries = SQLStatement(
-        file: "webhooks",
-        name: "record_tries",
-        binds: ["ids", "attempts", "kinds", "statuses", "errors", "waits", "window_seconds", "worker_id"]
-    )
-    static let reclaimPreviousLife = SQLStatement(file: "webhooks", name: "reclaim_previous_life", binds: ["worker_id"])
-    static let killDisabled = SQLStatement(file: "webhooks", name: "kill_disabled", binds: ["batch_size"])
-    static let pruneDelivered = SQLStatement(
-        file: "webhooks",
-        name: "prune_delivered",
-        binds: ["retention_seconds", "batch_size"]
-    )
-    static let pruneDead = SQLStatement(file: "webhooks", name: "prune_dead", binds: ["batch_size"])
+    static let reclaimPreviousLife = named("reclaim_previous_life", "worker_id")
+    static let killDisabled = named("kill_disabled", "batch_size")
+    static let pruneDelivered = named("prune_delivered", "retention_seconds", "batch_size")
+    static let pruneDead = named("prune_dead", "batch_size")
 
     static let all = [
         add, disableForRemoval, deleteDeliveries, remove, list, enable, replay, disabledHooksOf, failing,

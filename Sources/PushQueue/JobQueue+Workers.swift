@@ -220,31 +220,36 @@ extension JobQueue {
 
 /// The statements of `Statements/workers.sql`, with their binds in order.
 enum WorkersSQL {
-    static let heartbeat = SQLStatement(
-        file: "workers",
-        name: "heartbeat",
-        binds: ["worker_id", "host", "pid", "credentials", "session_tracked", "instance", "stale_seconds"]
+    /// Statement `name` of `Statements/workers.sql`, with its binds in order.
+    private static func named(_ name: String, _ binds: String...) -> SQLStatement {
+        SQLStatement(file: "workers", name: name, binds: binds)
+    }
+
+    static let heartbeat = named(
+        "heartbeat",
+        "worker_id",
+        "host",
+        "pid",
+        "credentials",
+        "session_tracked",
+        "instance",
+        "stale_seconds"
     )
-    static let holder = SQLStatement(file: "workers", name: "holder", binds: ["worker_id"])
-    static let deregister = SQLStatement(file: "workers", name: "deregister", binds: ["worker_id", "instance"])
-    static let returnRunning = SQLStatement(
-        file: "workers",
-        name: "return_running",
-        binds: ["why", "worker_id", "held"]
+    static let holder = named("holder", "worker_id")
+    static let deregister = named("deregister", "worker_id", "instance")
+    static let returnRunning = named("return_running", "why", "worker_id", "held")
+    static let reapGoneWorkers = named(
+        "reap_gone_workers",
+        "stale_seconds",
+        "grace_seconds",
+        "frozen_seconds",
+        "worker_id",
+        "why"
     )
-    static let reapGoneWorkers = SQLStatement(
-        file: "workers",
-        name: "reap_gone_workers",
-        binds: ["stale_seconds", "grace_seconds", "frozen_seconds", "worker_id", "why"]
-    )
-    static let forgetSilentWorkers = SQLStatement(file: "workers", name: "forget_silent_workers")
-    static let deadLetterUnsignable = SQLStatement(
-        file: "workers",
-        name: "dead_letter_unsignable",
-        binds: ["wait_seconds"]
-    )
-    static let durability = SQLStatement(file: "workers", name: "durability")
-    static let list = SQLStatement(file: "workers", name: "list", binds: ["limit"])
+    static let forgetSilentWorkers = named("forget_silent_workers")
+    static let deadLetterUnsignable = named("dead_letter_unsignable", "wait_seconds")
+    static let durability = named("durability")
+    static let list = named("list", "limit")
 
     static let all = [
         heartbeat, holder, deregister, returnRunning, reapGoneWorkers, forgetSilentWorkers, deadLetterUnsignable,

@@ -264,18 +264,23 @@ public struct Migrator: Sendable {
 
 /// The statements of `Statements/migrations.sql`, with their binds in order.
 enum MigrationsSQL {
-    static let tryLock = SQLStatement(file: "migrations", name: "try_lock", binds: ["key"])
-    static let unlock = SQLStatement(file: "migrations", name: "unlock", binds: ["key"])
-    static let noStatementTimeout = SQLStatement(file: "migrations", name: "no_statement_timeout")
-    static let resetStatementTimeout = SQLStatement(file: "migrations", name: "reset_statement_timeout")
-    static let createSchema = SQLStatement(file: "migrations", name: "create_schema")
-    static let createLedger = SQLStatement(file: "migrations", name: "create_ledger")
-    static let ledgerExists = SQLStatement(file: "migrations", name: "ledger_exists")
-    static let appliedVersions = SQLStatement(file: "migrations", name: "applied_versions")
-    static let record = SQLStatement(file: "migrations", name: "record", binds: ["version", "name"])
-    static let backendPID = SQLStatement(file: "migrations", name: "backend_pid")
-    static let lockTimeout = SQLStatement(file: "migrations", name: "lock_timeout", binds: ["timeout"])
-    static let indexInvalid = SQLStatement(file: "migrations", name: "index_invalid", binds: ["index"])
+    /// Statement `name` of `Statements/migrations.sql`, with its binds in order.
+    private static func named(_ name: String, _ binds: String...) -> SQLStatement {
+        SQLStatement(file: "migrations", name: name, binds: binds)
+    }
+
+    static let tryLock = named("try_lock", "key")
+    static let unlock = named("unlock", "key")
+    static let noStatementTimeout = named("no_statement_timeout")
+    static let resetStatementTimeout = named("reset_statement_timeout")
+    static let createSchema = named("create_schema")
+    static let createLedger = named("create_ledger")
+    static let ledgerExists = named("ledger_exists")
+    static let appliedVersions = named("applied_versions")
+    static let record = named("record", "version", "name")
+    static let backendPID = named("backend_pid")
+    static let lockTimeout = named("lock_timeout", "timeout")
+    static let indexInvalid = named("index_invalid", "index")
 
     static let all = [
         tryLock, unlock, noStatementTimeout, resetStatementTimeout, createSchema, createLedger, ledgerExists,

@@ -87,17 +87,14 @@ public struct ProviderTokenTable: ProviderTokenStore {
 
 /// The statements of `Statements/provider_tokens.sql`, with their binds in order.
 enum ProviderTokensSQL {
-    static let load = SQLStatement(file: "provider_tokens", name: "load", binds: ["team_id", "key_id"])
-    static let save = SQLStatement(
-        file: "provider_tokens",
-        name: "save",
-        binds: ["team_id", "key_id", "jwt", "issued_at", "expires_at", "minimum_refresh_seconds"]
-    )
-    static let replace = SQLStatement(
-        file: "provider_tokens",
-        name: "replace",
-        binds: ["team_id", "key_id", "jwt", "issued_at", "expires_at", "stale_jwt"]
-    )
+    /// Statement `name` of `Statements/provider_tokens.sql`, with its binds in order.
+    private static func named(_ name: String, _ binds: String...) -> SQLStatement {
+        SQLStatement(file: "provider_tokens", name: name, binds: binds)
+    }
+
+    static let load = named("load", "team_id", "key_id")
+    static let save = named("save", "team_id", "key_id", "jwt", "issued_at", "expires_at", "minimum_refresh_seconds")
+    static let replace = named("replace", "team_id", "key_id", "jwt", "issued_at", "expires_at", "stale_jwt")
 
     static let all = [load, save, replace]
 }

@@ -58,8 +58,18 @@ struct PrimarySearchTests {
         }
         let took = ContinuousClock.now - started
         print("a silent host, patience 3 s: the search gave up after \(took): \(outcome.prefix(300))")
-        // Before, one host's check was bounded only by the driver's 10 s connect timeout, whatever the patience.
-        #expect(took < .seconds(9), "bounded by its patience (and a last host's 2 s at most)")
+        // Before, one host's check was bounded only by the driver's 10 s connect timeout, whatever the patience:
+        // the check's own limit is now what is left of the patience (3 s), as its error says. The time taken is
+        // not asserted tightly: on a loaded machine (the whole suite on 2 cores) the 3 s timer has fired up to
+        // 6.7 s late, so a bound on the clock would test the machine, not the search.
+        let limit = outcome.range(of: "did not answer within ").map {
+            outcome[$0.upperBound...].prefix(while: { $0 != " " })
+        }
+        #expect(
+            limit.flatMap { Double($0) }.map { $0 <= 3.0 } == true,
+            "the host's check was limited by the patience: \(outcome)"
+        )
+        #expect(took < .seconds(20), "not the driver's 10 s per attempt, round after round")
         #expect(outcome.contains("127.0.0.1:\(listener.port)"), "\(outcome)")
     }
 }

@@ -384,12 +384,13 @@ struct FlowControlDaemonTests {
             )
             // The fair-share guarantee itself, independent of how fast this machine is: B's jobs were taken by
             // the first claims after their INSERT, so at most the batch under way then and the A jobs sharing
-            // B's claim (two batches of 250) started between the INSERT and B's last start.
+            // B's claim (two batches of 250) started between the INSERT and B's first start. (To B's last start,
+            // a loaded machine let 512 through once: A's next claims go on while B's 20 requests are written.)
             let startedMeanwhile = try await f.db.int64(
                 """
                 SELECT count(*) FROM push.jobs
                  WHERE credential = 'default' AND first_attempt_at > (SELECT min(created_at) FROM push.jobs WHERE credential = 'brand-b')
-                   AND first_attempt_at < (SELECT max(first_attempt_at) FROM push.jobs WHERE credential = 'brand-b')
+                   AND first_attempt_at < (SELECT min(first_attempt_at) FROM push.jobs WHERE credential = 'brand-b')
                 """
             )
             let claimedWithin = try await f.db.double(

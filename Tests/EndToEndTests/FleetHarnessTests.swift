@@ -536,7 +536,7 @@ struct FleetHarnessTests {
                 "seed \(seed): webhook deliveries \(deliveries.count) (superseded \(superseded)), requests \(hookRequests.count), taken twice \(hookRequests.count - received.count), lost \(lostDeliveries.count)"
             )
             let deadReasons = try await f.db.client.query(
-                "SELECT reason || ' ' || coalesce(left(error, 200), '') || ' x' || count(*) FROM push.dead_jobs WHERE reason <> 'BadDeviceToken' GROUP BY reason, left(error, 200) UNION ALL (SELECT 'history: ' || history::text FROM push.dead_jobs WHERE reason IN ('ServiceUnavailable', 'UNAVAILABLE') LIMIT 2)"
+                "SELECT reason || ' ' || coalesce(left(error, 200), '') || ' x' || count(*) FROM push.dead_jobs WHERE reason <> 'BadDeviceToken' GROUP BY reason, left(error, 200) UNION ALL (SELECT 'history: ' || history::text FROM push.dead_jobs WHERE reason NOT IN ('BadDeviceToken', 'Expired', 'QUOTA_EXCEEDED') LIMIT 3)"
             ).decode(String.self).collect()
             // No healthy job dead-lettered, the outage's onset included. Each worker judges the provider alone: a
             // job retried every 50-200 ms can meet its three 503s at three workers within half a second, none of

@@ -103,7 +103,7 @@ extension JobQueue {
     }
 }
 
-/// ``JobQueue/writeOutcomesSQL``, prepared once per connection.
+/// The outcome write (`Statements/write_outcomes.sql`), prepared once per connection.
 enum WriteOutcomesStatement: BatchStatement {
     static let name = "push_write_outcomes_v10"
     /// `Statements/write_outcomes.sql` (with `outcome_input_rows.sql`) with its binds in order.

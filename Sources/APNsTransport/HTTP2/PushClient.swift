@@ -70,10 +70,6 @@ final class PushClient<Provider: PushProvider>: Sendable {
         self.authenticators[credential] != nil || self.certificateContexts[credential] != nil
     }
 
-    /// How many times one call resends a request the peer certainly did not process before it gives the
-    /// job back uncounted (``InCallRules/maximumResends``).
-    static var maximumResends: Int { InCallRules.maximumResends }
-
     /// Requests the peer certainly did not process, resent or given back (the `requests_not_processed`
     /// metric).
     var notProcessedCount: Int { self.notProcessed.withLock { $0 } }
@@ -297,7 +293,7 @@ final class PushClient<Provider: PushProvider>: Sendable {
                         if !connection.isUsable { await pool.discard(connection) }
                         failedRounds += 1
                         stop =
-                            failedRounds > Self.maximumResends
+                            failedRounds > InCallRules.maximumResends
                             ? TransportError(
                                 code: .connectionReset,
                                 mayHaveBeenProcessed: false,
@@ -315,7 +311,7 @@ final class PushClient<Provider: PushProvider>: Sendable {
                     self.notProcessed.withLock { $0 += granted }
                     await pool.discard(connection)
                     failedRounds += 1
-                    stop = failedRounds > Self.maximumResends ? TransportError.notSentGoingAway : nil
+                    stop = failedRounds > InCallRules.maximumResends ? TransportError.notSentGoingAway : nil
                 } else {
                     var chunk = Array(waiting.prefix(granted))
                     waiting = waiting.dropFirst(granted)

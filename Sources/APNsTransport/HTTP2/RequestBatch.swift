@@ -10,7 +10,6 @@ final class RequestBatch: Sendable {
     private struct State {
         var outstanding = 0
         var done: CheckedContinuation<Void, Never>?
-        var cancelled = false
         /// The connections the batch's requests went out on, held until it ends (a cancellation resets there).
         var connections: [HTTP2Connection] = []
         /// Answers the in-call rules send again, each as the work to do first (it returns the request's
@@ -125,10 +124,7 @@ final class RequestBatch: Sendable {
     /// Gives up on the batch: see ``waitForAll()``.
     func cancel() {
         self.cancelledFlag.store(true, ordering: .releasing)
-        let connections = self.state.withLock { state in
-            state.cancelled = true
-            return state.connections
-        }
+        let connections = self.state.withLock { $0.connections }
         for connection in connections { connection.exchange.cancel(self) }
     }
 }

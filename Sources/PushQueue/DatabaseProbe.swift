@@ -120,7 +120,7 @@ public struct DatabaseProbe: Sendable {
                     var suits = false
                     var what = ""
                     for try await (recovery, readOnly) in try await connection.query(
-                        "SELECT pg_is_in_recovery(), current_setting('transaction_read_only')",
+                        SessionSQL.role.query(),
                         logger: logger
                     ).decode((Bool, String).self) {
                         suits = attributes == "primary" ? !recovery : readOnly == "off"

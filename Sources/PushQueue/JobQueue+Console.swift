@@ -181,31 +181,11 @@ extension QueueOperations {
         matching filter: DeadLetterFilter,
         newest cap: Int = QueueOperations.deadLetterGroupSample
     ) async throws -> [DeadLetterGroup] {
-        var binds = PostgresBindings()
-        let condition = Self.appendFilter(filter, to: &binds)
-        // Bounded: the groups read at most the newest `cap` + 1 matching dead letters through the dead_at index
-        // (an index per filter keeps a filtered read as short), so a page costs the same at 1,000,000 dead
-        // letters as at 10,000; past the cap the counts are of the newest `cap`, and say so.
-        let sql = """
-            WITH sample AS MATERIALIZED (
-                SELECT j.trap_ids[array_upper(j.trap_ids, 1)] AS trap, j.reason, j.dead_at
-                  FROM push.dead_jobs AS j WHERE \(condition)
-                 -- dead_at alone: ties do not change the counts, and the plain dead_at index serves the order.
-                 ORDER BY j.dead_at DESC LIMIT \(Int64(cap) + 1)
-            ), capped AS (
-                SELECT * FROM sample ORDER BY dead_at DESC LIMIT \(Int64(cap))
-            )
-            SELECT g.trap, g.reason, g.n, g.newest, (SELECT count(*) FROM sample) > \(Int64(cap)),
-                   -- The newest one's sentence: found again by its dead_at through the index (carrying its id
-                   -- through the aggregate costs a third more on 100,000 rows).
-                   coalesce((SELECT j.error FROM push.dead_jobs AS j
-                              WHERE j.dead_at = g.newest AND j.reason = g.reason
-                                AND j.trap_ids[array_upper(j.trap_ids, 1)] IS NOT DISTINCT FROM g.trap
-                                AND \(condition) LIMIT 1), '')
-              FROM (SELECT trap, reason, count(*) AS n, max(dead_at) AS newest FROM capped GROUP BY 1, 2) AS g
-             ORDER BY g.n DESC, g.reason, g.trap LIMIT 200
-            """
-        let rows = try await self.client.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: self.logger)
+        let query = DeadJobsSQL.groups.query {
+            $0.bind(filter)
+            $0.bind("cap", Int64(cap))
+        }
+        let rows = try await self.client.query(query, logger: self.logger)
         var groups: [DeadLetterGroup] = []
         for try await (trap, reason, count, newest, sampled, example) in rows.decode(
             (String?, String, Int64, Date, Bool, String).self
@@ -233,23 +213,13 @@ extension QueueOperations {
         matching filter: DeadLetterFilter,
         after cursor: DeadLetterCursor?
     ) async throws -> [DeadLetterSummary] {
-        var binds = PostgresBindings()
-        var condition = Self.appendFilter(filter, to: &binds)
-        if let cursor {
-            binds.append(cursor.deadAtMicros)
-            let micros = binds.count
-            binds.append(cursor.id)
-            let id = binds.count
-            let at = "(timestamptz 'epoch' + $\(micros)::int8 * interval '1 microsecond')"
-            condition += " AND j.dead_at <= \(at) AND (j.dead_at < \(at) OR j.id < $\(id)::int8)"
+        let query = DeadJobsSQL.page.query {
+            $0.bind(filter)
+            $0.bind("cursor_micros", cursor?.deadAtMicros)
+            $0.bind("cursor_id", cursor?.id)
+            $0.bind("limit", Int64(max(filter.limit, 0)))
         }
-        let sql = """
-            SELECT j.id, j.dead_at, (extract(epoch FROM j.dead_at) * 1000000)::int8, j.reason, j.status, j.trap_ids,
-                   j.topic, j.credential, j.push_type, j.attempts, j.device_token, j.channel_id, j.error
-              FROM push.dead_jobs AS j WHERE \(condition)
-             ORDER BY j.dead_at DESC, j.id DESC LIMIT \(max(filter.limit, 0))
-            """
-        let rows = try await self.client.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: self.logger)
+        let rows = try await self.client.query(query, logger: self.logger)
         var page: [DeadLetterSummary] = []
         for try await row in rows {
             let (

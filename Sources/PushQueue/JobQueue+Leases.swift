@@ -132,8 +132,14 @@ enum JobsSQL {
         "entry"
     )
 
+    static let markInternalInsert = named("mark_internal_insert")
+    static let lockSuperseded = named("lock_superseded", "ids")
+    static let assessRevive = named("assess_revive", "ids")
+    static let revive = named("revive", "ids")
+
     static let all = [
         supersedeClaimed, untilNextDue, release, extendLeases, pruneFinished, forgetAPNsIDs, forgetRetiredAPNsIDs,
-        forgetCoalesceMarks, show, stats, gauges, overview, outcomesByMinute, writeUnwritable,
+        forgetCoalesceMarks, show, stats, gauges, overview, outcomesByMinute, writeUnwritable, markInternalInsert,
+        lockSuperseded, assessRevive, revive,
     ]
 }

@@ -45,47 +45,14 @@ extension QueueOperations {
     /// order: the newer supersedes the older at its claim.
     public func reviveSuperseded(ids: [Int64], dryRun: Bool) async throws -> ReviveResult {
         guard !ids.isEmpty else { return ReviveResult(revived: [], refused: [], dryRun: dryRun) }
-        // For each asked-for job: its state, the newest claimed job of its key (the mark, or the job that
-        // superseded it when the mark was forgotten), where that one is, and any newer job that is or will be
-        // sent.
-        let assess = """
-            SELECT a.id, j.state, j.apns_id, j.expires_at < now() AS expired, newest.id AS newest,
-                   EXISTS (SELECT 1 FROM push.dead_jobs AS d WHERE d.id = newest.id)
-                   -- and the job that superseded it is still kept (not delivered and pruned since)
-                   AND (EXISTS (SELECT 1 FROM push.dead_jobs AS d WHERE d.id = j.superseded_by)
-                        OR EXISTS (SELECT 1 FROM push.jobs AS s WHERE s.id = j.superseded_by
-                                    AND s.state IN ('superseded', 'cancelled'))) AS newest_dead,
-                   blocker.id, blocker.state
-              FROM unnest($1::bigint[]) AS a (id)
-              LEFT JOIN push.jobs AS j ON j.id = a.id
-              LEFT JOIN push.coalesce_marks AS m
-                ON m.topic = j.topic AND m.environment = j.environment AND m.coalesce_key = j.coalesce_key
-              LEFT JOIN LATERAL (SELECT greatest(m.high_id, j.superseded_by) AS id) AS newest ON true
-              -- The newest job of the key that is or will be sent.
-              LEFT JOIN LATERAL (
-                SELECT n.id, n.state FROM push.jobs AS n
-                 WHERE n.coalesce_key = j.coalesce_key AND n.topic = j.topic AND n.environment = j.environment
-                   AND n.id > j.id AND n.state IN ('pending', 'running', 'delivered')
-                 ORDER BY n.id DESC LIMIT 1
-              ) AS blocker ON true
-            """
         let logger = self.logger
         return try await self.client.withTransaction(logger: logger) { connection in
             // The asked-for rows are locked first (a worker's claim skips them), then assessed.
-            var lockBinds = PostgresBindings()
-            lockBinds.append(ids)
-            _ = try await connection.query(
-                PostgresQuery(
-                    unsafeSQL: "SELECT id FROM push.jobs WHERE id = ANY ($1) AND state = 'superseded' FOR UPDATE",
-                    binds: lockBinds
-                ),
-                logger: logger
-            ).collect()
-            var binds = PostgresBindings()
-            binds.append(ids)
+            _ = try await connection.query(JobsSQL.lockSuperseded.query { $0.bind("ids", ids) }, logger: logger)
+                .collect()
             var revivable: [(Int64, UUID, Int64, Bool)] = []
             var refused: [ReviveResult.Refused] = []
-            let rows = try await connection.query(PostgresQuery(unsafeSQL: assess, binds: binds), logger: logger)
+            let rows = try await connection.query(JobsSQL.assessRevive.query { $0.bind("ids", ids) }, logger: logger)
             for try await (id, state, apnsID, expired, newest, newestDead, blocker, blockerState) in rows.decode(
                 (Int64, String?, UUID?, Bool?, Int64?, Bool, Int64?, String?).self
             ) {
@@ -128,33 +95,11 @@ extension QueueOperations {
                     dryRun: dryRun
                 )
             }
-            // The worker's own insert (the INSERT trigger keeps the row's columns), in id order so that the
-            // new ids keep the jobs' order; the insert's NOTIFY wakes the workers.
-            try await connection.query("SELECT set_config('push.internal_insert', 'on', true)", logger: logger)
-            var moveBinds = PostgresBindings()
-            moveBinds.append(revivable.map(\.0))
-            let move = """
-                WITH moved AS (
-                    DELETE FROM push.jobs AS d WHERE d.id = ANY ($1) AND d.state = 'superseded' RETURNING d.*
-                ), inserted AS (
-                    INSERT INTO push.jobs (
-                        topic, device_token, channel_id, payload, push_type, priority, environment, credential,
-                        collapse_id, expires_at, run_at, apns_id, max_attempts, created_at, history, deliver_once,
-                        coalesce_key, platform, traceparent, trace_first_span)
-                    SELECT topic, device_token, channel_id, payload, push_type, priority, environment, credential,
-                           collapse_id, expires_at, now(), apns_id, max_attempts, created_at,
-                           history || jsonb_build_array(jsonb_build_object(
-                               'outcome', 'revived', 'at', now(), 'previous_id', id,
-                               'superseded_by', superseded_by)),
-                           deliver_once, coalesce_key, platform, traceparent, trace_first_span
-                      FROM moved ORDER BY id
-                    RETURNING id, apns_id
-                )
-                SELECT m.id, i.id FROM inserted AS i JOIN moved AS m USING (apns_id)
-                """
+            // The worker's own insert (the INSERT trigger keeps the row's columns).
+            try await connection.query(JobsSQL.markInternalInsert.query(), logger: logger)
             var newIDs: [Int64: Int64] = [:]
             for try await (old, new) in try await connection.query(
-                PostgresQuery(unsafeSQL: move, binds: moveBinds),
+                JobsSQL.revive.query { $0.bind("ids", revivable.map(\.0)) },
                 logger: logger
             ).decode((Int64, Int64).self) {
                 newIDs[old] = new

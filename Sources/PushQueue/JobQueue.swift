@@ -202,7 +202,20 @@ extension JobQueue {
                 throw error
             }
             // The commit confirmed (see above).
-            for try await _ in try await connection.query("SELECT 1", logger: self.logger) {}
+            for try await _ in try await connection.query(SessionSQL.confirmCommit.query(), logger: self.logger) {}
         }
     }
+}
+
+/// The statements of `Statements/session.sql`: the server session itself, whatever the table.
+enum SessionSQL {
+    /// Statement `name` of `Statements/session.sql`, with its binds in order.
+    private static func named(_ name: String, _ binds: String...) -> SQLStatement {
+        SQLStatement(file: "session", name: name, binds: binds)
+    }
+
+    static let confirmCommit = named("confirm_commit")
+    static let role = named("role")
+
+    static let all = [confirmCommit, role]
 }

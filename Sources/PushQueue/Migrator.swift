@@ -86,7 +86,7 @@ public struct Migrator: Sendable {
                     )
                     return applied
                 } catch {
-                    _ = try? await connection.query("ROLLBACK", logger: logger)
+                    _ = try? await connection.query(MigrationsSQL.rollback.query(), logger: logger)
                     _ = try? await connection.query(MigrationsSQL.resetStatementTimeout.query(), logger: logger)
                     _ = try? await connection.query(
                         MigrationsSQL.unlock.query { $0.bind("key", Self.advisoryLockKey) },
@@ -124,7 +124,7 @@ public struct Migrator: Sendable {
             let inside = SQLScript.statements(in: parts[0])
             let outside = parts.count > 1 ? SQLScript.statements(in: parts[1...].joined(separator: "\n")) : []
             try await self.retryingLockTimeouts(migration.name, on: connection) {
-                try await connection.query("BEGIN", logger: logger)
+                try await connection.query(MigrationsSQL.begin.query(), logger: logger)
                 try await connection.query(
                     MigrationsSQL.lockTimeout.query { $0.bind("timeout", "\(timeoutMs)ms") },
                     logger: logger
@@ -133,7 +133,7 @@ public struct Migrator: Sendable {
                     try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
                 }
                 if outside.isEmpty { try await self.record(migration, on: connection) }
-                try await connection.query("COMMIT", logger: logger)
+                try await connection.query(MigrationsSQL.commit.query(), logger: logger)
             }
             if !outside.isEmpty {
                 // No lock timeout here: these statements take no lock a producer waits on, and a concurrent
@@ -195,7 +195,7 @@ public struct Migrator: Sendable {
             {
                 tries += 1
                 // Outside a transaction ROLLBACK only warns.
-                _ = try? await connection.query("ROLLBACK", logger: self.logger)
+                _ = try? await connection.query(MigrationsSQL.rollback.query(), logger: self.logger)
                 self.logger.warning(
                     "a migration waited too long for a table lock (a long transaction holds it); trying again",
                     metadata: ["push.migration": "\(name)", "push.try": "\(tries)"]
@@ -220,7 +220,7 @@ public struct Migrator: Sendable {
         )
         for try await invalid in rows.decode(Bool.self) where invalid {
             try await connection.query(
-                PostgresQuery(unsafeSQL: "DROP INDEX CONCURRENTLY IF EXISTS \(qualified)"),
+                MigrationsSQL.dropIndex.query(identifier: qualified),
                 logger: self.logger
             )
         }
@@ -281,9 +281,13 @@ enum MigrationsSQL {
     static let backendPID = named("backend_pid")
     static let lockTimeout = named("lock_timeout", "timeout")
     static let indexInvalid = named("index_invalid", "index")
+    static let begin = named("begin")
+    static let commit = named("commit")
+    static let rollback = named("rollback")
+    static let dropIndex = named("drop_index")
 
     static let all = [
         tryLock, unlock, noStatementTimeout, resetStatementTimeout, createSchema, createLedger, ledgerExists,
-        appliedVersions, record, backendPID, lockTimeout, indexInvalid,
+        appliedVersions, record, backendPID, lockTimeout, indexInvalid, begin, commit, rollback, dropIndex,
     ]
 }

@@ -95,6 +95,21 @@ struct SQLStatement: Sendable {
         return PostgresQuery(unsafeSQL: self.sql, binds: binds.complete)
     }
 
+    /// The query to send for a statement that names an object where no bind can stand (`DROP INDEX`): its one
+    /// `%I` replaced by `identifier` quoted, as Postgres' `format('%I')` would. `identifier` is a name this
+    /// process made (`schema.name` or `name`); anything else stops the process.
+    func query(identifier: String) -> PostgresQuery {
+        let parts = identifier.split(separator: ".", omittingEmptySubsequences: false)
+        precondition(
+            self.binds.isEmpty && (1...2).contains(parts.count)
+                && parts.allSatisfy { !$0.isEmpty && $0.unicodeScalars.allSatisfy(Self.isWord) },
+            "\(self.location): \(identifier) is not a plain identifier"
+        )
+        let quoted = parts.map { "\"\($0)\"" }.joined(separator: ".")
+        precondition(self.sql.components(separatedBy: "%I").count == 2, "\(self.location): needs exactly one %I")
+        return PostgresQuery(unsafeSQL: self.sql.replacingOccurrences(of: "%I", with: quoted))
+    }
+
     /// A file's text, or its named statement's, without leading and trailing comment lines (the description,
     /// for people: not sent to Postgres with every call, and never in the middle of an including line).
     static func text(of file: String, statement: String? = nil) -> String {
@@ -161,6 +176,10 @@ struct SQLStatement: Sendable {
         "token_replaceable": PackageResources.token_replaceable_sql,
         "earliest_pending_run_at": PackageResources.earliest_pending_run_at_sql,
         "shown_history": PackageResources.shown_history_sql,
+        "session": PackageResources.session_sql,
+        "dead_letter_filter": PackageResources.dead_letter_filter_sql,
+        "dead_letter_replay_candidate": PackageResources.dead_letter_replay_candidate_sql,
+        "dead_letter_replay_rank": PackageResources.dead_letter_replay_rank_sql,
     ]
 
     /// Every named statement of a table's file, for the test that renders them all.

@@ -108,38 +108,23 @@ struct EndToEndBenchmark: AsyncParsableCommand {
                     machine: machineCPU()
                 )
                 let switchesBefore = contextSwitches(worker.pid)
-                let start = clock.now
                 worker.signal(SIGCONT)
-                while try await scalar(
-                    client,
-                    "SELECT CASE WHEN EXISTS (SELECT 1 FROM push.jobs WHERE state = 'pending') OR EXISTS (SELECT 1 FROM push.jobs WHERE state = 'running') THEN 1 ELSE 0 END::int8",
-                    logger
-                ) == 1 {
+                try await Self.waitForDrain(client, worker: worker, what: "drain", logger: logger) {
                     peakRSS = max(peakRSS, rssKB(worker.pid))
                     peakAnon = max(peakAnon, rssKB(worker.pid, field: "RssAnon"))
-                    // Rarely: each probe is Postgres CPU counted against the drain.
-                    try await Task.sleep(for: .milliseconds(250))
-                    guard clock.now - start < .seconds(600) else {
-                        throw ValidationError("drain did not finish in 10 minutes: \(worker.output.suffix(1000))")
-                    }
                 }
                 let after = (
                     worker: cpuMicros(worker.pid), postgres: cpuMicros(named: "postgres"), sink: cpuMicros(sinkPID),
                     machine: machineCPU()
                 )
                 let switchesPerJob = Double(contextSwitches(worker.pid) - switchesBefore) / Double(jobs)
-                let delivered = try await scalar(
+                let drainSeconds = try await Self.deliveredSpan(
                     client,
-                    "SELECT count(*) FROM push.jobs WHERE state = 'delivered'",
-                    logger
-                )
-                guard delivered == jobs else {
-                    throw ValidationError("\(jobs - delivered) jobs were not delivered: \(worker.output.suffix(1000))")
-                }
-                let drainSeconds = try await client.query(
-                    "SELECT extract(epoch FROM max(delivered_at) - min(delivered_at))::float8 FROM push.jobs",
+                    jobs: jobs,
+                    what: "",
+                    worker: worker,
                     logger: logger
-                ).decode(Double.self).reduce(into: 0.0) { $0 = $1 }
+                )
                 let drainRate = Double(jobs - 1) / drainSeconds
                 let perJob = (
                     worker: (after.worker - before.worker) / Double(jobs),
@@ -151,51 +136,8 @@ struct EndToEndBenchmark: AsyncParsableCommand {
 
                 // More drains with the same worker and stand-in: Android jobs, and APNs jobs with webhooks that
                 // match nothing or dead letters only (none dies here: the hooks' cost to every outcome).
-                func drainAgain(
-                    _ what: String,
-                    insert: String
-                ) async throws -> (rate: Double, worker: Double, postgres: Double) {
-                    worker.signal(SIGSTOP)
-                    try await client.query(
-                        "TRUNCATE push.jobs, push.dead_jobs, push.webhook_deliveries",
-                        logger: logger
-                    )
-                    try await client.query(PostgresQuery(unsafeSQL: insert), logger: logger)
-                    try await client.query("VACUUM ANALYZE push.jobs", logger: logger)
-                    let before = (worker: cpuMicros(worker.pid), postgres: cpuMicros(named: "postgres"))
-                    worker.signal(SIGCONT)
-                    let start = clock.now
-                    while try await scalar(
-                        client,
-                        "SELECT CASE WHEN EXISTS (SELECT 1 FROM push.jobs WHERE state = 'pending') OR EXISTS (SELECT 1 FROM push.jobs WHERE state = 'running') THEN 1 ELSE 0 END::int8",
-                        logger
-                    ) == 1 {
-                        try await Task.sleep(for: .milliseconds(250))
-                        guard clock.now - start < .seconds(600) else {
-                            throw ValidationError(
-                                "the \(what) drain did not finish in 10 minutes: \(worker.output.suffix(1000))"
-                            )
-                        }
-                    }
-                    let after = (worker: cpuMicros(worker.pid), postgres: cpuMicros(named: "postgres"))
-                    let delivered = try await scalar(
-                        client,
-                        "SELECT count(*) FROM push.jobs WHERE state = 'delivered'",
-                        logger
-                    )
-                    guard delivered == jobs else {
-                        throw ValidationError(
-                            "\(jobs - delivered) \(what) jobs were not delivered: \(worker.output.suffix(1000))"
-                        )
-                    }
-                    let seconds = try await client.query(
-                        "SELECT extract(epoch FROM max(delivered_at) - min(delivered_at))::float8 FROM push.jobs",
-                        logger: logger
-                    ).decode(Double.self).reduce(into: 0.0) { $0 = $1 }
-                    return (
-                        Double(jobs - 1) / seconds, (after.worker - before.worker) / Double(jobs),
-                        (after.postgres - before.postgres) / Double(jobs)
-                    )
+                func drainAgain(_ what: String, insert: String) async throws -> DrainFigures {
+                    try await EndToEndBenchmark.drainAgain(what, insert: insert, jobs: jobs, client, worker, logger)
                 }
                 let fcm = try await drainAgain(
                     "FCM",
@@ -248,9 +190,6 @@ struct EndToEndBenchmark: AsyncParsableCommand {
                     "SELECT (extract(epoch FROM last_attempt_at - created_at) * 1000)::float8 FROM push.jobs WHERE state = 'delivered' ORDER BY 1",
                     logger: logger
                 ).decode(Double.self).reduce(into: [Double]()) { $0.append($1) }
-                func percentile(_ p: Double) -> Double {
-                    latencies.isEmpty ? .nan : latencies[min(Int(Double(latencies.count) * p), latencies.count - 1)]
-                }
                 worker.signal(SIGTERM)
                 _ = worker.wait()
 
@@ -296,117 +235,26 @@ struct EndToEndBenchmark: AsyncParsableCommand {
                     headers: request
                 )
 
-                print(
-                    "database: fresh cluster, fsync on; worker: push-worker run defaults (concurrency 500, batch 250); APNs stand-in: \(nghttpd == nil ? "the simulator (fast mode, in this process)" : "nghttpd")"
-                )
-                print(
-                    String(
-                        format: "drain            %8.0f jobs/s  (%d jobs, outcomes written, %.1f s)",
-                        drainRate,
-                        jobs,
-                        drainSeconds
-                    )
-                )
-                print(
-                    String(
-                        format:
-                            "CPU per job      worker %.1f µs   Postgres %.1f µs   stand-in %.1f µs   (machine %.0f %% busy over the drain); worker threads switched %.2f times a job",
-                        perJob.worker,
-                        perJob.postgres,
-                        perJob.sink,
-                        utilisation * 100,
-                        switchesPerJob
-                    )
-                )
-                print(
-                    String(
-                        format:
-                            "FCM drain        %8.0f jobs/s  (%d platform fcm jobs, same worker and stand-in)  CPU per job: worker %.1f µs (%.2fx APNs'), Postgres %.1f µs",
-                        fcm.rate,
-                        jobs,
-                        fcm.worker,
-                        fcm.worker / perJob.worker,
-                        fcm.postgres
-                    )
-                )
-                for (label, figures) in [
-                    ("no webhook", noHook), ("a hook matching nothing", hookMatchingNothing),
-                    ("a hook on dead only", hookOnDead),
-                ] {
-                    let padded = label.padding(toLength: 24, withPad: " ", startingAt: 0)
-                    print(
-                        "APNs, \(padded)"
-                            + String(
-                                format: " %8.0f jobs/s  CPU per job: worker %.1f µs, Postgres %.1f µs",
-                                figures.rate,
-                                figures.worker,
-                                figures.postgres
-                            )
-                    )
-                }
-                if let peer {
-                    print(
-                        String(
-                            format:
-                                "peer             %8.0f jobs/s  (PGQueuer 1.6 + aioapns 4.0, 2 processes, %.1f s)  push-worker is %.1fx its throughput",
-                            peer.rate,
-                            peer.seconds,
-                            drainRate / peer.rate
-                        )
-                    )
-                    print(
-                        String(
-                            format:
-                                "peer CPU per job  Python %.1f µs   Postgres %.1f µs   stand-in %.1f µs   (peer / push-worker: Python %.1fx the worker, Postgres %.1fx)",
-                            peer.python,
-                            peer.postgres,
-                            peer.sink,
-                            peer.python / perJob.worker,
-                            peer.postgres / perJob.postgres
-                        )
-                    )
-                } else {
-                    print("peer             not measured (bench/e2e.sh passes --peer-python; it needs PyPI once)")
-                }
-                print(
-                    String(
-                        format:
-                            "SQL ceiling      %8.0f jobs/s  (pgbench claim+record, batch 100, 8 clients) ratio %.2f",
-                        sqlCeiling,
-                        drainRate / sqlCeiling
-                    )
-                )
-                print(
-                    String(
-                        format: "transport ceiling %7.0f req/s   (h2load, 2 connections, 250 streams) ratio %.2f",
-                        transportCeiling,
-                        drainRate / transportCeiling
-                    )
-                )
-                print(
-                    String(
-                        format: "enqueue->request p50 %.1f ms  p99 %.1f ms  (%d single-row INSERTs at %d/s)",
-                        percentile(0.5),
-                        percentile(0.99),
-                        latencies.count,
-                        rate
-                    )
-                )
-                print(
-                    String(
-                        format: "worker RSS       idle %.1f MB (before any job), peak under load %.1f MB",
-                        Double(idleRSS) / 1024,
-                        Double(peakRSS) / 1024
-                    )
-                )
-                print(
-                    String(
-                        format:
-                            "  of which anonymous (the worker's own memory, not mapped code) idle %.1f MB, under load %.1f MB",
-                        Double(idleAnon) / 1024,
-                        Double(peakAnon) / 1024
-                    )
-                )
+                EndToEndReport(
+                    standIn: nghttpd == nil ? "the simulator (fast mode, in this process)" : "nghttpd",
+                    jobs: jobs,
+                    drain: DrainFigures(rate: drainRate, worker: perJob.worker, postgres: perJob.postgres),
+                    drainSeconds: drainSeconds,
+                    sinkPerJob: perJob.sink,
+                    utilisation: utilisation,
+                    switchesPerJob: switchesPerJob,
+                    fcm: fcm,
+                    hooks: [
+                        ("no webhook", noHook), ("a hook matching nothing", hookMatchingNothing),
+                        ("a hook on dead only", hookOnDead),
+                    ],
+                    peer: peer,
+                    sqlCeiling: sqlCeiling,
+                    transportCeiling: transportCeiling,
+                    latencies: latencies,
+                    rate: rate,
+                    rss: (idleRSS, peakRSS, idleAnon, peakAnon)
+                ).show()
             }
         }
     }

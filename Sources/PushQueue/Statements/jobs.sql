@@ -237,3 +237,57 @@ WITH done AS (
     RETURNING 1
 )
 SELECT id FROM done UNION ALL SELECT id FROM dead
+
+-- name: mark_internal_insert
+-- This transaction's inserts are the worker's own (a replay, a revive): the producers' INSERT trigger keeps
+-- the row's worker columns and lets a held apns_id through.
+SELECT set_config('push.internal_insert', 'on', true)
+
+-- name: lock_superseded
+-- The superseded jobs a revive asks for, locked first (a worker's claim skips them), then assessed.
+SELECT id FROM push.jobs WHERE id = ANY (:ids::bigint[]) AND state = 'superseded' FOR UPDATE
+
+-- name: assess_revive
+-- For each asked-for job: its state, the newest claimed job of its key (the mark, or the job that superseded
+-- it when the mark was forgotten), whether that one died unsent (a dead letter, and the job that superseded
+-- this one is still kept: not delivered and pruned since), and the newest job of the key that is or will be
+-- sent.
+SELECT a.id, j.state, j.apns_id, j.expires_at < now() AS expired, newest.id AS newest,
+       EXISTS (SELECT 1 FROM push.dead_jobs AS d WHERE d.id = newest.id)
+       AND (EXISTS (SELECT 1 FROM push.dead_jobs AS d WHERE d.id = j.superseded_by)
+            OR EXISTS (SELECT 1 FROM push.jobs AS s WHERE s.id = j.superseded_by
+                        AND s.state IN ('superseded', 'cancelled'))) AS newest_dead,
+       blocker.id, blocker.state
+  FROM unnest(:ids::bigint[]) AS a (id)
+  LEFT JOIN push.jobs AS j ON j.id = a.id
+  LEFT JOIN push.coalesce_marks AS m
+    ON m.topic = j.topic AND m.environment = j.environment AND m.coalesce_key = j.coalesce_key
+  LEFT JOIN LATERAL (SELECT greatest(m.high_id, j.superseded_by) AS id) AS newest ON true
+  LEFT JOIN LATERAL (
+    SELECT n.id, n.state FROM push.jobs AS n
+     WHERE n.coalesce_key = j.coalesce_key AND n.topic = j.topic AND n.environment = j.environment
+       AND n.id > j.id AND n.state IN ('pending', 'running', 'delivered')
+     ORDER BY n.id DESC LIMIT 1
+  ) AS blocker ON true
+
+-- name: revive
+-- Queues the superseded jobs :ids again under new ids, in id order so that the new ids keep their order,
+-- due now, their apns_id kept (never sent), their history plus a `revived` entry; returns (old id, new id).
+-- Run with push.internal_insert on (mark_internal_insert); the insert's NOTIFY wakes the workers.
+WITH moved AS (
+    DELETE FROM push.jobs AS d WHERE d.id = ANY (:ids::bigint[]) AND d.state = 'superseded' RETURNING d.*
+), inserted AS (
+    INSERT INTO push.jobs (
+        topic, device_token, channel_id, payload, push_type, priority, environment, credential,
+        collapse_id, expires_at, run_at, apns_id, max_attempts, created_at, history, deliver_once,
+        coalesce_key, platform, traceparent, trace_first_span)
+    SELECT topic, device_token, channel_id, payload, push_type, priority, environment, credential,
+           collapse_id, expires_at, now(), apns_id, max_attempts, created_at,
+           history || jsonb_build_array(jsonb_build_object(
+               'outcome', 'revived', 'at', now(), 'previous_id', id,
+               'superseded_by', superseded_by)),
+           deliver_once, coalesce_key, platform, traceparent, trace_first_span
+      FROM moved ORDER BY id
+    RETURNING id, apns_id
+)
+SELECT m.id, i.id FROM inserted AS i JOIN moved AS m USING (apns_id)

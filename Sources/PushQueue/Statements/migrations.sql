@@ -1,5 +1,5 @@
 -- push.schema_migrations, the ledger of applied migrations, and the migrator's lock (Migrator.swift). The
--- migrations themselves are the files of Migrations/; a transaction's BEGIN, COMMIT and ROLLBACK stay in Swift.
+-- migrations themselves are the files of Migrations/.
 -- Each statement starts at its `-- name:` line; the comment lines right after it describe it.
 
 -- name: try_lock
@@ -49,3 +49,17 @@ SELECT set_config('lock_timeout', :timeout, true)
 -- name: index_invalid
 -- Whether an index a failed CREATE INDEX CONCURRENTLY left behind is invalid (to be dropped first).
 SELECT NOT i.indisvalid FROM pg_index AS i WHERE i.indexrelid = to_regclass(:index)
+
+-- name: begin
+BEGIN
+
+-- name: commit
+COMMIT
+
+-- name: rollback
+ROLLBACK
+
+-- name: drop_index
+-- An index a concurrent build left invalid, dropped before the build runs again. %I is the index's qualified
+-- name, from the migration's own CREATE INDEX CONCURRENTLY (an identifier: no bind can take it).
+DROP INDEX CONCURRENTLY IF EXISTS %I

@@ -104,6 +104,7 @@ let package = Package(
         ),
         .target(
             name: "PushProcess",
+            dependencies: ["PushCore"],
             swiftSettings: swiftSettings
         ),
         .target(

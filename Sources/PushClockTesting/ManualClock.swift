@@ -1,3 +1,4 @@
+public import Foundation
 public import PushCore
 import Synchronization
 
@@ -5,7 +6,7 @@ import Synchronization
 /// past the deadline; a cancelled sleeper leaves at once with `CancellationError`, as `Task.sleep` does. A
 /// test waits for its subject to fall asleep with ``waitForSleepers(_:within:)``, woken by the sleep itself
 /// (a continuation), not by polling.
-public final class ManualClock: MonotonicClock {
+public final class ManualClock: PushClock {
     private struct Sleeper {
         var deadline: ContinuousClock.Instant
         var continuation: CheckedContinuation<Void, any Error>
@@ -55,11 +56,28 @@ public final class ManualClock: MonotonicClock {
     private let state: Mutex<State>
 
     /// A clock that starts at the continuous clock's present.
-    public init() {
-        self.state = Mutex(State(now: ContinuousClock.now))
+    /// The instant the clock started at, and the wall time it maps to.
+    private let origin: ContinuousClock.Instant
+    private let wallOrigin: Date
+
+    /// A clock that starts at the continuous clock's present, and at `wall` (by default the system's) for
+    /// its wall time.
+    public init(wall: Date = Date()) {
+        let origin = ContinuousClock.now
+        self.origin = origin
+        self.wallOrigin = wall
+        self.state = Mutex(State(now: origin))
     }
 
     public var now: ContinuousClock.Instant { self.state.withLock { $0.now } }
+
+    /// Wall time: the wall time the clock started at, moved as far as ``advance(by:)`` moved it.
+    public var wallNow: Date {
+        let elapsed = self.now - self.origin
+        return self.wallOrigin.addingTimeInterval(
+            Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        )
+    }
 
     public var minimumResolution: Duration { .zero }
 

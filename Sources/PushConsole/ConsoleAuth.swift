@@ -43,8 +43,8 @@ struct ConsoleAuth: Sendable {
     }
 
     /// Ends `session` for good, whoever still holds its cookie.
-    func revoke(_ session: Session) {
-        self.revoked.add(session.nonce, until: Double(session.issuedAt) + Self.sessionLifetime)
+    func revoke(_ session: Session, now: Date) {
+        self.revoked.add(session.nonce, until: Double(session.issuedAt) + Self.sessionLifetime, now: now)
     }
 
     /// Whether changes can be made from the console at all (an operator token was given).
@@ -76,7 +76,7 @@ struct ConsoleAuth: Sendable {
     }
 
     /// A new session's cookie value for `operatorName` in `role`.
-    func newSession(operatorName: String, role: Role, now: Date = Date()) -> (Session, String) {
+    func newSession(operatorName: String, role: Role, now: Date) -> (Session, String) {
         let nonce = SymmetricKey(size: .bits128).withUnsafeBytes { Data($0) }.hex
         let session = Session(
             operatorName: operatorName,
@@ -90,7 +90,7 @@ struct ConsoleAuth: Sendable {
     }
 
     /// The session a cookie value proves, or `nil` (absent, forged, expired, or no token was given).
-    func session(fromCookie value: String?, now: Date = Date()) -> Session? {
+    func session(fromCookie value: String?, now: Date) -> Session? {
         guard self.canSignIn, let value else { return nil }
         let parts = value.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
         guard parts.count == 5, let issued = Int(parts[1]), let role = Role(rawValue: parts[2]),
@@ -156,8 +156,8 @@ extension Data {
 final class Revocations: Sendable {
     private let nonces = Mutex<[String: Double]>([:])
 
-    func add(_ nonce: String, until expiry: Double) {
-        let now = Date().timeIntervalSince1970
+    func add(_ nonce: String, until expiry: Double, now date: Date) {
+        let now = date.timeIntervalSince1970
         self.nonces.withLock { nonces in
             nonces = nonces.filter { $0.value > now }
             nonces[nonce] = expiry
@@ -188,7 +188,7 @@ final class SignInThrottle: Sendable {
 
     /// Records an attempt by `client` as a failure (``succeeded(client:)`` takes it back) and returns `nil`,
     /// or, when `client` has failed `limit` times within the window, how long until it may try again.
-    func attempt(client: String, now: Date = Date()) -> TimeInterval? {
+    func attempt(client: String, now: Date) -> TimeInterval? {
         let wait = self.failures.withLock { failures -> TimeInterval? in
             var times = failures[client, default: []]
             times.removeAll { now.timeIntervalSince($0) >= self.window }
@@ -209,7 +209,7 @@ final class SignInThrottle: Sendable {
         }
     }
 
-    func recordFailure(client: String, now: Date = Date()) {
+    func recordFailure(client: String, now: Date) {
         self.failures.withLock { failures in
             failures[client, default: []].append(now)
             if failures.count > self.clients {

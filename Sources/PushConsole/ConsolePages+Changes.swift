@@ -163,7 +163,7 @@ extension ConsolePages {
             let (text, seconds) = try self.purgeAge(Self.queryFields(request))
             // The cut-off is fixed here and travels in the confirm form: a preview left open for a day still
             // deletes only what it counted.
-            let cutoff = Int64((Date().timeIntervalSince1970 - seconds) * 1_000_000)
+            let cutoff = Int64((self.queue.clock.wallNow.timeIntervalSince1970 - seconds) * 1_000_000)
             let groups = try await self.queue.operations.deadLetterGroups(
                 matching: DeadLetterFilter(before: Date(timeIntervalSince1970: Double(cutoff) / 1_000_000), limit: 0)
             )
@@ -192,7 +192,7 @@ extension ConsolePages {
         try await self.page(request) { frame in
             let (session, form) = try await self.authorizeChange(request, frame: frame)
             let (text, _) = try self.purgeAge(form)
-            let now = Int64(Date().timeIntervalSince1970 * 1_000_000)
+            let now = Int64(self.queue.clock.wallNow.timeIntervalSince1970 * 1_000_000)
             guard let cutoff = form["cutoff"].flatMap({ Int64($0) }), cutoff >= 0, cutoff <= now - 3_600_000_000 else {
                 throw ConsoleRefusal(
                     status: .badRequest,

@@ -60,7 +60,7 @@ extension ConsolePages {
                 // Built around a stand-in for the token, never the token itself.
                 var shown = job
                 shown.deviceToken = job.deviceToken.map { "<token fp \(tokenFingerprint($0))>" }
-                let message = try FCMMessageBuilder.describe(shown)
+                let message = try FCMMessageBuilder.describe(shown, now: self.queue.clock.wallNow)
                 let body = String(decoding: message.body, as: UTF8.self)
                 described = DetailView.Request(
                     line: "POST https://fcm.googleapis.com/v1/projects/<project_id>/messages:send  HTTP/2",
@@ -80,7 +80,7 @@ extension ConsolePages {
                     hasAttempts: !attempts.isEmpty
                 )
             }
-            let request = try RequestBuilder.describe(job)
+            let request = try RequestBuilder.describe(job, now: self.queue.clock.wallNow)
             var path = request.path
             if let token = job.deviceToken {
                 path = path.replacingOccurrences(of: token, with: "<token fp \(tokenFingerprint(token))>")

@@ -18,10 +18,10 @@ extension ConsolePages {
             async let deadMix =
                 reader
                 ? self.queue.operations.deadLetterGroups(
-                    matching: DeadLetterFilter(since: Date().addingTimeInterval(-3600), limit: 0)
+                    matching: DeadLetterFilter(since: self.queue.clock.wallNow.addingTimeInterval(-3600), limit: 0)
                 ) : []
             let (o, m, p, l, w, d) = try await (overview, minutes, pauses, limits, workers, deadMix)
-            let now = Date()
+            let now = self.queue.clock.wallNow
             let cards = [
                 OverviewView.Card(label: "due now", value: o.pendingDue.shown, alert: false),
                 OverviewView.Card(
@@ -115,7 +115,7 @@ extension ConsolePages {
                     message: "since must be a duration such as 30m, 24h or 7d, not “\(since)”."
                 )
             }
-            filter.since = Date().addingTimeInterval(-seconds)
+            filter.since = self.queue.clock.wallNow.addingTimeInterval(-seconds)
         }
         if let limit = field("limit") {
             guard let n = Int(limit), (1...500).contains(n) else {

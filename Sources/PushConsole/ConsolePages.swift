@@ -31,7 +31,10 @@ struct ConsolePages: Sendable {
     }
 
     func frame(_ request: Request) -> Frame {
-        let session = self.auth.session(fromCookie: request.cookies[ConsoleAuth.cookieName]?.value)
+        let session = self.auth.session(
+            fromCookie: request.cookies[ConsoleAuth.cookieName]?.value,
+            now: self.queue.clock.wallNow
+        )
         return Frame(session: session, csrf: session.map { self.auth.csrfToken(for: $0) } ?? "")
     }
 
@@ -226,7 +229,7 @@ struct ConsolePages: Sendable {
             try self.checkSameOrigin(request)
             let form = try await Self.form(request)
             // Counted as a failure until it succeeds, in one step: parallel attempts cannot all slip past.
-            if let wait = self.auth.throttle.attempt(client: client) {
+            if let wait = self.auth.throttle.attempt(client: client, now: self.queue.clock.wallNow) {
                 throw ConsoleRefusal(
                     status: .tooManyRequests,
                     message:
@@ -253,7 +256,7 @@ struct ConsolePages: Sendable {
                 )
             }
             self.auth.throttle.succeeded(client: client)
-            let (session, cookie) = self.auth.newSession(operatorName: name, role: role)
+            let (session, cookie) = self.auth.newSession(operatorName: name, role: role, now: self.queue.clock.wallNow)
             self.logger.notice(
                 "console sign-in",
                 metadata: [
@@ -286,7 +289,7 @@ struct ConsolePages: Sendable {
     func logout(_ request: Request) async throws -> Response {
         try await self.page(request) { frame in
             let (session, _) = try await self.authorizeChange(request, frame: frame, signOut: true)
-            self.auth.revoke(session)
+            self.auth.revoke(session, now: self.queue.clock.wallNow)
             self.logger.notice(
                 "console sign-out",
                 metadata: ["operator": "\(session.operatorName)", "session": "\(session.nonce.prefix(8))"]

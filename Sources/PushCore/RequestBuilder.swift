@@ -36,7 +36,7 @@ public enum RequestBuilder {
     /// Checks, in order: push type, environment, target (hex device token or channel id), expiry,
     /// topic suffix (MS018), priority for the push type (MS015), collapse id, payload (a JSON object with
     /// `aps`, within the size limit, MS011), Live Activity fields and timestamps (MS032).
-    public static func describe(_ job: PushJob, now: Date = Date()) throws(PreSendRejection) -> APNsRequest {
+    public static func describe(_ job: PushJob, now: Date) throws(PreSendRejection) -> APNsRequest {
         guard let pushType = PushType(rawValue: job.pushType) else {
             throw PreSendRejection(
                 reason: "InvalidPushType",

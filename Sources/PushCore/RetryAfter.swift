@@ -3,7 +3,7 @@ public import Foundation
 /// Parses a `Retry-After` header: delay-seconds or an HTTP date, rounded up to whole seconds.
 public enum RetryAfter {
     /// The wait the header asks for, or `nil` when it is missing or unreadable. A date in the past is 0.
-    public static func parse(_ value: String?, now: Date = Date()) -> Duration? {
+    public static func parse(_ value: String?, now: Date) -> Duration? {
         guard let value = value?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
         if let seconds = Double(value), seconds >= 0, seconds.isFinite {
             // Range-checked: a peer's number must never trap (one day is far beyond any real answer).

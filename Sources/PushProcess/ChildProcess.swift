@@ -1,4 +1,5 @@
 public import Foundation
+public import PushCore
 
 #if canImport(Glibc)
 import Glibc
@@ -58,10 +59,14 @@ extension ChildProcess {
         /// caller with the reason instead of hanging it (a test run, CI, a benchmark).
         public func wait(limit: Duration = .seconds(120)) -> Int32 { self.wait(killingAfter: limit).status }
 
-        /// ``wait(limit:)``, also saying whether the limit was reached and the child killed.
-        public func wait(killingAfter limit: Duration) -> (status: Int32, hung: Bool) {
+        /// ``wait(limit:)``, also saying whether the limit was reached and the child killed; `clock` measures
+        /// the limit.
+        public func wait(
+            killingAfter limit: Duration,
+            clock: any PushClock = ContinuousClock()
+        ) -> (status: Int32, hung: Bool) {
             var hung = false
-            let deadline = ContinuousClock.now + limit
+            let deadline = clock.now + limit
             var status: Int32 = 0
             var pause: UInt32 = 1_000
             while true {
@@ -71,17 +76,17 @@ extension ChildProcess {
                     if errno == EINTR { continue }
                     return (-1, false)  // not our child, or already reaped
                 }
-                if ContinuousClock.now >= deadline {
+                if clock.now >= deadline {
                     hung = true
                     // SIGTERM first: a wrapper (runuser, timeout) passes it on to the command it started,
                     // which SIGKILL to the wrapper would leave running. Then SIGKILL.
                     kill(self.pid, SIGTERM)
-                    let killAt = ContinuousClock.now + .seconds(5)
+                    let killAt = clock.now + .seconds(5)
                     var reaped: pid_t
                     repeat {
                         reaped = waitpid(self.pid, &status, WNOHANG)
                         if reaped == 0 { usleep(20_000) }
-                    } while (reaped == 0 && ContinuousClock.now < killAt) || (reaped < 0 && errno == EINTR)
+                    } while (reaped == 0 && clock.now < killAt) || (reaped < 0 && errno == EINTR)
                     // Still ours and unreaped (never signal a pid once reaped: it may be another process's).
                     if reaped == 0 {
                         kill(self.pid, SIGKILL)

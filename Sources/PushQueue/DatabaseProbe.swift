@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 public import PostgresNIO
+public import PushCore
 import Synchronization
 
 /// What connects for a ``DatabaseURL``: whether its server answers (with the worker's session settings),
@@ -9,10 +10,13 @@ import Synchronization
 public struct DatabaseProbe: Sendable {
     public let url: DatabaseURL
     let logger: Logger
+    /// The process's clock: the search's deadline.
+    let clock: any PushClock
 
-    public init(_ url: DatabaseURL, logger: Logger) {
+    public init(_ url: DatabaseURL, logger: Logger, clock: any PushClock) {
         self.url = url
         self.logger = logger
+        self.clock = clock
     }
 
     /// Opens one connection and closes it, so a command fails at once with a sentence naming the server
@@ -52,7 +56,7 @@ public struct DatabaseProbe: Sendable {
         excluding: DatabaseURL.Endpoint? = nil
     ) async throws -> DatabaseURL {
         if self.url.hosts.count == 1 && self.url.targetSessionAttrs == "any" { return self.url }
-        let deadline = ContinuousClock.now + patience
+        let deadline = self.clock.now + patience
         var round = 0
         while true {
             do {
@@ -62,7 +66,7 @@ public struct DatabaseProbe: Sendable {
                 )
             } catch {
                 if error is CancellationError { throw error }
-                guard ContinuousClock.now < deadline else { throw error }
+                guard self.clock.now < deadline else { throw error }
                 if round == 0 {
                     logger.warning(
                         "no database host suits yet; trying again every second (a failover may be in progress)",
@@ -74,7 +78,7 @@ public struct DatabaseProbe: Sendable {
                 }
                 round += 1
                 // The pause between rounds ends the search with this round's error when it reaches the deadline.
-                let pause = min(Duration.seconds(1), deadline - ContinuousClock.now)
+                let pause = min(Duration.seconds(1), deadline - self.clock.now)
                 guard pause > .milliseconds(100) else { throw error }
                 try await Task.sleep(for: pause)
             }
@@ -84,10 +88,10 @@ public struct DatabaseProbe: Sendable {
     /// One host's connect and check in ``primary(patience:excluding:)``: its `connect_timeout`
     /// (the driver's 10 s by default, which covers the connect and the startup) and 2 s more for the check's
     /// query, which the driver does not bound; within a search, never past the search's deadline (at least 2 s).
-    static func hostCheckLimit(_ url: DatabaseURL, before deadline: ContinuousClock.Instant?) -> Duration {
+    func hostCheckLimit(_ url: DatabaseURL, before deadline: ContinuousClock.Instant?) -> Duration {
         let own = Duration.seconds(url.connectTimeout ?? 10) + .seconds(2)
         guard let deadline else { return own }
-        return max(.seconds(2), min(own, deadline - ContinuousClock.now))
+        return max(.seconds(2), min(own, deadline - self.clock.now))
     }
 
     private func firstSuitingHost(
@@ -107,7 +111,7 @@ public struct DatabaseProbe: Sendable {
             let opened = Mutex<PostgresConnection?>(nil)
             do {
                 let configuration = try candidate.connectionConfiguration()
-                let limit = Self.hostCheckLimit(candidate, before: deadline)
+                let limit = self.hostCheckLimit(candidate, before: deadline)
                 let (suits, what) = try await withDeadline(limit, "\(endpoint)'s connect and check") {
                     let connection = try await PostgresConnection.connect(
                         configuration: configuration,

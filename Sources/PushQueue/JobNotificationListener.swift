@@ -1,5 +1,6 @@
 public import Logging
 public import PostgresNIO
+public import PushCore
 import Synchronization
 
 /// Holds one connection that `LISTEN`s on `push_jobs` and turns each NOTIFY (one per INSERT statement
@@ -12,6 +13,8 @@ public struct JobNotificationListener: Sendable {
     /// How to open the connection, asked at each (re)connect: a failover may have switched the host.
     let configuration: @Sendable () -> PostgresConnection.Configuration
     let logger: Logger
+    /// The process's clock: the reconnect's backoff.
+    let clock: any PushClock
     let onListening: @Sendable () -> Void
     /// The connection listening now, closed when ``PrimaryClient`` switches hosts (so it reconnects there).
     let current = ListeningConnection()
@@ -24,19 +27,27 @@ public struct JobNotificationListener: Sendable {
     public init(
         configuration: PostgresConnection.Configuration,
         logger: Logger,
+        clock: any PushClock,
         onListening: @escaping @Sendable () -> Void = {}
     ) {
         self.configuration = { configuration }
         self.switches = { 0 }
         self.logger = logger
+        self.clock = clock
         self.onListening = onListening
     }
 
     /// Listens to the host `primary` is on, and moves with it when it switches.
-    public init(primary: PrimaryClient, logger: Logger, onListening: @escaping @Sendable () -> Void = {}) {
+    public init(
+        primary: PrimaryClient,
+        logger: Logger,
+        clock: any PushClock,
+        onListening: @escaping @Sendable () -> Void = {}
+    ) {
         self.configuration = { primary.listenerConfiguration! }
         self.switches = { primary.switches }
         self.logger = logger
+        self.clock = clock
         self.onListening = onListening
         primary.onSwitch { [current] in
             if let connection = current.value.withLock({ $0 }) { Task { try? await connection.close() } }
@@ -89,9 +100,9 @@ public struct JobNotificationListener: Sendable {
             }
             if Task.isCancelled { return }
             // The backoff, cut short by a switch to another host (which is up: it was just chosen).
-            let until = ContinuousClock.now + backoff
-            while ContinuousClock.now < until && self.switches() == switches && !Task.isCancelled {
-                try? await Task.sleep(for: min(.milliseconds(250), until - ContinuousClock.now))
+            let until = self.clock.now + backoff
+            while self.clock.now < until && self.switches() == switches && !Task.isCancelled {
+                try? await Task.sleep(for: min(.milliseconds(250), until - self.clock.now))
             }
             backoff = self.switches() == switches ? min(backoff * 2, .seconds(30)) : .milliseconds(250)
         }

@@ -35,17 +35,17 @@ public struct JobOutcome: Sendable, Hashable {
     /// retries' spans to link to.
     public var traceSpan: String? = nil
 
-    /// Creates an outcome; only the job, attempt and disposition are required.
+    /// Creates an outcome; only the job, attempt, disposition and when the attempt started are required.
     public init(
         jobID: Int64,
         attempt: Int,
         disposition: Decision,
+        attemptedAt: ContinuousClock.Instant,
         status: Int? = nil,
         reason: String? = nil,
         trapIDs: [TrapID] = [],
         apnsUniqueID: String? = nil,
         latencyMs: Int? = nil,
-        attemptedAt: ContinuousClock.Instant = .now,
         sent: Bool = true,
         invalidatesToken: Bool = false,
         apnsTimestampMs: Int64? = nil

@@ -2,6 +2,24 @@ import Foundation
 import PostgresNIO
 public import PushCore
 
+/// What a claim leaves pending, typed until the statement binds it (as `environment/credential` and
+/// `credential/topic` strings).
+public struct ClaimExclusions: Sendable, Equatable {
+    /// APNs environments down: their jobs wait.
+    public var environments: [String]
+    /// (environment, credential) pairs whose jobs wait: a pool backing off, a credential refused, a
+    /// credential this worker cannot sign for, an FCM project down.
+    public var endpoints: [EndpointKey]
+    /// (credential, topic) pairs APNs refused.
+    public var topics: [TopicKey]
+
+    public init(environments: [String] = [], endpoints: [EndpointKey] = [], topics: [TopicKey] = []) {
+        self.environments = environments
+        self.endpoints = endpoints
+        self.topics = topics
+    }
+}
+
 extension JobQueue {
     /// Claims up to `limit` due jobs for `workerID`: marks them `running`, counts the attempt, and sets a
     /// lease until now + `lease`. Credentials take turns (a backlog of one never delays another's due jobs
@@ -18,8 +36,8 @@ extension JobQueue {
     ///     than the request deadline.
     ///   - excludingCredentials: credentials whose jobs must stay pending (paused after a credential fault).
     ///   - onlyCredentials: the credentials this worker can sign for; `nil` claims any.
-    ///   - excludingEnvironments: environments whose APNs endpoint is unreachable now: their jobs wait.
-    ///   - excludingPairs: `environment/credential` pairs whose APNs pool is backing off: their jobs wait.
+    ///   - excluding: environments, (environment, credential) pairs and (credential, topic) pairs whose jobs
+    ///     wait (a provider down, a pool backing off, a credential or topic refused).
     ///   - excludingIDs: jobs this worker still holds (an outcome not yet written): never claimed twice.
     /// - Returns: the claimed jobs, in claim order, with `attempts` counting this attempt.
     public func claim(
@@ -28,8 +46,7 @@ extension JobQueue {
         lease: Duration,
         excludingCredentials: [String] = [],
         onlyCredentials: [String]? = nil,
-        excludingEnvironments: [String] = [],
-        excludingPairs: [String] = [],
+        excluding: ClaimExclusions = ClaimExclusions(),
         excludingIDs: [Int64] = []
     ) async throws -> [PushJob] {
         try await self.claimBatch(
@@ -38,8 +55,7 @@ extension JobQueue {
             lease: lease,
             excludingCredentials: excludingCredentials,
             onlyCredentials: onlyCredentials,
-            excludingEnvironments: excludingEnvironments,
-            excludingPairs: excludingPairs,
+            excluding: excluding,
             excludingIDs: excludingIDs
         ).jobs
     }
@@ -142,7 +158,7 @@ extension JobQueue {
         }
     }
 
-    /// ``claim(limit:workerID:lease:excludingCredentials:onlyCredentials:excludingEnvironments:excludingPairs:excludingIDs:)``
+    /// ``claim(limit:workerID:lease:excludingCredentials:onlyCredentials:excluding:excludingIDs:)``
     /// with what else the claim did. Besides the turns and priorities, the fleet-wide controls apply here,
     /// in the same statement:
     ///
@@ -163,9 +179,7 @@ extension JobQueue {
         lease: Duration,
         excludingCredentials: [String] = [],
         onlyCredentials: [String]? = nil,
-        excludingEnvironments: [String] = [],
-        excludingPairs: [String] = [],
-        excludingTopics: [String] = [],
+        excluding: ClaimExclusions = ClaimExclusions(),
         excludingIDs: [Int64] = [],
         includingRateLimited: Bool = true
     ) async throws -> ClaimBatch {
@@ -177,19 +191,19 @@ extension JobQueue {
         binds.bind("any_credential", onlyCredentials == nil)
         binds.bind("excluded_credentials", excludingCredentials)
         binds.bind("half_lease_seconds", leaseSeconds / 2)
-        binds.bind("excluded_environments", excludingEnvironments)
-        binds.bind("excluded_pairs", excludingPairs)
+        binds.bind("excluded_environments", excluding.environments)
+        binds.bind("excluded_pairs", excluding.endpoints.map(\.description))
         binds.bind("held_ids", excludingIDs)
         binds.bind("include_rate_limited", includingRateLimited)
         binds.bind("batch_limit", Int64(limit))
         binds.bind("worker_id", workerID)
         binds.bind("lease_seconds", leaseSeconds)
-        binds.bind("excluded_topics", excludingTopics)
+        binds.bind("excluded_topics", excluding.topics.map(\.description))
         binds.bind("cursor_credentials", walkFrom.stops.map(\.credential))
         binds.bind("cursor_environments", walkFrom.stops.map(\.environment))
         binds.bind("cursor_topics", walkFrom.stops.map(\.topic))
         var nextCursor = walkFrom
-        let now = ContinuousClock.now
+        let now = self.clock.now
         // Released jobs keep their run_at: after a release, every range from its head.
         let resumeFrom = self.claimCursor.takeHeadRequest() ? [:] : walkFrom.livePoints(at: now)
         var reported: [(ClaimCursor.RangeKey, runAtMicros: Int64, id: Int64)] = []
@@ -259,7 +273,7 @@ extension JobQueue {
                 var job = try Self.decodeJob(&cursor)
                 job.tokenInvalidatedAt = tokenInvalidatedAt
                 // Relative to the row's database clock (db_now): the claim loop turns it into its own clock.
-                job.sendAt = sendIn.map { (job.claimedAt ?? Date()).addingTimeInterval($0) }
+                job.sendAt = sendIn.flatMap { seconds in job.claimedAt.map { $0.addingTimeInterval(seconds) } }
                 if let sendScope, let sendInterval {
                     job.sendSpacing = SendSpacing(scope: sendScope, interval: sendInterval)
                 }
@@ -280,7 +294,7 @@ extension JobQueue {
         try await self.forEachRow(of: ClaimStatement.self, binds: binds.complete, read)
         // This process's instant of the claim's database clock (claimedAt), within half the round trip: the
         // middle of it. Database times of the job (its previous attempt) map to this process's clock from here.
-        let answered = ContinuousClock.now
+        let answered = self.clock.now
         for index in jobs.indices { jobs[index].claimedLocally = now + (answered - now) / 2 }
         nextCursor.resumes = walkFrom.updated(sent: resumeFrom, reported: reported, at: now)
         self.claimCursor.value = nextCursor
@@ -292,6 +306,7 @@ extension JobQueue {
                 jobID: row.id,
                 attempt: row.attempt,
                 disposition: .dead(sentence: ""),
+                attemptedAt: self.clock.now,
                 reason: "InvalidJob",
                 sent: false
             )

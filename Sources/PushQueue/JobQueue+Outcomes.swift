@@ -10,7 +10,7 @@ extension JobQueue {
     /// longer holds the attempt is refused and reported in ``OutcomeWriteResult/fenced``.
     public func writeOutcomes(_ outcomes: [JobOutcome], workerID: String) async throws -> OutcomeWriteResult {
         guard !outcomes.isEmpty else { return OutcomeWriteResult(recorded: [], fenced: []) }
-        let binds = Self.bindings(outcomes, workerID: workerID)
+        let binds = Self.bindings(outcomes, workerID: workerID, now: self.clock.now)
         var recorded: [Int64] = []
         try await self.forEachRow(of: WriteOutcomesStatement.self, binds: binds) {
             recorded.append(try $0.decode(Int64.self))
@@ -46,7 +46,11 @@ extension JobQueue {
         return false
     }
 
-    static func bindings(_ outcomes: [JobOutcome], workerID: String) -> PostgresBindings {
+    static func bindings(
+        _ outcomes: [JobOutcome],
+        workerID: String,
+        now: ContinuousClock.Instant
+    ) -> PostgresBindings {
         var ids: [Int64] = []
         var attempts: [Int16] = []
         var kinds: [String] = []
@@ -62,7 +66,6 @@ extension JobQueue {
         var invalidate: [Bool] = []
         var timestamps: [Int64] = []
         var spans: [String] = []
-        let now = ContinuousClock.now
         // In id order, as every statement that locks several job rows does: no deadlock between them.
         for outcome in outcomes.sorted(by: { $0.jobID < $1.jobID }) {
             ids.append(outcome.jobID)

@@ -1,5 +1,6 @@
 public import Logging
 public import PostgresNIO
+public import PushCore
 import Synchronization
 
 /// The queue's operations on `push.jobs`, `push.dead_jobs` and `push.invalid_tokens`.
@@ -14,6 +15,8 @@ public struct JobQueue: Sendable {
     /// The client in use, switchable to another host.
     public let primary: PrimaryClient
     let logger: Logger
+    /// The process's clock: the claim's round trip, the outcome write's ages.
+    public let clock: any PushClock
     /// Whether the claim and the outcome write may run as named prepared statements (planned once per
     /// connection); see ``usesPreparedStatements``.
     let preparedStatements: Bool
@@ -25,17 +28,24 @@ public struct JobQueue: Sendable {
     /// - Parameters:
     ///   - client: a client whose `run()` the caller drives.
     ///   - logger: where the queue logs; job ids and apns ids only, never tokens or payloads.
+    ///   - clock: the process's clock.
     ///   - preparedStatements: run the claim and the outcome write as named prepared statements: planning
     ///     them took 1–1.6 ms per batch. Off behind PgBouncer's transaction pooling, which loses named
     ///     statements (the worker turns it off with `--no-session-settings`).
-    public init(client: PostgresClient, logger: Logger, preparedStatements: Bool = false) {
-        self.init(primary: PrimaryClient(client), logger: logger, preparedStatements: preparedStatements)
+    public init(client: PostgresClient, logger: Logger, clock: any PushClock, preparedStatements: Bool = false) {
+        self.init(
+            primary: PrimaryClient(client),
+            logger: logger,
+            clock: clock,
+            preparedStatements: preparedStatements
+        )
     }
 
     /// A queue on a client that a failover may switch to another host (``PrimaryClient/switchTo(_:listener:host:)``).
-    public init(primary: PrimaryClient, logger: Logger, preparedStatements: Bool = false) {
+    public init(primary: PrimaryClient, logger: Logger, clock: any PushClock, preparedStatements: Bool = false) {
         self.primary = primary
         self.logger = logger
+        self.clock = clock
         self.preparedStatements = preparedStatements
     }
 }

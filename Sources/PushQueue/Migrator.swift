@@ -1,5 +1,6 @@
 public import Logging
 public import PostgresNIO
+public import PushCore
 
 /// Creates or upgrades the `push` schema: applies the embedded migrations in order, records each in
 /// `push.schema_migrations`, and is safe when several workers start at once.
@@ -31,6 +32,8 @@ public struct Migrator: Sendable {
     public var lockTimeout: Duration = .seconds(2)
     /// How many times a file whose lock wait timed out is tried again before `migrate` fails.
     public var lockRetries = 60
+    /// The clock of the waits for the lock.
+    public var clock: any PushClock = ContinuousClock()
     /// How long `migrate` waits for another migrator to finish before it fails.
     public var lockWait: Duration = .seconds(600)
 
@@ -54,7 +57,7 @@ public struct Migrator: Sendable {
             return try await self.client.withConnection { connection in
                 // Polled, not waited for: a session waiting in pg_advisory_lock holds a snapshot, and the
                 // holder's CREATE INDEX CONCURRENTLY waits for every older snapshot to end.
-                let deadline = ContinuousClock.now + self.lockWait
+                let deadline = self.clock.now + self.lockWait
                 var backend: Int32 = 0
                 while true {
                     let rows = try await connection.query(
@@ -64,7 +67,7 @@ public struct Migrator: Sendable {
                     var locked = false
                     for try await (got, pid) in rows.decode((Bool, Int32).self) { (locked, backend) = (got, pid) }
                     if locked { break }
-                    guard ContinuousClock.now < deadline else {
+                    guard self.clock.now < deadline else {
                         throw QueueError(
                             code: .migrationFailed,
                             message:

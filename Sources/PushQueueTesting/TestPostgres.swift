@@ -136,7 +136,7 @@ public struct TestDatabase: Sendable {
     public let logger: Logger
 
     /// A queue on this database.
-    public var queue: JobQueue { JobQueue(client: self.client, logger: self.logger) }
+    public var queue: JobQueue { JobQueue(client: self.client, logger: self.logger, clock: ContinuousClock()) }
 
     /// How long a test's own statement is waited for: past the server's `statement_timeout` (120 s), so only a
     /// client that never answers reaches it, and the test fails naming the statement instead of hanging the run.

@@ -19,22 +19,31 @@ final class ClockSkewMonitor: Sendable {
         var skew: TimeInterval?
     }
 
-    init(logger: Logger) {
+    /// The process's clock: the samples' spacing, and the host's wall time.
+    let clock: any PushClock
+
+    init(clock: any PushClock, logger: Logger) {
+        self.clock = clock
         self.logger = logger
     }
 
     /// The last measured skew (APNs minus host), or `nil` before a sample.
     var skew: TimeInterval? { self.state.withLock { $0.skew } }
 
-    func observe(_ response: APNsResponse, now: ContinuousClock.Instant = .now) {
+    func observe(_ response: APNsResponse) {
         guard response.serverDate != nil else { return }
+        let now = self.clock.now
         let due = self.state.withLock { state -> Bool in
             if let last = state.lastSample, now - last < .seconds(10) { return false }
             state.lastSample = now
             return true
         }
         guard due,
-            let skew = ClockSkew.measure(serverDate: response.serverDate, receivedAt: Date(), latency: response.latency)
+            let skew = ClockSkew.measure(
+                serverDate: response.serverDate,
+                receivedAt: self.clock.wallNow,
+                latency: response.latency
+            )
         else { return }
         self.gauge.record(skew)
         let warn = self.state.withLock { state -> Bool in

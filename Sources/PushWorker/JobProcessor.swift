@@ -7,41 +7,30 @@ import PushQueue
 /// Turns one claimed job into its outcome: build the request, send, decide (``Decision/decide``),
 /// hand over. The only I/O is the send itself; the only interpretation of it is PushCore's.
 struct JobProcessor: Sendable {
+    /// APNs' client: which environments a certificate credential covers (checked before sending).
     let client: APNsClient
-    /// FCM's client, when the worker has FCM credentials.
-    let fcm: FCMClient?
     let retry: RetryPolicy.Configuration
     let transportBudget: Int
     /// ``RetryPolicy/killSwitchVariable``, read once.
     let killSwitch: Bool
     let logger: Logger
+    /// The process's clock: when an attempt started, how long it took, what a `Retry-After` date means.
+    let clock: any PushClock
 
     init(
         client: APNsClient,
-        fcm: FCMClient? = nil,
         retry: RetryPolicy.Configuration,
         transportBudget: Int,
         environment: [String: String],
+        clock: any PushClock,
         logger: Logger
     ) {
+        self.clock = clock
         self.client = client
-        self.fcm = fcm
         self.retry = retry
         self.transportBudget = transportBudget
         self.killSwitch = RetryPolicy.killSwitchIsSet(in: environment)
         self.logger = logger
-    }
-
-    /// What a job is sent as: its provider's request.
-    enum Request: Sendable {
-        case apns(APNsRequest)
-        case fcm(FCMMessage)
-    }
-
-    /// A provider's answer to a request.
-    enum Answer: Sendable {
-        case apns(APNsResponse)
-        case fcm(FCMResponse)
     }
 
     /// A claimed job made ready: its request, or the reason nothing is sent. Indirect: boxed once, so the
@@ -49,7 +38,7 @@ struct JobProcessor: Sendable {
     /// string and array of the job and its request.
     indirect enum Prepared: Sendable {
         /// Send this request.
-        case send(Claimed, Request)
+        case send(Claimed, ProviderRequest)
         /// Refused before sending: the rejection says why.
         case refuse(Claimed, PreSendRejection)
 
@@ -63,7 +52,7 @@ struct JobProcessor: Sendable {
         var job: PushJob { self.claimed.job }
 
         /// What to send; `nil` when the job is refused.
-        var request: Request? {
+        var request: ProviderRequest? {
             if case .send(_, let request) = self { request } else { nil }
         }
     }
@@ -102,7 +91,7 @@ struct JobProcessor: Sendable {
             maxAttempts: job.maxAttempts,
             killSwitch: self.killSwitch
         )
-        var claimed = Claimed(job: job, policy: policy, started: ContinuousClock.now)
+        var claimed = Claimed(job: job, policy: policy, started: self.clock.now)
         if job.attempts > policy.maxAttempts {
             // A job reclaimed after crashes can arrive with its attempts already used.
             return .refuse(
@@ -142,7 +131,7 @@ struct JobProcessor: Sendable {
     }
 
     /// Decides a prepared job's outcome from its send's result (`nil`: it was refused before sending).
-    func decide(_ prepared: Prepared, with result: Result<Answer, any Error>?) -> Attempt {
+    func decide(_ prepared: Prepared, with result: Result<ProviderAnswer, any Error>?) -> Attempt {
         let claimed = prepared.claimed
         let job = claimed.job
         let started = claimed.started
@@ -159,12 +148,12 @@ struct JobProcessor: Sendable {
             sendOutcome = .response(
                 status: answer.status,
                 reason: answer.reason,
-                retryAfter: answer.status == 429 ? RetryAfter.parse(answer.retryAfter) : nil
+                retryAfter: answer.status == 429 ? RetryAfter.parse(answer.retryAfter, now: self.clock.wallNow) : nil
             )
         case .success(.fcm(let answer)):
             fcmResponse = answer
             status = answer.status
-            sendOutcome = answer.sendOutcome
+            sendOutcome = answer.sendOutcome(at: self.clock.wallNow)
         case .failure(let error as TransportError):
             sendOutcome = .transport(error.fault, reason: error.reason)
         case .failure:
@@ -196,6 +185,7 @@ struct JobProcessor: Sendable {
             jobID: job.id,
             attempt: job.attempts,
             disposition: decided.decision,
+            attemptedAt: started,
             status: status,
             reason: decided.reason,
             // Warnings first: they describe the payload the attempt carried, whatever APNs answered.
@@ -205,10 +195,9 @@ struct JobProcessor: Sendable {
             apnsUniqueID: response?.apnsUniqueID ?? response?.requestID ?? fcmResponse?.messageName,
             latencyMs: sent
                 ? Int(
-                    ((response?.latency ?? fcmResponse?.latency ?? (ContinuousClock.now - started)).seconds * 1000)
+                    ((response?.latency ?? fcmResponse?.latency ?? (self.clock.now - started)).seconds * 1000)
                         .rounded()
                 ) : nil,
-            attemptedAt: started,
             sent: sent,
             invalidatesToken: decided.invalidatesToken,
             apnsTimestampMs: response?.timestampMs

@@ -39,7 +39,7 @@ final class OutcomeWriter: Sendable {
     let statementDeadline: Duration
     let logger: Logger
     let metrics: WorkerMetrics
-    let clock: any MonotonicClock
+    let clock: any PushClock
     let onWritten: @Sendable (Report) -> Void
 
     init(
@@ -50,7 +50,7 @@ final class OutcomeWriter: Sendable {
         statementDeadline: Duration = .seconds(30),
         logger: Logger,
         metrics: WorkerMetrics,
-        clock: any MonotonicClock = ContinuousClock(),
+        clock: any PushClock,
         onWritten: @escaping @Sendable (Report) -> Void
     ) {
         self.queue = queue

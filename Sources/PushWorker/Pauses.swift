@@ -18,9 +18,9 @@ final class Pauses<Key: Hashable & Sendable>: Sendable {
     private let pauses = Mutex<[Key: Pause]>([:])
     let initial: Duration
     let maximum: Duration
-    let clock: any MonotonicClock
+    let clock: any PushClock
 
-    init(initial: Duration, maximum: Duration, clock: any MonotonicClock = ContinuousClock()) {
+    init(initial: Duration, maximum: Duration, clock: any PushClock) {
         self.initial = initial
         self.maximum = maximum
         self.clock = clock
@@ -68,22 +68,4 @@ final class Pauses<Key: Hashable & Sendable>: Sendable {
         let now = self.clock.now
         return self.pauses.withLock { pauses in pauses.filter { $0.value.until > now }.map(\.key) }
     }
-}
-
-/// An APNs pool: the environment and the credential its connections use.
-struct EndpointKey: Hashable, Sendable, CustomStringConvertible {
-    var environment: String
-    var credential: String
-
-    /// `environment/credential`, as the claim excludes it.
-    var description: String { "\(self.environment)/\(self.credential)" }
-}
-
-/// A credential's topic.
-struct TopicKey: Hashable, Sendable, CustomStringConvertible {
-    var credential: String
-    var topic: String
-
-    /// `credential/topic`, as the claim excludes it.
-    var description: String { "\(self.credential)/\(self.topic)" }
 }

@@ -41,10 +41,10 @@ final class ProviderOutages: Sendable {
     /// Providers down now, read without the lock on the send path's fast way (nothing down).
     private let anyDown = Atomic<Int>(0)
     private let gauges = Mutex<[Key: Gauge]>([:])
-    let clock: any MonotonicClock
+    let clock: any PushClock
     let logger: Logger
 
-    init(clock: any MonotonicClock, logger: Logger) {
+    init(clock: any PushClock, logger: Logger) {
         self.clock = clock
         self.logger = logger
     }
@@ -142,7 +142,7 @@ final class ProviderOutages: Sendable {
             quotas[job.credential, default: AnswerWindow()].record(bad: targetQuota, job: target, at: now)
         }
         guard targetQuota, tipped != nil else { return attempt }
-        // Logged once per pause by the worker (``PushWorkerService/react(to:)``), as FCM asking it to wait.
+        // Logged once per pause by the worker (``ProviderReactions/react(to:)``), as FCM asking it to wait.
         return Self.requeued(attempt, after: FCMReason.quotaWait, pausing: true)
     }
 
@@ -155,16 +155,20 @@ final class ProviderOutages: Sendable {
     }
 
     /// What the claim leaves out: APNs environments and FCM credentials that are down, unless a probe is due.
-    func excluded() -> (environments: [String], pairs: [String]) {
+    func excluded() -> (environments: [String], endpoints: [EndpointKey]) {
         guard self.anyDown.load(ordering: .relaxed) > 0 else { return ([], []) }
         let now = self.clock.now
         return self.states.withLock { states in
             var environments: [String] = []
-            var pairs: [String] = []
+            var endpoints: [EndpointKey] = []
             for (key, health) in states where health.isDown && !health.probeDue(at: now) {
-                if key.platform == .fcm { pairs.append("fcm/\(key.scope)") } else { environments.append(key.scope) }
+                if key.platform == .fcm {
+                    endpoints.append(EndpointKey(environment: "fcm", credential: key.scope))
+                } else {
+                    environments.append(key.scope)
+                }
             }
-            return (environments, pairs)
+            return (environments, endpoints)
         }
     }
 

@@ -40,9 +40,7 @@ extension PushWorkerService {
                             workerID: configuration.workerID,
                             lease: configuration.lease,
                             onlyCredentials: configuration.credentials,
-                            excludingEnvironments: excluded.environments,
-                            excludingPairs: excluded.pairs,
-                            excludingTopics: excluded.topics,
+                            excluding: excluded,
                             excludingIDs: held,
                             includingRateLimited: true
                         )
@@ -85,8 +83,8 @@ extension PushWorkerService {
                     self.forgetLiftedPauses(matching: jobs, claimStarted: claimStarted)
                     self.stats.withLock { $0.claimed += jobs.count }
                 }
-                let claimedAt = Date()
-                let (due, scheduled) = self.bySendTime(jobs)
+                let claimedAt = self.clock.wallNow
+                let (due, scheduled) = self.scheduler.split(jobs)
                 // The rest go out together: one task for the batch, answers handled as they arrive.
                 if !due.isEmpty {
                     let batch = due
@@ -95,7 +93,11 @@ extension PushWorkerService {
                 // Jobs with a later send time: one task sends them as batches as their times come.
                 if !scheduled.isEmpty {
                     let batch = scheduled
-                    sends.addTask { await self.sendScheduled(batch, claimedAt: claimedAt) }
+                    sends.addTask {
+                        await self.scheduler.send(batch) { ready in
+                            await self.send(ready.map(\.job), claimedAt: claimedAt, latest: ready.map(\.latest))
+                        }
+                    }
                 }
                 // A full batch, a range that gave its whole share (another credential had little due work), or a
                 // walk of topics that spent its budget: claim again at once. A walk that took nothing (the topics
@@ -146,13 +148,8 @@ extension PushWorkerService {
     /// unreachable, whose credential a provider refused (each platform's pauses as its own pairs: APNs refusing
     /// 'default' holds APNs' jobs of that name only, and FCM's pauses FCM's), that this worker cannot sign or
     /// whose FCM project is down; and (credential, topic) pairs APNs refused.
-    func claimExclusions() -> (environments: [String], pairs: [String], topics: [String]) {
-        let down = self.outages.excluded()
-        let pairs =
-            self.unreachableEndpoints.active().map(\.description)
-            + self.credentialPauses.active().sorted().flatMap { ["production/\($0)", "development/\($0)"] }
-            + self.fcmCredentialPauses.active().map { "fcm/\($0)" } + self.platformGaps + down.pairs
-        return (down.environments, pairs, self.topicPauses.active().map(\.description))
+    func claimExclusions() -> ClaimExclusions {
+        self.reactions.exclusions(down: self.outages.excluded())
     }
 
     /// Forgets cached fleet pauses that match a job of a claim begun after the pauses were read: the claim
@@ -165,37 +162,5 @@ extension PushWorkerService {
                 jobs.contains { pause.matches(credential: $0.credential, topic: $0.topic) }
             }
         }
-    }
-
-    /// A claimed batch split into the jobs to send now and those to send at their rate limit's slot.
-    func bySendTime(_ jobs: [PushJob]) -> (due: [PushJob], scheduled: [ScheduledSend]) {
-        var due: [PushJob] = []
-        var scheduled: [ScheduledSend] = []
-        for job in jobs {
-            // A rate-limited job waits for the send time its limit's fleet-wide schedule gave it: an
-            // offset from when the schedule was read, some time during this claim. Counted from now
-            // (the claim's answer), it is never early; it must leave within the tolerance of that
-            // slot, or it is withdrawn: a busy worker or a request waiting for a stream would
-            // otherwise send it on top of other workers' later slots. (Counted from the claim's start
-            // instead, a claim slower than the tolerance, a database across a region, would withdraw
-            // every limited job it took, for ever.)
-            let slot = job.sendAt.map { sendAt in
-                self.clock.now
-                    + .milliseconds(Int64(sendAt.timeIntervalSince(job.claimedAt ?? sendAt) * 1000))
-            }
-            // Limited jobs are always scheduled: their sends are spaced here too.
-            guard let slot, slot > self.clock.now || job.sendSpacing != nil else {
-                due.append(job)
-                continue
-            }
-            scheduled.append(
-                ScheduledSend(
-                    job: job,
-                    slot: slot,
-                    latest: job.sendSpacing == nil ? nil : slot + Self.lateSendTolerance
-                )
-            )
-        }
-        return (due, scheduled)
     }
 }

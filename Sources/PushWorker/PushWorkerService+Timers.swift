@@ -16,9 +16,9 @@ extension PushWorkerService {
         }
         // An FCM credential registers as fcm:<name> too (the fleet's check for fcm jobs no worker can send); the
         // bare name stays, for workers of schema 9, whose check knows names only.
-        let fcm = self.processor.fcm
+        let fcmNames = Set(self.senders[.fcm]?.credentialNames ?? [])
         let credentials = (self.configuration.credentials ?? []).flatMap { name -> [String] in
-            [name] + (fcm?.project(of: name) != nil ? ["fcm:\(name)"] : [])
+            [name] + (fcmNames.contains(name) ? ["fcm:\(name)"] : [])
         }
         try await self.queue.heartbeat(
             workerID: self.configuration.workerID,
@@ -138,12 +138,11 @@ extension PushWorkerService {
             if Task.isCancelled { return }
             do {
                 self.metrics.connections.record(
-                    self.client.openConnections + (self.processor.fcm?.openConnections ?? 0)
+                    self.senders.values.reduce(0) { $0 + $1.openConnections }
                 )
-                self.metrics.jwtMints.record(self.client.mintCount)
+                self.metrics.jwtMints.record(self.apns.mintCount)
                 self.metrics.pausedCredentials.record(
-                    self.credentialPauses.active().count + self.fcmCredentialPauses.active().count
-                        + self.topicPauses.active().count
+                    self.reactions.heldCount
                 )
                 // Like reaping: not while this worker may have just come back from being cut off.
                 let mayJudge = self.state.withLock { $0.liveness.mayReap(at: self.clock.now) }
@@ -184,7 +183,8 @@ extension PushWorkerService {
                     try await self.queue.gauges(
                         workerID: self.configuration.workerID,
                         staleAfter: self.configuration.staleAfter
-                    )
+                    ),
+                    now: self.clock.wallNow
                 )
             } catch {
                 self.logger.debug(

@@ -1,7 +1,7 @@
 public import APNsTransport
 import Foundation
 public import Logging
-import PushCore
+public import PushCore
 public import PushQueue
 public import ServiceLifecycle
 import Synchronization
@@ -12,31 +12,23 @@ import Synchronization
 public final class PushWorkerService: Service, Sendable {
     let configuration: WorkerConfiguration
     let queue: JobQueue
-    let client: APNsClient
+    /// The providers' senders, by platform: what every job is sent through.
+    let senders: [Platform: any PushSender]
+    /// APNs' sender as itself, for what only it has (provider token mints, certificate environments).
+    let apns: APNsClient
     let listener: JobNotificationListener?
     let logger: Logger
     let processor: JobProcessor
-    /// Credentials APNs refused: their jobs are not claimed or sent for a while.
-    let credentialPauses: Pauses<String>
-    /// FCM credentials FCM refused or asked to wait (QUOTA_EXCEEDED): their jobs are not claimed or sent
-    /// for a while. Apart from APNs': a team may name its APNs key and its service account alike.
-    let fcmCredentialPauses: Pauses<String>
-    /// The (environment, credential) pairs this worker cannot send: a name it has only for APNs is
-    /// `fcm/<name>`, one it has only for FCM `production/<name>` and `development/<name>`. The claim leaves
-    /// them to workers that can.
-    let platformGaps: [String]
-    /// APNs pools (environment and credential) whose endpoint could not be reached: their jobs are not
-    /// claimed for a while.
-    let unreachableEndpoints: Pauses<EndpointKey>
+    /// Credentials, topics and endpoints held after what the providers answered.
+    let reactions: ProviderReactions
     /// Providers down as their answers show it: their jobs go back uncounted and wait, one probe at a time.
     let outages: ProviderOutages
     /// This process's own id in `push.workers`: another live process with the same worker id is refused.
     let instance = UUID()
-    /// A credential's topics APNs refused (TopicDisallowed): those jobs are not claimed for a while.
-    let topicPauses: Pauses<TopicKey>
     /// Signalled by a NOTIFY, a shutdown, a switch: the claim loop looks again.
     let wake = WakeSignal()
-    let spacer = SendSpacer()
+    /// When claimed jobs go out: now, or at their rate limit's slot.
+    let scheduler: SendScheduler
     /// Signalled when a send ends or an outcome is written: claim capacity may have come free.
     let sendEnded = WakeSignal()
     let metrics = WorkerMetrics()
@@ -50,7 +42,7 @@ public final class PushWorkerService: Service, Sendable {
     let skew: ClockSkewMonitor
     /// The monotonic clock every timer of this worker reads (pauses, liveness, the outcome writer's batching
     /// and backoff, send slots, the heartbeat, reaper and read-only loops).
-    let clock: any MonotonicClock
+    let clock: any PushClock
     /// Spans for traced jobs' attempts (`nil`: no exporter, no cost).
     let tracing: AttemptTracing?
     /// POSTs webhook deliveries (`nil`: this worker sends none; another worker of the fleet may).
@@ -93,9 +85,7 @@ public final class PushWorkerService: Service, Sendable {
 
     /// - Parameters:
     ///   - listener: the dedicated LISTEN connection; `nil` polls only.
-    ///
-    /// Every timer reads the APNs client's clock (``APNsClient/clock``), so a test injects one clock, in the
-    /// client's configuration, for the pools and the worker alike.
+    ///   - clock: the process's one clock, which the clients' configurations carry too.
     public init(
         configuration: WorkerConfiguration,
         queue: JobQueue,
@@ -104,47 +94,38 @@ public final class PushWorkerService: Service, Sendable {
         webhooks: WebhookHTTPClient? = nil,
         tracing: AttemptTracing? = nil,
         listener: JobNotificationListener?,
+        clock: any PushClock,
         logger: Logger
     ) {
-        let clock = client.clock
         self.tracing = tracing
         self.configuration = configuration
         self.clock = clock
         self.lastDatabaseSuccess = Mutex(clock.now)
         self.queue = queue
-        self.client = client
+        self.apns = client
+        var senders: [Platform: any PushSender] = [.apns: client]
+        if let fcm { senders[.fcm] = fcm }
+        self.senders = senders
         self.listener = listener
         self.logger = logger
-        self.skew = ClockSkewMonitor(logger: logger)
+        self.skew = ClockSkewMonitor(clock: clock, logger: logger)
         self.processor = JobProcessor(
             client: client,
-            fcm: fcm,
             retry: configuration.retry,
             transportBudget: configuration.transportBudget,
             environment: ProcessInfo.processInfo.environment,
+            clock: clock,
             logger: logger
         )
-        self.credentialPauses = Pauses(
-            initial: configuration.credentialPause,
-            maximum: configuration.maximumCredentialPause,
-            clock: clock
+        self.reactions = ProviderReactions(
+            configuration: configuration,
+            senders: senders,
+            metrics: self.metrics,
+            clock: clock,
+            logger: logger
         )
-        self.fcmCredentialPauses = Pauses(
-            initial: configuration.credentialPause,
-            maximum: configuration.maximumCredentialPause,
-            clock: clock
-        )
-        self.platformGaps = (configuration.credentials ?? []).flatMap { name -> [String] in
-            (client.credentialNames.contains(name) ? [] : ["production/\(name)", "development/\(name)"])
-                + (fcm?.project(of: name) == nil ? ["fcm/\(name)"] : [])
-        }
-        self.unreachableEndpoints = Pauses(initial: .seconds(1), maximum: .seconds(30), clock: clock)
         self.outages = ProviderOutages(clock: clock, logger: logger)
-        self.topicPauses = Pauses(
-            initial: configuration.credentialPause,
-            maximum: configuration.maximumCredentialPause,
-            clock: clock
-        )
+        self.scheduler = SendScheduler(clock: clock, metrics: self.metrics)
         let metrics = self.metrics
         self.webhookSender = webhooks.map {
             WebhookSender(
@@ -225,7 +206,7 @@ public final class PushWorkerService: Service, Sendable {
     /// Sets the `push_worker_ready` gauge from ``isReady``; call it before each scrape.
     public func publishReadiness() {
         self.metrics.ready.record(self.isReady ? 1 : 0)
-        let notProcessed = self.client.notProcessedCount + (self.processor.fcm?.notProcessedCount ?? 0)
+        let notProcessed = self.senders.values.reduce(0) { $0 + $1.notProcessedCount }
         let delta = self.state.withLock { state -> Int in
             defer { state.notProcessedReported = notProcessed }
             return notProcessed - state.notProcessedReported
@@ -306,7 +287,7 @@ public final class PushWorkerService: Service, Sendable {
             }
             defer { self.state.withLock { $0.switching = false } }
             do {
-                let onNew = JobQueue(client: client, logger: logger, preparedStatements: false)
+                let onNew = JobQueue(client: client, logger: logger, clock: self.clock, preparedStatements: false)
                 let released = try await onNew.releaseUnheld(workerID: id, holding: held)
                 if !released.isEmpty {
                     self.metrics.leasesReclaimed.increment(by: released.count)
@@ -345,13 +326,9 @@ public final class PushWorkerService: Service, Sendable {
                 if let webhooks = self.webhookSender {
                     core.addTask { await webhooks.run() }
                 }
-                await self.client.warmUp(
-                    credentials: self.configuration.credentials ?? self.client.credentialNames,
-                    timeout: .seconds(2)
-                )
-                if let fcm = self.processor.fcm {
-                    await fcm.warmUp(
-                        credentials: self.configuration.credentials ?? fcm.credentialNames,
+                for sender in self.senders.values {
+                    await sender.warmUp(
+                        credentials: self.configuration.credentials ?? sender.credentialNames,
                         timeout: .seconds(2)
                     )
                 }

@@ -32,7 +32,7 @@ final class WakeSignal: Sendable {
     /// Waits for a signal or until `timeout` passes (the polling fallback), whichever is first.
     ///
     /// - Returns: `true` when woken by a signal, `false` on timeout or cancellation.
-    func wait(timeout: Duration, clock: any MonotonicClock = ContinuousClock()) async -> Bool {
+    func wait(timeout: Duration, clock: any PushClock) async -> Bool {
         if self.state.withLock({ state in
             defer { state.pending = false }
             return state.pending

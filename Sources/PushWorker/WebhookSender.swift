@@ -50,7 +50,7 @@ final class WebhookSender: Sendable {
     let settings: WebhookSettings
     let workerID: String
     let logger: Logger
-    let clock: any MonotonicClock
+    let clock: any PushClock
     private let state = Mutex(State())
     private let wake = WakeSignal()
     let metrics: WorkerMetrics
@@ -68,7 +68,7 @@ final class WebhookSender: Sendable {
         workerID: String,
         logger: Logger,
         metrics: WorkerMetrics,
-        clock: any MonotonicClock
+        clock: any PushClock
     ) {
         self.metrics = metrics
         self.queue = queue
@@ -255,7 +255,7 @@ final class WebhookSender: Sendable {
             return retry(nil, unusable)
         }
         let body = Array(delivery.body.utf8)
-        let timestamp = Int64(Date().timeIntervalSince1970)
+        let timestamp = Int64(self.clock.wallNow.timeIntervalSince1970)
         guard let signature = WebhookSignature.value(body: body, timestamp: timestamp, secretFileContent: secret) else {
             self.logger.warning(
                 "webhook secret file \(HumanText.escaped(delivery.secretFile, for: .logLine)) is empty",
@@ -304,7 +304,7 @@ final class WebhookSender: Sendable {
                     let excerpt = answer.bodyPrefix.trimmingCharacters(in: .whitespaces)
                     what = "the receiver answered \(answer.status)\(excerpt.isEmpty ? "" : ": \(excerpt.prefix(200))")"
                 }
-                return retry(answer.status, what, after: RetryAfter.parse(answer.retryAfter))
+                return retry(answer.status, what, after: RetryAfter.parse(answer.retryAfter, now: self.clock.wallNow))
             }
         } catch {
             return retry(nil, error.description)

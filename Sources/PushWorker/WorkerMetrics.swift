@@ -141,8 +141,8 @@ public struct WorkerMetrics: Sendable {
 
     /// The queue gauges: `push_queue_depth{state}`, `push_oldest_pending_age_seconds`, `push_dead_letters`.
     /// Only the elected worker has them; `nil` (another worker counts now) removes them from this worker's
-    /// `/metrics`, so a stale value never wins a `max()` in an alert.
-    func publish(_ gauges: QueueGauges?) {
+    /// `/metrics`, so a stale value never wins a `max()` in an alert. `now`: wall time, for the pauses' ages.
+    func publish(_ gauges: QueueGauges?, now: Date) {
         self.queueGauges.handles.withLock { handles in
             guard let gauges else {
                 handles?.destroy()
@@ -155,7 +155,7 @@ public struct WorkerMetrics: Sendable {
             handles?.oldestDueAge.record(gauges.oldestDueAgeSeconds)
             handles?.deadLetters.record(gauges.deadLetters)
             handles?.webhookOldestDueAge.record(gauges.webhookOldestDueAgeSeconds)
-            handles?.publish(gauges.pauses, gauges.rateLimits)
+            handles?.publish(gauges.pauses, gauges.rateLimits, now: now)
         }
     }
 }
@@ -205,13 +205,13 @@ final class QueueGaugeHandles: Sendable {
     let webhookOldestDueAge = Gauge(label: "push_webhook_oldest_due_age_seconds")
     private let scoped = Mutex<[[String]: Gauge]>([:])
 
-    func publish(_ pauses: [Pause], _ limits: [RateLimit]) {
+    func publish(_ pauses: [Pause], _ limits: [RateLimit], now: Date) {
         var seen: [[String]: Double] = [:]
         for pause in pauses {
             // The reason is the operator's text: one line, bounded, as a label.
             let reason = String(pause.reason.prefix(80)).replacingOccurrences(of: "\n", with: " ")
             let key = ["pause", pause.credential ?? "*", pause.topic ?? "*", reason]
-            seen[key] = max(0, Date().timeIntervalSince(pause.createdAt))
+            seen[key] = max(0, now.timeIntervalSince(pause.createdAt))
         }
         for limit in limits {
             seen[["limit", limit.credential ?? "*", limit.topic ?? "*"]] = Double(limit.available)

@@ -26,7 +26,7 @@ struct ClaimBenchmark: AsyncParsableCommand {
             // The worker's session settings, as `push-worker run` connects.
             try await withClient(url, logger: logger, workerSession: true) { client in
                 try await Migrator(client: client, logger: logger).migrate()
-                let queue = JobQueue(client: client, logger: logger, preparedStatements: true)
+                let queue = JobQueue(client: client, logger: logger, clock: ContinuousClock(), preparedStatements: true)
 
                 /// Median milliseconds of `rounds` claims, each of `batch` due priority-5 jobs inserted just before.
                 func measure(excluding: [String]) async throws -> Double {

@@ -44,7 +44,7 @@ struct ConsoleBenchmark: AsyncParsableCommand {
                 try await client.query("VACUUM ANALYZE push.jobs", logger: logger)
                 try await client.query("VACUUM ANALYZE push.dead_jobs", logger: logger)
                 print("loaded \(delivered) delivered rows and \(dead) dead letters in \(clock.now - loadStart)")
-                let queue = JobQueue(client: client, logger: logger)
+                let queue = JobQueue(client: client, logger: logger, clock: ContinuousClock())
                 var ids: [Int64] = []
                 for try await id in try await client.query(
                     """

@@ -27,7 +27,7 @@ struct ControlsBenchmark: AsyncParsableCommand {
             print("database: \(url)")
             try await withClient(url, logger: logger, workerSession: true) { client in
                 try await Migrator(client: client, logger: logger).migrate()
-                let queue = JobQueue(client: client, logger: logger, preparedStatements: true)
+                let queue = JobQueue(client: client, logger: logger, clock: ContinuousClock(), preparedStatements: true)
 
                 /// Milliseconds of one claim of up to `batch`.
                 func timedClaim() async throws -> (ms: Double, batch: JobQueue.ClaimBatch) {

@@ -52,7 +52,7 @@ struct FleetBenchmark: AsyncParsableCommand {
         try await withBenchDatabase(named: "push_bench_fleet_claim", logger: logger) { url, _ in
             try await withClient(url, logger: logger, workerSession: true) { client in
                 try await Migrator(client: client, logger: logger).migrate()
-                let queue = JobQueue(client: client, logger: logger, preparedStatements: true)
+                let queue = JobQueue(client: client, logger: logger, clock: ContinuousClock(), preparedStatements: true)
                 func measure() async throws -> (p50: Double, p99: Double) {
                     let samples = try await claimSamples(
                         client,
@@ -136,7 +136,12 @@ struct FleetBenchmark: AsyncParsableCommand {
                             group.addTask {
                                 let claims = Counter()
                                 try await withClient(url, logger: logger, workerSession: true) { own in
-                                    let queue = JobQueue(client: own, logger: logger, preparedStatements: true)
+                                    let queue = JobQueue(
+                                        client: own,
+                                        logger: logger,
+                                        clock: ContinuousClock(),
+                                        preparedStatements: true
+                                    )
                                     while ContinuousClock.now < deadline {
                                         let jobs = try await queue.claim(
                                             limit: 50,
@@ -149,6 +154,7 @@ struct FleetBenchmark: AsyncParsableCommand {
                                                     jobID: $0.id,
                                                     attempt: $0.attempts,
                                                     disposition: .delivered,
+                                                    attemptedAt: .now,
                                                     status: 200
                                                 )
                                             },

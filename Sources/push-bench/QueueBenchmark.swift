@@ -28,7 +28,7 @@ struct QueueBenchmark: AsyncParsableCommand {
             print("batch  api jobs/s  pgbench jobs/s  api/pgbench")
             try await withClient(url, logger: logger) { client in
                 try await Migrator(client: client, logger: logger).migrate()
-                let queue = JobQueue(client: client, logger: logger)
+                let queue = JobQueue(client: client, logger: logger, clock: ContinuousClock())
                 for batch in self.batches {
                     let count = batch == 1 ? self.singleJobs : self.jobs
                     try await preloadJobs(client, count: count, logger: logger)
@@ -44,6 +44,7 @@ struct QueueBenchmark: AsyncParsableCommand {
                                     jobID: $0.id,
                                     attempt: $0.attempts,
                                     disposition: .delivered,
+                                    attemptedAt: .now,
                                     status: 200,
                                     latencyMs: 1
                                 )

@@ -47,7 +47,16 @@ struct TransportBenchmark: AsyncParsableCommand {
             let token = String(repeating: "ab", count: 32)
             let payload = #"{"aps":{"alert":{"title":"Order shipped","body":"Arrives Tuesday"}}}"#
             let request = try RequestBuilder.describe(
-                PushJob(id: 1, apnsID: UUID(), topic: "com.example.app", deviceToken: token, payload: payload)
+                PushJob(
+                    id: 1,
+                    apnsID: UUID(),
+                    topic: "com.example.app",
+                    deviceToken: token,
+                    payload: payload,
+                    runAt: Date(),
+                    createdAt: Date()
+                ),
+                now: Date()
             )
             let payloadFile = directory.appendingPathComponent("payload.json").path
             try payload.write(toFile: payloadFile, atomically: true, encoding: .utf8)

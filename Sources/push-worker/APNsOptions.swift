@@ -206,6 +206,7 @@ struct APNsOptions: ParsableArguments {
     ) throws -> APNsClient {
         let loaded = try self.credentials()
         var configuration = base
+        configuration.clock = processClock
         configuration.caFile = self.caFile ?? loaded.file?.apnsCAFile
         if let port = self.applePort {
             guard port == 443 || port == 2197 else {
@@ -254,6 +255,7 @@ struct APNsOptions: ParsableArguments {
         let loaded = try self.credentials()
         guard !loaded.serviceAccounts.isEmpty else { return nil }
         var configuration = base
+        configuration.clock = processClock
         configuration.caFile = self.fcmCAFile ?? loaded.file?.fcmCAFile ?? configuration.caFile
         if let endpoint = self.fcmEndpoint ?? loaded.file?.fcmEndpoint {
             configuration.endpointOverride = try PushEndpoint(url: endpoint, flag: "--fcm-endpoint")

@@ -141,11 +141,13 @@ struct CheckKeysCommand: AsyncParsableCommand {
             pushType: "background",
             priority: 5,
             environment: environment.rawValue,
-            credential: credential
+            credential: credential,
+            runAt: processClock.wallNow,
+            createdAt: processClock.wallNow
         )
         let prefix = "online: credential \(credential) (\(environment.rawValue), topic \(topic)): "
         do {
-            let request = try RequestBuilder.describe(job)
+            let request = try RequestBuilder.describe(job, now: processClock.wallNow)
             let response = try await client.send(request, credential: credential)
             let reason = response.reason ?? ""
             switch (response.status, reason) {

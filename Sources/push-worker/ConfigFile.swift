@@ -159,12 +159,17 @@ struct ConfigFile: Decodable {
     func certificates() throws -> [String: ClientCertificate] {
         try self.credentials.filter { $0.value.isCertificate }.mapValues { credential in
             if let p12 = credential.p12Path, !p12.isEmpty {
-                return try ClientCertificate.loadPKCS12(path: p12, passwordFile: credential.passwordFile)
+                return try ClientCertificate.loadPKCS12(
+                    path: p12,
+                    passwordFile: credential.passwordFile,
+                    now: processClock.wallNow
+                )
             }
             return try ClientCertificate.loadPEM(
                 certificatePath: credential.certPath ?? "",
                 keyPath: credential.keyPath ?? "",
-                passwordFile: credential.passwordFile
+                passwordFile: credential.passwordFile,
+                now: processClock.wallNow
             )
         }
     }

@@ -96,7 +96,7 @@ struct PausesCommand: AsyncParsableCommand {
         }
         if pauses.isEmpty { print("no pauses") }
         for pause in pauses {
-            let age = HumanText.duration(Date().timeIntervalSince(pause.createdAt))
+            let age = HumanText.duration(processClock.wallNow.timeIntervalSince(pause.createdAt))
             print(
                 "\(pause.scope)   \(pause.pendingJobs ?? 0) pending   for \(age) by \(pause.createdBy): \(pause.reason)"
             )

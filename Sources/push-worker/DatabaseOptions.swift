@@ -140,8 +140,8 @@ struct DatabaseOptions: ParsableArguments {
         _ body: @Sendable (JobQueue, PostgresClient, Logger) async throws -> T
     ) async throws -> T {
         let logger = try self.makeLogger()
-        let url = try await DatabaseProbe(self.resolve(logger: logger), logger: logger).primary()
-        try await DatabaseProbe(url, logger: logger).connects()
+        let url = try await DatabaseProbe(self.resolve(logger: logger), logger: logger, clock: processClock).primary()
+        try await DatabaseProbe(url, logger: logger, clock: processClock).connects()
         var configuration = url.clientConfiguration
         configuration.options.maximumConnections = 4
         // A one-shot verb queries before the pool's run() is scheduled; postgres-nio warns about that on
@@ -154,7 +154,13 @@ struct DatabaseOptions: ParsableArguments {
             group.addTask { await client.run() }
             defer { group.cancelAll() }
             do {
-                return .success(try await body(JobQueue(client: client, logger: queueLogger), client, queueLogger))
+                return .success(
+                    try await body(
+                        JobQueue(client: client, logger: queueLogger, clock: processClock),
+                        client,
+                        queueLogger
+                    )
+                )
             } catch {
                 return .failure(error)
             }

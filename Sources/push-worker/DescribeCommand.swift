@@ -81,7 +81,7 @@ struct DescribeCommand: AsyncParsableCommand {
                 try self.describeFCM(job, isDeadLetter: isDeadLetter)
                 return
             }
-            request = try RequestBuilder.describe(job)
+            request = try RequestBuilder.describe(job, now: processClock.wallNow)
         } catch {
             if self.json {
                 printJSON([
@@ -147,7 +147,7 @@ extension DescribeCommand {
         // survive a search and replace on the finished body.
         var shown = job
         if !self.showToken { shown.deviceToken = "<token fp \(job.tokenFingerprint)>" }
-        let message = try FCMMessageBuilder.describe(shown)
+        let message = try FCMMessageBuilder.describe(shown, now: processClock.wallNow)
         let project =
             (try? self.config.map(ConfigFile.load)?.serviceAccounts()[job.credential]?.projectID) ?? "<project_id>"
         let body = String(decoding: message.body, as: UTF8.self)
@@ -290,8 +290,9 @@ enum ProducerRow {
             collapseID: try text("collapse_id"),
             deliverOnce: deliverOnce,
             expiresAt: try time("expires_at"),
-            runAt: try time("run_at") ?? Date(),
+            runAt: try time("run_at") ?? processClock.wallNow,
             maxAttempts: try integer("max_attempts"),
+            createdAt: processClock.wallNow,
             coalesceKey: try text("coalesce_key"),
             platform: try text("platform").map { name in
                 guard let platform = Platform(rawValue: name) else {

@@ -75,7 +75,7 @@ struct HumanTime: ExpressibleByArgument, Sendable {
 
     init?(argument: String) {
         if let age = HumanDuration(argument: argument) {
-            self.date = Date().addingTimeInterval(-Double(age.seconds))
+            self.date = processClock.wallNow.addingTimeInterval(-Double(age.seconds))
             return
         }
         let formatter = ISO8601DateFormatter()

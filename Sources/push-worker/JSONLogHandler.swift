@@ -17,7 +17,7 @@ struct JSONLogHandler: LogHandler {
     func log(event: LogEvent) {
         var object: [String: String] = [
             "ts": ISO8601DateFormatter.string(
-                from: Date(),
+                from: processClock.wallNow,
                 timeZone: .gmt,
                 formatOptions: [.withInternetDateTime, .withFractionalSeconds]
             ),

@@ -19,6 +19,7 @@ extension RunCommand {
     /// FCM's pool size and request deadline, as APNs'.
     var fcmConfiguration: FCMClient.Configuration {
         var configuration = FCMClient.Configuration()
+        configuration.clock = processClock
         configuration.connectionsPerPool = self.connections
         configuration.requestTimeout = .milliseconds(self.requestTimeoutMs)
         return configuration
@@ -33,6 +34,7 @@ extension RunCommand {
             connectionsPerPool: self.connections,
             requestTimeout: .milliseconds(self.requestTimeoutMs)
         )
+        configuration.clock = processClock
         if let (endpoint, caFile, key) = simulator {
             configuration.endpointOverride = endpoint
             configuration.caFile = caFile

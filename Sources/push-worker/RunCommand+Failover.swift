@@ -34,7 +34,7 @@ extension RunCommand {
             Foundation.exit(75)
         }
         configuration.onPrimaryLost = { loss in
-            let now = ContinuousClock.now
+            let now = processClock.now
             let switches = recent.times.withLock { times in
                 times = times.filter { now - $0 < .seconds(600) } + [now]
                 return times.count
@@ -49,7 +49,9 @@ extension RunCommand {
                 if passwordFile != nil { target.password = try database.readPassword() }
                 // One name: whatever answers there once it takes writes (the name moves to the new primary).
                 if !multiHost && target.targetSessionAttrs == "any" { target.targetSessionAttrs = "read-write" }
-                let next = try await DatabaseProbe(target, logger: logger).primary(patience: Self.primarySearch)
+                let next = try await DatabaseProbe(target, logger: logger, clock: processClock).primary(
+                    patience: Self.primarySearch
+                )
                 // Read-only, and a multi-host URL's search came back to the same server (target any picking the
                 // first again): a switch would land where it is.
                 if multiHost && loss == .readOnly && "\(next.host):\(next.port)" == primary.host {
@@ -68,7 +70,9 @@ extension RunCommand {
                     ]
                 )
                 // What the new primary promises: after a failover, often less (its standby is gone).
-                if let durability = try? await JobQueue(primary: primary, logger: quiet).durability() {
+                if let durability = try? await JobQueue(primary: primary, logger: quiet, clock: processClock)
+                    .durability()
+                {
                     logger.notice("durability: \(durability)")
                 }
             } catch {
@@ -82,7 +86,7 @@ extension RunCommand {
         // Nothing reached for 15 s: switch (or hand over), sooner once a fresh connection would get through.
         // One host: an outage is waited out (nothing else to try), unless the password was renewed.
         if multiHost { configuration.hostLostAfter = .seconds(15) }
-        let lastPasswordCheck = Mutex(ContinuousClock.now)
+        let lastPasswordCheck = Mutex(processClock.now)
         configuration.switchWouldHelp = { missedHeartbeat in
             var quiet = logger
             quiet.logLevel = .critical
@@ -93,7 +97,11 @@ extension RunCommand {
                 var target = hosts
                 if passwordFile != nil, let renewed = try? database.readPassword() { target.password = renewed }
                 let excluded = hosts.hosts.first { "\($0.host):\($0.port)" == current }
-                if (try? await DatabaseProbe(target, logger: quiet).primary(excluding: excluded)) != nil { return true }
+                if (try? await DatabaseProbe(target, logger: quiet, clock: processClock).primary(excluding: excluded))
+                    != nil
+                {
+                    return true
+                }
             }
             // A renewed password: checked every 30 s (a heartbeat missed: at once) while the file holds a password
             // other than the one in use, and only acted on when the server refuses the one in use and accepts
@@ -102,8 +110,9 @@ extension RunCommand {
             // The file is read only when a check is due (every 30 s), not on every tick of the watch.
             guard passwordFile != nil else { return false }
             let due = lastPasswordCheck.withLock { last in
-                guard missedHeartbeat || ContinuousClock.now - last >= .seconds(30) else { return false }
-                last = .now
+                let now = processClock.now
+                guard missedHeartbeat || now - last >= .seconds(30) else { return false }
+                last = now
                 return true
             }
             guard due, let here = hosts.hosts.first(where: { "\($0.host):\($0.port)" == current }),
@@ -116,8 +125,8 @@ extension RunCommand {
             var fresh = inUse
             inUse.password = recent.password.withLock { $0 }
             fresh.password = renewed
-            guard await DatabaseProbe(inUse, logger: quiet).refusesPassword() else { return false }
-            return (try? await DatabaseProbe(fresh, logger: quiet).connects()) != nil
+            guard await DatabaseProbe(inUse, logger: quiet, clock: processClock).refusesPassword() else { return false }
+            return (try? await DatabaseProbe(fresh, logger: quiet, clock: processClock).connects()) != nil
         }
     }
 }

@@ -150,13 +150,13 @@ struct RunCommand: AsyncParsableCommand {
         defer { startedCluster?.stop() }
         // A multi-host URL: the first host that suits target_session_attrs (a read-only standby is skipped). A
         // restart in the middle of a failover (the old primary gone, the standby not yet promoted) waits for it.
-        let url = try await DatabaseProbe(configured, logger: logger).primary(
+        let url = try await DatabaseProbe(configured, logger: logger, clock: processClock).primary(
             patience: configured.hosts.count > 1 ? Self.primarySearch : .zero
         )
         if configured.hosts.count > 1 {
             logger.notice("database host chosen", metadata: ["push.database": "\(url.host):\(url.port)"])
         }
-        try await DatabaseProbe(url, logger: logger).connects()
+        try await DatabaseProbe(url, logger: logger, clock: processClock).connects()
         if useKey {
             try await self.serve(url: url, hosts: configured, logger: logger) { store in
                 (
@@ -226,7 +226,9 @@ struct RunCommand: AsyncParsableCommand {
             )
                 + [("application_name", JobQueue.applicationName(of: workerID))]
         // application_name: the reaper tells a frozen worker (sessions open) from a dead one (none).
-        if !parameters.isEmpty { try await DatabaseProbe(url, logger: logger).acceptsSessionSettings(parameters) }
+        if !parameters.isEmpty {
+            try await DatabaseProbe(url, logger: logger, clock: processClock).acceptsSessionSettings(parameters)
+        }
         // The pool warns once if a query is queued before its run() is scheduled (harmless); query
         // failures are logged by the worker with the database's own message, so keep the pool's
         // background logger at error unless debugging.
@@ -280,7 +282,7 @@ struct RunCommand: AsyncParsableCommand {
         configuration.transportBudget = self.transportBudget
         configuration.webhooks = self.webhooks.settings
         configuration.webhooks.statementDeadline = configuration.statementDeadline
-        let listener = JobNotificationListener(primary: primary, logger: logger)
+        let listener = JobNotificationListener(primary: primary, logger: logger, clock: processClock)
         let notifier = ServiceManagerNotifier()
         // Bootstrap metrics before anything creates a metric handler (handlers made earlier stay no-ops).
         let registry: PrometheusCollectorRegistry? = self.noMetrics ? nil : PrometheusCollectorRegistry()
@@ -295,12 +297,18 @@ struct RunCommand: AsyncParsableCommand {
         let traceBackend = try self.traces.backend(serviceName: "push-worker", logger: logger)
         let service = PushWorkerService(
             configuration: configuration,
-            queue: JobQueue(primary: primary, logger: logger, preparedStatements: !self.noSessionSettings),
+            queue: JobQueue(
+                primary: primary,
+                logger: logger,
+                clock: processClock,
+                preparedStatements: !self.noSessionSettings
+            ),
             client: apnsClient,
             fcm: fcmClient,
             webhooks: try self.webhooks.client(proxy: try self.apns.proxy()),
             tracing: traceBackend?.tracing,
             listener: listener,
+            clock: processClock,
             logger: logger
         )
         let migrations = self.migrations
@@ -319,7 +327,7 @@ struct RunCommand: AsyncParsableCommand {
             case .check: try await Migrator(client: client, logger: logger).requireCurrent()
             }
             // What the server promises for committed jobs and outcomes if it fails over.
-            let durability = try await JobQueue(client: client, logger: logger).durability()
+            let durability = try await JobQueue(client: client, logger: logger, clock: processClock).durability()
             logger.notice("durability: \(durability)")
         }
         // Every long-lived part is a service in one group: SIGTERM/SIGINT drains them in reverse order

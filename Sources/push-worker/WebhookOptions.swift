@@ -67,7 +67,8 @@ struct WebhookOptions: ParsableArguments {
                 allowPrivate: self.allowPrivate,
                 caFile: self.caFile,
                 timeout: self.timeout.duration,
-                proxy: proxy
+                proxy: proxy,
+                clock: processClock
             )
         } catch let failure as WebhookHTTPClient.Failure {
             throw ValidationError(failure.description)

@@ -1,6 +1,7 @@
 import APNsSimulator
 import Foundation
 import Logging
+import PushClockTesting
 import PushCore
 import PushQueueTesting
 import Synchronization
@@ -69,8 +70,11 @@ struct FCMTransportTests {
                 deviceToken: token,
                 payload: #"{"notification":{"title":"Shipped"},"data":{"order":"42"}}"#,
                 environment: "fcm",
+                runAt: Date(),
+                createdAt: Date(),
                 platform: .fcm
-            )
+            ),
+            now: Date()
         )
     }
 
@@ -179,7 +183,7 @@ struct FCMTransportTests {
             let quota = try await setup.client.send(try Self.message("tok:quota"), credential: "default")
             #expect(quota.status == 429 && quota.code == "QUOTA_EXCEEDED" && quota.retryAfter == "17")
             let decided = Decision.decide(
-                quota.sendOutcome,
+                quota.sendOutcome(at: Date()),
                 attempt: 1,
                 transportRetries: 0,
                 policy: RetryPolicy(.init(), priority: 10, environment: [:]),
@@ -205,7 +209,7 @@ struct FCMTransportTests {
         )
         let now = Mutex(Date(timeIntervalSince1970: 1_800_000_000))
         let exchanges = Mutex(0)
-        let cache = AccessTokenCache(account: account, now: { now.withLock { $0 } }) { _, assertion in
+        let cache = AccessTokenCache(account: account, clock: WallClock({ now.withLock { $0 } })) { _, assertion in
             #expect(assertion.split(separator: ".").count == 3, "an RS256 JWT")
             let n = exchanges.withLock {
                 $0 += 1
@@ -223,7 +227,7 @@ struct FCMTransportTests {
         #expect(try await cache.replaceToken("token-2").token == "token-3")
         #expect(exchanges.withLock { $0 } == 3)
         // A short-lived token is fresh for half its life.
-        let short = AccessTokenCache(account: account, now: { now.withLock { $0 } }) { _, _ in
+        let short = AccessTokenCache(account: account, clock: WallClock({ now.withLock { $0 } })) { _, _ in
             .init(token: "short", grantedAt: now.withLock { $0 }, lifetime: 100)
         }
         _ = try await short.token()

@@ -92,8 +92,11 @@ struct Fixture: Sendable {
                 payload: payload,
                 pushType: pushType,
                 priority: priority,
-                environment: "development"
-            )
+                environment: "development",
+                runAt: Date(),
+                createdAt: Date()
+            ),
+            now: Date()
         )
     }
 

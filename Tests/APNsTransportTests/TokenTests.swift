@@ -5,6 +5,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import NIOSSL
+import PushClockTesting
 import PushCore
 import Synchronization
 import Testing
@@ -41,7 +42,7 @@ struct TokenTests {
     @Test("reused within its window, re-minted after it; a replacement happens once and never within 20 minutes")
     func cacheRules() async throws {
         let clock = ManualWallClock()
-        let cache = ProviderTokenCache(key: Self.key, now: { clock.now })
+        let cache = ProviderTokenCache(key: Self.key, clock: WallClock({ clock.now }))
         let first = try await cache.token()
         clock.advance(by: 49 * 60)
         #expect(try await cache.token() == first)
@@ -73,10 +74,10 @@ struct TokenTests {
     func sharedStore() async throws {
         let clock = ManualWallClock()
         let store = MemoryTokenStore()
-        let first = ProviderTokenCache(key: Self.key, store: store, now: { clock.now })
+        let first = ProviderTokenCache(key: Self.key, store: store, clock: WallClock({ clock.now }))
         let token = try await first.token()
         clock.advance(by: 5 * 60)
-        let restarted = ProviderTokenCache(key: Self.key, store: store, now: { clock.now })
+        let restarted = ProviderTokenCache(key: Self.key, store: store, clock: WallClock({ clock.now }))
         #expect(try await restarted.token() == token)
         #expect(restarted.mintCount == 0)
         // Past the reuse window the next caller mints, stores, and the other process adopts it.
@@ -98,13 +99,13 @@ struct TokenTests {
         let foreign = try ProviderToken.mint(for: replaced, at: clock.now.addingTimeInterval(-60))
         store.seed(foreign)
         #expect(!foreign.isSigned(by: Self.key) && foreign.isSigned(by: replaced))
-        let cache = ProviderTokenCache(key: Self.key, store: store, now: { clock.now })
+        let cache = ProviderTokenCache(key: Self.key, store: store, clock: WallClock({ clock.now }))
         let token = try await cache.token()
         #expect(token != foreign && token.isSigned(by: Self.key) && cache.mintCount == 1)
         #expect(try await store.load(teamID: Self.key.teamID, keyID: Self.key.keyID) == token, "replaced in the store")
         // The rest of the fleet (the right key) adopts it without minting; TooManyProviderTokenUpdates never
         // adopts a foreign one either.
-        let other = ProviderTokenCache(key: Self.key, store: store, now: { clock.now })
+        let other = ProviderTokenCache(key: Self.key, store: store, clock: WallClock({ clock.now }))
         #expect(try await other.token() == token && other.mintCount == 0)
         store.seed(foreign)
         #expect(try await other.adoptShared(rejecting: token) == nil)
@@ -113,7 +114,7 @@ struct TokenTests {
         let blind = ProviderTokenCache(
             key: Self.key,
             store: FailingTokenStore(inner: store, loadsFail: true),
-            now: { clock.now }
+            clock: WallClock({ clock.now })
         )
         let sent = try await blind.token()
         #expect(sent.isSigned(by: Self.key))
@@ -127,8 +128,8 @@ struct TokenTests {
         let base = Date(timeIntervalSince1970: 1_800_000_000)
         for first in [base, base.addingTimeInterval(1)] {
             let store = RacingTokenStore(firstToSave: first)
-            let a = ProviderTokenCache(key: Self.key, store: store, now: { base })
-            let b = ProviderTokenCache(key: Self.key, store: store, now: { base.addingTimeInterval(1) })
+            let a = ProviderTokenCache(key: Self.key, store: store, clock: WallClock({ base }))
+            let b = ProviderTokenCache(key: Self.key, store: store, clock: WallClock({ base.addingTimeInterval(1) }))
             async let fromA = a.token()
             async let fromB = b.token()
             let (x, y) = try await (fromA, fromB)
@@ -145,7 +146,12 @@ struct TokenTests {
         let shared = MemoryTokenStore()
         try await Fixture.run(
             // This worker's store takes no saves (a failed write): it keeps the token it mints.
-            tokenCache: { key in ProviderTokenCache(key: key, store: FailingTokenStore(inner: shared, writesFail: true))
+            tokenCache: { key in
+                ProviderTokenCache(
+                    key: key,
+                    store: FailingTokenStore(inner: shared, writesFail: true),
+                    clock: ContinuousClock()
+                )
             }
         ) { f in
             let cache = try #require(f.client.tokenCache(for: "default"))
@@ -163,7 +169,11 @@ struct TokenTests {
                 ),
                 credentials: ["default": f.key],
                 tokenCaches: [
-                    "default": ProviderTokenCache(key: f.key, store: shared, now: { Date().addingTimeInterval(-120) })
+                    "default": ProviderTokenCache(
+                        key: f.key,
+                        store: shared,
+                        clock: WallClock({ Date().addingTimeInterval(-120) })
+                    )
                 ],
                 logger: Fixture.logger
             )
@@ -211,7 +221,11 @@ struct TokenTests {
                 $0.now = now
             },
             tokenCache: {
-                ProviderTokenCache(key: $0, configuration: .init(reuseFor: 3600, minimumRefreshInterval: 1), now: now)
+                ProviderTokenCache(
+                    key: $0,
+                    configuration: .init(reuseFor: 3600, minimumRefreshInterval: 1),
+                    clock: WallClock(now)
+                )
             }
         ) { f in
             #expect(try await f.send(try Fixture.alert(Fixture.token())).status == 200)
@@ -362,9 +376,11 @@ struct ChannelTests {
                 channelID: id,
                 payload: #"{"aps":{"timestamp":1800000000,"event":"update","content-state":{"score":"2-1"}}}"#,
                 pushType: "liveactivity",
-                environment: "development"
+                environment: "development",
+                runAt: Date(),
+                createdAt: Date()
             )
-            let sent = try await f.send(try RequestBuilder.describe(job))
+            let sent = try await f.send(try RequestBuilder.describe(job, now: Date()))
             #expect(sent.status == 200)
             let recorded = try #require(f.simulator.requests.last)
             #expect(recorded.path == "/4/broadcasts/apps/com.example.app")
@@ -384,7 +400,7 @@ struct ChannelTests {
                     credential: "default"
                 ).isEmpty
             )
-            let afterDelete = try await f.send(try RequestBuilder.describe(job))
+            let afterDelete = try await f.send(try RequestBuilder.describe(job, now: Date()))
             #expect(afterDelete.reason == "ChannelNotRegistered")
             #expect(afterDelete.verdict.trapID == .channel)
             await #expect(throws: ChannelManagementError.self) {

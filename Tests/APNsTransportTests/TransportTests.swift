@@ -72,7 +72,7 @@ struct TransportTests {
                 #expect(response.verdict.responseClass == responseClass)
                 #expect(response.verdict.trapID?.rawValue == trap)
                 if status == 410 { #expect(response.timestampMs == 1_700_000_000_123) }
-                if status == 429 { #expect(RetryAfter.parse(response.retryAfter) == .seconds(7)) }
+                if status == 429 { #expect(RetryAfter.parse(response.retryAfter, now: Date()) == .seconds(7)) }
             }
         }
     }

@@ -76,7 +76,12 @@ struct WebhookClientTests {
         }
         let group = MultiThreadedEventLoopGroup.singleton
         let body = Array(#"{"job_id":1}"#.utf8)
-        let strict = try WebhookHTTPClient(group: group, allowPrivate: false, timeout: .seconds(2))
+        let strict = try WebhookHTTPClient(
+            group: group,
+            allowPrivate: false,
+            timeout: .seconds(2),
+            clock: ContinuousClock()
+        )
         for url in [
             "http://127.0.0.1:\(port)/ok", "http://localhost:\(port)/ok", "http://[::ffff:127.0.0.1]:\(port)/ok",
         ] {
@@ -94,7 +99,12 @@ struct WebhookClientTests {
 
         // 8 s: a loaded test machine's Python receiver can take seconds to answer; the receiver's silent paths
         // sleep 10 s, past it.
-        let client = try WebhookHTTPClient(group: group, allowPrivate: true, timeout: .seconds(8))
+        let client = try WebhookHTTPClient(
+            group: group,
+            allowPrivate: true,
+            timeout: .seconds(8),
+            clock: ContinuousClock()
+        )
         let ok = try await client.post(url: "http://localhost:\(port)/ok?token=t", headers: [], body: body)
         #expect(ok.status == 204)
         let redirect = try await client.post(url: "http://127.0.0.1:\(port)/redirect", headers: [], body: body)
@@ -179,7 +189,8 @@ struct WebhookClientTests {
                 allowPrivate: allowPrivate,
                 caFile: directory + "/cert.pem",
                 timeout: .seconds(8),
-                proxy: proxy
+                proxy: proxy,
+                clock: ContinuousClock()
             )
         }
         // The proxy named by its address, then by a name (localhost), which the client looks up itself and
@@ -270,11 +281,17 @@ struct WebhookClientTests {
             group: group,
             allowPrivate: true,
             caFile: directory + "/cert.pem",
-            timeout: .seconds(8)
+            timeout: .seconds(8),
+            clock: ContinuousClock()
         )
         let answer = try await trusting.post(url: "https://localhost:\(port)/ok", headers: [], body: body)
         #expect(answer.status == 204)
-        let untrusting = try WebhookHTTPClient(group: group, allowPrivate: true, timeout: .seconds(8))
+        let untrusting = try WebhookHTTPClient(
+            group: group,
+            allowPrivate: true,
+            timeout: .seconds(8),
+            clock: ContinuousClock()
+        )
         do {
             _ = try await untrusting.post(url: "https://localhost:\(port)/ok", headers: [], body: body)
             Issue.record("a receiver with an unknown CA was trusted")

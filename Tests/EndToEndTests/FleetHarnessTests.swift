@@ -578,12 +578,21 @@ struct FleetHarnessTests {
                         "seed \(seed): \(during) requests in the last \(span) s of an outage"
                     )
                 }
-                var perSecond: [Int: Int] = [:]
+                // Second by second from the outage's start, APNs' requests and FCM's apart (`s3: 12+4`).
+                var perSecond: [Int: (apns: Int, fcm: Int)] = [:]
                 for request in f.simulator.requests where request.receivedAt > from && request.receivedAt < to {
-                    perSecond[Int(request.receivedAt.timeIntervalSince(from)), default: 0] += 1
+                    let second = Int(request.receivedAt.timeIntervalSince(from))
+                    if request.path.hasSuffix("/messages:send") {
+                        perSecond[second, default: (0, 0)].fcm += 1
+                    } else {
+                        perSecond[second, default: (0, 0)].apns += 1
+                    }
+                }
+                let seconds = perSecond.sorted { $0.key < $1.key }.map {
+                    "s\($0.key): \($0.value.apns)+\($0.value.fcm)"
                 }
                 outageSummary =
-                    "\(during) requests in the last \(String(format: "%.1f", max(span, 0))) s of the outage (each second from its start: \(perSecond.sorted { $0.key < $1.key }.map { String($0.value) }.joined(separator: " ")); the frozen worker let go at \(String(format: "%.1f", thaw.timeIntervalSince(from))) s)"
+                    "\(during) requests in the last \(String(format: "%.1f", max(span, 0))) s of the outage, from \(String(format: "%.1f", watched.timeIntervalSince(from))) s (APNs+FCM each second from its start: \(seconds.joined(separator: " ")); the frozen worker let go at \(String(format: "%.1f", thaw.timeIntervalSince(from))) s)"
             }
             if let hotNeighbours {
                 #expect(

@@ -1,3 +1,4 @@
+import Foundation
 import PushCore
 import Testing
 
@@ -160,7 +161,7 @@ struct DecisionTests {
 
     @Test("numbers from the peer are range-checked: a huge Retry-After is clamped to a day, never a trap")
     func clamps() {
-        #expect(RetryAfter.parse("99999999999999999999") == .seconds(86_400))
+        #expect(RetryAfter.parse("99999999999999999999", now: Date()) == .seconds(86_400))
         #expect(
             self.decide(
                 .response(status: 429, reason: "TooManyRequests", retryAfter: .seconds(Int64.max / 2)),

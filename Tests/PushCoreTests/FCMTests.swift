@@ -20,6 +20,8 @@ struct FCMTests {
             collapseID: collapse,
             deliverOnce: deliverOnce,
             expiresAt: Date(timeIntervalSince1970: 1_800_003_600),
+            runAt: Date(),
+            createdAt: Date(),
             platform: .fcm
         )
     }

@@ -16,6 +16,8 @@ struct LiveActivityRuleTests {
             channelID: channel ? "dGVzdA==" : nil,
             payload: #"{"aps":\#(aps)}"#,
             pushType: "liveactivity",
+            runAt: Date(),
+            createdAt: Date(),
             firstAttemptAt: Self.now
         )
     }

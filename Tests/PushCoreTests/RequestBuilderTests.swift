@@ -27,6 +27,8 @@ struct RequestBuilderTests {
             priority: priority,
             collapseID: collapse,
             expiresAt: expiresAt,
+            runAt: Date(),
+            createdAt: Date(),
             firstAttemptAt: Self.now
         )
     }

@@ -222,7 +222,7 @@ struct ClaimPlanTests {
         return try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await client.run() }
             defer { group.cancelAll() }
-            let queue = JobQueue(client: client, logger: db.logger, preparedStatements: true)
+            let queue = JobQueue(client: client, logger: db.logger, clock: ContinuousClock(), preparedStatements: true)
             // Connected before the clock starts: the worker's deadline and the server's statement_timeout then
             // start together (on a loaded machine a new connection's handshake took over a second of the
             // deadline, and the server's clock, started later, outlived the check).

@@ -28,7 +28,13 @@ struct ClaimTests {
                             if jobs.isEmpty { return mine }
                             mine += jobs.map(\.id)
                             let outcomes = jobs.map {
-                                JobOutcome(jobID: $0.id, attempt: $0.attempts, disposition: .delivered, status: 200)
+                                JobOutcome(
+                                    jobID: $0.id,
+                                    attempt: $0.attempts,
+                                    disposition: .delivered,
+                                    attemptedAt: .now,
+                                    status: 200
+                                )
                             }
                             let result = try await queue.writeOutcomes(outcomes, workerID: worker)
                             #expect(result.fenced.isEmpty)
@@ -113,7 +119,12 @@ struct ClaimTests {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { await client.run() }
                 defer { group.cancelAll() }
-                let queue = JobQueue(client: client, logger: db.logger, preparedStatements: true)
+                let queue = JobQueue(
+                    client: client,
+                    logger: db.logger,
+                    clock: ContinuousClock(),
+                    preparedStatements: true
+                )
                 // A migration holds push.jobs: the claim's first Parse waits for the lock and times out.
                 try await db.client.withConnection { migration in
                     try await migration.query("BEGIN", logger: db.logger)
@@ -128,7 +139,13 @@ struct ClaimTests {
                 let claimed = try await queue.claim(limit: 10, workerID: "w", lease: .seconds(30))
                 #expect(claimed.map(\.id).sorted() == ids.sorted())
                 let outcomes = claimed.map {
-                    JobOutcome(jobID: $0.id, attempt: $0.attempts, disposition: .delivered, status: 200)
+                    JobOutcome(
+                        jobID: $0.id,
+                        attempt: $0.attempts,
+                        disposition: .delivered,
+                        attemptedAt: .now,
+                        status: 200
+                    )
                 }
                 #expect(try await queue.writeOutcomes(outcomes, workerID: "w").recorded.count == 3)
             }

@@ -24,6 +24,7 @@ struct DeadLetterTests {
                     jobID: $0.id,
                     attempt: $0.attempts,
                     disposition: .dead(sentence: "dead: \(reason)"),
+                    attemptedAt: .now,
                     status: 400,
                     reason: reason,
                     trapIDs: trap.map { [$0] } ?? []

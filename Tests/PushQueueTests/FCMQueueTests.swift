@@ -65,7 +65,7 @@ struct FCMQueueTests {
                 workerID: "w",
                 lease: .seconds(60),
                 onlyCredentials: ["default"],
-                excludingPairs: ["fcm/default"]
+                excluding: ClaimExclusions(endpoints: [EndpointKey(environment: "fcm", credential: "default")])
             )
             #expect(apnsOnly.jobs.isEmpty)
             // A pause of the topic holds them.
@@ -121,6 +121,7 @@ struct FCMQueueTests {
                         jobID: ids[0],
                         attempt: 1,
                         disposition: .dead(sentence: "FCM says the registration token is no longer valid"),
+                        attemptedAt: .now,
                         status: 404,
                         reason: "UNREGISTERED",
                         trapIDs: [.fcmTokenUnregistered],
@@ -130,6 +131,7 @@ struct FCMQueueTests {
                         jobID: ids[1],
                         attempt: 1,
                         disposition: .delivered,
+                        attemptedAt: .now,
                         status: 200,
                         reason: nil,
                         apnsUniqueID: "projects/p/messages/1"

@@ -43,6 +43,7 @@ struct FailurePathTests {
                         jobID: job.id,
                         attempt: 1,
                         disposition: .dead(sentence: "bad"),
+                        attemptedAt: .now,
                         status: 400,
                         reason: "BadDeviceToken",
                         trapIDs: [.tokenEnvironment],
@@ -53,6 +54,7 @@ struct FailurePathTests {
                         jobID: job.id,
                         attempt: 1,
                         disposition: .dead(sentence: "topic"),
+                        attemptedAt: .now,
                         status: 400,
                         reason: "BadTopic"
                     )
@@ -61,6 +63,7 @@ struct FailurePathTests {
                         jobID: job.id,
                         attempt: 1,
                         disposition: .dead(sentence: "gone"),
+                        attemptedAt: .now,
                         status: 410,
                         reason: "Unregistered",
                         trapIDs: [.tokenUnregistered],
@@ -103,6 +106,7 @@ struct FailurePathTests {
                 jobID: id,
                 attempt: 1,
                 disposition: .dead(sentence: "x"),
+                attemptedAt: .now,
                 status: 410,
                 reason: "Unregistered",
                 invalidatesToken: true
@@ -152,13 +156,21 @@ struct FailurePathTests {
             #expect(Set(reaped) == Set(theirs.map(\.id)), "only the gone worker's jobs")
             // The live worker's outcome is written although its lease lapsed.
             let written = try await queue.writeOutcomes(
-                mine.map { JobOutcome(jobID: $0.id, attempt: $0.attempts, disposition: .delivered, status: 200) },
+                mine.map {
+                    JobOutcome(
+                        jobID: $0.id,
+                        attempt: $0.attempts,
+                        disposition: .delivered,
+                        attemptedAt: .now,
+                        status: 200
+                    )
+                },
                 workerID: alive
             )
             #expect(written.recorded.count == 2)
             // The gone worker was only slow: its late outcome for a job reaped but not re-claimed stands.
             let late = try await queue.writeOutcomes(
-                [JobOutcome(jobID: theirs[0].id, attempt: 1, disposition: .delivered, status: 200)],
+                [JobOutcome(jobID: theirs[0].id, attempt: 1, disposition: .delivered, attemptedAt: .now, status: 200)],
                 workerID: gone
             )
             #expect(late.recorded == [theirs[0].id])
@@ -166,7 +178,7 @@ struct FailurePathTests {
             let again = try await queue.claim(limit: 1, workerID: reaper, lease: .seconds(30))
             #expect(again.map(\.id) == [theirs[1].id] && again[0].attempts == 2)
             let fenced = try await queue.writeOutcomes(
-                [JobOutcome(jobID: theirs[1].id, attempt: 1, disposition: .delivered, status: 200)],
+                [JobOutcome(jobID: theirs[1].id, attempt: 1, disposition: .delivered, attemptedAt: .now, status: 200)],
                 workerID: gone
             )
             #expect(fenced.fenced == [theirs[1].id])
@@ -246,7 +258,15 @@ struct FailurePathTests {
             #expect(try await db.queue.releaseUnheld(workerID: worker, holding: []).count == 2)
             // A released job's outcome from its holder is still accepted until someone re-claims it.
             let late = try await db.queue.writeOutcomes(
-                [JobOutcome(jobID: mine[3].id, attempt: mine[3].attempts, disposition: .delivered, status: 200)],
+                [
+                    JobOutcome(
+                        jobID: mine[3].id,
+                        attempt: mine[3].attempts,
+                        disposition: .delivered,
+                        attemptedAt: .now,
+                        status: 200
+                    )
+                ],
                 workerID: worker
             )
             #expect(late.recorded.count == 1)
@@ -266,6 +286,7 @@ struct FailurePathTests {
                             jobID: id,
                             attempt: job.attempts,
                             disposition: .requeue(after: .zero),
+                            attemptedAt: .now,
                             reason: "ConnectFailed",
                             sent: false
                         )
@@ -290,6 +311,7 @@ struct FailurePathTests {
                             jobID: id,
                             attempt: job.attempts,
                             disposition: .transportRetry(after: .zero),
+                            attemptedAt: .now,
                             reason: n % 2 == 0 ? "Timeout" : "ConnectionReset"
                         )
                     ],

@@ -83,6 +83,7 @@ struct FleetInterleavingTests {
                     jobID: job.id,
                     attempt: job.attempts,
                     disposition: index % 2 == 0 ? .delivered : .dead(sentence: "gone"),
+                    attemptedAt: .now,
                     status: index % 2 == 0 ? 200 : 410,
                     reason: index % 2 == 0 ? nil : "Unregistered"
                 )
@@ -332,6 +333,7 @@ struct FleetInterleavingTests {
                         jobID: older,
                         attempt: first[0].attempts,
                         disposition: .retry(after: .seconds(10)),
+                        attemptedAt: .now,
                         status: 500,
                         reason: "InternalServerError"
                     )
@@ -361,6 +363,7 @@ struct FleetInterleavingTests {
                         jobID: third,
                         attempt: held[0].attempts,
                         disposition: .retry(after: .zero),
+                        attemptedAt: .now,
                         status: 500,
                         reason: "InternalServerError"
                     )

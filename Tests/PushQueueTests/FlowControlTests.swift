@@ -71,6 +71,7 @@ struct FlowControlTests {
                         jobID: $0.id,
                         attempt: 1,
                         disposition: .dead(sentence: "too big"),
+                        attemptedAt: .now,
                         status: nil,
                         reason: "PayloadTooLarge"
                     )
@@ -85,7 +86,16 @@ struct FlowControlTests {
             #expect(whileRunning.revived.isEmpty && whileRunning.refused.map(\.id) == [b[0]])
             #expect(whileRunning.refused.first?.why.contains("is running") == true)
             _ = try await db.queue.writeOutcomes(
-                [JobOutcome(jobID: b3[0], attempt: 1, disposition: .delivered, status: 200, reason: nil)],
+                [
+                    JobOutcome(
+                        jobID: b3[0],
+                        attempt: 1,
+                        disposition: .delivered,
+                        attemptedAt: .now,
+                        status: 200,
+                        reason: nil
+                    )
+                ],
                 workerID: "w"
             )
             // A dry run changes nothing; then a is revived under a new id above the mark, b is refused, a job that
@@ -135,7 +145,14 @@ struct FlowControlTests {
             #expect(second.jobs.map(\.id) == [c[1]])
             _ = try await db.queue.writeOutcomes(
                 (first.jobs + second.jobs).map {
-                    JobOutcome(jobID: $0.id, attempt: 1, disposition: .dead(sentence: "x"), status: nil, reason: "X")
+                    JobOutcome(
+                        jobID: $0.id,
+                        attempt: 1,
+                        disposition: .dead(sentence: "x"),
+                        attemptedAt: .now,
+                        status: nil,
+                        reason: "X"
+                    )
                 },
                 workerID: "w"
             )
@@ -145,7 +162,9 @@ struct FlowControlTests {
             let third = try await db.queue.claimBatch(limit: 10, workerID: "w", lease: .seconds(60))
             #expect(Set(third.jobs.map(\.id)) == [a1, c3[0]])
             _ = try await db.queue.writeOutcomes(
-                third.jobs.map { JobOutcome(jobID: $0.id, attempt: 1, disposition: .delivered, status: 200) },
+                third.jobs.map {
+                    JobOutcome(jobID: $0.id, attempt: 1, disposition: .delivered, attemptedAt: .now, status: 200)
+                },
                 workerID: "w"
             )
             // The revived a1 (the older state) was delivered; a2 (the newer) is replayed: it must go out after it.
@@ -168,7 +187,9 @@ struct FlowControlTests {
                 ) == 1
             )
             _ = try await db.queue.writeOutcomes(
-                next.jobs.map { JobOutcome(jobID: $0.id, attempt: 1, disposition: .delivered, status: 200) },
+                next.jobs.map {
+                    JobOutcome(jobID: $0.id, attempt: 1, disposition: .delivered, attemptedAt: .now, status: 200)
+                },
                 workerID: "w"
             )
             // Key b: b2 dies, b1 is revived and delivered, then a newer b3 dies too; both dead letters replayed in
@@ -177,7 +198,16 @@ struct FlowControlTests {
             let b2Claim = try await db.queue.claimBatch(limit: 10, workerID: "w", lease: .seconds(60))
             #expect(b2Claim.jobs.map(\.id) == [b[1]])
             _ = try await db.queue.writeOutcomes(
-                [JobOutcome(jobID: b[1], attempt: 1, disposition: .dead(sentence: "x"), status: nil, reason: "X")],
+                [
+                    JobOutcome(
+                        jobID: b[1],
+                        attempt: 1,
+                        disposition: .dead(sentence: "x"),
+                        attemptedAt: .now,
+                        status: nil,
+                        reason: "X"
+                    )
+                ],
                 workerID: "w"
             )
             let b1 = try #require(
@@ -186,7 +216,7 @@ struct FlowControlTests {
             let b1Claim = try await db.queue.claimBatch(limit: 10, workerID: "w", lease: .seconds(60))
             #expect(b1Claim.jobs.map(\.id) == [b1])
             _ = try await db.queue.writeOutcomes(
-                [JobOutcome(jobID: b1, attempt: 1, disposition: .delivered, status: 200)],
+                [JobOutcome(jobID: b1, attempt: 1, disposition: .delivered, attemptedAt: .now, status: 200)],
                 workerID: "w"
             )
             let b3 = try await Self.insert(db, row(8, "b"))
@@ -194,7 +224,16 @@ struct FlowControlTests {
             #expect(b3Claim.jobs.map(\.id) == b3)
             let b3APNsID = try #require(b3Claim.jobs.first?.apnsID)
             _ = try await db.queue.writeOutcomes(
-                [JobOutcome(jobID: b3[0], attempt: 1, disposition: .dead(sentence: "x"), status: nil, reason: "X")],
+                [
+                    JobOutcome(
+                        jobID: b3[0],
+                        attempt: 1,
+                        disposition: .dead(sentence: "x"),
+                        attemptedAt: .now,
+                        status: nil,
+                        reason: "X"
+                    )
+                ],
                 workerID: "w"
             )
             let both = try await db.queue.operations.replay(matching: .init(ids: [b[1], b3[0]]))
@@ -221,8 +260,14 @@ struct FlowControlTests {
             // (fenced: it stays cancelled).
             let written = try await db.queue.writeOutcomes(
                 [
-                    JobOutcome(jobID: ids[0], attempt: 1, disposition: .delivered, status: 200),
-                    JobOutcome(jobID: ids[1], attempt: 1, disposition: .requeue(after: .zero), sent: false),
+                    JobOutcome(jobID: ids[0], attempt: 1, disposition: .delivered, attemptedAt: .now, status: 200),
+                    JobOutcome(
+                        jobID: ids[1],
+                        attempt: 1,
+                        disposition: .requeue(after: .zero),
+                        attemptedAt: .now,
+                        sent: false
+                    ),
                 ],
                 workerID: "w"
             )
@@ -303,7 +348,7 @@ struct FlowControlTests {
             // PushCore's rule: never sent, MS020, a sentence.
             let flagged = try #require(jobs.first { $0.id == ids[0] })
             #expect {
-                try RequestBuilder.describe(flagged)
+                try RequestBuilder.describe(flagged, now: Date())
             } throws: { error in
                 guard let rejection = error as? PreSendRejection else { return false }
                 return rejection.reason == "TokenInvalidated" && rejection.trapID == .tokenUnregistered

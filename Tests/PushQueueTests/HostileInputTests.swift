@@ -150,7 +150,7 @@ struct HostileInputTests {
             let worker = workerName()
             let jobs = try await db.queue.claim(limit: 1, workerID: worker, lease: .seconds(30))
             _ = try await db.queue.writeOutcomes(
-                [JobOutcome(jobID: jobs[0].id, attempt: 1, disposition: .delivered, status: 200)],
+                [JobOutcome(jobID: jobs[0].id, attempt: 1, disposition: .delivered, attemptedAt: .now, status: 200)],
                 workerID: worker
             )
             #expect(try await db.queue.pruneDelivered(olderThan: .zero) == 1)

@@ -30,6 +30,7 @@ struct OutcomeTests {
                         jobID: id,
                         attempt: stale.attempts,
                         disposition: .dead(sentence: "stale"),
+                        attemptedAt: .now,
                         status: 410,
                         reason: "Unregistered"
                     )
@@ -40,7 +41,15 @@ struct OutcomeTests {
             #expect(late.fenced == [id])
             // The same attempt number from the wrong worker is refused too.
             let impostor = try await queue.writeOutcomes(
-                [JobOutcome(jobID: id, attempt: fresh.attempts, disposition: .delivered, status: 200)],
+                [
+                    JobOutcome(
+                        jobID: id,
+                        attempt: fresh.attempts,
+                        disposition: .delivered,
+                        attemptedAt: .now,
+                        status: 200
+                    )
+                ],
                 workerID: "stale"
             )
             #expect(impostor.fenced == [id])
@@ -52,6 +61,7 @@ struct OutcomeTests {
                         jobID: id,
                         attempt: fresh.attempts,
                         disposition: .delivered,
+                        attemptedAt: .now,
                         status: 200,
                         apnsUniqueID: "u-1",
                         latencyMs: 12
@@ -69,7 +79,15 @@ struct OutcomeTests {
             #expect(record.lockedBy == nil)
             // A second write of the same outcome is fenced: the job is no longer running.
             let again = try await queue.writeOutcomes(
-                [JobOutcome(jobID: id, attempt: fresh.attempts, disposition: .delivered, status: 200)],
+                [
+                    JobOutcome(
+                        jobID: id,
+                        attempt: fresh.attempts,
+                        disposition: .delivered,
+                        attemptedAt: .now,
+                        status: 200
+                    )
+                ],
                 workerID: "fresh"
             )
             #expect(again.fenced == [id])
@@ -90,6 +108,7 @@ struct OutcomeTests {
                         jobID: id,
                         attempt: 1,
                         disposition: .retry(after: .seconds(3600)),
+                        attemptedAt: .now,
                         status: 429,
                         reason: "TooManyRequests",
                         trapIDs: [.priorityBudget],
@@ -127,6 +146,7 @@ struct OutcomeTests {
                         jobID: id,
                         attempt: 2,
                         disposition: .retry(after: .zero),
+                        attemptedAt: .now,
                         status: 503,
                         reason: "ServiceUnavailable",
                         trapIDs: [.priorityBudget, .payloadTooLarge]
@@ -136,7 +156,15 @@ struct OutcomeTests {
             )
             let third = try await queue.claim(limit: 1, workerID: worker, lease: .seconds(30))[0]
             _ = try await queue.writeOutcomes(
-                [JobOutcome(jobID: id, attempt: third.attempts, disposition: .delivered, status: 200)],
+                [
+                    JobOutcome(
+                        jobID: id,
+                        attempt: third.attempts,
+                        disposition: .delivered,
+                        attemptedAt: .now,
+                        status: 200
+                    )
+                ],
                 workerID: worker
             )
             let done = try #require(try await queue.operations.job(id: id))
@@ -185,6 +213,7 @@ struct OutcomeTests {
                         jobID: id,
                         attempt: 1,
                         disposition: .retry(after: .zero),
+                        attemptedAt: .now,
                         status: 500,
                         reason: "InternalServerError"
                     )
@@ -198,6 +227,7 @@ struct OutcomeTests {
                         jobID: id,
                         attempt: 2,
                         disposition: .dead(sentence: "The device token is no longer valid: drop it."),
+                        attemptedAt: .now,
                         status: 410,
                         reason: "Unregistered",
                         trapIDs: [.tokenUnregistered],
@@ -263,6 +293,7 @@ struct OutcomeTests {
                         jobID: job.id,
                         attempt: 1,
                         disposition: .dead(sentence: "bad"),
+                        attemptedAt: .now,
                         status: 400,
                         reason: "BadDeviceToken",
                         trapIDs: [.tokenEnvironment],
@@ -272,6 +303,7 @@ struct OutcomeTests {
                         jobID: job.id,
                         attempt: 1,
                         disposition: .dead(sentence: "gone"),
+                        attemptedAt: .now,
                         status: 410,
                         reason: "Unregistered",
                         trapIDs: [.tokenUnregistered],
@@ -329,7 +361,9 @@ struct OutcomeTests {
             let worker = workerName()
             let jobs = try await db.queue.claim(limit: 20, workerID: worker, lease: .seconds(30))
             _ = try await db.queue.writeOutcomes(
-                jobs.map { JobOutcome(jobID: $0.id, attempt: 1, disposition: .delivered, status: 200) },
+                jobs.map {
+                    JobOutcome(jobID: $0.id, attempt: 1, disposition: .delivered, attemptedAt: .now, status: 200)
+                },
                 workerID: worker
             )
             try await db.execute(

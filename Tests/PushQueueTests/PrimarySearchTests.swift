@@ -50,7 +50,9 @@ struct PrimarySearchTests {
         let started = ContinuousClock.now
         let outcome = try await withDeadline(.seconds(30), "the primary search") {
             do {
-                _ = try await DatabaseProbe(url, logger: Logger(label: "test")).primary(patience: .seconds(3))
+                _ = try await DatabaseProbe(url, logger: Logger(label: "test"), clock: ContinuousClock()).primary(
+                    patience: .seconds(3)
+                )
                 return "found a host"
             } catch {
                 return "\(error)"

@@ -16,6 +16,7 @@ struct WakeupTests {
             let listener = JobNotificationListener(
                 configuration: try db.url.connectionConfiguration(),
                 logger: db.logger,
+                clock: ContinuousClock(),
                 onListening: { listened.yield() }
             )
             try await withThrowingTaskGroup(of: Void.self) { group in

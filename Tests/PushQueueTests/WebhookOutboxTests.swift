@@ -20,7 +20,7 @@ struct WebhookOutboxTests {
             #expect(batch.jobs.count == 5)
             // No hook: outcomes write no delivery.
             _ = try await db.queue.writeOutcomes(
-                [JobOutcome(jobID: ids[0], attempt: 1, disposition: .delivered, status: 200)],
+                [JobOutcome(jobID: ids[0], attempt: 1, disposition: .delivered, attemptedAt: .now, status: 200)],
                 workerID: "w"
             )
             #expect(try await db.int64("SELECT count(*) FROM push.webhook_deliveries") == 0)
@@ -53,11 +53,12 @@ struct WebhookOutboxTests {
             )
             _ = try await db.queue.writeOutcomes(
                 [
-                    JobOutcome(jobID: ids[1], attempt: 1, disposition: .delivered, status: 200),
+                    JobOutcome(jobID: ids[1], attempt: 1, disposition: .delivered, attemptedAt: .now, status: 200),
                     JobOutcome(
                         jobID: ids[2],
                         attempt: 1,
                         disposition: .dead(sentence: "gone"),
+                        attemptedAt: .now,
                         status: 410,
                         reason: "Unregistered",
                         trapIDs: [.tokenUnregistered],
@@ -68,13 +69,20 @@ struct WebhookOutboxTests {
                         jobID: ids[3],
                         attempt: 1,
                         disposition: .dead(sentence: "too big"),
+                        attemptedAt: .now,
                         status: 413,
                         reason: "PayloadTooLarge"
                     ),
                     // A retry is no outcome a hook takes.
-                    JobOutcome(jobID: ids[4], attempt: 1, disposition: .retry(after: .seconds(60)), status: 503),
+                    JobOutcome(
+                        jobID: ids[4],
+                        attempt: 1,
+                        disposition: .retry(after: .seconds(60)),
+                        attemptedAt: .now,
+                        status: 503
+                    ),
                     // Fenced (another worker's): not written, no delivery.
-                    JobOutcome(jobID: ids[4], attempt: 1, disposition: .delivered, status: 200),
+                    JobOutcome(jobID: ids[4], attempt: 1, disposition: .delivered, attemptedAt: .now, status: 200),
                 ],
                 workerID: "w"
             )

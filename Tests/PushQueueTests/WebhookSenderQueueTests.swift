@@ -223,7 +223,7 @@ struct WebhookSenderQueueTests {
             #expect(batch.jobs.count == 1)
             let write = try await FleetInterleavingTests.watch(db, release: releaseClaimer) {
                 try await db.queue.writeOutcomes(
-                    [JobOutcome(jobID: ids[0], attempt: 1, disposition: .delivered, status: 200)],
+                    [JobOutcome(jobID: ids[0], attempt: 1, disposition: .delivered, attemptedAt: .now, status: 200)],
                     workerID: "w"
                 )
             }
@@ -268,14 +268,32 @@ struct TraceColumnTests {
             )
             let first = try await db.queue.claimBatch(limit: 2, workerID: "w", lease: .seconds(60)).jobs
             #expect(first.count == 2 && first.allSatisfy { $0.traceparent == traceparent && $0.traceFirstSpan == nil })
-            var retry = JobOutcome(jobID: first[0].id, attempt: 1, disposition: .retry(after: .zero), status: 500)
+            var retry = JobOutcome(
+                jobID: first[0].id,
+                attempt: 1,
+                disposition: .retry(after: .zero),
+                attemptedAt: .now,
+                status: 500
+            )
             retry.traceSpan = "1111111111111111"
-            var dead = JobOutcome(jobID: first[1].id, attempt: 1, disposition: .dead(sentence: "gone"), status: 400)
+            var dead = JobOutcome(
+                jobID: first[1].id,
+                attempt: 1,
+                disposition: .dead(sentence: "gone"),
+                attemptedAt: .now,
+                status: 400
+            )
             dead.traceSpan = "2222222222222222"
             _ = try await db.queue.writeOutcomes([retry, dead], workerID: "w")
             let again = try await db.queue.claimBatch(limit: 2, workerID: "w", lease: .seconds(60)).jobs
             #expect(again.first?.traceFirstSpan == "1111111111111111", "the retry reads its first attempt's span")
-            var later = JobOutcome(jobID: first[0].id, attempt: 2, disposition: .delivered, status: 200)
+            var later = JobOutcome(
+                jobID: first[0].id,
+                attempt: 2,
+                disposition: .delivered,
+                attemptedAt: .now,
+                status: 200
+            )
             later.traceSpan = "3333333333333333"
             _ = try await db.queue.writeOutcomes([later], workerID: "w")
             #expect(
@@ -316,7 +334,7 @@ extension WebhookSenderQueueTests {
             let release: @Sendable () async throws -> Void = {
                 _ = try await remover.query("COMMIT", logger: db.logger)
             }
-            let outcome = JobOutcome(jobID: ids[0], attempt: 1, disposition: .delivered, status: 200)
+            let outcome = JobOutcome(jobID: ids[0], attempt: 1, disposition: .delivered, attemptedAt: .now, status: 200)
             let write = try await FleetInterleavingTests.watch(db, release: release) {
                 do {
                     _ = try await db.queue.writeOutcomes([outcome], workerID: "w")

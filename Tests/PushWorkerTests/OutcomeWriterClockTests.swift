@@ -37,7 +37,15 @@ struct OutcomeWriterClockTests {
             // Idle: the writer waits for a signal (its 1 s poll on the same clock).
             #expect(await clock.waitForSleepers(1), "the idle writer waits on the injected clock")
             for job in jobs {
-                writer.add(JobOutcome(jobID: job.id, attempt: job.attempts, disposition: .delivered, status: 200))
+                writer.add(
+                    JobOutcome(
+                        jobID: job.id,
+                        attempt: job.attempts,
+                        disposition: .delivered,
+                        attemptedAt: .now,
+                        status: 200
+                    )
+                )
             }
             // Woken by the first outcome, it waits the 5 s interval for more, on the injected clock.
             let waiting = await clock.wait { $0.nextDeadline == $0.now + .seconds(5) }

@@ -43,7 +43,7 @@ public final class APNsClient: Sendable {
         public var tokens: ProviderTokenCache.Configuration
         /// The monotonic clock the pools' reconnect backoff reads (tests pass a `ManualClock`). Request
         /// deadlines run on the connection's event loop, and a token's age on the wall clock (`iat`).
-        public var clock: any MonotonicClock = ContinuousClock()
+        public var clock: any PushClock = ContinuousClock()
 
         /// What the shared engine's pools need of it.
         var pool: PoolConfiguration {
@@ -94,7 +94,7 @@ public final class APNsClient: Sendable {
     let configuration: Configuration
 
     /// The monotonic clock its pools read (``Configuration/clock``); the worker's timers read the same one.
-    public var clock: any MonotonicClock { self.configuration.clock }
+    public var clock: any PushClock { self.configuration.clock }
     let tokenCaches: [String: ProviderTokenCache]
     /// Certificate credentials: the environments each certificate is for.
     let certificateEnvironments: [String: Set<String>]
@@ -132,7 +132,12 @@ public final class APNsClient: Sendable {
         self.configuration = configuration
         var caches = tokenCaches
         for (name, key) in credentials where caches[name] == nil {
-            caches[name] = ProviderTokenCache(key: key, configuration: configuration.tokens, store: tokenStore)
+            caches[name] = ProviderTokenCache(
+                key: key,
+                configuration: configuration.tokens,
+                store: tokenStore,
+                clock: configuration.clock
+            )
         }
         self.tokenCaches = caches
         self.logger = logger
@@ -244,15 +249,21 @@ public final class APNsClient: Sendable {
         withdraws: (@Sendable (_ index: Int) -> Bool)? = nil,
         onResult: @escaping @Sendable (_ index: Int, _ result: Result<APNsResponse, any Error>) -> Void
     ) async {
-        guard let environment = requests.first?.environment else { return }
-        await self.engine.sendBatch(
-            requests.map { OutgoingRequest(method: $0.method, path: $0.path, headers: $0.headers, body: $0.body) },
-            endpoint: self.endpoint(for: environment),
+        // Through the worker's own path (``PushSender``), its answers unwrapped.
+        await self.sendBatch(
+            requests.map { ProviderRequest.apns($0) },
             credential: credential,
             mayWrite: mayWrite,
-            withdraws: withdraws,
-            onResult: onResult
-        )
+            withdraws: withdraws
+        ) { index, result in
+            onResult(
+                index,
+                result.map { answer in
+                    guard case .apns(let response) = answer else { preconditionFailure("APNs answered as FCM") }
+                    return response
+                }
+            )
+        }
     }
 
     func pool(for key: PoolKey) -> ConnectionPool { self.engine.pool(for: key) }

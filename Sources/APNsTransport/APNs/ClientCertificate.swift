@@ -25,8 +25,13 @@ public struct ClientCertificate: Sendable, CustomStringConvertible {
 
     /// Loads a PKCS#12 bundle (`.p12`, as Keychain Access exports it), with its password from a file.
     ///
+    /// - Parameter now: wall time, against the certificate's dates.
     /// - Throws: ``TransportError`` (`invalidKey`) with a sentence that names the file and the fix.
-    public static func loadPKCS12(path: String, passwordFile: String?) throws(TransportError) -> ClientCertificate {
+    public static func loadPKCS12(
+        path: String,
+        passwordFile: String?,
+        now: Date
+    ) throws(TransportError) -> ClientCertificate {
         let bytes = try Self.read(path, what: "certificate bundle (.p12)", policy: .privateKey)
         let password = try passwordFile.map { file throws(TransportError) in try Self.password(file) }
         let bundle: NIOSSLPKCS12Bundle
@@ -43,16 +48,18 @@ public struct ClientCertificate: Sendable, CustomStringConvertible {
         guard !bundle.certificateChain.isEmpty else {
             throw Self.fail(path, "holds no certificate: export the certificate together with its private key")
         }
-        return try Self.make(chain: bundle.certificateChain, key: bundle.privateKey, path: path)
+        return try Self.make(chain: bundle.certificateChain, key: bundle.privateKey, path: path, now: now)
     }
 
     /// Loads a PEM certificate (with any intermediates after it) and its PEM private key.
     ///
+    /// - Parameter now: wall time, against the certificate's dates.
     /// - Throws: ``TransportError`` (`invalidKey`) with a sentence that names the file and the fix.
     public static func loadPEM(
         certificatePath: String,
         keyPath: String,
-        passwordFile: String? = nil
+        passwordFile: String? = nil,
+        now: Date
     ) throws(TransportError) -> ClientCertificate {
         let certificateBytes = try Self.read(certificatePath, what: "certificate (PEM)", policy: .configuration)
         let chain: [NIOSSLCertificate]
@@ -82,7 +89,7 @@ public struct ClientCertificate: Sendable, CustomStringConvertible {
                     : "is not a PEM private key that matches a push certificate (wrong password, or not a key)"
             )
         }
-        return try Self.make(chain: chain, key: key, path: keyPath, certificatePath: certificatePath)
+        return try Self.make(chain: chain, key: key, path: keyPath, certificatePath: certificatePath, now: now)
     }
 
     /// Checks what TLS will need (the key matches the certificate; not expired) and reads the subject.
@@ -90,7 +97,8 @@ public struct ClientCertificate: Sendable, CustomStringConvertible {
         chain: [NIOSSLCertificate],
         key: NIOSSLPrivateKey,
         path: String,
-        certificatePath: String? = nil
+        certificatePath: String? = nil,
+        now: Date
     ) throws(TransportError) -> ClientCertificate {
         var configuration = TLSConfiguration.makeClientConfiguration()
         configuration.certificateChain = chain.map { .certificate($0) }
@@ -103,13 +111,13 @@ public struct ClientCertificate: Sendable, CustomStringConvertible {
         let leaf = chain[0]
         let expiry = Date(timeIntervalSince1970: TimeInterval(leaf.notValidAfter))
         let start = Date(timeIntervalSince1970: TimeInterval(leaf.notValidBefore))
-        guard start <= Date() else {
+        guard start <= now else {
             throw Self.fail(
                 certificatePath ?? path,
                 "holds a certificate valid only from \(ISO8601DateFormatter().string(from: start)): check this machine's clock, or wait"
             )
         }
-        guard expiry > Date() else {
+        guard expiry > now else {
             throw Self.fail(
                 certificatePath ?? path,
                 "holds a certificate that expired on \(ISO8601DateFormatter().string(from: expiry)): make a new one in Certificates, Identifiers & Profiles"

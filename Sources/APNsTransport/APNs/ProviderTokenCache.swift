@@ -30,24 +30,25 @@ public final class ProviderTokenCache: Sendable {
     /// The key tokens are minted with.
     public let key: SigningKey
     let configuration: Configuration
-    let now: @Sendable () -> Date
+    /// The process's clock: a token's age, on the wall clock (its `iat` is read by Apple).
+    let clock: any PushClock
     let store: (any ProviderTokenStore)?
     private let state = Mutex(State())
     private let refreshLock = AsyncLock()
 
     /// - Parameters:
     ///   - store: where worker processes share tokens; `nil` keeps them in this process.
-    ///   - now: the clock (tests inject one).
+    ///   - clock: the process's clock.
     public init(
         key: SigningKey,
         configuration: Configuration = .init(),
         store: (any ProviderTokenStore)? = nil,
-        now: @escaping @Sendable () -> Date = Date.init
+        clock: any PushClock
     ) {
         self.key = key
         self.configuration = configuration
         self.store = store
-        self.now = now
+        self.clock = clock
     }
 
     /// How many tokens this process has minted (the `jwt_mints` metric).
@@ -83,7 +84,7 @@ public final class ProviderTokenCache: Sendable {
             if let current = self.state.withLock({ $0.current }), current != rejected { return current }
             guard let store = self.store,
                 let shared = try? await store.load(teamID: self.key.teamID, keyID: self.key.keyID),
-                shared != rejected, self.now().timeIntervalSince(shared.issuedAt) < self.configuration.reuseFor,
+                shared != rejected, self.clock.wallNow.timeIntervalSince(shared.issuedAt) < self.configuration.reuseFor,
                 shared.isSigned(by: self.key)
             else { return nil }
             self.state.withLock { $0.current = shared }
@@ -106,7 +107,7 @@ public final class ProviderTokenCache: Sendable {
     }
 
     private func fresh() -> ProviderToken? {
-        let now = self.now()
+        let now = self.clock.wallNow
         return self.state.withLock { state in
             guard let current = state.current, now.timeIntervalSince(current.issuedAt) < self.configuration.reuseFor
             else { return nil }
@@ -118,7 +119,7 @@ public final class ProviderTokenCache: Sendable {
     /// token this key did not sign (the key file was replaced, its key id kept) is never sent, whatever its
     /// age: it is replaced in the store by this process's own.
     private func refresh(replacing rejected: ProviderToken?) async throws -> ProviderToken {
-        let now = self.now()
+        let now = self.clock.wallNow
         var newest = self.state.withLock { $0.current }
         var foreign: ProviderToken?
         if let store = self.store, let shared = try? await store.load(teamID: self.key.teamID, keyID: self.key.keyID) {

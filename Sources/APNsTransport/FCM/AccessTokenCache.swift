@@ -35,23 +35,24 @@ public final class AccessTokenCache: Sendable {
     public let account: ServiceAccount
     let exchange: Exchange
     let store: (any ProviderTokenStore)?
-    let now: @Sendable () -> Date
+    /// The process's clock: a grant's age, on the wall clock.
+    let clock: any PushClock
     private let current = Mutex<Grant?>(nil)
     private let exchanges = Mutex(0)
     private let refreshLock = AsyncLock()
 
     /// - Parameters:
     ///   - store: where worker processes share tokens; `nil` keeps them in this process.
-    ///   - now: the wall clock (tests inject one).
+    ///   - clock: the process's clock.
     public init(
         account: ServiceAccount,
         store: (any ProviderTokenStore)? = nil,
-        now: @escaping @Sendable () -> Date = Date.init,
+        clock: any PushClock,
         exchange: @escaping Exchange
     ) {
         self.account = account
         self.store = store
-        self.now = now
+        self.clock = clock
         self.exchange = exchange
     }
 
@@ -94,7 +95,8 @@ public final class AccessTokenCache: Sendable {
 
     /// Younger than its lifetime less the margin (5 minutes, or half a lifetime shorter than 10 minutes).
     private func isFresh(_ grant: Grant) -> Bool {
-        self.now().timeIntervalSince(grant.grantedAt) < grant.lifetime - min(Self.refreshMargin, grant.lifetime / 2)
+        self.clock.wallNow.timeIntervalSince(grant.grantedAt) < grant.lifetime
+            - min(Self.refreshMargin, grant.lifetime / 2)
     }
 
     private func fresh() -> Grant? {
@@ -115,7 +117,7 @@ public final class AccessTokenCache: Sendable {
             }
             stale = shared
         }
-        let issuedAt = self.now()
+        let issuedAt = self.clock.wallNow
         let assertion: String
         do {
             assertion = try self.account.assertion(issuedAt: issuedAt)

@@ -33,7 +33,7 @@ public final class FCMClient: Sendable {
         /// The HTTP CONNECT proxy connections go through, unless its `NO_PROXY` list names the host.
         public var httpsProxy: HTTPSProxy?
         /// The monotonic clock of the pools' reconnect backoff.
-        public var clock: any MonotonicClock = ContinuousClock()
+        public var clock: any PushClock = ContinuousClock()
 
         public init(endpointOverride: PushEndpoint? = nil, caFile: String? = nil) {
             self.endpointOverride = endpointOverride
@@ -93,8 +93,10 @@ public final class FCMClient: Sendable {
         self.exchanger = exchanger
         var caches: [String: AccessTokenCache] = [:]
         for (name, account) in accounts {
-            caches[name] = AccessTokenCache(account: account, store: tokenStore) { account, assertion in
-                try await Self.exchange(assertion, for: account, on: exchanger)
+            caches[name] = AccessTokenCache(account: account, store: tokenStore, clock: configuration.clock) {
+                account,
+                assertion in
+                try await Self.exchange(assertion, for: account, on: exchanger, clock: configuration.clock)
             }
         }
         self.tokenCaches = caches
@@ -115,12 +117,13 @@ public final class FCMClient: Sendable {
     static func exchange(
         _ assertion: String,
         for account: ServiceAccount,
-        on engine: PushClient<FCMProvider>
+        on engine: PushClient<FCMProvider>,
+        clock: any PushClock
     ) async throws -> AccessTokenCache.Grant {
         let endpoint = try PushEndpoint(url: account.tokenURI, flag: "token_uri")
         let path = URL(string: account.tokenURI).map { $0.path.isEmpty ? "/" : $0.path } ?? "/"
         let body = "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=" + assertion
-        let started = Date()
+        let started = clock.wallNow
         let answer: HTTP2Answer
         do {
             answer = try await engine.exchange(
@@ -216,19 +219,21 @@ public final class FCMClient: Sendable {
         withdraws: (@Sendable (_ index: Int) -> Bool)? = nil,
         onResult: @escaping @Sendable (_ index: Int, _ result: Result<FCMResponse, any Error>) -> Void
     ) async {
-        guard let project = self.project(of: credential) else {
-            let error = FCMProvider().missingCredential(credential)
-            for index in messages.indices { onResult(index, .failure(error)) }
-            return
-        }
-        await self.engine.sendBatch(
-            messages.map { self.outgoing($0, project: project) },
-            endpoint: self.endpoint,
+        // Through the worker's own path (``PushSender``), its answers unwrapped.
+        await self.sendBatch(
+            messages.map { ProviderRequest.fcm($0) },
             credential: credential,
             mayWrite: mayWrite,
-            withdraws: withdraws,
-            onResult: onResult
-        )
+            withdraws: withdraws
+        ) { index, result in
+            onResult(
+                index,
+                result.map { answer in
+                    guard case .fcm(let response) = answer else { preconditionFailure("FCM answered as APNs") }
+                    return response
+                }
+            )
+        }
     }
 
     /// Opens one connection per credential, at most `timeout` in all.

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 public import PushCore
 
 /// FCM's answer to one send: a 200's message `name`, or an error's code, whether it names the token, and
@@ -54,13 +54,13 @@ public struct FCMResponse: Sendable, Hashable {
         FCMReason.classify(status: self.status, code: self.code, namesToken: self.namesToken)
     }
 
-    /// The answer as ``Decision`` reads it.
-    public var sendOutcome: SendOutcome {
+    /// The answer as ``Decision`` reads it, at wall time `now` (a `Retry-After` date is read against it).
+    public func sendOutcome(at now: Date) -> SendOutcome {
         .fcm(
             status: self.status,
             code: self.code,
             namesToken: self.namesToken,
-            retryAfter: RetryAfter.parse(self.retryAfter),
+            retryAfter: RetryAfter.parse(self.retryAfter, now: now),
             projectQuota: self.projectQuota
         )
     }

@@ -144,6 +144,7 @@ final class ConnectionPool: Sendable {
                 clientCertificate: self.context.clientCertificate,
                 group: self.context.group,
                 connectTimeout: self.context.configuration.connectTimeout,
+                clock: self.context.configuration.clock,
                 logger: self.context.logger
             )
             let (waiters, closed) = self.state.withLock { state -> ([CheckedContinuation<Void, Never>], Bool) in

@@ -111,14 +111,14 @@ extension HTTP2Connection {
         to batch: RequestBatch,
         deadline: Duration
     ) {
-        self.touch(.now)
+        self.touch(self.clock.now)
         batch.expect(requests.count, on: self)
         self.exchange.submit(requests, to: batch, timeout: deadline)
     }
 
     /// The exchange gave back `count` slots of batch requests that ended.
     func batchSlotsReleased(_ count: Int) {
-        self.touch(.now)
+        self.touch(self.clock.now)
         self.limiter.release(count)
         self.closeIfRetiredAndIdle()
     }

@@ -22,7 +22,9 @@ final class HTTP2Connection: Sendable {
     let peer: String
     /// The provider's rule for request headers never to put in the HPACK dynamic table.
     let changesEveryRequest: @Sendable (String) -> Bool
-    private let lastUsed = Mutex(ContinuousClock.now)
+    /// The pool's clock: how long the connection has been idle.
+    let clock: any PushClock
+    private let lastUsed: Mutex<ContinuousClock.Instant>
     /// Callers waiting on the PING in flight, if one is: an idle connection is checked once, not once
     /// per request that finds it idle (hundreds at a time after a quiet minute: a PING flood).
     private let pingWaiters = Mutex<[CheckedContinuation<Bool, Never>]?>(nil)
@@ -36,8 +38,11 @@ final class HTTP2Connection: Sendable {
         observer: ConnectionObserver,
         authority: String,
         peer: String,
-        changesEveryRequest: @escaping @Sendable (String) -> Bool
+        changesEveryRequest: @escaping @Sendable (String) -> Bool,
+        clock: any PushClock
     ) {
+        self.clock = clock
+        self.lastUsed = Mutex(clock.now)
         self.id = id
         self.channel = channel
         self.exchange = exchange
@@ -63,6 +68,7 @@ final class HTTP2Connection: Sendable {
         clientCertificate: Bool = false,
         group: any EventLoopGroup,
         connectTimeout: Duration,
+        clock: any PushClock,
         logger: Logger
     ) async throws -> HTTP2Connection {
         // Through a CONNECT proxy, TCP goes to the proxy and TLS (verified against `host`) runs in the tunnel.
@@ -216,7 +222,8 @@ final class HTTP2Connection: Sendable {
             observer: observer,
             authority: authority,
             peer: peer,
-            changesEveryRequest: changesEveryRequest
+            changesEveryRequest: changesEveryRequest,
+            clock: clock
         )
         // Batch requests give their slots back from the event loop. The hook holds the connection until the
         // channel closes (the handler then drops it), so a retired connection still closes once idle. The
@@ -249,7 +256,7 @@ final class HTTP2Connection: Sendable {
 
     /// How long the connection has been idle.
     var idleFor: Duration {
-        self.limiter.inFlight > 0 ? .zero : ContinuousClock.now - self.lastUsed.withLock { $0 }
+        self.limiter.inFlight > 0 ? .zero : self.clock.now - self.lastUsed.withLock { $0 }
     }
 
     /// Whether the connection can be trusted after being idle longer than `idleAfter`: one PING for
@@ -276,7 +283,7 @@ final class HTTP2Connection: Sendable {
             }
         }
         let answered = await self.ping(timeout: timeout)
-        if answered { self.touch(.now) }
+        if answered { self.touch(self.clock.now) }
         let waiters = self.pingWaiters.withLock { waiters in
             defer { waiters = nil }
             return waiters ?? []

@@ -62,7 +62,7 @@ struct PoolConfiguration: Sendable {
     /// The CONNECT proxy connections go through, unless its `NO_PROXY` list names the host.
     var httpsProxy: HTTPSProxy?
     /// The monotonic clock of the reconnect backoff.
-    var clock: any MonotonicClock = ContinuousClock()
+    var clock: any PushClock = ContinuousClock()
 }
 
 /// One request as the shared transport sends it; `headers` exclude pseudo-headers and `authorization`.

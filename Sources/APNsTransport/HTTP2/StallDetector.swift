@@ -18,13 +18,16 @@ final class StallDetector: Sendable {
 
     private init() {
         let thread = Thread { [self] in
+            // This detector reads the system's clock itself, not the process's injected one: it measures this
+            // process's own time against the system's, on NIO's timer clock (the deadlines it excuses are NIO's).
+            var previous: NIODeadline?
             while true {
-                let before = NIODeadline.now()
-                Thread.sleep(forTimeInterval: Double(Self.tick.nanoseconds) / 1e9)
-                let after = NIODeadline.now()
-                if after - before > Self.tick + Self.threshold {
-                    self.lastStallEnd.store(after.uptimeNanoseconds, ordering: .relaxed)
+                let now = NIODeadline.now()
+                if let previous, now - previous > Self.tick + Self.threshold {
+                    self.lastStallEnd.store(now.uptimeNanoseconds, ordering: .relaxed)
                 }
+                previous = now
+                Thread.sleep(forTimeInterval: Double(Self.tick.nanoseconds) / 1e9)
             }
         }
         thread.name = "push-stall-detector"

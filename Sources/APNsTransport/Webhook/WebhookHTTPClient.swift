@@ -3,7 +3,7 @@ public import NIOCore
 import NIOHTTP1
 import NIOPosix
 import NIOSSL
-import PushCore
+public import PushCore
 import Synchronization
 
 #if canImport(Glibc)
@@ -44,6 +44,8 @@ public struct WebhookHTTPClient: Sendable {
     let group: any EventLoopGroup
     let allowPrivate: Bool
     let timeout: Duration
+    /// The process's clock: each POST's deadline.
+    let clock: any PushClock
     let tls: NIOSSLContext
     let proxy: HTTPSProxy?
     /// Host lookups (getaddrinfo blocks a thread for as long as the resolver takes): a pool of their own, so a
@@ -64,8 +66,10 @@ public struct WebhookHTTPClient: Sendable {
         allowPrivate: Bool,
         caFile: String? = nil,
         timeout: Duration = .seconds(10),
-        proxy: HTTPSProxy? = nil
+        proxy: HTTPSProxy? = nil,
+        clock: any PushClock
     ) throws {
+        self.clock = clock
         self.group = group
         self.allowPrivate = allowPrivate
         self.timeout = timeout
@@ -130,7 +134,7 @@ public struct WebhookHTTPClient: Sendable {
     /// POSTs `body` to `url` with `headers` (plus Host, Content-Type, Content-Length, Connection: close).
     public func post(url: String, headers: [(String, String)], body: [UInt8]) async throws(Failure) -> Answer {
         let target = try Target(url: url)
-        let deadline = NIODeadline.now() + TimeAmount(self.timeout)
+        let deadline = self.clock.now + self.timeout
         let addresses = try await self.resolve(target, deadline: deadline)
         let tls = target.secure ? self.tls : nil
         let serverName = IPAddressLiteral.isLiteral(target.host) ? nil : target.host
@@ -159,11 +163,11 @@ public struct WebhookHTTPClient: Sendable {
         let attempts = addresses.flatMap { address in proxyAddresses.map { (address, $0) } }
         var connected: (channel: any Channel, promise: EventLoopPromise<Answer>)?
         var lastError: (any Error)?
-        for (index, (address, proxyAddress)) in attempts.enumerated() where NIODeadline.now() < deadline {
+        for (index, (address, proxyAddress)) in attempts.enumerated() where self.clock.now < deadline {
             let promise = self.group.next().makePromise(of: Answer.self)
             // An address that drops the SYN must leave time for the next: each gets its share of what is left
             // (at least a second), the last all of it.
-            let remaining = deadline - NIODeadline.now()
+            let remaining = TimeAmount(deadline - self.clock.now)
             let left = Int64(attempts.count - index)
             let share = max(
                 min(remaining, max(TimeAmount.nanoseconds(remaining.nanoseconds / left), .seconds(1))),
@@ -199,7 +203,7 @@ public struct WebhookHTTPClient: Sendable {
                 if let tunnel, let tunnelUp {
                     // The tunnel before anything else (the proxy's answer is bounded by the POST's deadline too);
                     // an address the proxy cannot reach leaves time for the next.
-                    let timer = channel.eventLoop.scheduleTask(deadline: deadline) {
+                    let timer = channel.eventLoop.scheduleTask(in: TimeAmount(deadline - self.clock.now)) {
                         tunnelUp.fail(
                             Failure(kind: .timeout, description: "no tunnel through \(tunnel) within \(self.timeout)")
                         )
@@ -228,7 +232,7 @@ public struct WebhookHTTPClient: Sendable {
                     "could not connect to \(target)\(through): \(lastError.map { "\($0)" } ?? "no time left")"
             )
         }
-        let timer = channel.eventLoop.scheduleTask(deadline: deadline) {
+        let timer = channel.eventLoop.scheduleTask(in: TimeAmount(deadline - self.clock.now)) {
             promise.fail(Failure(kind: .timeout, description: "no answer from \(target) within \(self.timeout)"))
             channel.close(promise: nil)
         }
@@ -261,7 +265,7 @@ public struct WebhookHTTPClient: Sendable {
     /// The addresses to connect to, in the order the system gives, once every one the host resolves to
     /// passed the check (one bad address refuses them all: a name that mixes public and private addresses is
     /// not to be trusted). An IP address literal is not looked up.
-    func resolve(_ target: Target, deadline: NIODeadline) async throws(Failure) -> [SocketAddress] {
+    func resolve(_ target: Target, deadline: ContinuousClock.Instant) async throws(Failure) -> [SocketAddress] {
         let host = target.host
         let port = target.port
         let addresses = try await self.lookupShared(host: host, port: port, deadline: deadline)
@@ -282,18 +286,23 @@ public struct WebhookHTTPClient: Sendable {
     /// getaddrinfo on the resolver pool, one lookup per `host:port` at a time shared by its callers, bounded by
     /// `deadline` (a late answer is dropped, a lookup dequeued past it is not made); never empty. An IP literal is
     /// its address.
-    func lookupShared(host: String, port: Int, deadline: NIODeadline) async throws(Failure) -> [SocketAddress] {
+    func lookupShared(
+        host: String,
+        port: Int,
+        deadline: ContinuousClock.Instant
+    ) async throws(Failure) -> [SocketAddress] {
         if let literal = try? SocketAddress(ipAddress: host, port: port) { return [literal] }
         // The lookup blocks a resolver thread for as long as the resolver takes: the POST's deadline
         // bounds the wait for it (a late answer is dropped), and a lookup dequeued past it is not made.
         let loop = self.group.next()
         let looked = loop.makePromise(of: [SocketAddress].self)
         let timeout = self.timeout
+        let clock = self.clock
         let key = "\(host):\(port)"
         let shared = self.lookups.futures.withLock { futures -> EventLoopFuture<[SocketAddress]> in
             if let running = futures[key] { return running }
             let started = self.resolver.runIfActive(eventLoop: loop) {
-                guard NIODeadline.now() < deadline else {
+                guard clock.now < deadline else {
                     throw Failure(kind: .timeout, description: "could not resolve \(host) within \(timeout)")
                 }
                 return try Self.lookup(host: host, port: port)
@@ -307,7 +316,7 @@ public struct WebhookHTTPClient: Sendable {
             }
         }
         shared.cascade(to: looked)
-        let timer = loop.scheduleTask(deadline: deadline) {
+        let timer = loop.scheduleTask(in: TimeAmount(deadline - self.clock.now)) {
             looked.fail(Failure(kind: .timeout, description: "could not resolve \(host) within \(timeout)"))
         }
         defer { timer.cancel() }

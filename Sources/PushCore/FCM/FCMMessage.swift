@@ -32,7 +32,7 @@ public enum FCMMessageBuilder {
     /// Checks, in order: target (a registration token), token death, expiry, priority, the payload (an
     /// object of FCM's message fields without its target, `data` values strings, none of the fields the
     /// worker sets, within 4,096 bytes).
-    public static func describe(_ job: PushJob, now: Date = Date()) throws(PreSendRejection) -> FCMMessage {
+    public static func describe(_ job: PushJob, now: Date) throws(PreSendRejection) -> FCMMessage {
         guard let token = job.deviceToken, !token.isEmpty else {
             throw PreSendRejection(
                 reason: "MissingDeviceToken",

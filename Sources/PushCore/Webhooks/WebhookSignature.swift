@@ -42,7 +42,7 @@ public enum WebhookSignature {
         header: String,
         body: some DataProtocol,
         secretFileContent: Data,
-        now: Date = Date(),
+        now: Date,
         tolerance: TimeInterval = 300
     ) -> Bool {
         var timestamp: Int64?

@@ -20,7 +20,7 @@ let package = Package(
         .library(name: "PushQueueTesting", targets: ["PushQueueTesting"]),
         .library(name: "PushProcess", targets: ["PushProcess"]),
         .library(name: "PushEmbeddedPostgres", targets: ["PushEmbeddedPostgres"]),
-        .library(name: "APNsTransport", targets: ["APNsTransport"]),
+        .library(name: "PushTransport", targets: ["PushTransport"]),
         .library(name: "APNsSimulator", targets: ["APNsSimulator"]),
         .library(name: "PushWorker", targets: ["PushWorker"]),
         .library(name: "PushConsole", targets: ["PushConsole"]),
@@ -117,7 +117,7 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .target(
-            name: "APNsTransport",
+            name: "PushTransport",
             dependencies: [
                 "PushCore",
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -156,7 +156,7 @@ let package = Package(
             dependencies: [
                 "PushCore",
                 "PushQueue",
-                "APNsTransport",
+                "PushTransport",
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -221,7 +221,7 @@ let package = Package(
                 "PushCore",
                 "PushQueue",
                 "PushEmbeddedPostgres",
-                "APNsTransport",
+                "PushTransport",
                 "APNsSimulator",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -242,7 +242,7 @@ let package = Package(
                 "PushProcess",
                 "PushEmbeddedPostgres",
                 "PushCore",
-                "APNsTransport",
+                "PushTransport",
                 "APNsSimulator",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -257,13 +257,13 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
-            name: "APNsTransportTests",
+            name: "PushTransportTests",
             dependencies: [
                 "PushCore",
                 "PushProcess",
                 "PushQueueTesting",
                 "PushClockTesting",
-                "APNsTransport",
+                "PushTransport",
                 "APNsSimulator",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),

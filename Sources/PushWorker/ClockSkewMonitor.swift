@@ -1,8 +1,8 @@
-import APNsTransport
 import Foundation
 import Logging
 import Metrics
 import PushCore
+import PushTransport
 
 /// Compares the host clock with APNs' (`Date` response header) and warns, before provider tokens start
 /// failing, when they are more than ``ClockSkew/limit`` apart. Samples at most one response every 10 s

@@ -1,8 +1,8 @@
-import APNsTransport
 import Foundation
 import Logging
 import PushCore
 import PushQueue
+import PushTransport
 
 /// Turns one claimed job into its outcome: build the request, send, decide (``Decision/decide``),
 /// hand over. The only I/O is the send itself; the only interpretation of it is PushCore's.

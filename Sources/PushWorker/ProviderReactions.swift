@@ -1,7 +1,7 @@
-import APNsTransport
 import Logging
 import PushCore
 import PushQueue
+import PushTransport
 
 /// What a worker does about what the providers answered, apart from the job's own outcome: a credential
 /// refused (or asked to wait) is paused, a topic APNs refused for a credential is paused, an endpoint that

@@ -1,8 +1,8 @@
-import APNsTransport
 import Foundation
 import Logging
 import PushCore
 import PushQueue
+import PushTransport
 
 /// The worker's send path: what may be written now, the batches of due jobs, and what a decided attempt
 /// does to the worker (pauses, metrics, the outcome writer).

@@ -1,8 +1,8 @@
-public import APNsTransport
 import Foundation
 public import Logging
 public import PushCore
 public import PushQueue
+public import PushTransport
 public import ServiceLifecycle
 import Synchronization
 

@@ -1,9 +1,9 @@
-import APNsTransport
 import Foundation
 import Logging
 import Metrics
 import PushCore
 import PushQueue
+import PushTransport
 import Synchronization
 
 /// How the worker POSTs webhook deliveries (CONTRACT.md 1c).

@@ -1,5 +1,4 @@
 import APNsSimulator
-import APNsTransport
 import ArgumentParser
 import Crypto
 import Foundation
@@ -8,6 +7,7 @@ import PushCore
 import PushEmbeddedPostgres
 import PushProcess
 import PushQueue
+import PushTransport
 import Synchronization
 
 /// `push-bench transport`: APNsClient requests/s against the simulator's fast mode, with 1 and 4

@@ -1,8 +1,8 @@
-import APNsTransport
 import ArgumentParser
 import Foundation
 import Logging
 import PushCore
+import PushTransport
 
 /// Where APNs is and which key signs: flags, then the environment (APNS_KEY_ID, APNS_TEAM_ID,
 /// APNS_KEY_PATH, APNS_ENVIRONMENT).

@@ -1,9 +1,9 @@
-import APNsTransport
 import ArgumentParser
 import Foundation
 import Logging
 import PushCore
 import PushQueue
+import PushTransport
 
 struct ChannelsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

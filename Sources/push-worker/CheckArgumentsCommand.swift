@@ -1,8 +1,8 @@
-import APNsTransport
 import ArgumentParser
 import Foundation
 import Logging
 import PushCore
+import PushTransport
 
 struct CheckArgumentsCommand: ParsableCommand {
     static let configuration = CommandConfiguration(

@@ -1,5 +1,5 @@
-import APNsTransport
 import Foundation
+import PushTransport
 
 /// The `--config` file (JSON): several named credentials and the APNs endpoint. Flags and the
 /// environment win over it; the `default` credential is the one APNS_KEY_* configure.

@@ -1,8 +1,8 @@
-import APNsTransport
 import ArgumentParser
 import Foundation
 import PushConsole
 import PushQueue
+import PushTransport
 
 /// `push-worker console`: the operator console in a browser.
 struct ConsoleCommand: AsyncParsableCommand {

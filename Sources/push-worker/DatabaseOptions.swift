@@ -1,4 +1,3 @@
-import APNsTransport
 import ArgumentParser
 import Foundation
 import Logging
@@ -6,6 +5,7 @@ import PostgresNIO
 import PushCore
 import PushEmbeddedPostgres
 import PushQueue
+import PushTransport
 
 /// Where the database is: flags, then the environment, then the embedded cluster.
 struct DatabaseOptions: ParsableArguments {

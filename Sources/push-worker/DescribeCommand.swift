@@ -1,8 +1,8 @@
-import APNsTransport
 import ArgumentParser
 import Foundation
 import PushCore
 import PushQueue
+import PushTransport
 
 struct DescribeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

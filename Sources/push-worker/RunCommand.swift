@@ -1,5 +1,4 @@
 import APNsSimulator
-import APNsTransport
 import ArgumentParser
 import Foundation
 import Logging
@@ -8,6 +7,7 @@ import PostgresNIO
 import Prometheus
 import PushCore
 import PushQueue
+import PushTransport
 import PushWorker
 import ServiceLifecycle
 import Synchronization

@@ -1,8 +1,8 @@
-import APNsTransport
 import ArgumentParser
 import Foundation
 import NIOPosix
 import PushCore
+import PushTransport
 import PushWorker
 
 /// `push-worker run`'s webhook settings (CONTRACT.md 1c).

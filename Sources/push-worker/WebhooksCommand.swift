@@ -1,8 +1,8 @@
-import APNsTransport
 import ArgumentParser
 import Foundation
 import PushCore
 import PushQueue
+import PushTransport
 
 struct WebhooksCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

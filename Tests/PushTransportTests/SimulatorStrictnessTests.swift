@@ -5,7 +5,7 @@ import PushProcess
 import PushQueueTesting
 import Testing
 
-@testable import APNsTransport
+@testable import PushTransport
 
 /// The simulator judges what APNs judges, on its own side (not PushCore's rules), so a run against it finds
 /// what a run against Apple would.

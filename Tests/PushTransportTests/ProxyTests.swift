@@ -3,7 +3,7 @@ import NIOCore
 import NIOEmbedded
 import Testing
 
-@testable import APNsTransport
+@testable import PushTransport
 
 @Suite("HTTPS proxy: settings, NO_PROXY, and the CONNECT handshake")
 struct ProxyTests {

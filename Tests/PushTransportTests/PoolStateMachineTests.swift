@@ -1,6 +1,6 @@
 import Testing
 
-@testable import APNsTransport
+@testable import PushTransport
 
 /// The pool's and the stream limiter's state machines, driven by events and an instant passed in: no
 /// socket, no sleep.

@@ -10,7 +10,7 @@ import PushCore
 import Synchronization
 import Testing
 
-@testable import APNsTransport
+@testable import PushTransport
 
 @Suite("Provider tokens and signing keys")
 struct TokenTests {

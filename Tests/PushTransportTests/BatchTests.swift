@@ -4,7 +4,7 @@ import PushCore
 import Synchronization
 import Testing
 
-@testable import APNsTransport
+@testable import PushTransport
 
 /// `APNsClient.sendBatch`, the worker's path for every job due now: many requests per hop, answers handed
 /// over on the event loop, and the same in-call rules as one `send` per request.

@@ -1,7 +1,7 @@
 import PushCore
 import Testing
 
-@testable import APNsTransport
+@testable import PushTransport
 
 @Suite("The in-call rules: one request's answers judged event by event, no I/O")
 struct InCallRulesTests {

@@ -5,7 +5,7 @@ import PushCore
 import PushQueueTesting
 import Testing
 
-@testable import APNsTransport
+@testable import PushTransport
 
 @Suite("Connections: stream limits, sharing, GOAWAY and drops")
 struct ConnectionTests {

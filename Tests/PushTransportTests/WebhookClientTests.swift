@@ -4,7 +4,7 @@ import PushProcess
 import PushQueueTesting
 import Testing
 
-@testable import APNsTransport
+@testable import PushTransport
 
 /// The webhook client against a loopback receiver in Python (real sockets): it refuses private addresses
 /// unless allowed, never follows a redirect, takes a 2xx head as the answer, and keeps one deadline.

@@ -3,7 +3,7 @@ import Foundation
 import PushCore
 import Testing
 
-@testable import APNsTransport
+@testable import PushTransport
 
 @Suite("APNs transport against the simulator over real TLS and HTTP/2")
 struct TransportTests {

@@ -7,7 +7,7 @@ import PushQueueTesting
 import Synchronization
 import Testing
 
-@testable import APNsTransport
+@testable import PushTransport
 
 /// FCM's transport against the simulator over real TLS and HTTP/2: the service account's RS256 JWT
 /// exchanged at its token_uri, the access token shared and re-minted once on a 401, FCM's error JSON read

@@ -1,9 +1,9 @@
 import APNsSimulator
-import APNsTransport
 import Crypto
 import Foundation
 import PushProcess
 import PushQueueTesting
+import PushTransport
 import Testing
 
 @Suite("An independent client agrees with the simulator")

@@ -5,7 +5,7 @@ import NIOHTTP2
 import PushCore
 import Testing
 
-@testable import APNsTransport
+@testable import PushTransport
 
 /// The HTTP/2 exchange's rules, event by event, with no socket and no clock: every ending decided once,
 /// "not processed" only where that is certain.

@@ -6,7 +6,7 @@ import PushCore
 import PushQueueTesting
 import Synchronization
 
-@testable import APNsTransport
+@testable import PushTransport
 
 /// A simulator over real TLS with one trusted key, and a client pointed at it.
 struct Fixture: Sendable {

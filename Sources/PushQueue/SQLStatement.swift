@@ -177,6 +177,7 @@ struct SQLStatement: Sendable {
         "earliest_pending_run_at": PackageResources.earliest_pending_run_at_sql,
         "shown_history": PackageResources.shown_history_sql,
         "session": PackageResources.session_sql,
+        "devices": PackageResources.devices_sql,
         "dead_letter_filter": PackageResources.dead_letter_filter_sql,
         "dead_letter_replay_candidate": PackageResources.dead_letter_replay_candidate_sql,
         "dead_letter_replay_rank": PackageResources.dead_letter_replay_rank_sql,

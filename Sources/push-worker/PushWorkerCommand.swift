@@ -31,6 +31,7 @@ struct PushWorkerCommand: AsyncParsableCommand {
             PausesCommand.self,
             LimitsCommand.self,
             WebhooksCommand.self,
+            DevicesCommand.self,
             ConsoleCommand.self,
             SimulatorCommand.self,
             HealthcheckCommand.self,

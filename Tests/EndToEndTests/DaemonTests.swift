@@ -35,6 +35,22 @@ struct DaemonTests {
                 ('com.example.app', '\(t.expired)', '{"aps":{"alert":"hi"}}', NULL, now() - interval '1 minute')
                 """
             )
+            // The device registry (schema 17): the gone token's device, registered before APNs' 410 instant, is
+            // marked from the answer; the delivered one's stays live.
+            try await f.db.execute(
+                """
+                INSERT INTO push.devices (recipient, topic, token)
+                VALUES ('user:1', 'com.example.app', '\(t.gone)'), ('user:1', 'com.example.app', '\(t.ok)')
+                """
+            )
+            try await f.db.execute(
+                """
+                DO $$ BEGIN
+                    PERFORM set_config('push.internal_update', 'on', true);
+                    UPDATE push.devices SET registered_at = '2023-01-01T00:00:00Z' WHERE token = '\(t.gone)';
+                END $$
+                """
+            )
             let worker = try f.startWorker()
             try await f.waitUntil(.seconds(60), "every job terminal") { try await f.unfinished() == 0 }
             worker.signal(SIGTERM)
@@ -67,6 +83,35 @@ struct DaemonTests {
                     "SELECT apns_timestamp_ms FROM push.invalid_tokens WHERE device_token = '\(unescaped: t.gone)'"
                 ) == 1_700_000_000_123
             )
+            #expect(
+                try await f.db.int64(
+                    """
+                    SELECT count(*) FROM push.devices
+                     WHERE token = '\(unescaped: t.gone)' AND invalidated_reason = 'Unregistered'
+                       AND invalidated_at = to_timestamp(1700000000.123)
+                    """
+                ) == 1,
+                "the gone token's device is marked with APNs' instant"
+            )
+            #expect(
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.devices WHERE token = '\(unescaped: t.ok)' AND invalidated_at IS NULL"
+                ) == 1
+            )
+            // What an operator sees: fingerprints, never the tokens.
+            let shown = try await f.cli(["devices", "show", "user:1"])
+            print("devices show user:1:\n\(shown.output)")
+            #expect(shown.status == 0 && shown.output.contains("recipient user:1: 2 devices, 1 live"))
+            #expect(shown.output.contains("invalidated 2023-11-14 22:13:20Z (Unregistered)"))
+            #expect(!shown.output.contains(t.gone) && !shown.output.contains(t.ok))
+            let listed = try await f.cli(["devices"])
+            print("devices:\n\(listed.output)")
+            #expect(
+                listed.status == 0
+                    && listed.output.contains("devices 2 (1 live, 1 invalidated); recipients reachable 1")
+            )
+            let nobody = try await f.cli(["devices", "show", "user:404"])
+            #expect(nobody.status != 0 && nobody.output.contains("NoDevice"))
 
             let throttled = try await f.db.client.query(
                 "SELECT attempts, trap_ids, state FROM push.jobs WHERE device_token = \(t.throttled)"

@@ -21,7 +21,14 @@ public struct Migrator: Sendable {
     /// - Parameters:
     ///   - client: a running client for the target database.
     ///   - migrations: what to apply; the embedded set unless a test says otherwise.
-    public init(client: PostgresClient, migrations: [Migration] = Migration.all, logger: Logger) {
+    ///   - clock: the clock of the waits for the lock (the process's; a test's or a tool's own by default).
+    public init(
+        client: PostgresClient,
+        migrations: [Migration] = Migration.all,
+        logger: Logger,
+        clock: any PushClock = ContinuousClock()
+    ) {
+        self.clock = clock
         self.client = client
         self.migrations = migrations.sorted { $0.version < $1.version }
         self.logger = logger
@@ -33,7 +40,7 @@ public struct Migrator: Sendable {
     /// How many times a file whose lock wait timed out is tried again before `migrate` fails.
     public var lockRetries = 60
     /// The clock of the waits for the lock.
-    public var clock: any PushClock = ContinuousClock()
+    public let clock: any PushClock
     /// How long `migrate` waits for another migrator to finish before it fails.
     public var lockWait: Duration = .seconds(600)
 

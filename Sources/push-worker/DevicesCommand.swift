@@ -73,12 +73,12 @@ struct DevicesCommand: AsyncParsableCommand {
             }
             guard !devices.isEmpty else {
                 throw CLIError(
-                    "no device is registered for recipient \(self.recipient): a job naming it would end dead with NoDevice. Register the app's token with the upsert in docs/operations.md"
+                    "no device is registered for recipient \(self.recipient): register the app's token with the upsert in docs/operations.md (\"The device registry\"), or check the recipient's spelling"
                 )
             }
             let live = devices.filter(\.isLive).count
             print(
-                "recipient \(self.recipient): \(devices.count) devices, \(live) live\(live == 0 ? " (a job naming it would end dead with NoDevice)" : "")"
+                "recipient \(self.recipient): \(devices.count) devices, \(live) live\(live == 0 ? " (no token of it can be reached until the app registers again)" : "")"
             )
             DevicesCommand.printDevices(devices)
         }

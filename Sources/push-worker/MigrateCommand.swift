@@ -20,7 +20,7 @@ struct MigrateCommand: AsyncParsableCommand {
         let json = self.json
         let check = self.check
         try await self.database.withQueue { _, client, logger in
-            let migrator = Migrator(client: client, logger: logger)
+            let migrator = Migrator(client: client, logger: logger, clock: processClock)
             if check {
                 let pending = try await migrator.pending()
                 let versions = try await migrator.appliedVersions()

@@ -323,8 +323,8 @@ struct RunCommand: AsyncParsableCommand {
         ) {
             notifier.notify("STATUS=checking the push schema")
             switch migrations {
-            case .apply: try await Migrator(client: client, logger: logger).migrate()
-            case .check: try await Migrator(client: client, logger: logger).requireCurrent()
+            case .apply: try await Migrator(client: client, logger: logger, clock: processClock).migrate()
+            case .check: try await Migrator(client: client, logger: logger, clock: processClock).requireCurrent()
             }
             // What the server promises for committed jobs and outcomes if it fails over.
             let durability = try await JobQueue(client: client, logger: logger, clock: processClock).durability()

@@ -111,7 +111,7 @@ struct DaemonTests {
                     && listed.output.contains("devices 2 (1 live, 1 invalidated); recipients reachable 1")
             )
             let nobody = try await f.cli(["devices", "show", "user:404"])
-            #expect(nobody.status != 0 && nobody.output.contains("NoDevice"))
+            #expect(nobody.status != 0 && nobody.output.contains("no device is registered for recipient user:404"))
 
             let throttled = try await f.db.client.query(
                 "SELECT attempts, trap_ids, state FROM push.jobs WHERE device_token = \(t.throttled)"

@@ -214,3 +214,80 @@ struct DevicesTests {
         }
     }
 }
+
+extension DevicesTests {
+    @Test(
+        "a producer holding an open upsert of a device stops no outcome write: the worker's 410 for that token is written without waiting (pg_stat_activity), the device is left to the upsert, which leaves it live"
+    )
+    func openUpsertHoldsNoOutcome() async throws {
+        try await TestPostgres.withDatabase { db in
+            try await Self.upsert(db, recipient: "user:1")
+            let ids = try await db.int64s(
+                "INSERT INTO push.jobs (topic, device_token, payload) VALUES ('com.example.app', '\(unescaped: Self.token)', '{\"aps\":{}}') RETURNING id"
+            )
+            let claimed = try await db.queue.claim(limit: 1, workerID: "w", lease: .seconds(60))
+            #expect(claimed.map(\.id) == ids)
+            // The app registers again, in a producer transaction left open: it holds the device's row.
+            let producer = try await FleetInterleavingTests.session(db)
+            defer { Task { try? await producer.close() } }
+            try await producer.query("BEGIN", logger: db.logger)
+            try await producer.query(
+                """
+                INSERT INTO push.devices (recipient, topic, token) VALUES ('user:1', 'com.example.app', \(Self.token))
+                ON CONFLICT (platform, topic, token) DO UPDATE SET recipient = excluded.recipient
+                """,
+                logger: db.logger
+            )
+            let release: @Sendable () async throws -> Void = {
+                _ = try await producer.query("COMMIT", logger: db.logger)
+            }
+            let outcome = JobOutcome(
+                jobID: ids[0],
+                attempt: 1,
+                disposition: .dead(sentence: "APNs says the device token is no longer active for the topic"),
+                attemptedAt: .now,
+                status: 410,
+                reason: "Unregistered",
+                trapIDs: [.tokenUnregistered],
+                invalidatesToken: true,
+                apnsTimestampMs: Int64(Date().timeIntervalSince1970 * 1000) + 60_000
+            )
+            let written = try await FleetInterleavingTests.watch(db, release: release) {
+                try await db.queue.writeOutcomes([outcome], workerID: "w").recorded.count
+            }
+            #expect(written.value == 1 && !written.waited, "the outcome write waited for the producer's upsert")
+            #expect(
+                try await db.int64(
+                    "SELECT count(*) FROM push.invalid_tokens WHERE device_token = '\(unescaped: Self.token)'"
+                ) == 1,
+                "the feed has the token"
+            )
+            try await release()
+            #expect(try await Self.state(db).1 == nil, "the app's registration in flight leaves it live")
+        }
+    }
+
+    @Test("the invalidation function runs for push.invalid_tokens only, and no other role may attach it")
+    func invalidationFunctionIsNotAToolForOthers() async throws {
+        try await TestPostgres.withDatabase(maxConnections: 1) { db in
+            let misuse = await #expect(throws: PSQLError.self) {
+                try await db.execute(
+                    """
+                    CREATE TEMP TABLE fake (device_token text, topic text, environment text, reason text, invalidated_at timestamptz);
+                    """
+                )
+                try await db.execute(
+                    "CREATE TRIGGER x AFTER INSERT ON fake FOR EACH ROW EXECUTE FUNCTION push.device_invalidated()"
+                )
+                try await db.execute(
+                    "INSERT INTO fake VALUES ('\(Self.token)', 'com.example.app', 'production', 'Unregistered', now())"
+                )
+            }
+            #expect(misuse?.serverInfo?[.message]?.contains("push.invalid_tokens only") == true)
+            let publicGrants = try await db.int64(
+                "SELECT count(*) FROM information_schema.routine_privileges WHERE routine_schema = 'push' AND routine_name = 'device_invalidated' AND grantee = 'PUBLIC'"
+            )
+            #expect(publicGrants == 0, "PUBLIC may not execute it")
+        }
+    }
+}

@@ -63,16 +63,20 @@ COMMENT ON CONSTRAINT device_activity_tokens_name_their_activity ON push.devices
 
 CREATE INDEX IF NOT EXISTS devices_by_recipient ON push.devices (recipient, topic, platform);
 
--- Every upsert is a registration: it stamps registered_at and clears a mark the worker set (the app registered
--- again), and takes the row for the role that made it. The worker's own updates (marking a token invalid)
--- say so with push.internal_update and keep the rest.
+-- Every upsert is a registration: it stamps registered_at (the statement's time) and clears a mark the worker
+-- set (the app registered again), and takes the row for the role that made it. The worker's own updates
+-- (marking a token invalid, from push.device_invalidated below, which runs as the table's owner) say so with
+-- push.internal_update; only the owner's say is taken, so a producer session cannot set it to keep its rows'
+-- registration as it likes.
 CREATE OR REPLACE FUNCTION push.device_registered() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF current_setting('push.internal_update', true) = 'on' THEN
+    IF current_setting('push.internal_update', true) = 'on'
+       AND pg_has_role(current_user, (SELECT relowner FROM pg_class WHERE oid = 'push.devices'::regclass), 'MEMBER')
+    THEN
         RETURN NEW;
     END IF;
-    NEW.registered_at := now();
+    NEW.registered_at := statement_timestamp();
     NEW.registered_by := current_user;
     NEW.invalidated_at := NULL;
     NEW.invalidated_reason := NULL;
@@ -87,33 +91,44 @@ CREATE TRIGGER device_registered BEFORE INSERT OR UPDATE ON push.devices
 -- DeviceTokenNotForTopic; FCM UNREGISTERED, a token-invalid INVALID_ARGUMENT) marks the device of that
 -- token, topic and environment, unless the device registered again after the provider's instant. A device
 -- of environment auto is marked by any answer but BadDeviceToken (which in one environment says only that
--- the token belongs to the other). SECURITY DEFINER: a producer role that may write push.invalid_tokens'
--- feed never needs rights on push.devices for it.
+-- the token belongs to the other).
+-- It runs inside the worker's outcome write, so it never waits: a device a producer's transaction holds (an
+-- upsert in flight: the app registering again) is skipped, and that upsert leaves it live. A producer
+-- transaction left open can then not hold up an outcome.
+-- SECURITY DEFINER (as the owner, whom row-level security does not bind), so it is executable by no one but
+-- the owner and refuses to run for any table but push.invalid_tokens.
 CREATE OR REPLACE FUNCTION push.device_invalidated() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+    IF TG_RELID <> 'push.invalid_tokens'::regclass THEN
+        RAISE EXCEPTION 'push.device_invalidated() marks devices from push.invalid_tokens only';
+    END IF;
     PERFORM set_config('push.internal_update', 'on', true);
     UPDATE push.devices AS d
        SET invalidated_at = NEW.invalidated_at, invalidated_reason = NEW.reason
-     WHERE d.topic = NEW.topic AND d.token = NEW.device_token
-       AND d.platform = CASE WHEN NEW.environment = 'fcm' THEN 'fcm' ELSE 'apns' END
-       AND (d.environment = NEW.environment OR (d.environment = 'auto' AND NEW.reason <> 'BadDeviceToken'))
-       AND d.registered_at <= NEW.invalidated_at
-       AND d.invalidated_at IS DISTINCT FROM NEW.invalidated_at;
+     WHERE d.id IN (
+        SELECT x.id FROM push.devices AS x
+         WHERE x.topic = NEW.topic AND x.token = NEW.device_token
+           AND x.platform = CASE WHEN NEW.environment = 'fcm' THEN 'fcm' ELSE 'apns' END
+           AND (x.environment = NEW.environment OR (x.environment = 'auto' AND NEW.reason <> 'BadDeviceToken'))
+           AND x.registered_at <= NEW.invalidated_at
+           AND x.invalidated_at IS DISTINCT FROM NEW.invalidated_at
+           FOR UPDATE SKIP LOCKED);
     PERFORM set_config('push.internal_update', 'off', true);
     RETURN NULL;
 END $$;
+REVOKE ALL ON FUNCTION push.device_invalidated() FROM PUBLIC;
 
 DROP TRIGGER IF EXISTS device_invalidated ON push.invalid_tokens;
 CREATE TRIGGER device_invalidated AFTER INSERT OR UPDATE ON push.invalid_tokens
     FOR EACH ROW EXECUTE FUNCTION push.device_invalidated();
 
--- A producer role reads and moves only the rows it registered (GRANTs in docs/operations.md); the worker owns
--- the table and is not bound by the policy.
+-- Row-level security: every role that may read the table sees every row (the worker, operators), unless a
+-- restrictive policy for a producer role says otherwise: the producer recipe (docs/operations.md) adds one, so
+-- that role reads and moves only the devices it registered. The owner is never bound.
 ALTER TABLE push.devices ENABLE ROW LEVEL SECURITY;
-DROP POLICY IF EXISTS devices_of_their_registrar ON push.devices;
-CREATE POLICY devices_of_their_registrar ON push.devices
-    USING (registered_by = current_user) WITH CHECK (registered_by = current_user);
+DROP POLICY IF EXISTS devices_for_every_reader ON push.devices;
+CREATE POLICY devices_for_every_reader ON push.devices USING (true) WITH CHECK (true);
 
 -- Recorded, so that `push-worker migrate` after applying this file by hand knows it ran.
 INSERT INTO push.schema_migrations (version, name) VALUES (17, '0017_devices.sql') ON CONFLICT (version) DO NOTHING;

@@ -53,6 +53,36 @@ public protocol PushSender: Sendable {
 }
 
 extension PushSender {
+    /// A typed client's `sendBatch` (APNs' requests, FCM's messages): through the worker's own path, this
+    /// protocol's `sendBatch`, its answers unwrapped (an answer of another kind, which a sender never gives, is
+    /// a failure).
+    func sendBatch<Answer>(
+        wrapping requests: [ProviderRequest],
+        credential: String,
+        mayWrite: @escaping @Sendable () -> Bool,
+        withdraws: (@Sendable (_ index: Int) -> Bool)?,
+        unwrap: @escaping @Sendable (ProviderAnswer) -> Answer?,
+        onResult: @escaping @Sendable (_ index: Int, _ result: Result<Answer, any Error>) -> Void
+    ) async {
+        await self.sendBatch(requests, credential: credential, mayWrite: mayWrite, withdraws: withdraws) {
+            index,
+            result in
+            onResult(
+                index,
+                result.flatMap { answer in
+                    unwrap(answer).map { .success($0) }
+                        ?? .failure(
+                            TransportError(
+                                code: .connectionReset,
+                                mayHaveBeenProcessed: true,
+                                message: "\(self.platform.providerName) gave an answer of another provider's kind"
+                            )
+                        )
+                }
+            )
+        }
+    }
+
     /// Splits `requests` into this platform's own (`own`, with their indexes) and fails the others at once.
     func own<Request>(
         _ requests: [ProviderRequest],

@@ -249,21 +249,14 @@ public final class APNsClient: Sendable {
         withdraws: (@Sendable (_ index: Int) -> Bool)? = nil,
         onResult: @escaping @Sendable (_ index: Int, _ result: Result<APNsResponse, any Error>) -> Void
     ) async {
-        // Through the worker's own path (``PushSender``), its answers unwrapped.
         await self.sendBatch(
-            requests.map { ProviderRequest.apns($0) },
+            wrapping: requests.map { ProviderRequest.apns($0) },
             credential: credential,
             mayWrite: mayWrite,
-            withdraws: withdraws
-        ) { index, result in
-            onResult(
-                index,
-                result.map { answer in
-                    guard case .apns(let response) = answer else { preconditionFailure("APNs answered as FCM") }
-                    return response
-                }
-            )
-        }
+            withdraws: withdraws,
+            unwrap: { if case .apns(let response) = $0 { response } else { nil } },
+            onResult: onResult
+        )
     }
 
     func pool(for key: PoolKey) -> ConnectionPool { self.engine.pool(for: key) }

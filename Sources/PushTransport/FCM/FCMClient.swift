@@ -219,21 +219,14 @@ public final class FCMClient: Sendable {
         withdraws: (@Sendable (_ index: Int) -> Bool)? = nil,
         onResult: @escaping @Sendable (_ index: Int, _ result: Result<FCMResponse, any Error>) -> Void
     ) async {
-        // Through the worker's own path (``PushSender``), its answers unwrapped.
         await self.sendBatch(
-            messages.map { ProviderRequest.fcm($0) },
+            wrapping: messages.map { ProviderRequest.fcm($0) },
             credential: credential,
             mayWrite: mayWrite,
-            withdraws: withdraws
-        ) { index, result in
-            onResult(
-                index,
-                result.map { answer in
-                    guard case .fcm(let response) = answer else { preconditionFailure("FCM answered as APNs") }
-                    return response
-                }
-            )
-        }
+            withdraws: withdraws,
+            unwrap: { if case .fcm(let response) = $0 { response } else { nil } },
+            onResult: onResult
+        )
     }
 
     /// Opens one connection per credential, at most `timeout` in all.

@@ -117,17 +117,12 @@ extension PushWorkerService {
         }
     }
 
-    /// A prepared job's send ended (`nil`: refused before sending): decide, react, count, hand to the recorder.
+    /// A prepared job's send ended (`nil`: refused before sending): the attempt is decided, then its effects on
+    /// this worker (provider health, reactions), its metrics and the outcome writer; the send no longer counts.
     func settle(_ prepared: JobProcessor.Prepared, with result: Result<ProviderAnswer, any Error>?) {
         if case .success(.apns(let response)) = result { self.skew.observe(response) }
-        self.record(self.processor.decide(prepared, with: result))
-    }
-
-    /// A job's attempt is decided: its effects on this worker, its metrics, the outcome writer; the send no
-    /// longer counts.
-    func record(_ attempt: JobProcessor.Attempt) {
         // A 5xx while its provider is down goes back uncounted (``ProviderOutages``).
-        let attempt = self.outages.record(attempt)
+        let attempt = self.outages.record(self.processor.decide(prepared, with: result))
         self.reactions.react(to: attempt)
         self.metrics.count(attempt.outcome, platform: attempt.job.platform)
         var outcome = attempt.outcome

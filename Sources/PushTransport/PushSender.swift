@@ -37,7 +37,8 @@ public protocol PushSender: Sendable {
 
     /// Sends requests of one credential (and, for APNs, one environment) with the engine's rules for each:
     /// each answer is handed to `onResult` with its index as it arrives; returns when every request has its
-    /// result. A request of another platform fails at once (``TransportError/Code/credentialsMissing``).
+    /// result. A batch holding another platform's request is not sent: each of its requests fails
+    /// (``TransportError/Code/credentialsMissing``).
     ///
     /// - Parameters:
     ///   - mayWrite: asked just before a group of requests is written; `false` withdraws the batch's
@@ -83,35 +84,29 @@ extension PushSender {
         }
     }
 
-    /// Splits `requests` into this platform's own (`own`, with their indexes) and fails the others at once.
+    /// `requests` as this platform's own, or `nil` once each has failed: a sender takes one platform's
+    /// requests (the worker groups them by platform), and a batch holding another's is sent not at all.
     func own<Request>(
         _ requests: [ProviderRequest],
         _ pick: (ProviderRequest) -> Request?,
         onResult: @Sendable (_ index: Int, _ result: Result<ProviderAnswer, any Error>) -> Void
-    ) -> (requests: [Request], indexes: [Int]) {
+    ) -> [Request]? {
         var own: [Request] = []
-        var indexes: [Int] = []
         own.reserveCapacity(requests.count)
-        indexes.reserveCapacity(requests.count)
-        for (index, request) in requests.enumerated() {
-            if let mine = pick(request) {
-                own.append(mine)
-                indexes.append(index)
-            } else {
-                onResult(
-                    index,
-                    .failure(
-                        TransportError(
-                            code: .credentialsMissing,
-                            mayHaveBeenProcessed: false,
-                            message:
-                                "a \(request.platform.providerName) request reached the \(self.platform.providerName) sender: it was not sent"
-                        )
-                    )
+        for request in requests {
+            guard let mine = pick(request) else {
+                let error = TransportError(
+                    code: .credentialsMissing,
+                    mayHaveBeenProcessed: false,
+                    message:
+                        "a \(request.platform.providerName) request reached the \(self.platform.providerName) sender: its batch was not sent"
                 )
+                for index in requests.indices { onResult(index, .failure(error)) }
+                return nil
             }
+            own.append(mine)
         }
-        return (own, indexes)
+        return own
     }
 }
 
@@ -126,20 +121,22 @@ extension APNsClient: PushSender {
         withdraws: (@Sendable (_ index: Int) -> Bool)?,
         onResult: @escaping @Sendable (_ index: Int, _ result: Result<ProviderAnswer, any Error>) -> Void
     ) async {
-        let (own, indexes): ([APNsRequest], [Int]) = self.own(
-            requests,
-            { request -> APNsRequest? in if case .apns(let apns) = request { apns } else { nil } },
-            onResult: onResult
-        )
-        guard let environment = own.first?.environment else { return }
+        guard
+            let own: [APNsRequest] = self.own(
+                requests,
+                { request in if case .apns(let apns) = request { apns } else { nil } },
+                onResult: onResult
+            ),
+            let environment = own.first?.environment
+        else { return }
         await self.engine.sendBatch(
             own.map { OutgoingRequest(method: $0.method, path: $0.path, headers: $0.headers, body: $0.body) },
             endpoint: self.endpoint(for: environment),
             credential: credential,
             mayWrite: mayWrite,
-            withdraws: withdraws.map { withdraws in { @Sendable index in withdraws(indexes[index]) } }
+            withdraws: withdraws
         ) { index, result in
-            onResult(indexes[index], result.map { ProviderAnswer.apns($0) })
+            onResult(index, result.map { ProviderAnswer.apns($0) })
         }
     }
 }
@@ -155,15 +152,17 @@ extension FCMClient: PushSender {
         withdraws: (@Sendable (_ index: Int) -> Bool)?,
         onResult: @escaping @Sendable (_ index: Int, _ result: Result<ProviderAnswer, any Error>) -> Void
     ) async {
-        let (own, indexes): ([FCMMessage], [Int]) = self.own(
-            requests,
-            { request -> FCMMessage? in if case .fcm(let message) = request { message } else { nil } },
-            onResult: onResult
-        )
-        guard !own.isEmpty else { return }
+        guard
+            let own: [FCMMessage] = self.own(
+                requests,
+                { request in if case .fcm(let message) = request { message } else { nil } },
+                onResult: onResult
+            ),
+            !own.isEmpty
+        else { return }
         guard let project = self.project(of: credential) else {
             let error = FCMProvider().missingCredential(credential)
-            for index in indexes { onResult(index, .failure(error)) }
+            for index in own.indices { onResult(index, .failure(error)) }
             return
         }
         await self.engine.sendBatch(
@@ -171,9 +170,9 @@ extension FCMClient: PushSender {
             endpoint: self.endpoint,
             credential: credential,
             mayWrite: mayWrite,
-            withdraws: withdraws.map { withdraws in { @Sendable index in withdraws(indexes[index]) } }
+            withdraws: withdraws
         ) { index, result in
-            onResult(indexes[index], result.map { ProviderAnswer.fcm($0) })
+            onResult(index, result.map { ProviderAnswer.fcm($0) })
         }
     }
 }

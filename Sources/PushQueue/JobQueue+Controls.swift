@@ -233,11 +233,8 @@ extension JobQueue {
 }
 
 /// The statements of `Statements/controls.sql`, with their binds in order.
-enum ControlsSQL {
-    /// Statement `name` of `Statements/controls.sql`, with its binds in order.
-    private static func named(_ name: String, _ binds: String...) -> SQLStatement {
-        SQLStatement(file: "controls", name: name, binds: binds)
-    }
+enum ControlsSQL: StatementFile {
+    static let file = "controls"
 
     static let pause = named("pause", "credential", "topic", "reason")
     static let resume = named("resume", "credential", "topic")

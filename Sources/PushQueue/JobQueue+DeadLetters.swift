@@ -131,11 +131,8 @@ extension QueueOperations {
 }
 
 /// The statements of `Statements/dead_jobs.sql`, with their binds in order.
-enum DeadJobsSQL {
-    /// Statement `name` of `Statements/dead_jobs.sql`, with its binds in order.
-    private static func named(_ name: String, _ binds: String...) -> SQLStatement {
-        SQLStatement(file: "dead_jobs", name: name, binds: binds)
-    }
+enum DeadJobsSQL: StatementFile {
+    static let file = "dead_jobs"
 
     /// The binds of `dead_letter_filter.sql`, in the order every statement that includes it declares them
     /// first.
@@ -143,7 +140,7 @@ enum DeadJobsSQL {
         "ids", "trap_id", "no_trap", "last_trap", "reason", "topic", "since", "before",
     ]
     private static func filtered(_ name: String, _ binds: String...) -> SQLStatement {
-        SQLStatement(file: "dead_jobs", name: name, binds: Self.filter + binds)
+        SQLStatement(file: Self.file, name: name, binds: Self.filter + binds)
     }
 
     static let purgeOlder = named("purge_older", "age_seconds", "batch_size")

@@ -81,11 +81,8 @@ extension QueueOperations {
 }
 
 /// The statements of `Statements/devices.sql`, with their binds in order.
-enum DevicesSQL {
-    /// Statement `name` of `Statements/devices.sql`, with its binds in order.
-    private static func named(_ name: String, _ binds: String...) -> SQLStatement {
-        SQLStatement(file: "devices", name: name, binds: binds)
-    }
+enum DevicesSQL: StatementFile {
+    static let file = "devices"
 
     static let list = named("list", "recipient", "topic", "limit")
     static let counts = named("counts", "topic")

@@ -101,11 +101,8 @@ extension JobQueue {
 }
 
 /// The statements of `Statements/jobs.sql`, with their binds in order.
-enum JobsSQL {
-    /// Statement `name` of `Statements/jobs.sql`, with its binds in order.
-    private static func named(_ name: String, _ binds: String...) -> SQLStatement {
-        SQLStatement(file: "jobs", name: name, binds: binds)
-    }
+enum JobsSQL: StatementFile {
+    static let file = "jobs"
 
     static let supersedeClaimed = named("supersede_claimed", "ids", "attempts", "by", "worker_id")
     static let untilNextDue = named("until_next_due")

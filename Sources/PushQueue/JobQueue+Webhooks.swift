@@ -203,11 +203,8 @@ public struct FailingWebhookDelivery: Sendable, Hashable, Codable {
 }
 
 /// The statements of `Statements/webhooks.sql`, with their binds in order.
-enum WebhooksSQL {
-    /// Statement `name` of `Statements/webhooks.sql`, with its binds in order.
-    private static func named(_ name: String, _ binds: String...) -> SQLStatement {
-        SQLStatement(file: "webhooks", name: name, binds: binds)
-    }
+enum WebhooksSQL: StatementFile {
+    static let file = "webhooks"
 
     static let add = named("add", "url", "events", "topic", "secret_file")
     static let disableForRemoval = named("disable_for_removal", "id")

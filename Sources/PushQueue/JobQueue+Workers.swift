@@ -219,11 +219,8 @@ extension JobQueue {
 }
 
 /// The statements of `Statements/workers.sql`, with their binds in order.
-enum WorkersSQL {
-    /// Statement `name` of `Statements/workers.sql`, with its binds in order.
-    private static func named(_ name: String, _ binds: String...) -> SQLStatement {
-        SQLStatement(file: "workers", name: name, binds: binds)
-    }
+enum WorkersSQL: StatementFile {
+    static let file = "workers"
 
     static let heartbeat = named(
         "heartbeat",

@@ -218,11 +218,8 @@ extension JobQueue {
 }
 
 /// The statements of `Statements/session.sql`: the server session itself, whatever the table.
-enum SessionSQL {
-    /// Statement `name` of `Statements/session.sql`, with its binds in order.
-    private static func named(_ name: String, _ binds: String...) -> SQLStatement {
-        SQLStatement(file: "session", name: name, binds: binds)
-    }
+enum SessionSQL: StatementFile {
+    static let file = "session"
 
     static let confirmCommit = named("confirm_commit")
     static let role = named("role")

@@ -273,11 +273,8 @@ public struct Migrator: Sendable {
 }
 
 /// The statements of `Statements/migrations.sql`, with their binds in order.
-enum MigrationsSQL {
-    /// Statement `name` of `Statements/migrations.sql`, with its binds in order.
-    private static func named(_ name: String, _ binds: String...) -> SQLStatement {
-        SQLStatement(file: "migrations", name: name, binds: binds)
-    }
+enum MigrationsSQL: StatementFile {
+    static let file = "migrations"
 
     static let tryLock = named("try_lock", "key")
     static let unlock = named("unlock", "key")

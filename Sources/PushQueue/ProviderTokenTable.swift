@@ -86,11 +86,8 @@ public struct ProviderTokenTable: ProviderTokenStore {
 }
 
 /// The statements of `Statements/provider_tokens.sql`, with their binds in order.
-enum ProviderTokensSQL {
-    /// Statement `name` of `Statements/provider_tokens.sql`, with its binds in order.
-    private static func named(_ name: String, _ binds: String...) -> SQLStatement {
-        SQLStatement(file: "provider_tokens", name: name, binds: binds)
-    }
+enum ProviderTokensSQL: StatementFile {
+    static let file = "provider_tokens"
 
     static let load = named("load", "team_id", "key_id")
     static let save = named("save", "team_id", "key_id", "jwt", "issued_at", "expires_at", "minimum_refresh_seconds")

@@ -193,6 +193,20 @@ struct SQLStatement: Sendable {
     }
 }
 
+/// The Swift side of one table's file of named statements (`JobsSQL` for `Statements/jobs.sql`, …): each
+/// statement declared once, with its binds in order, through ``named(_:_:)``.
+protocol StatementFile {
+    /// The file's name under `Statements/`, without `.sql`.
+    static var file: String { get }
+}
+
+extension StatementFile {
+    /// Statement `name` of this file, with its binds in order.
+    static func named(_ name: String, _ binds: String...) -> SQLStatement {
+        SQLStatement(file: Self.file, name: name, binds: binds)
+    }
+}
+
 /// A statement's bindings, appended by name in the statement's declared order.
 struct NamedBindings {
     let statement: SQLStatement

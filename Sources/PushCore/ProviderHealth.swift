@@ -37,6 +37,9 @@ public struct ProviderHealth: Sendable {
     /// the answer: at an outage's onset, requests written just before it are still answered 200 after the
     /// first 5xx, and must not vouch for the provider after it.
     private var lastAnswered: ContinuousClock.Instant?
+    /// When the newest answer other than 5xx was received (and counted: one read long after its request was
+    /// written is not); `nil` before the first.
+    private var lastHeard: ContinuousClock.Instant?
     /// When the provider came back up after an outage. For a minute after, while fewer than ``minimumAnswers``
     /// answers are counted since, it may be down: the evidence that judged it down is gone, and a brownout (half
     /// the answers 5xx) flaps down and up; a job's last 5xx is not taken for its own meanwhile.
@@ -88,6 +91,29 @@ public struct ProviderHealth: Sendable {
     /// (an outage of an hour leaves it deliverable; a job only its own provider answers 5xx ends after that).
     public static let doubtfulSpan: Duration = .seconds(3_600)
 
+    /// How many requests a first wave holds: as many answers as a verdict needs.
+    public static let firstWaveSize = minimumAnswers
+    /// How long without an answer other than 5xx before the next batch opens with a first wave.
+    public static let quietSpan: Duration = .seconds(2)
+
+    /// How many of a batch's requests may be written before their answers are read (`nil`: all of them):
+    /// ``firstWaveSize`` while up but not heard from lately: nothing answered other than 5xx for
+    /// ``quietSpan`` (a quiet spell, a worker just started or thawed: the answers it read late are not
+    /// counted), or just back up with fewer than ``minimumAnswers`` answers since. A provider that went down
+    /// meanwhile then costs a worker about 20 requests, not a whole claimed batch written before the first
+    /// answer; one that answers costs one round trip. While down, ``admits(job:at:)`` lets only the probe
+    /// through.
+    public func firstWave(at now: ContinuousClock.Instant) -> Int? {
+        if self.isDown { return nil }
+        if let recovered = self.recoveredAt, now - recovered < Self.recoveryLimit,
+            self.window.recentCount < Self.minimumAnswers
+        {
+            return Self.firstWaveSize
+        }
+        guard let heard = self.lastHeard, now - heard < Self.quietSpan else { return Self.firstWaveSize }
+        return nil
+    }
+
     /// Whether `job`'s request is the probe in flight.
     public func isProbe(_ job: Int64) -> Bool { self.probe == job }
 
@@ -102,6 +128,7 @@ public struct ProviderHealth: Sendable {
         if !serverError {
             let written = min(written ?? now, now)
             self.lastAnswered = max(self.lastAnswered ?? written, written)
+            self.lastHeard = max(self.lastHeard ?? now, now)
         }
         if let since = self.downSince {
             // Only the probe's answer decides: a request written before the outage was seen (a frozen worker's,
@@ -111,6 +138,7 @@ public struct ProviderHealth: Sendable {
             if !serverError {
                 self = ProviderHealth()
                 self.lastAnswered = now
+                self.lastHeard = now
                 self.recoveredAt = now
                 return .up(after: now - since)
             }

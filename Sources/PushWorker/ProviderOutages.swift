@@ -154,6 +154,13 @@ final class ProviderOutages: Sendable {
         return self.states.withLock { $0[Key(job)]?.admits(job: job.id, at: now) ?? true }
     }
 
+    /// How many of a batch of `job`'s provider may be written before their answers are read (`nil`: all):
+    /// ``ProviderHealth/firstWave(at:)``.
+    func firstWave(_ job: PushJob) -> Int? {
+        let now = self.clock.now
+        return self.states.withLock { $0[Key(job), default: ProviderHealth()].firstWave(at: now) }
+    }
+
     /// What the claim leaves out: APNs environments and FCM credentials that are down, unless a probe is due.
     func excluded() -> (environments: [String], endpoints: [EndpointKey]) {
         guard self.anyDown.load(ordering: .relaxed) > 0 else { return ([], []) }

@@ -98,6 +98,14 @@ extension PushWorkerService {
             for entry in group { self.settle(entry.prepared, with: .failure(error)) }
             return
         }
+        // A provider not heard from lately (a quiet spell, this worker just started, thawed or back from an
+        // outage) gets a first wave: if it went down meanwhile, about 20 answers say so before the rest are
+        // written, and those are withdrawn (``ProviderHealth/firstWave(at:)``); the rest is asked again.
+        if let wave = self.outages.firstWave(first), group.count > wave {
+            await self.send(Array(group.prefix(wave)))
+            await self.send(Array(group.dropFirst(wave)))
+            return
+        }
         // A job whose topic is paused (APNs refused it, or the fleet paused it), one cancelled while it waited
         // for a stream, or a limited one now late or too close to its limit's last request, is withdrawn alone.
         // The topic first: a withdrawn request takes no slot of its limit. The provider's health last: a

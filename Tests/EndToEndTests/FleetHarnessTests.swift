@@ -592,7 +592,7 @@ struct FleetHarnessTests {
                     "s\($0.key): \($0.value.apns)+\($0.value.fcm)"
                 }
                 outageSummary =
-                    "\(during) requests in the last \(String(format: "%.1f", max(span, 0))) s of the outage, from \(String(format: "%.1f", watched.timeIntervalSince(from))) s (APNs+FCM each second from its start: \(seconds.joined(separator: " ")); the frozen worker let go at \(String(format: "%.1f", thaw.timeIntervalSince(from))) s)"
+                    "outage \(Self.clockTime(from))-\(Self.clockTime(to)): \(during) requests in the last \(String(format: "%.1f", max(span, 0))) s of the outage, from \(String(format: "%.1f", watched.timeIntervalSince(from))) s (APNs+FCM each second from its start: \(seconds.joined(separator: " ")); the frozen worker let go at \(String(format: "%.1f", thaw.timeIntervalSince(from))) s)"
             }
             if let hotNeighbours {
                 #expect(
@@ -706,11 +706,25 @@ struct FleetHarnessTests {
                 let changes = worker.output.split(separator: "\n").filter {
                     $0.contains("is down:") || $0.contains("answers again after")
                 }
-                print("seed \(seed): worker \(name): \(changes.map { String($0.prefix(120)) })")
+                // The time and the sentence, without the logger's labels: "18:50:31 APNs production is down: …".
+                let lines = changes.map { line -> String in
+                    let time = line.split(separator: "T").dropFirst().first.map { String($0.prefix(8)) } ?? ""
+                    let message = line.components(separatedBy: "[PushWorker] ").last ?? String(line)
+                    return "\(time) \(message.prefix(90))"
+                }
+                print("seed \(seed): worker \(name): \(lines)")
             }
             print(
                 "seed \(seed): drained in \(elapsed); \(summary); \(limitSummary); \(outageSummary); \(onsetLosses) dead at the outage's onset"
             )
         }
+    }
+
+    /// A wall instant as `HH:mm:ss.SSS` (UTC), to set beside the workers' log lines.
+    static func clockTime(_ date: Date) -> String {
+        let formatter = DateFormatter()
+        formatter.dateFormat = "HH:mm:ss.SSS"
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        return formatter.string(from: date)
     }
 }

@@ -203,6 +203,39 @@ struct ProviderHealthTests {
         #expect(!health.mayBeDown(at: self.at(1_061), since: self.at(700)))
     }
 
+    @Test(
+        "a first wave of 20 while the provider is not heard from lately (never, 2 s of quiet, answers read late, just back up); none while it answers or is down"
+    )
+    func firstWave() {
+        var health = ProviderHealth()
+        #expect(health.firstWave(at: self.at(0)) == 20, "never heard from")
+        _ = health.record(serverError: false, job: 1, at: self.at(100))
+        #expect(health.firstWave(at: self.at(150)) == nil, "answered 50 ms ago")
+        #expect(health.firstWave(at: self.at(2_099)) == nil)
+        #expect(health.firstWave(at: self.at(2_100)) == 20, "2 s of quiet")
+        // A 5xx is not hearing from it.
+        _ = health.record(serverError: true, job: 2, at: self.at(2_200))
+        #expect(health.firstWave(at: self.at(2_300)) == 20)
+        // An answer read late to a request written long ago still counts the instant it was read (the caller
+        // leaves out those read more than 5 s after their write: ``ProviderOutages``).
+        _ = health.record(serverError: false, job: 3, at: self.at(2_400), written: self.at(1_000))
+        #expect(health.firstWave(at: self.at(2_500)) == nil)
+
+        // Down: only the probe goes (``admits(job:at:)``), no wave. Back up: waves until 20 answers are counted.
+        var down = ProviderHealth()
+        for job in 0..<20 { _ = down.record(serverError: true, job: Int64(job), at: self.at(job)) }
+        #expect(down.isDown)
+        #expect(down.firstWave(at: self.at(100)) == nil)
+        let probe = down.admits(job: 50, at: self.at(1_100))
+        let up = down.record(serverError: false, job: 50, at: self.at(1_150))
+        #expect(probe && up == .up(after: .milliseconds(1_131)))
+        for job in 51..<71 {
+            #expect(down.firstWave(at: self.at(1_200)) == 20, "back up, \(job - 51) answers since")
+            _ = down.record(serverError: false, job: Int64(job), at: self.at(1_200))
+        }
+        #expect(down.firstWave(at: self.at(1_200)) == nil, "20 answers since it came back")
+    }
+
     @Test("a busy drain's successes do not outvote an outage that began this second")
     func outageDuringABusyDrain() {
         var health = ProviderHealth()

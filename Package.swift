@@ -91,6 +91,7 @@ let package = Package(
                 .embedInCode("Migrations/0015_token_expiry.sql"),
                 .embedInCode("Migrations/0016_rate_formula.sql"),
                 .embedInCode("Migrations/0017_devices.sql"),
+                .embedInCode("Migrations/0018_recipients.sql"),
                 .embedInCode("Statements/controls.sql"),
                 .embedInCode("Statements/available_now.sql"),
                 .embedInCode("Statements/jobs.sql"),

@@ -87,6 +87,9 @@ public struct PushJob: Sendable, Hashable {
     /// How its last attempt that did not deliver ended, as its history says (`retry`, `requeue`, …; `nil`
     /// before any): a job sent back uncounted while its provider may have been down is not doubted twice.
     public var lastOutcome: String?
+    /// The person or account a job without a token goes to: it fans out to the recipient's live devices
+    /// (`push.devices`) when claimed, one child job per token, and is never sent itself.
+    public var recipient: String?
 
     /// Creates a job value; every field is as stored in `push.jobs`.
     public init(
@@ -117,9 +120,11 @@ public struct PushJob: Sendable, Hashable {
         traceparent: String? = nil,
         traceFirstSpan: String? = nil,
         lastAttemptAt: Date? = nil,
-        lastOutcome: String? = nil
+        lastOutcome: String? = nil,
+        recipient: String? = nil
     ) {
         self.lastOutcome = lastOutcome
+        self.recipient = recipient
         self.traceFirstSpan = traceFirstSpan
         self.lastAttemptAt = lastAttemptAt
         self.platform = platform

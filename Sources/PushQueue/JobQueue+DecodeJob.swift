@@ -43,7 +43,8 @@ extension JobQueue {
             traceparent: try c.next(String?.self),
             traceFirstSpan: try c.next(String?.self),
             lastAttemptAt: try c.next(Date?.self),
-            lastOutcome: try c.next(String?.self)
+            lastOutcome: try c.next(String?.self),
+            recipient: try c.next(String?.self)
         )
     }
 }

@@ -133,10 +133,11 @@ enum JobsSQL: StatementFile {
     static let lockSuperseded = named("lock_superseded", "ids")
     static let assessRevive = named("assess_revive", "ids")
     static let revive = named("revive", "ids")
+    static let fanOut = named("fan_out", "ids", "attempts", "worker_id", "no_device_sentence")
 
     static let all = [
         supersedeClaimed, untilNextDue, release, extendLeases, pruneFinished, forgetAPNsIDs, forgetRetiredAPNsIDs,
         forgetCoalesceMarks, show, stats, gauges, overview, outcomesByMinute, writeUnwritable, markInternalInsert,
-        lockSuperseded, assessRevive, revive,
+        lockSuperseded, assessRevive, revive, fanOut,
     ]
 }

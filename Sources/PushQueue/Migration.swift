@@ -26,6 +26,7 @@ public struct Migration: Sendable, Hashable {
         ("0015_token_expiry.sql", PackageResources._015_token_expiry_sql),
         ("0016_rate_formula.sql", PackageResources._016_rate_formula_sql),
         ("0017_devices.sql", PackageResources._017_devices_sql),
+        ("0018_recipients.sql", PackageResources._018_recipients_sql),
     ]
     .map { name, bytes in
         // The version is the number the file name starts with.

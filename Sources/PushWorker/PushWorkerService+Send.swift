@@ -60,9 +60,12 @@ extension PushWorkerService {
     ///
     /// - Parameter latest: for each job, the latest time a rate-limited one may still be written.
     func send(_ jobs: [PushJob], claimedAt: Date, latest: [ContinuousClock.Instant?]? = nil) async {
+        // Recipients' jobs are not sent: they become one child job per device.
+        let parents = jobs.filter { $0.recipient != nil }
+        if !parents.isEmpty { await self.fanOut(parents) }
         var groups: [[(prepared: JobProcessor.Prepared, latest: ContinuousClock.Instant?)]] = []
         var groupOf: [SendGroup: Int] = [:]
-        for (position, job) in jobs.enumerated() {
+        for (position, job) in jobs.enumerated() where job.recipient == nil {
             let prepared = self.processor.prepare(job, databaseNow: self.databaseNow(of: job, claimedAt: claimedAt))
             guard prepared.request != nil else {
                 self.settle(prepared, with: nil)

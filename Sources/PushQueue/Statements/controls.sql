@@ -52,11 +52,12 @@ NOTIFY push_jobs
 SELECT id FROM push.jobs WHERE id = ANY (:ids::bigint[]) AND state = 'cancelled'
 
 -- name: cancel
--- Cancels pending and running jobs by id, or by coalesce_key (within :topic if given); tells the workers
--- holding any (NOTIFY `cancel:<ids>`); says of every other asked-for id what it is.
+-- Cancels pending and running jobs by id (a recipient's job: its children not yet sent too), or by
+-- coalesce_key (within :topic if given); tells the workers holding any (NOTIFY `cancel:<ids>`); says of every
+-- other asked-for id what it is.
 WITH targets AS (
     SELECT j.id, j.state FROM push.jobs AS j
-     WHERE (j.id = ANY (:ids::bigint[])
+     WHERE (j.id = ANY (:ids::bigint[]) OR j.parent_id = ANY (:ids::bigint[])
             OR (:coalesce_key::text IS NOT NULL AND j.coalesce_key = :coalesce_key
                 AND (:topic::text IS NULL OR j.topic = :topic)))
        AND j.state IN ('pending', 'running')

@@ -48,7 +48,7 @@ UPDATE push.jobs SET locked_until = now() + make_interval(secs => :lease_seconds
 RETURNING id
 
 -- name: prune_finished
--- Delivered, superseded and cancelled jobs past the retention, at most :batch_size of each a statement.
+-- Delivered, superseded, cancelled and fanned-out jobs past the retention, at most :batch_size of each a statement.
 WITH delivered AS (
     SELECT id FROM push.jobs
      WHERE state = 'delivered' AND delivered_at < now() - make_interval(secs => :retention_seconds)
@@ -61,9 +61,10 @@ WITH delivered AS (
      LIMIT :batch_size
      FOR UPDATE SKIP LOCKED
 ), cancelled AS (
-    -- Cancelled jobs too (a holder's late outcome is no longer awaited after the retention).
+    -- Cancelled jobs too (a holder's late outcome is no longer awaited after the retention), and recipients'
+    -- jobs that fanned out (their children are jobs of their own).
     SELECT id FROM push.jobs
-     WHERE state = 'cancelled' AND created_at < now() - make_interval(secs => :retention_seconds)
+     WHERE state IN ('cancelled', 'fanned_out') AND created_at < now() - make_interval(secs => :retention_seconds)
      LIMIT :batch_size
      FOR UPDATE SKIP LOCKED
 )
@@ -213,7 +214,8 @@ WITH done AS (
            :status::smallint, :reason::text, coalesce(array_remove(trap_ids, NULL), '{}'), apns_unique_id,
            created_at, first_attempt_at, now(), NULL, now(), :sentence::text,
            history || jsonb_build_array(:entry::jsonb || jsonb_build_object('at', now(), 'worker', :worker_id::text)),
-           deliver_once, coalesce_key, platform, provider_message_id, traceparent, trace_first_span
+           deliver_once, coalesce_key, platform, provider_message_id, traceparent, trace_first_span, recipient,
+           parent_id
       FROM moved
     {{dead_conflict}}
     RETURNING id
@@ -280,14 +282,116 @@ WITH moved AS (
     INSERT INTO push.jobs (
         topic, device_token, channel_id, payload, push_type, priority, environment, credential,
         collapse_id, expires_at, run_at, apns_id, max_attempts, created_at, history, deliver_once,
-        coalesce_key, platform, traceparent, trace_first_span)
+        coalesce_key, platform, traceparent, trace_first_span, recipient, parent_id)
     SELECT topic, device_token, channel_id, payload, push_type, priority, environment, credential,
            collapse_id, expires_at, now(), apns_id, max_attempts, created_at,
            history || jsonb_build_array(jsonb_build_object(
                'outcome', 'revived', 'at', now(), 'previous_id', id,
                'superseded_by', superseded_by)),
-           deliver_once, coalesce_key, platform, traceparent, trace_first_span
+           deliver_once, coalesce_key, platform, traceparent, trace_first_span, recipient, parent_id
       FROM moved ORDER BY id
     RETURNING id, apns_id
 )
 SELECT m.id, i.id FROM inserted AS i JOIN moved AS m USING (apns_id)
+
+-- name: fan_out
+-- Fans out the recipients' jobs :ids (claimed by :worker_id as attempt :attempts) to their recipients' live
+-- devices: one child job per token of kind `device` in push.devices for the job's topic and platform, due
+-- now, with the parent's payload and options, the device's environment, the apns_id
+-- push.child_apns_id(parent's, token) and, for a keyed parent, the key `<parent's key>@<token fingerprint>`
+-- (latest wins per device). The parent ends `fanned_out` with its children's ids in `children`. A parent
+-- with no live device moves to the dead letters (NoDevice, the sentence :no_device_sentence with the
+-- recipient, topic and platform filled in); one whose key has a newer recipient's job ends superseded by it,
+-- as the claim's latest-wins would. Fenced like an outcome (id, attempt, :worker_id, still running): a
+-- parent cancelled or taken back meanwhile is left alone. Run with push.internal_insert on
+-- (mark_internal_insert): the children's insert wakes the workers. Returns (parent id, state, children).
+WITH parents AS MATERIALIZED (
+    SELECT j.* FROM push.jobs AS j
+      JOIN unnest(:ids::bigint[], :attempts::smallint[]) AS a (id, attempt)
+        ON j.id = a.id AND j.attempts = a.attempt
+     WHERE j.locked_by = :worker_id AND j.state = 'running' AND j.recipient IS NOT NULL
+     ORDER BY j.id
+     FOR NO KEY UPDATE OF j
+), newer AS MATERIALIZED (
+    SELECT p.id, n.id AS by
+      FROM parents AS p
+     CROSS JOIN LATERAL (
+        SELECT n.id FROM push.jobs AS n
+         WHERE n.coalesce_key = p.coalesce_key AND n.topic = p.topic AND n.environment = p.environment
+           AND n.recipient IS NOT NULL AND n.id > p.id AND n.state IN ('pending', 'running', 'fanned_out')
+         ORDER BY n.id DESC LIMIT 1) AS n
+     WHERE p.coalesce_key IS NOT NULL
+), targets AS MATERIALIZED (
+    SELECT p.id AS parent, d.token, CASE WHEN p.platform = 'fcm' THEN 'fcm' ELSE d.environment END AS environment
+      FROM parents AS p
+      JOIN push.devices AS d
+        ON d.recipient = p.recipient AND d.topic = p.topic AND d.platform = p.platform
+       AND d.kind = 'device' AND d.invalidated_at IS NULL
+     WHERE p.id NOT IN (SELECT id FROM newer)
+), children AS (
+    INSERT INTO push.jobs (
+        topic, device_token, payload, push_type, priority, environment, credential, collapse_id, expires_at,
+        apns_id, max_attempts, deliver_once, coalesce_key, platform, traceparent, parent_id)
+    SELECT p.topic, t.token, p.payload, p.push_type, p.priority, t.environment, p.credential, p.collapse_id,
+           p.expires_at, push.child_apns_id(p.apns_id, t.token), p.max_attempts, p.deliver_once,
+           CASE WHEN p.coalesce_key IS NOT NULL
+                THEN left(p.coalesce_key, 200) || '@' || left(encode(sha256(convert_to(t.token, 'UTF8')), 'hex'), 16)
+           END,
+           p.platform, p.traceparent, p.id
+      FROM targets AS t JOIN parents AS p ON p.id = t.parent
+     ORDER BY p.id, t.token
+    ON CONFLICT (parent_id, device_token) WHERE parent_id IS NOT NULL DO NOTHING
+    RETURNING id, parent_id
+), ended AS (
+    UPDATE push.jobs AS j
+       SET state = CASE WHEN n.by IS NOT NULL THEN 'superseded' ELSE 'fanned_out' END,
+           superseded_by = n.by,
+           reason = CASE WHEN n.by IS NOT NULL THEN 'Superseded' END,
+           children = CASE WHEN n.by IS NULL
+                           THEN (SELECT array_agg(c.id ORDER BY c.id) FROM children AS c WHERE c.parent_id = j.id)
+                      END,
+           first_attempt_at = coalesce(j.first_attempt_at, now()), last_attempt_at = now(),
+           locked_by = NULL, locked_until = NULL,
+           history = push.append_history(j.history, CASE WHEN n.by IS NOT NULL
+               THEN jsonb_build_object('outcome', 'superseded', 'at', now(), 'by', n.by)
+               ELSE jsonb_build_object('outcome', 'fanned_out', 'at', now(),
+                                       'children', (SELECT count(*) FROM targets AS t WHERE t.parent = j.id))
+               END)
+      FROM parents AS p LEFT JOIN newer AS n ON n.id = p.id
+     WHERE j.id = p.id AND (n.by IS NOT NULL OR p.id IN (SELECT parent FROM targets))
+    RETURNING j.id, j.state, j.children, j.apns_id, j.platform, j.topic, j.trap_ids
+), moved AS (
+    DELETE FROM push.jobs AS j USING parents AS p
+     WHERE j.id = p.id AND p.id NOT IN (SELECT id FROM newer) AND p.id NOT IN (SELECT parent FROM targets)
+    RETURNING j.*
+), dead AS (
+    INSERT INTO push.dead_jobs ({{dead_letter_columns}})
+    SELECT id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
+           collapse_id, expires_at, run_at, apns_id, max_attempts, attempts, transport_retries, NULL,
+           'NoDevice', trap_ids, apns_unique_id, created_at, coalesce(first_attempt_at, now()), now(), NULL, now(),
+           format(:no_device_sentence::text, recipient, topic, platform),
+           push.append_history(history, jsonb_build_object('outcome', 'dead', 'at', now(), 'reason', 'NoDevice')),
+           deliver_once, coalesce_key, platform, provider_message_id, traceparent, trace_first_span, recipient,
+           parent_id
+      FROM moved
+    {{dead_conflict}}
+    RETURNING id
+), deliveries AS (
+    -- Webhooks that take `dead` or `superseded` hear of these in this statement.
+    INSERT INTO push.webhook_deliveries (webhook_id, event, job_id, body)
+    SELECT h.id, e.event, e.id,
+           jsonb_build_object('job_id', e.id, 'apns_id', e.apns_id, 'platform', e.platform,
+                              'topic', e.topic, 'state', e.event, 'status', NULL, 'reason', e.reason,
+                              'trap_ids', to_jsonb(e.trap_ids), 'at', now(), 'event', e.event)
+      FROM push.webhooks AS h
+      JOIN (SELECT id, 'superseded' AS event, apns_id, platform, topic, 'Superseded' AS reason, trap_ids
+              FROM ended WHERE state = 'superseded'
+            UNION ALL
+            SELECT id, 'dead', apns_id, platform, topic, 'NoDevice', trap_ids FROM moved) AS e
+        ON e.event = ANY (h.events) AND (h.topic IS NULL OR h.topic = e.topic)
+     WHERE h.disabled_at IS NULL
+    RETURNING 1
+)
+SELECT id, state, coalesce(children, '{}') FROM ended
+UNION ALL
+SELECT id, 'dead', '{}'::bigint[] FROM dead

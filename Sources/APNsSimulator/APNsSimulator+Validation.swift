@@ -96,6 +96,12 @@ extension APNsSimulator {
             guard target.count % 2 == 0, target.count >= 16, target.allSatisfy(\.isHexDigit) else {
                 return .error(400, "BadDeviceToken")
             }
+            // A token of a build for the other environment: the environment is the host the request names.
+            if let built = self.state.withLock({ $0.tokenEnvironments[target] }) {
+                let host = String((headers.first(name: ":authority") ?? "").split(separator: ":").first ?? "")
+                let environment = self.configuration.sandboxHosts.contains(host) ? "development" : "production"
+                if built != environment { return .error(400, "BadDeviceToken") }
+            }
         } else {
             guard let channel = headers.first(name: "apns-channel-id"), !channel.isEmpty else {
                 return .error(400, "MissingChannelId")

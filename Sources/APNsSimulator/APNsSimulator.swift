@@ -59,6 +59,11 @@ public final class APNsSimulator: Sendable {
         /// The APNs environment this simulator plays for provider certificates: a certificate not issued for
         /// it is refused with BadCertificateEnvironment. `nil` accepts both.
         public var environment: String?
+        /// Host names whose requests go to the development environment (Apple tells its environments apart
+        /// by host: api.sandbox.push.apple.com); every other host is production. A worker pointed at
+        /// `https://127.0.0.1:port` for development and `https://localhost:port` for production meets both in
+        /// one simulator.
+        public var sandboxHosts: Set<String> = []
         /// The wall clock that judges provider-token age (tests move it instead of sleeping).
         public var now: @Sendable () -> Date = Date.init
         /// iOS's budget for priority-10 Live Activity pushes, per device token: past it, `429
@@ -137,6 +142,13 @@ public final class APNsSimulator: Sendable {
     public func writeCACertificate(to path: String) throws -> String {
         try self.caPEM.write(toFile: path, atomically: true, encoding: .utf8)
         return path
+    }
+
+    /// Makes `token` a device token of an app built for `environment` (`production` or `development`): sent
+    /// to the other environment, it is answered 400 BadDeviceToken, as APNs answers a sandbox token sent to
+    /// production (Apple: "the device token … matches the environment").
+    public func register(token: String, environment: String) {
+        self.state.withLock { $0.tokenEnvironments[token] = environment }
     }
 
     /// Makes `token` (a device token or channel id) behave as scripted from now on.

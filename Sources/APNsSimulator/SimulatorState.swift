@@ -4,6 +4,8 @@ import NIOCore
 /// The simulator's mutable state, behind its lock.
 struct SimulatorState {
     var scripts: [String: SimulatorBehaviour] = [:]
+    /// Device tokens' builds (``APNsSimulator/register(token:environment:)``).
+    var tokenEnvironments: [String: String] = [:]
     var scriptCounts: [String: Int] = [:]
     var requests: [RecordedRequest] = []
     var connections: [Int: any Channel] = [:]

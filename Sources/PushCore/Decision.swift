@@ -58,6 +58,24 @@ public struct DecidedOutcome: Sendable, Hashable {
     public var endpointUnreachable: Bool = false
     /// A reason this build does not know (logged raw).
     public var unknownReason: Bool = false
+    /// An `environment = 'auto'` job goes to development next (``repairingEnvironment(of:)``).
+    public var switchesEnvironment: Bool = false
+
+    /// `environment = 'auto'` (the producer did not know the build): APNs production's BadDeviceToken (it
+    /// processed nothing) says the token is a development build's, so the job is sent once more, to
+    /// development, with the same apns_id and no attempt used, instead of ending; development's own
+    /// BadDeviceToken then ends it as any job's. Any other job, answer or environment: unchanged.
+    public func repairingEnvironment(of job: PushJob) -> DecidedOutcome {
+        guard job.autoEnvironment, job.platform == .apns, job.environment == "production",
+            self.reason == "BadDeviceToken", case .dead = self.decision
+        else { return self }
+        var repaired = self
+        repaired.decision = .requeue(after: .zero)
+        repaired.trapID = .tokenEnvironment
+        repaired.invalidatesToken = false
+        repaired.switchesEnvironment = true
+        return repaired
+    }
 }
 
 extension Decision {

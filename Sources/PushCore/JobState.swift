@@ -10,4 +10,6 @@ public enum JobState: String, Sendable, Hashable, CaseIterable, Codable {
     case superseded
     /// Never sent: an operator cancelled it (`push-worker jobs cancel`).
     case cancelled
+    /// A recipient's job, never sent itself: it became one child job per live device (`children`).
+    case fannedOut = "fanned_out"
 }

@@ -90,6 +90,9 @@ public struct PushJob: Sendable, Hashable {
     /// The person or account a job without a token goes to: it fans out to the recipient's live devices
     /// (`push.devices`) when claimed, one child job per token, and is never sent itself.
     public var recipient: String?
+    /// The producer did not know the build (`environment = 'auto'`): production first, then once to
+    /// development on BadDeviceToken (``DecidedOutcome/repairingEnvironment(of:)``).
+    public var autoEnvironment: Bool
 
     /// Creates a job value; every field is as stored in `push.jobs`.
     public init(
@@ -121,8 +124,10 @@ public struct PushJob: Sendable, Hashable {
         traceFirstSpan: String? = nil,
         lastAttemptAt: Date? = nil,
         lastOutcome: String? = nil,
-        recipient: String? = nil
+        recipient: String? = nil,
+        autoEnvironment: Bool = false
     ) {
+        self.autoEnvironment = autoEnvironment
         self.lastOutcome = lastOutcome
         self.recipient = recipient
         self.traceFirstSpan = traceFirstSpan

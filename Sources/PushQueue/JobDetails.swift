@@ -31,6 +31,19 @@ public struct JobDetails: Sendable, Hashable {
     public var historyJSON: String
     /// The whole row as a JSON object, every column by its SQL name (for `--json`).
     public var rowJSON: String
+    /// A recipient's job that fanned out: its children, one per device, in id order.
+    public var children: [Child] = []
+
+    /// One child of a recipient's job.
+    public struct Child: Sendable, Hashable {
+        public var id: Int64
+        /// Its state, `dead` once a dead letter, or `pruned`.
+        public var state: String
+        /// The device token's fingerprint (never the token).
+        public var tokenFingerprint: String
+        public var environment: String
+        public var reason: String?
+    }
 }
 
 /// The queue at a glance, for `push-worker stats`.

@@ -34,6 +34,9 @@ public struct JobOutcome: Sendable, Hashable {
     /// For a traced job's first attempt, its span id (16 hex digits): kept in `trace_first_span` for the
     /// retries' spans to link to.
     public var traceSpan: String? = nil
+    /// An `environment = 'auto'` job production answered BadDeviceToken: back to pending, uncounted, for
+    /// development (its `environment` becomes development; its history says `switch_environment`).
+    public var switchesEnvironment: Bool
 
     /// Creates an outcome; only the job, attempt, disposition and when the attempt started are required.
     public init(
@@ -48,8 +51,10 @@ public struct JobOutcome: Sendable, Hashable {
         latencyMs: Int? = nil,
         sent: Bool = true,
         invalidatesToken: Bool = false,
-        apnsTimestampMs: Int64? = nil
+        apnsTimestampMs: Int64? = nil,
+        switchesEnvironment: Bool = false
     ) {
+        self.switchesEnvironment = switchesEnvironment
         self.jobID = jobID
         self.attempt = attempt
         self.disposition = disposition

@@ -44,7 +44,8 @@ extension JobQueue {
             traceFirstSpan: try c.next(String?.self),
             lastAttemptAt: try c.next(Date?.self),
             lastOutcome: try c.next(String?.self),
-            recipient: try c.next(String?.self)
+            recipient: try c.next(String?.self),
+            autoEnvironment: try c.next(Bool.self)
         )
     }
 }

@@ -6,10 +6,11 @@ extension QueueOperations {
     /// One job by id with its outcome, or `nil` (it may have moved to `push.dead_jobs`).
     public func job(id: Int64) async throws -> JobDetails? {
         let rows = try await self.client.query(JobsSQL.show.query { $0.bind("id", id) }, logger: self.logger)
-        for try await row in rows {
+        var found: JobDetails?
+        for try await row in rows where found == nil {
             let job = try JobQueue.decodeJob(row)
             let c = row.makeRandomAccess()
-            return JobDetails(
+            found = JobDetails(
                 job: job,
                 state: JobState(rawValue: try c["state"].decode(String.self)) ?? .pending,
                 status: try c["status"].decode(Int16?.self).map(Int.init),
@@ -26,7 +27,28 @@ extension QueueOperations {
                 rowJSON: try c["row_json"].decode(String.self)
             )
         }
-        return nil
+        guard var details = found else { return nil }
+        // A recipient's job: its children (a second statement, once the first's rows are read).
+        if details.state == .fannedOut {
+            let children = try await self.client.query(
+                JobsSQL.children.query { $0.bind("id", id) },
+                logger: self.logger
+            )
+            for try await (child, state, token, environment, reason) in children.decode(
+                (Int64, String, String?, String?, String?).self
+            ) {
+                details.children.append(
+                    JobDetails.Child(
+                        id: child,
+                        state: state,
+                        tokenFingerprint: token.map(PushCore.tokenFingerprint) ?? "-",
+                        environment: environment ?? "-",
+                        reason: reason
+                    )
+                )
+            }
+        }
+        return details
     }
 
     /// Counts by state, the oldest due job's age, dead letters by trap and last-minute throughput, in one

@@ -113,6 +113,7 @@ enum JobsSQL: StatementFile {
     static let forgetRetiredAPNsIDs = named("forget_retired_apns_ids", "age_seconds", "batch_size")
     static let forgetCoalesceMarks = named("forget_coalesce_marks", "age_seconds", "batch_size")
     static let show = named("show", "id")
+    static let children = named("children", "id")
     static let stats = named("stats")
     static let gauges = named("gauges", "stale_seconds", "worker_id")
     static let overview = named("overview", "cap")
@@ -137,7 +138,7 @@ enum JobsSQL: StatementFile {
 
     static let all = [
         supersedeClaimed, untilNextDue, release, extendLeases, pruneFinished, forgetAPNsIDs, forgetRetiredAPNsIDs,
-        forgetCoalesceMarks, show, stats, gauges, overview, outcomesByMinute, writeUnwritable, markInternalInsert,
+        forgetCoalesceMarks, show, children, stats, gauges, overview, outcomesByMinute, writeUnwritable, markInternalInsert,
         lockSuperseded, assessRevive, revive, fanOut,
     ]
 }

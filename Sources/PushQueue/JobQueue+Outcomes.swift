@@ -70,7 +70,7 @@ extension JobQueue {
         for outcome in outcomes.sorted(by: { $0.jobID < $1.jobID }) {
             ids.append(outcome.jobID)
             attempts.append(Int16(clamping: outcome.attempt))
-            kinds.append(outcome.disposition.name)
+            kinds.append(outcome.switchesEnvironment ? "switch_environment" : outcome.disposition.name)
             delays.append(max((outcome.disposition.delay ?? .zero).milliseconds, 0))
             if case .dead(let sentence) = outcome.disposition { errors.append(sentence) } else { errors.append("") }
             // Arrays cannot carry NULL elements through the binary protocol: 0, -1 and "" stand for NULL.

@@ -174,7 +174,7 @@ struct JobProcessor: Sendable {
             policy: policy,
             transportBudget: self.transportBudget,
             platform: job.platform
-        )
+        ).repairingEnvironment(of: job)
         let sent: Bool
         switch sendOutcome {
         case .response, .fcm: sent = true
@@ -200,7 +200,8 @@ struct JobProcessor: Sendable {
                 ) : nil,
             sent: sent,
             invalidatesToken: decided.invalidatesToken,
-            apnsTimestampMs: response?.timestampMs
+            apnsTimestampMs: response?.timestampMs,
+            switchesEnvironment: decided.switchesEnvironment
         )
         if !warnings.isEmpty {
             self.logger.debug(

@@ -16,6 +16,14 @@ struct APNsOptions: ParsableArguments {
     )
     var endpoint: String?
     @Option(
+        name: .customLong("apns-development-endpoint"),
+        help: ArgumentHelp(
+            "Send development jobs to this APNs instead (a stand-in for the sandbox host, api.sandbox.push.apple.com): https://host:port. Default: --apns-endpoint's.",
+            valueName: "url"
+        )
+    )
+    var developmentEndpoint: String?
+    @Option(
         name: .customLong("apns-port"),
         help: ArgumentHelp(
             "The port of Apple's send hosts: 443 (default) or 2197, for networks that block outbound 443.",
@@ -218,6 +226,9 @@ struct APNsOptions: ParsableArguments {
         }
         if let endpoint = self.endpoint ?? loaded.file?.apnsEndpoint {
             configuration.endpointOverride = try APNsEndpoint(url: endpoint)
+        }
+        if let endpoint = self.developmentEndpoint {
+            configuration.developmentEndpointOverride = try APNsEndpoint(url: endpoint)
         }
         configuration.httpsProxy = try self.proxy()
         if let proxy = configuration.httpsProxy {

@@ -55,6 +55,17 @@ struct JobsCommand: AsyncParsableCommand {
                 if let newer = details.supersededBy {
                     print("  superseded  by job \(newer) (same coalesce_key, newer): never sent")
                 }
+                if !details.children.isEmpty {
+                    let counts = Dictionary(grouping: details.children, by: \.state).mapValues(\.count)
+                    print(
+                        "  children    \(details.children.count): \(counts.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", "))"
+                    )
+                    for child in details.children {
+                        print(
+                            "    job \(child.id)  \(child.state)  device fp \(child.tokenFingerprint)  \(child.environment)\(child.state == "delivered" ? "" : child.reason.map { "  \($0)" } ?? "")"
+                        )
+                    }
+                }
                 if let worker = details.lockedBy {
                     print("  locked by   \(worker) until \(formatDate(details.lockedUntil))")
                 }
@@ -225,8 +236,18 @@ func printJobHeader(_ job: PushJob, title: String) {
         print(
             "  topic       \(job.topic)  push type \(job.pushType)  priority \(job.priority.map(String.init) ?? "default")"
         )
+        let environment =
+            job.autoEnvironment
+            ? "\(job.environment) (auto: production first, development once on BadDeviceToken)" : job.environment
+        if job.recipient == nil {
+            print(
+                "  target      \(job.deviceToken != nil ? "device token" : "channel") fp \(job.tokenFingerprint)  \(environment)  credential \(job.credential)"
+            )
+        }
+    }
+    if let recipient = job.recipient {
         print(
-            "  target      \(job.deviceToken != nil ? "device token" : "channel") fp \(job.tokenFingerprint)  \(job.environment)  credential \(job.credential)"
+            "  target      recipient \(recipient): one child job per live device (push.devices)  credential \(job.credential)"
         )
     }
     if let collapse = job.collapseID { print("  collapse id \(collapse)") }

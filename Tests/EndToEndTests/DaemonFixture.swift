@@ -242,7 +242,7 @@ struct DaemonFixture: Sendable {
 
     /// Jobs not yet terminal (pending or running).
     func unfinished() async throws -> Int64 {
-        try await self.db.int64("SELECT count(*) FROM push.jobs WHERE state <> 'delivered'")
+        try await self.db.int64("SELECT count(*) FROM push.jobs WHERE state NOT IN ('delivered', 'fanned_out')")
     }
 
     static func token(_ n: Int) -> String {

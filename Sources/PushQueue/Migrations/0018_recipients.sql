@@ -5,12 +5,20 @@
 -- with no live device makes the parent a dead letter with reason NoDevice. The fan-out is one statement: a
 -- worker that dies before it commits leaves the parent to be claimed again, and one that commits leaves
 -- nothing to do twice (a child per parent and token at most, by the unique index below).
+--
+-- And `environment = 'auto'` (a producer that does not know the build, on a job or a device): the job is sent
+-- to production first (`environment` reads production, `auto_environment` true); APNs' BadDeviceToken there
+-- (it processed nothing) sends it once more to development, with the same apns_id, uncounted
+-- (`environment` becomes development). The environment that answers is recorded on the device; a device
+-- whose both environments answer BadDeviceToken is invalidated.
 
 ALTER TABLE push.jobs ADD COLUMN IF NOT EXISTS recipient text;
 ALTER TABLE push.jobs ADD COLUMN IF NOT EXISTS parent_id bigint;
 ALTER TABLE push.jobs ADD COLUMN IF NOT EXISTS children bigint[];
 ALTER TABLE push.dead_jobs ADD COLUMN IF NOT EXISTS recipient text;
 ALTER TABLE push.dead_jobs ADD COLUMN IF NOT EXISTS parent_id bigint;
+ALTER TABLE push.jobs ADD COLUMN IF NOT EXISTS auto_environment boolean NOT NULL DEFAULT false;
+ALTER TABLE push.dead_jobs ADD COLUMN IF NOT EXISTS auto_environment boolean NOT NULL DEFAULT false;
 
 ALTER TABLE push.jobs
     DROP CONSTRAINT IF EXISTS exactly_one_of_device_token_or_channel_id,
@@ -68,6 +76,51 @@ BEGIN
     RETURN NEW;
 END
 $$;
+
+-- Schema 10's platform trigger, restated: an fcm job's environment is 'fcm' when the producer left the
+-- default; an apns job's 'auto' is production first, marked auto_environment (a worker's own insert of a row
+-- that is already marked, a replay, keeps its environment).
+CREATE OR REPLACE FUNCTION push.jobs_platform_before_insert() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF NEW.platform = 'fcm' AND NEW.environment = 'production' THEN
+        NEW.environment := 'fcm';
+    END IF;
+    IF NEW.platform = 'apns' AND NEW.environment = 'auto' THEN
+        NEW.environment := 'production';
+        NEW.auto_environment := true;
+    ELSIF NOT (current_setting('push.internal_insert', true) = 'on' AND NEW.auto_environment) THEN
+        NEW.auto_environment := false;
+    END IF;
+    NEW.provider_message_id := NULL;
+    RETURN NEW;
+END
+$$;
+
+-- What an 'auto' job's answer teaches the device registry: the environment that answered (`invalid_reason`
+-- NULL), or that the other environment refused it too (BadDeviceToken in development after production):
+-- the device is invalidated. Only devices still 'auto' are touched; one a producer's transaction holds is
+-- skipped (its upsert decides). Called by the worker's outcome write for auto jobs only. SECURITY DEFINER,
+-- as push.device_invalidated (schema 17): the registry's trigger takes it as the worker's own update.
+CREATE OR REPLACE FUNCTION push.device_environment_answered(
+    device_topic text, device_token text, answered text, invalid_reason text, answered_at timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM set_config('push.internal_update', 'on', true);
+    UPDATE push.devices AS d
+       SET environment = CASE WHEN invalid_reason IS NULL THEN answered ELSE d.environment END,
+           invalidated_at = CASE WHEN invalid_reason IS NULL THEN d.invalidated_at ELSE answered_at END,
+           invalidated_reason = CASE WHEN invalid_reason IS NULL THEN d.invalidated_reason ELSE invalid_reason END
+     WHERE d.id IN (
+        SELECT x.id FROM push.devices AS x
+         WHERE x.platform = 'apns' AND x.topic = device_topic AND x.token = device_token
+           AND x.environment = 'auto' AND x.registered_at <= answered_at
+           FOR UPDATE SKIP LOCKED);
+    PERFORM set_config('push.internal_update', 'off', true);
+    RETURN true;
+END $$;
+REVOKE ALL ON FUNCTION push.device_environment_answered(text, text, text, text, timestamptz) FROM PUBLIC;
 
 -- A child's apns_id: the same for the same parent and token, whoever fans out and however often.
 CREATE OR REPLACE FUNCTION push.child_apns_id(parent uuid, token text) RETURNS uuid

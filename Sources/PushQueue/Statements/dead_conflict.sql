@@ -6,7 +6,7 @@ ON CONFLICT (id) DO UPDATE SET
     deliver_once = excluded.deliver_once, coalesce_key = excluded.coalesce_key,
     platform = excluded.platform, provider_message_id = excluded.provider_message_id,
     traceparent = excluded.traceparent, trace_first_span = excluded.trace_first_span,
-    recipient = excluded.recipient, parent_id = excluded.parent_id,
+    recipient = excluded.recipient, parent_id = excluded.parent_id, auto_environment = excluded.auto_environment,
     expires_at = excluded.expires_at, run_at = excluded.run_at, apns_id = excluded.apns_id,
     max_attempts = excluded.max_attempts, attempts = excluded.attempts,
     transport_retries = excluded.transport_retries, status = excluded.status, reason = excluded.reason,

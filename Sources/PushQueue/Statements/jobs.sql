@@ -110,6 +110,17 @@ SELECT {{job_columns}}, j.state, j.status, j.reason, j.apns_unique_id, j.deliver
        (to_jsonb(j) - 'send_priority' || jsonb_build_object('history', {{shown_history}}))::text AS row_json
   FROM push.jobs AS j WHERE j.id = :id
 
+-- name: children
+-- The children of the recipient's job :id, in id order: each with its state (`dead` once a dead letter, gone
+-- when pruned), fingerprinted by the caller, its environment and its reason.
+SELECT c.id, coalesce(j.state, CASE WHEN d.id IS NOT NULL THEN 'dead' ELSE 'pruned' END),
+       coalesce(j.device_token, d.device_token), coalesce(j.environment, d.environment),
+       coalesce(j.reason, d.reason)
+  FROM unnest((SELECT p.children FROM push.jobs AS p WHERE p.id = :id)) AS c (id)
+  LEFT JOIN push.jobs AS j ON j.id = c.id
+  LEFT JOIN push.dead_jobs AS d ON d.id = c.id
+ ORDER BY c.id
+
 -- name: stats
 -- Counts by platform and state, the oldest due job's age, dead letters by trap, the last minute's throughput.
 SELECT
@@ -215,7 +226,7 @@ WITH done AS (
            created_at, first_attempt_at, now(), NULL, now(), :sentence::text,
            history || jsonb_build_array(:entry::jsonb || jsonb_build_object('at', now(), 'worker', :worker_id::text)),
            deliver_once, coalesce_key, platform, provider_message_id, traceparent, trace_first_span, recipient,
-           parent_id
+           parent_id, auto_environment
       FROM moved
     {{dead_conflict}}
     RETURNING id
@@ -282,13 +293,14 @@ WITH moved AS (
     INSERT INTO push.jobs (
         topic, device_token, channel_id, payload, push_type, priority, environment, credential,
         collapse_id, expires_at, run_at, apns_id, max_attempts, created_at, history, deliver_once,
-        coalesce_key, platform, traceparent, trace_first_span, recipient, parent_id)
+        coalesce_key, platform, traceparent, trace_first_span, recipient, parent_id, auto_environment)
     SELECT topic, device_token, channel_id, payload, push_type, priority, environment, credential,
            collapse_id, expires_at, now(), apns_id, max_attempts, created_at,
            history || jsonb_build_array(jsonb_build_object(
                'outcome', 'revived', 'at', now(), 'previous_id', id,
                'superseded_by', superseded_by)),
-           deliver_once, coalesce_key, platform, traceparent, trace_first_span, recipient, parent_id
+           deliver_once, coalesce_key, platform, traceparent, trace_first_span, recipient, parent_id,
+           auto_environment
       FROM moved ORDER BY id
     RETURNING id, apns_id
 )
@@ -372,7 +384,7 @@ WITH parents AS MATERIALIZED (
            format(:no_device_sentence::text, recipient, topic, platform),
            push.append_history(history, jsonb_build_object('outcome', 'dead', 'at', now(), 'reason', 'NoDevice')),
            deliver_once, coalesce_key, platform, provider_message_id, traceparent, trace_first_span, recipient,
-           parent_id
+           parent_id, auto_environment
       FROM moved
     {{dead_conflict}}
     RETURNING id

@@ -99,7 +99,8 @@ SELECT id, topic, device_token, channel_id, payload, push_type, priority, enviro
             THEN 'no running worker has an FCM service account for credential ''' || credential || ''' (MS028): give a worker FCM_SERVICE_ACCOUNT_PATH or a {"type": "fcm"} credential in its --config, then replay this job.'
             ELSE 'no running worker has a signing key for credential ''' || credential || ''' (MS028): name it in a worker''s --config or APNS_* settings, then replay this job.' END,
        push.append_history(history, jsonb_build_object('outcome', 'dead', 'at', now(), 'reason', 'CredentialsMissing')),
-       deliver_once, coalesce_key, platform, provider_message_id, traceparent, trace_first_span, recipient, parent_id
+       deliver_once, coalesce_key, platform, provider_message_id, traceparent, trace_first_span, recipient, parent_id,
+       auto_environment
   FROM moved
 {{dead_conflict}}
 RETURNING id

@@ -13,7 +13,10 @@ WITH updated AS (
        SET state = CASE WHEN i.kind = 'delivered' THEN 'delivered'
                         WHEN j.state = 'cancelled' THEN 'cancelled' ELSE 'pending' END,
            run_at = CASE WHEN i.kind = 'delivered' THEN j.run_at ELSE now() + i.delay_ms * interval '1 millisecond' END,
-           attempts = CASE WHEN i.kind IN ('requeue', 'transport_retry') THEN j.attempts - 1 ELSE j.attempts END,
+           attempts = CASE WHEN i.kind IN ('requeue', 'transport_retry', 'switch_environment') THEN j.attempts - 1
+                           ELSE j.attempts END,
+           -- An 'auto' job production answered BadDeviceToken: once more, to development, uncounted.
+           environment = CASE WHEN i.kind = 'switch_environment' THEN 'development' ELSE j.environment END,
            transport_retries = j.transport_retries + CASE WHEN i.kind = 'transport_retry' THEN 1 ELSE 0 END,
            status = i.st,
            reason = CASE WHEN i.kind = 'delivered' THEN j.reason ELSE i.rs END,
@@ -40,14 +43,22 @@ WITH updated AS (
       FROM {{outcome_input_rows}} AS i
      WHERE j.id = i.id AND j.attempts = i.attempt AND j.locked_by = :worker_id
        AND (j.state IN ('running', 'pending') OR (j.state = 'cancelled' AND i.sent)) AND i.kind <> 'dead'
-    RETURNING j.id, j.state, j.platform, j.topic, j.apns_id, j.status, j.reason, j.trap_ids
+    RETURNING j.id, j.state, j.platform, j.topic, j.apns_id, j.status, j.reason, j.trap_ids,
+              -- An 'auto' job delivered: the device learns the environment that answered.
+              CASE WHEN j.auto_environment AND i.kind = 'delivered'
+                   THEN push.device_environment_answered(j.topic, j.device_token, j.environment, NULL, i.at)
+              END AS learned
 ), moved AS (
     DELETE FROM push.jobs AS j
      USING {{outcome_input_rows}} AS i
      WHERE j.id = i.id AND j.attempts = i.attempt AND j.locked_by = :worker_id
        AND (j.state IN ('running', 'pending') OR (j.state = 'cancelled' AND i.sent)) AND i.kind = 'dead'
     RETURNING j.*, i.st, i.rs, i.trap_arr, i.unique_id, i.lat, i.at, i.sent, i.error, i.entry,
-              i.invalidate, i.ts_ms, i.span
+              i.invalidate, i.ts_ms, i.span,
+              -- An 'auto' job development refused too, after production: the device is invalidated.
+              CASE WHEN j.auto_environment AND j.environment = 'development' AND i.rs = 'BadDeviceToken'
+                   THEN push.device_environment_answered(j.topic, j.device_token, j.environment, i.rs, i.at)
+              END AS learned
 ), dead AS (
     INSERT INTO push.dead_jobs ({{dead_letter_columns}})
     SELECT id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
@@ -57,7 +68,8 @@ WITH updated AS (
            created_at,
            coalesce(first_attempt_at, CASE WHEN sent THEN at END), CASE WHEN sent THEN at ELSE last_attempt_at END,
            lat, now(), error, push.append_history(history, entry), deliver_once, coalesce_key, platform,
-           provider_message_id, traceparent, coalesce(trace_first_span, NULLIF(span, '')), recipient, parent_id
+           provider_message_id, traceparent, coalesce(trace_first_span, NULLIF(span, '')), recipient, parent_id,
+           auto_environment
       FROM moved
     {{dead_conflict}}
     RETURNING id

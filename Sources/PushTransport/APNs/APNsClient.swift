@@ -21,6 +21,9 @@ public final class APNsClient: Sendable {
     public struct Configuration: Sendable {
         /// One endpoint for both environments (simulator, staging proxy); `nil` for Apple's hosts.
         public var endpointOverride: APNsEndpoint?
+        /// The development environment's own endpoint (a stand-in for the sandbox host); `nil` uses
+        /// ``endpointOverride``.
+        public var developmentEndpointOverride: APNsEndpoint?
         /// The port of Apple's send hosts: 443, or 2197 for networks that block 443 (`--apns-port`).
         public var applePort: Int = 443
         /// Channel-management endpoint override; `nil` uses ``endpointOverride`` or Apple's hosts.
@@ -186,7 +189,8 @@ public final class APNsClient: Sendable {
 
     /// Where a request for `environment` goes.
     func endpoint(for environment: APNsEnvironment) -> APNsEndpoint {
-        self.configuration.endpointOverride ?? .apple(environment, port: self.configuration.applePort)
+        (environment == .development ? self.configuration.developmentEndpointOverride : nil)
+            ?? self.configuration.endpointOverride ?? .apple(environment, port: self.configuration.applePort)
     }
 
     /// Sends a job's request with `credential`'s key and returns APNs' answer: a batch of one, on the same

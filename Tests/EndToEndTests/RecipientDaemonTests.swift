@@ -1,0 +1,152 @@
+import APNsSimulator
+import Foundation
+import PostgresNIO
+import PushProcess
+import PushQueue
+import PushQueueTesting
+import Testing
+
+/// Send to a person (CONTRACT 1d), end to end: the real binary fans a recipient's job out to the device
+/// registry's live tokens, repairs the sandbox/production mismatch of an `auto` device, and keeps the registry
+/// true from the answers. The simulator plays both APNs environments, told apart by host as Apple's are
+/// (api.push.apple.com / api.sandbox.push.apple.com): `localhost` is production, `127.0.0.1` development,
+/// and a token registered as a development build is answered 400 BadDeviceToken by production.
+@Suite("Recipients end to end: fan-out, the environment repaired, the registry kept true", .serialized)
+struct RecipientDaemonTests {
+    @Test(
+        "a recipient with 3 tokens: one 410s, one is a sandbox build under auto, one is live: 2 delivered (one after one extra request to development, same apns-id, the device now development), 1 dead with its invalid-token row and its device invalidated"
+    )
+    func threeTokens() async throws {
+        try await DaemonFixture.run(simulator: { $0.sandboxHosts = ["127.0.0.1"] }) { f in
+            let t = (
+                gone: DaemonFixture.token(0x41), sandbox: DaemonFixture.token(0x42), live: DaemonFixture.token(0x43)
+            )
+            f.simulator.script(t.gone, .unregistered(timestampMs: 1_800_000_000_000))
+            f.simulator.register(token: t.sandbox, environment: "development")
+            f.simulator.register(token: t.live, environment: "production")
+            try await f.db.execute(
+                """
+                INSERT INTO push.devices (recipient, topic, token, environment) VALUES
+                ('user:42', 'com.example.app', '\(t.gone)', 'production'),
+                ('user:42', 'com.example.app', '\(t.sandbox)', 'auto'),
+                ('user:42', 'com.example.app', '\(t.live)', 'production')
+                """
+            )
+            try await f.db.execute(
+                """
+                DO $$ BEGIN
+                    PERFORM set_config('push.internal_update', 'on', true);
+                    UPDATE push.devices SET registered_at = '2026-01-01T00:00:00Z';
+                END $$
+                """
+            )
+            let parent = try await f.db.int64(
+                "INSERT INTO push.jobs (topic, recipient, payload) VALUES ('com.example.app', 'user:42', '{\"aps\":{\"alert\":\"Your order shipped\"}}') RETURNING id"
+            )
+            let worker = try f.startWorker(
+                "w1",
+                ["--apns-development-endpoint", "https://127.0.0.1:\(f.simulator.port)"]
+            )
+            try await f.waitUntil(.seconds(60), "every job terminal") { try await f.unfinished() == 0 }
+            worker.signal(SIGTERM)
+            #expect(worker.wait() == 0, "\(worker.output.suffix(2000))")
+
+            // The parent: fanned out, three children.
+            let children = try await f.db.client.query(
+                "SELECT children FROM push.jobs WHERE id = \(parent) AND state = 'fanned_out'"
+            ).decode([Int64].self).collect()
+            #expect(children.first?.count == 3, "\(children)")
+            // Two delivered, one dead.
+            #expect(
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.jobs WHERE parent_id = \(parent) AND state = 'delivered'"
+                ) == 2
+            )
+            let dead = try await f.db.client.query(
+                "SELECT device_token, reason FROM push.dead_jobs WHERE parent_id = \(parent)"
+            ).decode((String, String).self).collect()
+            #expect(dead.count == 1 && dead.first?.0 == t.gone && dead.first?.1 == "Unregistered")
+            #expect(
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.invalid_tokens WHERE device_token = '\(unescaped: t.gone)'"
+                ) == 1
+            )
+            #expect(
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.devices WHERE token = '\(unescaped: t.gone)' AND invalidated_reason = 'Unregistered'"
+                ) == 1
+            )
+            // The sandbox build: one request to production (BadDeviceToken), one to development (200), one
+            // apns-id; the device learnt its environment; no attempt used by the repair.
+            let sandbox = f.simulator.requests.filter { $0.deviceToken == t.sandbox }
+            #expect(sandbox.map(\.status) == [400, 200], "\(sandbox.map { ($0.status, $0.reason ?? "") })")
+            #expect(Set(sandbox.compactMap(\.notificationID)).count == 1, "the same apns-id both times")
+            let repaired = try await f.db.client.query(
+                """
+                SELECT j.environment, j.attempts, j.apns_id = push.child_apns_id(p.apns_id, j.device_token),
+                       j.history @> '[{"outcome": "switch_environment"}]'
+                  FROM push.jobs AS j JOIN push.jobs AS p ON p.id = j.parent_id
+                 WHERE j.device_token = \(t.sandbox)
+                """
+            ).decode((String, Int16, Bool, Bool).self).collect()
+            #expect(
+                repaired.first.map { $0.0 == "development" && $0.1 == 1 && $0.2 && $0.3 } == true,
+                "\(repaired)"
+            )
+            #expect(
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.devices WHERE token = '\(unescaped: t.sandbox)' AND environment = 'development' AND invalidated_at IS NULL"
+                ) == 1
+            )
+            #expect(f.simulator.requests.filter { $0.deviceToken == t.live }.map(\.status) == [200])
+
+            // What an operator sees.
+            let shown = try await f.cli(["jobs", "show", "\(parent)"])
+            print("jobs show \(parent) (the recipient's job):\n\(shown.output)")
+            #expect(shown.status == 0 && shown.output.contains("fanned_out"))
+            #expect(shown.output.contains("children    3: 1 dead, 2 delivered"))
+            #expect(shown.output.contains("recipient user:42"))
+            let devices = try await f.cli(["devices", "show", "user:42"])
+            print("devices show user:42:\n\(devices.output)")
+            #expect(devices.status == 0 && devices.output.contains("3 devices, 2 live"))
+            for token in [t.gone, t.sandbox, t.live] {
+                #expect(!shown.output.contains(token) && !devices.output.contains(token))
+            }
+        }
+    }
+
+    @Test("a sandbox build's device registered as auto, both environments refuse it: dead once, the device invalidated")
+    func bothEnvironmentsRefuse() async throws {
+        try await DaemonFixture.run(simulator: { $0.sandboxHosts = ["127.0.0.1"] }) { f in
+            let token = DaemonFixture.token(0x51)
+            f.simulator.script(token, .respond(status: 400, reason: "BadDeviceToken"))
+            try await f.db.execute(
+                """
+                INSERT INTO push.devices (recipient, topic, token, environment)
+                VALUES ('user:51', 'com.example.app', '\(token)', 'auto')
+                """
+            )
+            try await f.db.execute(
+                "INSERT INTO push.jobs (topic, recipient, payload) VALUES ('com.example.app', 'user:51', '{\"aps\":{\"alert\":\"hi\"}}')"
+            )
+            let worker = try f.startWorker(
+                "w1",
+                ["--apns-development-endpoint", "https://127.0.0.1:\(f.simulator.port)"]
+            )
+            try await f.waitUntil(.seconds(60), "every job terminal") { try await f.unfinished() == 0 }
+            worker.signal(SIGTERM)
+            #expect(worker.wait() == 0)
+            #expect(f.simulator.requests.filter { $0.deviceToken == token }.count == 2, "production, then development")
+            #expect(
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.dead_jobs WHERE device_token = '\(unescaped: token)' AND reason = 'BadDeviceToken' AND environment = 'development'"
+                ) == 1
+            )
+            #expect(
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.devices WHERE token = '\(unescaped: token)' AND invalidated_reason = 'BadDeviceToken'"
+                ) == 1
+            )
+        }
+    }
+}

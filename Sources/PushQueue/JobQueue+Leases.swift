@@ -138,7 +138,8 @@ enum JobsSQL: StatementFile {
 
     static let all = [
         supersedeClaimed, untilNextDue, release, extendLeases, pruneFinished, forgetAPNsIDs, forgetRetiredAPNsIDs,
-        forgetCoalesceMarks, show, children, stats, gauges, overview, outcomesByMinute, writeUnwritable, markInternalInsert,
+        forgetCoalesceMarks, show, children, stats, gauges, overview, outcomesByMinute, writeUnwritable,
+        markInternalInsert,
         lockSuperseded, assessRevive, revive, fanOut,
     ]
 }

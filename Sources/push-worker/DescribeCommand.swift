@@ -75,6 +75,10 @@ struct DescribeCommand: AsyncParsableCommand {
             }
         }
         let what = self.row == nil ? "job \(self.id ?? 0)" : "the row"
+        if let recipient = job.recipient {
+            try await self.describeRecipient(job, recipient: recipient, what: what)
+            return
+        }
         let request: APNsRequest
         do {
             if job.platform == .fcm {
@@ -133,8 +137,50 @@ struct DescribeCommand: AsyncParsableCommand {
         for warning in request.warnings {
             print("warning \(warning.trapID.rawValue): \(warning.message) (APNs accepts it; the job is sent)")
         }
+        if job.autoEnvironment {
+            print(
+                job.environment == "production"
+                    ? "environment production: the job's environment is auto (the build is not known); if APNs answers BadDeviceToken there, it is sent once to development with the same apns-id"
+                    : "environment development: the job's environment is auto and APNs production answered BadDeviceToken (a development build's token)"
+            )
+        } else if job.deviceToken != nil {
+            print("environment \(job.environment): the job names it, and it never switches")
+        }
         if isDeadLetter {
             print("(job \(self.id ?? 0) is a dead letter: this is the request a replay would send)")
+        }
+    }
+
+    /// A recipient's job is not sent itself: where its children go (the live devices now), or went.
+    func describeRecipient(_ job: PushJob, recipient: String, what: String) async throws {
+        let (details, devices) = try await self.database.withQueue { queue, _, _ in
+            (
+                try await queue.operations.job(id: job.id),
+                try await queue.operations.devices(recipient: recipient, topic: job.topic, limit: 1_000)
+            )
+        }
+        if let details, !details.children.isEmpty {
+            print("\(what) went to recipient \(recipient): fanned out to \(details.children.count) child jobs")
+            for child in details.children {
+                print("  job \(child.id)  \(child.state)  device fp \(child.tokenFingerprint)  \(child.environment)")
+            }
+            print("describe a child for its request: push-worker describe \(details.children[0].id)")
+            return
+        }
+        let live = devices.filter { $0.isLive && $0.kind == "device" && $0.platform == job.platform.rawValue }
+        print(
+            "\(what) goes to recipient \(recipient): when a worker claims it, one child job per live device of topic \(job.topic) on \(job.platform.rawValue), each with its own apns-id derived from this job's (\(job.apnsID.uuidString.lowercased()))"
+        )
+        if live.isEmpty {
+            print(
+                "  no live device now: it would end a dead letter NoDevice; register the app's token in push.devices (kind device)"
+            )
+        }
+        for device in live {
+            let why =
+                device.environment == "auto"
+                ? "auto: production first, development once on BadDeviceToken" : "the device's environment"
+            print("  device fp \(device.tokenFingerprint)  \(device.environment) (\(why))")
         }
     }
 }

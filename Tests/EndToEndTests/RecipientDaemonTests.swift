@@ -106,6 +106,19 @@ struct RecipientDaemonTests {
             #expect(shown.status == 0 && shown.output.contains("fanned_out"))
             #expect(shown.output.contains("children    3: 1 dead, 2 delivered"))
             #expect(shown.output.contains("recipient user:42"))
+            let described = try await f.cli(["describe", "\(parent)"])
+            print("describe \(parent):\n\(described.output)")
+            #expect(described.status == 0 && described.output.contains("fanned out to 3 child jobs"))
+            let child = try await f.db.int64(
+                "SELECT id FROM push.jobs WHERE device_token = '\(unescaped: t.sandbox)'"
+            )
+            let describedChild = try await f.cli(["describe", "\(child)"])
+            print("describe \(child):\n\(describedChild.output)")
+            #expect(
+                describedChild.output.contains(
+                    "environment development: the job's environment is auto and APNs production answered BadDeviceToken"
+                )
+            )
             let devices = try await f.cli(["devices", "show", "user:42"])
             print("devices show user:42:\n\(devices.output)")
             #expect(devices.status == 0 && devices.output.contains("3 devices, 2 live"))

@@ -77,22 +77,29 @@ BEGIN
 END
 $$;
 
--- Schema 10's platform trigger, restated: an fcm job's environment is 'fcm' when the producer left the
--- default; an apns job's 'auto' is production first, marked auto_environment (a worker's own insert of a row
--- that is already marked, a replay, keeps its environment).
+-- Schema 12's platform trigger, restated: an fcm job's environment is 'fcm' when the producer left the
+-- default; an apns job's 'auto' is production first, marked auto_environment. A producer's insert starts
+-- untraced and unmarked; the worker's own (replay, revive, fan-out) keeps the trace link and the mark.
 CREATE OR REPLACE FUNCTION push.jobs_platform_before_insert() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    internal boolean := (current_setting('push.internal_insert', true) = 'on'
+        AND pg_has_role(current_user,
+                        (SELECT c.relowner FROM pg_catalog.pg_class AS c WHERE c.oid = 'push.jobs'::regclass),
+                        'MEMBER')) IS TRUE;
 BEGIN
     IF NEW.platform = 'fcm' AND NEW.environment = 'production' THEN
         NEW.environment := 'fcm';
     END IF;
+    NEW.provider_message_id := NULL;
+    IF NOT internal THEN
+        NEW.trace_first_span := NULL;
+        NEW.auto_environment := false;
+    END IF;
     IF NEW.platform = 'apns' AND NEW.environment = 'auto' THEN
         NEW.environment := 'production';
         NEW.auto_environment := true;
-    ELSIF NOT (current_setting('push.internal_insert', true) = 'on' AND NEW.auto_environment) THEN
-        NEW.auto_environment := false;
     END IF;
-    NEW.provider_message_id := NULL;
     RETURN NEW;
 END
 $$;

@@ -11,7 +11,7 @@ struct PushBench: AsyncParsableCommand {
         subcommands: [
             QueueBenchmark.self, ClaimBenchmark.self, ControlsBenchmark.self, TransportBenchmark.self,
             EndToEndBenchmark.self, ConsoleBenchmark.self, FleetBenchmark.self, TenantBenchmark.self,
-            OutageBenchmark.self,
+            OutageBenchmark.self, RecipientBenchmark.self,
         ]
     )
 

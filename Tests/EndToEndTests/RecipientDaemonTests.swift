@@ -162,4 +162,106 @@ struct RecipientDaemonTests {
             )
         }
     }
+
+    @Test(
+        "1,000 recipients x 3 devices, the fanning worker killed -9 mid-fan-out, another finishes: children = live devices exactly, none twice, the invariants"
+    )
+    func killMidFanOut() async throws {
+        try await DaemonFixture.run(simulator: { configuration in
+            configuration.faults.slowShare = 1
+            configuration.faults.slowLatency = .milliseconds(300)
+            configuration.faults.seed = 7
+        }) { f in
+            let recipients = 1_000
+            // Three live devices each, and one invalidated device each that must get no child.
+            try await f.db.execute(
+                """
+                INSERT INTO push.devices (recipient, topic, token)
+                SELECT 'user:' || r, 'com.example.app', lpad(to_hex(r * 4 + d), 64, '0')
+                  FROM generate_series(1, \(recipients)) AS r, generate_series(0, 3) AS d
+                """
+            )
+            try await f.db.execute(
+                """
+                DO $$ BEGIN
+                    PERFORM set_config('push.internal_update', 'on', true);
+                    UPDATE push.devices SET invalidated_at = now(), invalidated_reason = 'Unregistered'
+                     WHERE right(token, 1) IN ('3', '7', 'b', 'f');
+                END $$
+                """
+            )
+            try await f.db.execute(
+                """
+                INSERT INTO push.jobs (topic, recipient, payload)
+                SELECT 'com.example.app', 'user:' || r, '{"aps":{"alert":"hi"}}' FROM generate_series(1, \(recipients)) AS r
+                """
+            )
+            let victim = try f.startWorker(
+                "victim",
+                ["--log-level", "error", "--batch-size", "50", "--lease", "5s", "--request-timeout-ms", "4000"]
+            )
+            try await f.waitUntil(.seconds(60), "the victim's first fan-out, parents still waiting") {
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.jobs WHERE recipient IS NOT NULL AND state = 'fanned_out'"
+                ) > 0
+            }
+            let waitingAtKill = try await f.db.int64(
+                "SELECT count(*) FROM push.jobs WHERE recipient IS NOT NULL AND state IN ('pending', 'running')"
+            )
+            let heldAtKill = try await f.db.int64(
+                "SELECT count(*) FROM push.jobs WHERE recipient IS NOT NULL AND state = 'running' AND locked_by = 'victim'"
+            )
+            kill(victim.pid, SIGKILL)
+            victim.reap()
+            let fannedAtKill = try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'fanned_out'")
+            let childrenInFlight = try await f.db.int64(
+                "SELECT count(*) FROM push.jobs WHERE parent_id IS NOT NULL AND state = 'running' AND locked_by = 'victim'"
+            )
+            #expect(waitingAtKill > 0, "killed mid-fan-out: \(waitingAtKill) parents not yet fanned out")
+            let survivor = try f.startWorker(
+                "survivor",
+                ["--log-level", "error", "--lease", "5s", "--request-timeout-ms", "4000"]
+            )
+            try await f.waitUntil(.seconds(120), "every job terminal") { try await f.unfinished() == 0 }
+            survivor.signal(SIGTERM)
+            #expect(survivor.wait() == 0)
+
+            #expect(
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.jobs WHERE recipient IS NOT NULL AND state = 'fanned_out'"
+                )
+                    == Int64(recipients)
+            )
+            // Children = live devices, exactly: one per (recipient, live token), none for an invalidated one.
+            let mismatched = try await f.db.int64(
+                """
+                SELECT count(*) FROM (
+                    SELECT p.recipient, c.device_token FROM push.jobs AS c JOIN push.jobs AS p ON p.id = c.parent_id
+                    EXCEPT ALL
+                    SELECT recipient, token FROM push.devices WHERE invalidated_at IS NULL) AS extra
+                """
+            )
+            let missing = try await f.db.int64(
+                """
+                SELECT count(*) FROM (
+                    SELECT recipient, token FROM push.devices WHERE invalidated_at IS NULL
+                    EXCEPT ALL
+                    SELECT p.recipient, c.device_token FROM push.jobs AS c JOIN push.jobs AS p ON p.id = c.parent_id
+                ) AS gone
+                """
+            )
+            #expect(mismatched == 0 && missing == 0, "children extra \(mismatched), missing \(missing)")
+            let summary = try await Invariants.assert(
+                simulator: f.simulator,
+                jobs: recipients * 3,
+                diedWorkers: ["victim"],
+                context: "recipients",
+                count: { try await f.db.int64(PostgresQuery(unsafeSQL: $0)) },
+                texts: { try await f.db.client.query(PostgresQuery(unsafeSQL: $0)).decode(String.self).collect() }
+            )
+            print(
+                "recipients: \(recipients) x 3 live devices, victim killed with \(fannedAtKill) parents fanned out, \(waitingAtKill) waiting (\(heldAtKill) claimed by it, not yet fanned out), \(childrenInFlight) children in its hands; children \(recipients * 3 - Int(mismatched)), extra \(mismatched), missing \(missing); \(summary)"
+            )
+        }
+    }
 }

@@ -26,9 +26,14 @@ extension ConsolePages {
                 "Target",
                 job.deviceToken.map { "device token, fingerprint \(tokenFingerprint($0))" } ?? job.channelID.map {
                     "broadcast channel \($0)"
-                } ?? "none"
+                } ?? job.recipient.map { "recipient \($0): one child job per live device" } ?? "none"
             ),
-            ("Credential", job.credential), ("Environment", job.environment),
+            ("Credential", job.credential),
+            (
+                "Environment",
+                job.autoEnvironment
+                    ? "\(job.environment) (auto: production first, development once on BadDeviceToken)" : job.environment
+            ),
             ("apns-id", job.apnsID.uuidString.lowercased()),
             ("Attempts", "\(job.attempts)" + (job.maxAttempts.map { " of at most \($0)" } ?? "")),
             ("Created", timestamp(job.createdAt)),
@@ -55,6 +60,17 @@ extension ConsolePages {
         }
         var described: DetailView.Request?
         var rejected: DetailView.Rejected?
+        // A recipient's job is never sent itself: its children's pages show their requests.
+        if job.recipient != nil {
+            return DetailView(
+                facts: facts.map { DetailView.Fact(name: $0.0, value: $0.1) },
+                attempts: attempts,
+                advice: [],
+                request: nil,
+                rejected: nil,
+                hasAttempts: !attempts.isEmpty
+            )
+        }
         do {
             if job.platform == .fcm {
                 // Built around a stand-in for the token, never the token itself.

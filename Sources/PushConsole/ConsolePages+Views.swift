@@ -295,6 +295,26 @@ extension ConsolePages {
                 facts.append(("Held by", holder + " until " + timestamp(details.lockedUntil)))
             }
             if let newer = details.supersededBy { facts.append(("Superseded by", "job \(newer)")) }
+            if !details.children.isEmpty {
+                // A recipient's job that fanned out: its outcome is its children's, as counts, then each.
+                let counts = Dictionary(grouping: details.children, by: \.state).mapValues(\.count)
+                facts.append(
+                    (
+                        "Children",
+                        "\(details.children.count): "
+                            + counts.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", ")
+                    )
+                )
+                for child in details.children.prefix(50) {
+                    facts.append(
+                        (
+                            "Child job \(child.id)",
+                            "\(child.state), device fingerprint \(child.tokenFingerprint), \(child.environment)"
+                                + (child.state == "delivered" ? "" : child.reason.map { ", \($0)" } ?? "")
+                        )
+                    )
+                }
+            }
             if !details.job.trapIDs.isEmpty {
                 facts.append(("Trap ids", details.job.trapIDs.map(\.rawValue).joined(separator: " ")))
             }

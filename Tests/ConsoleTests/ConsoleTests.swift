@@ -99,6 +99,36 @@ import Testing
         }
     }
 
+    @Test("a recipient's job page shows its outcome as its children's counts, each child by fingerprint, no token")
+    func recipientJobPage() async throws {
+        try await TestPostgres.withDatabase { db in
+            let tokens = [String(repeating: "a1", count: 32), String(repeating: "b2", count: 32)]
+            for token in tokens {
+                try await db.execute(
+                    "INSERT INTO push.devices (recipient, topic, token) VALUES ('user:9', 'com.example.app', '\(token)')"
+                )
+            }
+            let id = try await db.int64(
+                "INSERT INTO push.jobs (topic, recipient, payload) VALUES ('com.example.app', 'user:9', '{\"aps\":{\"alert\":\"hi\"}}') RETURNING id"
+            )
+            let claimed = try await db.queue.claim(limit: 10, workerID: "w", lease: .seconds(60))
+            _ = try await db.queue.fanOut(claimed, workerID: "w")
+            try await db.execute(
+                "UPDATE push.jobs SET state = 'delivered', delivered_at = now() WHERE device_token = '\(tokens[0])'"
+            )
+            try await withConsole(db) { port in
+                let reader = try await viewer(port: port)
+                let page = try await http("GET", port: port, "/jobs/\(id)", headers: reader)
+                #expect(page.status == 200)
+                #expect(page.body.contains("<dt>State</dt><dd>fanned_out</dd>"))
+                #expect(page.body.contains("<dt>Children</dt><dd>2: 1 delivered, 1 pending</dd>"))
+                #expect(page.body.contains("recipient user:9: one child job per live device"))
+                #expect(page.body.contains("device fingerprint \(tokenFingerprint(tokens[1]))"))
+                #expect(!tokens.contains { page.body.contains($0) })
+            }
+        }
+    }
+
     @Test("an Android job's page names the platform and shows the FCM request, never the registration token")
     func fcmJobPage() async throws {
         try await TestPostgres.withDatabase { db in

@@ -198,6 +198,9 @@ struct FleetHarnessTests {
     static let limitedTopic = "com.example.limited"
     static let pausedTopic = "com.example.paused"
 
+    /// Recipients in the backlog, two live devices each.
+    static let recipients = 100
+
     static func run(seed: UInt64, jobs count: Int) async throws {
         let plan = Plan(seed: seed)
         print("seed \(seed): \(plan)")
@@ -232,6 +235,23 @@ struct FleetHarnessTests {
                 """
             )
             var inserted = count
+            // People, not tokens: 100 recipients with two live devices each (tokens apart from the backlog's),
+            // their jobs fanned out by whichever worker claims them; the children are counted as jobs.
+            try await f.db.execute(
+                """
+                INSERT INTO push.devices (recipient, topic, token)
+                SELECT 'person:' || r, 'com.example.app', lpad(to_hex(16000000 + r * 4 + d), 64, '0')
+                  FROM generate_series(1, \(Self.recipients)) AS r, generate_series(0, 1) AS d
+                """
+            )
+            try await f.db.execute(
+                """
+                INSERT INTO push.jobs (topic, recipient, payload, credential)
+                SELECT 'com.example.app', 'person:' || r, '{"aps":{"alert":"hi"}}', 'c' || (r % 10)
+                  FROM generate_series(1, \(Self.recipients)) AS r
+                """
+            )
+            inserted += Self.recipients * 2
             let secret = try WebhookDaemonTests.secret(in: f.directory)
             let receiver = try await WebhookReceiver.start(in: f.directory, secretFile: secret, seed: seed, delay: 0)
             defer { receiver.stop() }
@@ -517,6 +537,20 @@ struct FleetHarnessTests {
             }
             if plan.killAt != nil { c.reap() }
             let summary = try await FaultTests.assertInvariants(f, jobs: inserted, diedWorkers: died, seed: seed)
+            #expect(
+                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE recipient IS NOT NULL AND state = 'fanned_out'")
+                    == Int64(Self.recipients),
+                "seed \(seed): every recipient's job fanned out"
+            )
+            #expect(
+                try await f.db.int64(
+                    """
+                    SELECT count(*) FROM push.jobs AS c JOIN push.jobs AS p ON p.id = c.parent_id
+                     WHERE c.state = 'delivered' AND p.recipient LIKE 'person:%'
+                    """
+                ) == Int64(Self.recipients * 2),
+                "seed \(seed): one delivered child per live device"
+            )
             // The webhook: one delivery per dead letter, each taken by the receiver, every signature good.
             let hookRequests = receiver.requests
             let received = Set(hookRequests.compactMap(\.delivery))

@@ -317,29 +317,30 @@ SELECT m.id, i.id FROM inserted AS i JOIN moved AS m USING (apns_id)
 -- as the claim's latest-wins would. Fenced like an outcome (id, attempt, :worker_id, still running): a
 -- parent cancelled or taken back meanwhile is left alone. Run with push.internal_insert on
 -- (mark_internal_insert): the children's insert wakes the workers. Returns (parent id, state, children).
+-- Each part reads the parents once, in one pass: a per-parent lookup into another part (a CTE has no index)
+-- made the statement quadratic in the batch (60 ms for 250 recipients' jobs instead of 25).
 WITH parents AS MATERIALIZED (
-    SELECT j.* FROM push.jobs AS j
-      JOIN unnest(:ids::bigint[], :attempts::smallint[]) AS a (id, attempt)
-        ON j.id = a.id AND j.attempts = a.attempt
-     WHERE j.locked_by = :worker_id AND j.state = 'running' AND j.recipient IS NOT NULL
+    -- Each parent with its live tokens (and their environments), and the newer job of its key if any.
+    SELECT j.*, d.tokens, d.environments, n.by
+      FROM push.jobs AS j
+      LEFT JOIN LATERAL (
+        SELECT array_agg(x.token ORDER BY x.token) AS tokens,
+               array_agg(CASE WHEN j.platform = 'fcm' THEN 'fcm' ELSE x.environment END ORDER BY x.token)
+                   AS environments
+          FROM push.devices AS x
+         WHERE x.recipient = j.recipient AND x.topic = j.topic AND x.platform = j.platform
+           AND x.kind = 'device' AND x.invalidated_at IS NULL) AS d ON true
+      LEFT JOIN LATERAL (
+        SELECT n.id AS by FROM push.jobs AS n
+         WHERE j.coalesce_key IS NOT NULL AND n.coalesce_key = j.coalesce_key AND n.topic = j.topic
+           AND n.environment = j.environment AND n.recipient IS NOT NULL AND n.id > j.id
+           AND n.state IN ('pending', 'running', 'fanned_out')
+         ORDER BY n.id DESC LIMIT 1) AS n ON true
+     WHERE j.id = ANY (:ids::bigint[])
+       AND j.attempts = (:attempts::smallint[])[array_position(:ids::bigint[], j.id)]
+       AND j.locked_by = :worker_id AND j.state = 'running' AND j.recipient IS NOT NULL
      ORDER BY j.id
      FOR NO KEY UPDATE OF j
-), newer AS MATERIALIZED (
-    SELECT p.id, n.id AS by
-      FROM parents AS p
-     CROSS JOIN LATERAL (
-        SELECT n.id FROM push.jobs AS n
-         WHERE n.coalesce_key = p.coalesce_key AND n.topic = p.topic AND n.environment = p.environment
-           AND n.recipient IS NOT NULL AND n.id > p.id AND n.state IN ('pending', 'running', 'fanned_out')
-         ORDER BY n.id DESC LIMIT 1) AS n
-     WHERE p.coalesce_key IS NOT NULL
-), targets AS MATERIALIZED (
-    SELECT p.id AS parent, d.token, CASE WHEN p.platform = 'fcm' THEN 'fcm' ELSE d.environment END AS environment
-      FROM parents AS p
-      JOIN push.devices AS d
-        ON d.recipient = p.recipient AND d.topic = p.topic AND d.platform = p.platform
-       AND d.kind = 'device' AND d.invalidated_at IS NULL
-     WHERE p.id NOT IN (SELECT id FROM newer)
 ), children AS (
     INSERT INTO push.jobs (
         topic, device_token, payload, push_type, priority, environment, credential, collapse_id, expires_at,
@@ -350,31 +351,34 @@ WITH parents AS MATERIALIZED (
                 THEN left(p.coalesce_key, 200) || '@' || left(encode(sha256(convert_to(t.token, 'UTF8')), 'hex'), 16)
            END,
            p.platform, p.traceparent, p.id
-      FROM targets AS t JOIN parents AS p ON p.id = t.parent
+      FROM parents AS p CROSS JOIN LATERAL unnest(p.tokens, p.environments) AS t (token, environment)
+     WHERE p.by IS NULL
      ORDER BY p.id, t.token
     ON CONFLICT (parent_id, device_token) WHERE parent_id IS NOT NULL DO NOTHING
     RETURNING id, parent_id
+), kids AS MATERIALIZED (
+    -- The children's ids by parent, as one map (a key lookup per parent, not a scan), built once.
+    SELECT jsonb_object_agg(k.parent_id::text, k.ids) AS map
+      FROM (SELECT parent_id, jsonb_agg(id ORDER BY id) AS ids FROM children GROUP BY parent_id) AS k
 ), ended AS (
     UPDATE push.jobs AS j
-       SET state = CASE WHEN n.by IS NOT NULL THEN 'superseded' ELSE 'fanned_out' END,
-           superseded_by = n.by,
-           reason = CASE WHEN n.by IS NOT NULL THEN 'Superseded' END,
-           children = CASE WHEN n.by IS NULL
-                           THEN (SELECT array_agg(c.id ORDER BY c.id) FROM children AS c WHERE c.parent_id = j.id)
-                      END,
+       SET state = CASE WHEN p.by IS NOT NULL THEN 'superseded' ELSE 'fanned_out' END,
+           superseded_by = p.by,
+           reason = CASE WHEN p.by IS NOT NULL THEN 'Superseded' END,
+           children = CASE WHEN p.by IS NULL
+                           THEN ARRAY(SELECT jsonb_array_elements_text(k.map -> j.id::text)::bigint) END,
            first_attempt_at = coalesce(j.first_attempt_at, now()), last_attempt_at = now(),
            locked_by = NULL, locked_until = NULL,
-           history = push.append_history(j.history, CASE WHEN n.by IS NOT NULL
-               THEN jsonb_build_object('outcome', 'superseded', 'at', now(), 'by', n.by)
-               ELSE jsonb_build_object('outcome', 'fanned_out', 'at', now(),
-                                       'children', (SELECT count(*) FROM targets AS t WHERE t.parent = j.id))
+           history = push.append_history(j.history, CASE WHEN p.by IS NOT NULL
+               THEN jsonb_build_object('outcome', 'superseded', 'at', now(), 'by', p.by)
+               ELSE jsonb_build_object('outcome', 'fanned_out', 'at', now(), 'children', cardinality(p.tokens))
                END)
-      FROM parents AS p LEFT JOIN newer AS n ON n.id = p.id
-     WHERE j.id = p.id AND (n.by IS NOT NULL OR p.id IN (SELECT parent FROM targets))
+      FROM parents AS p CROSS JOIN kids AS k
+     WHERE j.id = p.id AND (p.by IS NOT NULL OR p.tokens IS NOT NULL)
     RETURNING j.id, j.state, j.children, j.apns_id, j.platform, j.topic, j.trap_ids
 ), moved AS (
     DELETE FROM push.jobs AS j USING parents AS p
-     WHERE j.id = p.id AND p.id NOT IN (SELECT id FROM newer) AND p.id NOT IN (SELECT parent FROM targets)
+     WHERE j.id = p.id AND p.by IS NULL AND p.tokens IS NULL
     RETURNING j.*
 ), dead AS (
     INSERT INTO push.dead_jobs ({{dead_letter_columns}})

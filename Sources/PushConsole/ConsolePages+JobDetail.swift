@@ -32,7 +32,8 @@ extension ConsolePages {
             (
                 "Environment",
                 job.autoEnvironment
-                    ? "\(job.environment) (auto: production first, development once on BadDeviceToken)" : job.environment
+                    ? "\(job.environment) (auto: production first, development once on BadDeviceToken)"
+                    : job.environment
             ),
             ("apns-id", job.apnsID.uuidString.lowercased()),
             ("Attempts", "\(job.attempts)" + (job.maxAttempts.map { " of at most \($0)" } ?? "")),

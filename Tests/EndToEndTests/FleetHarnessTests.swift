@@ -538,7 +538,9 @@ struct FleetHarnessTests {
             if plan.killAt != nil { c.reap() }
             let summary = try await FaultTests.assertInvariants(f, jobs: inserted, diedWorkers: died, seed: seed)
             #expect(
-                try await f.db.int64("SELECT count(*) FROM push.jobs WHERE recipient IS NOT NULL AND state = 'fanned_out'")
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.jobs WHERE recipient IS NOT NULL AND state = 'fanned_out'"
+                )
                     == Int64(Self.recipients),
                 "seed \(seed): every recipient's job fanned out"
             )

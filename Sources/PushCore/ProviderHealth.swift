@@ -93,6 +93,9 @@ public struct ProviderHealth: Sendable {
 
     /// How many requests a first wave holds: as many answers as a verdict needs.
     public static let firstWaveSize = minimumAnswers
+    /// How long the rest of a batch waits for its first wave's answers at most (a provider slower than this
+    /// is slow, not down: its answers over 5 s old are not counted, so it is never heard from "lately").
+    public static let firstWaveWait: Duration = .seconds(1)
     /// How long without an answer other than 5xx before the next batch opens with a first wave.
     public static let quietSpan: Duration = .seconds(2)
 
@@ -101,7 +104,7 @@ public struct ProviderHealth: Sendable {
     /// ``quietSpan`` (a quiet spell, a worker just started or thawed: the answers it read late are not
     /// counted), or just back up with fewer than ``minimumAnswers`` answers since. A provider that went down
     /// meanwhile then costs a worker about 20 requests, not a whole claimed batch written before the first
-    /// answer; one that answers costs one round trip. While down, ``admits(job:at:)`` lets only the probe
+    /// answer; one that answers costs one round trip (at most ``firstWaveWait``). While down, ``admits(job:at:)`` lets only the probe
     /// through.
     public func firstWave(at now: ContinuousClock.Instant) -> Int? {
         if self.isDown { return nil }

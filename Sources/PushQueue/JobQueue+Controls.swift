@@ -181,22 +181,27 @@ extension JobQueue {
     /// (NOTIFY) so it withdraws those whose request is not yet written.
     public func cancel(ids: [Int64], coalesceKey: String? = nil, topic: String? = nil) async throws -> CancelResult {
         var result = CancelResult(cancelled: [], heldByWorkers: [], ended: [:], missing: [])
-        let rows = try await self.client.query(
-            ControlsSQL.cancel.query {
-                $0.bind("ids", ids)
-                $0.bind("coalesce_key", coalesceKey)
-                $0.bind("topic", topic)
-            },
-            logger: self.logger
-        )
         var seen = Set<Int64>()
-        for try await (id, state, _) in rows.decode((Int64, String?, Int64).self) {
-            guard seen.insert(id).inserted else { continue }
-            switch state {
-            case "pending": result.cancelled.append(id)
-            case "running": result.heldByWorkers.append(id)
-            case .some(let other): result.ended[String(id)] = other
-            case .none: result.missing.append(id)
+        // Twice when ids are named: a recipient's job whose fan-out committed while this statement waited for
+        // its row has children this statement's snapshot cannot see; the second statement cancels them.
+        for pass in 0..<(ids.isEmpty ? 1 : 2) {
+            let rows = try await self.client.query(
+                ControlsSQL.cancel.query {
+                    $0.bind("ids", ids)
+                    $0.bind("coalesce_key", coalesceKey)
+                    $0.bind("topic", topic)
+                },
+                logger: self.logger
+            )
+            for try await (id, state, _) in rows.decode((Int64, String?, Int64).self) {
+                guard seen.insert(id).inserted else { continue }
+                switch state {
+                case "pending": result.cancelled.append(id)
+                case "running": result.heldByWorkers.append(id)
+                case .some(let other) where pass == 0: result.ended[String(id)] = other
+                case .none where pass == 0: result.missing.append(id)
+                default: break
+                }
             }
         }
         result.cancelled.sort()

@@ -167,14 +167,16 @@ struct JobProcessor: Sendable {
                 )
             }
         }
-        let decided = Decision.decide(
+        var decided = Decision.decide(
             sendOutcome,
             attempt: job.attempts,
             transportRetries: job.transportRetries,
             policy: policy,
             transportBudget: self.transportBudget,
             platform: job.platform
-        ).repairingEnvironment(of: job)
+        )
+        // Only APNs' own answer repairs the environment (a token refused before sending is not the build's).
+        if case .response = sendOutcome { decided = decided.repairingEnvironment(of: job) }
         let sent: Bool
         switch sendOutcome {
         case .response, .fcm: sent = true

@@ -104,9 +104,23 @@ extension PushWorkerService {
         // A provider not heard from lately (a quiet spell, this worker just started, thawed or back from an
         // outage) gets a first wave: if it went down meanwhile, about 20 answers say so before the rest are
         // written, and those are withdrawn (``ProviderHealth/firstWave(at:)``); the rest is asked again.
+        // The rest waits for the wave's answers for 1 s at most: a slow provider is not a down one.
         if let wave = self.outages.firstWave(first), group.count > wave {
-            await self.send(Array(group.prefix(wave)))
-            await self.send(Array(group.dropFirst(wave)))
+            let (prefix, rest) = (Array(group.prefix(wave)), Array(group.dropFirst(wave)))
+            let clock = self.clock
+            await withTaskGroup(of: Bool.self) { tasks in
+                tasks.addTask {
+                    await self.send(prefix)
+                    return true
+                }
+                tasks.addTask {
+                    try? await clock.sleep(for: ProviderHealth.firstWaveWait)
+                    return false
+                }
+                // The wave answered first: only the timer is left to stop.
+                if await tasks.next() == true { tasks.cancelAll() }
+                await self.send(rest)
+            }
             return
         }
         // A job whose topic is paused (APNs refused it, or the fleet paused it), one cancelled while it waited

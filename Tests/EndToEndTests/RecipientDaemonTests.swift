@@ -264,4 +264,44 @@ struct RecipientDaemonTests {
             )
         }
     }
+
+    @Test(
+        "a parent whose children Postgres refuses does not hold up the others of its batch: they fan out, it ends a dead letter naming the refusal"
+    )
+    func refusedFanOut() async throws {
+        try await DaemonFixture.run { f in
+            let (good, bad) = (DaemonFixture.token(0x61), DaemonFixture.token(0x62))
+            try await f.db.execute(
+                """
+                INSERT INTO push.devices (recipient, topic, token)
+                VALUES ('user:61', 'com.example.app', '\(good)'), ('user:62', 'com.example.app', '\(bad)')
+                """
+            )
+            // A rule of this database's own that one child breaks (as a future or a local rule might).
+            try await f.db.execute(
+                "ALTER TABLE push.jobs ADD CONSTRAINT no_child_for_this_token CHECK (device_token IS DISTINCT FROM '\(bad)')"
+            )
+            try await f.db.execute(
+                """
+                INSERT INTO push.jobs (topic, recipient, payload)
+                VALUES ('com.example.app', 'user:61', '{"aps":{"alert":"hi"}}'),
+                       ('com.example.app', 'user:62', '{"aps":{"alert":"hi"}}')
+                """
+            )
+            let worker = try f.startWorker("w1")
+            try await f.waitUntil(.seconds(60), "every job terminal") { try await f.unfinished() == 0 }
+            worker.signal(SIGTERM)
+            #expect(worker.wait() == 0)
+            #expect(
+                try await f.db.int64(
+                    "SELECT count(*) FROM push.jobs WHERE device_token = '\(unescaped: good)' AND state = 'delivered'"
+                ) == 1
+            )
+            let dead = try await f.db.client.query(
+                "SELECT reason, error FROM push.dead_jobs WHERE recipient = 'user:62'"
+            ).decode((String, String).self).collect()
+            #expect(dead.count == 1 && dead.first?.0 == "FanOutRefused", "\(dead)")
+            #expect(dead.first?.1.contains("no_child_for_this_token") == true, "\(dead)")
+        }
+    }
 }

@@ -48,8 +48,11 @@ BEGIN
        AND pg_has_role(current_user,
                        (SELECT c.relowner FROM pg_catalog.pg_class AS c WHERE c.oid = 'push.jobs'::regclass),
                        'MEMBER') THEN
-        -- The worker's own insert (replay, revive, fan-out): its apns_id joins the ledger if it is new.
-        PERFORM push.claim_apns_id(NEW.apns_id);
+        -- The worker's own insert (replay, revive, fan-out): its apns_id joins the ledger if it is new. A
+        -- child whose derived apns_id is spent already (that push went out) is skipped.
+        IF NOT push.claim_apns_id(NEW.apns_id) AND NEW.parent_id IS NOT NULL THEN
+            RETURN NULL;
+        END IF;
         RETURN NEW;
     END IF;
     IF NOT push.claim_apns_id(NEW.apns_id) THEN
@@ -139,6 +142,8 @@ AS $$ SELECT md5(parent::text || '/' || token)::uuid $$;
 -- push:outside-transaction
 CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS jobs_one_child_per_parent_and_token
     ON push.jobs (parent_id, device_token) WHERE parent_id IS NOT NULL;
+-- Pruning fanned-out recipients' jobs past the retention (each state its own partial index).
+CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_fanned_out_idx ON push.jobs (created_at) WHERE state = 'fanned_out';
 -- The fan-out's latest-wins look for a newer job of a recipient's key, in any state a worker may be at.
 CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_recipient_key_idx
     ON push.jobs (coalesce_key, topic, environment, id) WHERE recipient IS NOT NULL AND coalesce_key IS NOT NULL;

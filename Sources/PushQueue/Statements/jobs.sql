@@ -61,17 +61,22 @@ WITH delivered AS (
      LIMIT :batch_size
      FOR UPDATE SKIP LOCKED
 ), cancelled AS (
-    -- Cancelled jobs too (a holder's late outcome is no longer awaited after the retention), and recipients'
-    -- jobs that fanned out (their children are jobs of their own).
+    -- Cancelled jobs too (a holder's late outcome is no longer awaited after the retention).
     SELECT id FROM push.jobs
-     WHERE state IN ('cancelled', 'fanned_out') AND created_at < now() - make_interval(secs => :retention_seconds)
+     WHERE state = 'cancelled' AND created_at < now() - make_interval(secs => :retention_seconds)
+     LIMIT :batch_size
+     FOR UPDATE SKIP LOCKED
+), fanned_out AS (
+    -- Recipients' jobs that fanned out (their children are jobs of their own): jobs_fanned_out_idx.
+    SELECT id FROM push.jobs
+     WHERE state = 'fanned_out' AND created_at < now() - make_interval(secs => :retention_seconds)
      LIMIT :batch_size
      FOR UPDATE SKIP LOCKED
 )
 -- The apns_id stays spent in push.apns_ids: an outbox retry of this job is skipped, not sent again.
 DELETE FROM push.jobs
  WHERE id IN (SELECT id FROM delivered UNION ALL SELECT id FROM superseded
-              UNION ALL SELECT id FROM cancelled)
+              UNION ALL SELECT id FROM cancelled UNION ALL SELECT id FROM fanned_out)
 RETURNING id
 
 -- name: forget_apns_ids
@@ -334,7 +339,7 @@ WITH parents AS MATERIALIZED (
         SELECT n.id AS by FROM push.jobs AS n
          WHERE j.coalesce_key IS NOT NULL AND n.coalesce_key = j.coalesce_key AND n.topic = j.topic
            AND n.environment = j.environment AND n.recipient IS NOT NULL AND n.id > j.id
-           AND n.state IN ('pending', 'running', 'fanned_out')
+           AND (n.state IN ('running', 'fanned_out') OR (n.state = 'pending' AND n.run_at <= now()))
          ORDER BY n.id DESC LIMIT 1) AS n ON true
      WHERE j.id = ANY (:ids::bigint[])
        AND j.attempts = (:attempts::smallint[])[array_position(:ids::bigint[], j.id)]
@@ -347,14 +352,18 @@ WITH parents AS MATERIALIZED (
         apns_id, max_attempts, deliver_once, coalesce_key, platform, traceparent, parent_id)
     SELECT p.topic, t.token, p.payload, p.push_type, p.priority, t.environment, p.credential, p.collapse_id,
            p.expires_at, push.child_apns_id(p.apns_id, t.token), p.max_attempts, p.deliver_once,
+           -- At most 255 bytes: a key over 238 bytes (or characters of several bytes) goes by its md5.
            CASE WHEN p.coalesce_key IS NOT NULL
-                THEN left(p.coalesce_key, 200) || '@' || left(encode(sha256(convert_to(t.token, 'UTF8')), 'hex'), 16)
+                THEN CASE WHEN octet_length(p.coalesce_key) <= 238 THEN p.coalesce_key ELSE md5(p.coalesce_key) END
+                     || '@' || left(encode(sha256(convert_to(t.token, 'UTF8')), 'hex'), 16)
            END,
            p.platform, p.traceparent, p.id
       FROM parents AS p CROSS JOIN LATERAL unnest(p.tokens, p.environments) AS t (token, environment)
      WHERE p.by IS NULL
      ORDER BY p.id, t.token
-    ON CONFLICT (parent_id, device_token) WHERE parent_id IS NOT NULL DO NOTHING
+    -- A second child of a parent and token, or a live job that already holds the derived apns_id: skipped
+    -- (and one whose apns_id the ledger holds, by the insert trigger: that push went out).
+    ON CONFLICT DO NOTHING
     RETURNING id, parent_id
 ), kids AS MATERIALIZED (
     -- The children's ids by parent, as one map (a key lookup per parent, not a scan), built once.

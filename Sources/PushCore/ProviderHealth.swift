@@ -40,6 +40,9 @@ public struct ProviderHealth: Sendable {
     /// When the newest answer other than 5xx was received (and counted: one read long after its request was
     /// written is not); `nil` before the first.
     private var lastHeard: ContinuousClock.Instant?
+    /// First-wave requests given out and not yet ended: the wave is the provider's, shared by every batch of
+    /// the worker (ten credentials' batches must not make ten waves).
+    private var waveInFlight = 0
     /// When the provider came back up after an outage. For a minute after, while fewer than ``minimumAnswers``
     /// answers are counted since, it may be down: the evidence that judged it down is gone, and a brownout (half
     /// the answers 5xx) flaps down and up; a job's last 5xx is not taken for its own meanwhile.
@@ -104,17 +107,33 @@ public struct ProviderHealth: Sendable {
     /// ``quietSpan`` (a quiet spell, a worker just started or thawed: the answers it read late are not
     /// counted), or just back up with fewer than ``minimumAnswers`` answers since. A provider that went down
     /// meanwhile then costs a worker about 20 requests, not a whole claimed batch written before the first
-    /// answer; one that answers costs one round trip (at most ``firstWaveWait``). While down, ``admits(job:at:)`` lets only the probe
-    /// through.
+    /// answer; one that answers costs one round trip (at most ``firstWaveWait``). Less what earlier batches
+    /// took of the wave and has not ended (``takeWave(_:at:)``). While down, ``admits(job:at:)`` lets only
+    /// the probe through.
     public func firstWave(at now: ContinuousClock.Instant) -> Int? {
         if self.isDown { return nil }
+        let room = max(0, Self.firstWaveSize - self.waveInFlight)
         if let recovered = self.recoveredAt, now - recovered < Self.recoveryLimit,
             self.window.recentCount < Self.minimumAnswers
         {
-            return Self.firstWaveSize
+            return room
         }
-        guard let heard = self.lastHeard, now - heard < Self.quietSpan else { return Self.firstWaveSize }
+        guard let heard = self.lastHeard, now - heard < Self.quietSpan else { return room }
         return nil
+    }
+
+    /// Takes up to `wanted` requests of the first wave (`nil`: no wave now, write them all); each taken one is
+    /// given back by ``waveEnded(_:)`` once it is answered or withdrawn.
+    public mutating func takeWave(_ wanted: Int, at now: ContinuousClock.Instant) -> Int? {
+        guard let room = self.firstWave(at: now) else { return nil }
+        let granted = min(room, max(wanted, 0))
+        self.waveInFlight += granted
+        return granted
+    }
+
+    /// `count` requests of a first wave ended.
+    public mutating func waveEnded(_ count: Int) {
+        self.waveInFlight = max(0, self.waveInFlight - count)
     }
 
     /// Whether `job`'s request is the probe in flight.
@@ -139,7 +158,9 @@ public struct ProviderHealth: Sendable {
             guard self.probe == job else { return nil }
             self.probe = nil
             if !serverError {
+                let wave = self.waveInFlight
                 self = ProviderHealth()
+                self.waveInFlight = wave
                 self.lastAnswered = now
                 self.lastHeard = now
                 self.recoveredAt = now

@@ -154,11 +154,16 @@ final class ProviderOutages: Sendable {
         return self.states.withLock { $0[Key(job)]?.admits(job: job.id, at: now) ?? true }
     }
 
-    /// How many of a batch of `job`'s provider may be written before their answers are read (`nil`: all):
-    /// ``ProviderHealth/firstWave(at:)``.
-    func firstWave(_ job: PushJob) -> Int? {
+    /// How many of a batch of `job`'s provider may be written before their answers are read (`nil`: all),
+    /// taken from the provider's first wave: ``ProviderHealth/takeWave(_:at:)``.
+    func takeWave(_ job: PushJob, wanting wanted: Int) -> Int? {
         let now = self.clock.now
-        return self.states.withLock { $0[Key(job), default: ProviderHealth()].firstWave(at: now) }
+        return self.states.withLock { $0[Key(job), default: ProviderHealth()].takeWave(wanted, at: now) }
+    }
+
+    /// `count` requests of `job`'s provider's first wave ended (answered or withdrawn).
+    func waveEnded(_ job: PushJob, count: Int) {
+        self.states.withLock { $0[Key(job)]?.waveEnded(count) }
     }
 
     /// What the claim leaves out: APNs environments and FCM credentials that are down, unless a probe is due.

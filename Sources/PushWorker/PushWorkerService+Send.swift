@@ -89,7 +89,12 @@ extension PushWorkerService {
     }
 
     /// Sends one group's requests (one platform, environment and credential) through its platform's sender.
-    private func send(_ group: [(prepared: JobProcessor.Prepared, latest: ContinuousClock.Instant?)]) async {
+    ///
+    /// - Parameter pastWave: the requests are a first wave, or waited for one: written without asking again.
+    private func send(
+        _ group: [(prepared: JobProcessor.Prepared, latest: ContinuousClock.Instant?)],
+        pastWave: Bool = false
+    ) async {
         let first = group[0].prepared.job
         guard let sender = self.senders[first.platform] else {
             let error = TransportError(
@@ -102,24 +107,36 @@ extension PushWorkerService {
             return
         }
         // A provider not heard from lately (a quiet spell, this worker just started, thawed or back from an
-        // outage) gets a first wave: if it went down meanwhile, about 20 answers say so before the rest are
-        // written, and those are withdrawn (``ProviderHealth/firstWave(at:)``); the rest is asked again.
-        // The rest waits for the wave's answers for 1 s at most: a slow provider is not a down one.
-        if let wave = self.outages.firstWave(first), group.count > wave {
-            let (prefix, rest) = (Array(group.prefix(wave)), Array(group.dropFirst(wave)))
+        // outage) gets a first wave of 20 requests, shared by every batch of this worker: if it went down
+        // meanwhile, their answers say so before the rest are written, and those are withdrawn
+        // (``ProviderHealth/firstWave(at:)``). The rest waits for the wave's answers 1 s at most: a slow
+        // provider is not a down one (a down one answers 5xx at once). A batch given no part of the wave waits
+        // that second, then goes.
+        if !pastWave, let granted = self.outages.takeWave(first, wanting: group.count) {
+            guard granted < group.count else {
+                // All of it is the wave.
+                await self.send(group, pastWave: true)
+                self.outages.waveEnded(first, count: granted)
+                return
+            }
+            let (wave, rest) = (Array(group.prefix(granted)), Array(group.dropFirst(granted)))
             let clock = self.clock
             await withTaskGroup(of: Bool.self) { tasks in
-                tasks.addTask {
-                    await self.send(prefix)
-                    return true
+                if !wave.isEmpty {
+                    tasks.addTask {
+                        await self.send(wave, pastWave: true)
+                        self.outages.waveEnded(first, count: wave.count)
+                        return true
+                    }
                 }
                 tasks.addTask {
                     try? await clock.sleep(for: ProviderHealth.firstWaveWait)
                     return false
                 }
-                // The wave answered first: only the timer is left to stop.
-                if await tasks.next() == true { tasks.cancelAll() }
-                await self.send(rest)
+                // The wave answered first: only the timer is left to stop, and the rest is asked again.
+                let answered = await tasks.next() == true
+                if answered { tasks.cancelAll() }
+                await self.send(rest, pastWave: !answered)
             }
             return
         }

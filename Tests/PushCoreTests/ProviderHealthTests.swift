@@ -221,6 +221,16 @@ struct ProviderHealthTests {
         _ = health.record(serverError: false, job: 3, at: self.at(2_400), written: self.at(1_000))
         #expect(health.firstWave(at: self.at(2_500)) == nil)
 
+        // The wave is shared: what one batch took and has not ended is not given to the next.
+        var shared = ProviderHealth()
+        #expect(shared.takeWave(15, at: self.at(0)) == 15)
+        #expect(shared.takeWave(15, at: self.at(1)) == 5)
+        #expect(shared.takeWave(15, at: self.at(2)) == 0)
+        shared.waveEnded(15)
+        #expect(shared.takeWave(30, at: self.at(3)) == 15)
+        _ = shared.record(serverError: false, job: 1, at: self.at(4))
+        #expect(shared.takeWave(30, at: self.at(5)) == nil, "heard from: no wave")
+
         // Down: only the probe goes (``admits(job:at:)``), no wave. Back up: waves until 20 answers are counted.
         var down = ProviderHealth()
         for job in 0..<20 { _ = down.record(serverError: true, job: Int64(job), at: self.at(job)) }

@@ -111,6 +111,25 @@ struct FanOutTests {
         }
     }
 
+    @Test("jobs cancel --coalesce-key reaches the children of recipients' jobs of the key")
+    func cancelChildrenByKey() async throws {
+        try await TestPostgres.withDatabase { db in
+            for token in Self.tokens.prefix(2) {
+                try await DevicesTests.upsert(db, recipient: "user:6", token: token)
+            }
+            let parent = try await Self.parent(db, recipient: "user:6", key: "score:6")
+            let claimed = try await db.queue.claim(limit: 10, workerID: "w", lease: .seconds(60))
+            _ = try await db.queue.fanOut(claimed, workerID: "w")
+            let result = try await db.queue.cancel(ids: [], coalesceKey: "score:6", topic: "com.example.app")
+            #expect(result.cancelled.count == 2)
+            #expect(
+                try await db.int64(
+                    "SELECT count(*) FROM push.jobs WHERE parent_id = \(unescaped: String(parent)) AND state = 'cancelled'"
+                ) == 2
+            )
+        }
+    }
+
     @Test("jobs cancel of a parent cancels its children not yet sent")
     func cancelChildren() async throws {
         try await TestPostgres.withDatabase { db in
@@ -158,6 +177,52 @@ struct FanOutTests {
                 "SELECT parent_id FROM push.jobs WHERE id = \(unescaped: String(id)) AND parent_id IS NOT NULL"
             )
             #expect(kept.isEmpty)
+        }
+    }
+
+    @Test(
+        "a token rotated by an upsert held open in a producer transaction: the fan-out does not wait for it (pg_stat_activity) and goes by what is committed; once committed, the next fan-out goes to the new token's recipient"
+    )
+    func rotationInFlight() async throws {
+        try await TestPostgres.withDatabase { db in
+            let (old, moved) = (Self.tokens[0], Self.tokens[1])
+            try await DevicesTests.upsert(db, recipient: "user:7", token: old)
+            try await DevicesTests.upsert(db, recipient: "user:7", token: moved)
+            _ = try await Self.parent(db, recipient: "user:7")
+            let claimed = try await db.queue.claim(limit: 10, workerID: "w", lease: .seconds(60))
+            // The app reinstalled under another account: its token moves to user:8, in a transaction left open.
+            let producer = try await FleetInterleavingTests.session(db)
+            defer { Task { try? await producer.close() } }
+            try await producer.query("BEGIN", logger: db.logger)
+            try await producer.query(
+                """
+                INSERT INTO push.devices (recipient, topic, token) VALUES ('user:8', 'com.example.app', \(moved))
+                ON CONFLICT (platform, topic, token) DO UPDATE SET recipient = excluded.recipient
+                """,
+                logger: db.logger
+            )
+            let release: @Sendable () async throws -> Void = {
+                _ = try await producer.query("COMMIT", logger: db.logger)
+            }
+            let fanned = try await FleetInterleavingTests.watch(db, release: release) {
+                try await db.queue.fanOut(claimed, workerID: "w")
+            }
+            #expect(!fanned.waited, "the fan-out waited for the producer's upsert")
+            #expect(fanned.value.first?.children.count == 2, "what was committed: both tokens user:7's")
+            try await release()
+            // After the commit, user:7 has one device and user:8 the moved one.
+            _ = try await Self.parent(db, recipient: "user:7")
+            _ = try await Self.parent(db, recipient: "user:8")
+            let next = try await db.queue.claim(limit: 10, workerID: "w", lease: .seconds(60))
+            let results = try await db.queue.fanOut(next.filter { $0.recipient != nil }, workerID: "w")
+            #expect(results.map(\.children.count) == [1, 1])
+            let targets = try await db.client.query(
+                """
+                SELECT p.recipient, c.device_token FROM push.jobs AS c JOIN push.jobs AS p ON p.id = c.parent_id
+                 WHERE p.id > (SELECT min(id) FROM push.jobs WHERE recipient IS NOT NULL) ORDER BY 1
+                """
+            ).decode((String, String).self).collect()
+            #expect(targets.map(\.0) == ["user:7", "user:8"] && targets.map(\.1) == [old, moved], "\(targets)")
         }
     }
 }

@@ -53,13 +53,18 @@ SELECT id FROM push.jobs WHERE id = ANY (:ids::bigint[]) AND state = 'cancelled'
 
 -- name: cancel
 -- Cancels pending and running jobs by id (a recipient's job: its children not yet sent too), or by
--- coalesce_key (within :topic if given); tells the workers holding any (NOTIFY `cancel:<ids>`); says of every
+-- coalesce_key (within :topic if given; a recipient's job of the key: its children too); tells the workers holding any (NOTIFY `cancel:<ids>`); says of every
 -- other asked-for id what it is.
 WITH targets AS (
     SELECT j.id, j.state FROM push.jobs AS j
      WHERE (j.id = ANY (:ids::bigint[]) OR j.parent_id = ANY (:ids::bigint[])
             OR (:coalesce_key::text IS NOT NULL AND j.coalesce_key = :coalesce_key
-                AND (:topic::text IS NULL OR j.topic = :topic)))
+                AND (:topic::text IS NULL OR j.topic = :topic))
+            -- The children of recipients' jobs of the key (theirs is the key and a token's fingerprint).
+            OR j.parent_id = ANY (ARRAY(
+                SELECT r.id FROM push.jobs AS r
+                 WHERE :coalesce_key::text IS NOT NULL AND r.coalesce_key = :coalesce_key
+                   AND r.recipient IS NOT NULL AND (:topic::text IS NULL OR r.topic = :topic))))
        AND j.state IN ('pending', 'running')
      FOR NO KEY UPDATE
 ), cancelled AS (

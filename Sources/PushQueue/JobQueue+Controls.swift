@@ -182,9 +182,9 @@ extension JobQueue {
     public func cancel(ids: [Int64], coalesceKey: String? = nil, topic: String? = nil) async throws -> CancelResult {
         var result = CancelResult(cancelled: [], heldByWorkers: [], ended: [:], missing: [])
         var seen = Set<Int64>()
-        // Twice when ids are named: a recipient's job whose fan-out committed while this statement waited for
-        // its row has children this statement's snapshot cannot see; the second statement cancels them.
-        for pass in 0..<(ids.isEmpty ? 1 : 2) {
+        // Twice: a recipient's job whose fan-out committed while this statement waited for its row (asked by id
+        // or by key) has children this statement's snapshot cannot see; the second statement cancels them.
+        for pass in 0..<2 {
             let rows = try await self.client.query(
                 ControlsSQL.cancel.query {
                     $0.bind("ids", ids)

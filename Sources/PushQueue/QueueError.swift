@@ -88,6 +88,17 @@ public struct QueueError: Error, Sendable, CustomStringConvertible {
         return false
     }
 
+    /// Whether Postgres refused the statement for what a row holds (``isRefusedByServer(_:)`` but for class
+    /// 42, syntax or access rule: a missing grant or a broken statement refuses every row alike).
+    public static func isRefusedForTheRows(_ error: any Error) -> Bool {
+        guard self.isRefusedByServer(error) else { return false }
+        if let psql = error as? PSQLError { return !(psql.serverInfo?[.sqlState] ?? "").hasPrefix("42") }
+        if let transaction = error as? PostgresTransactionError, let inner = transaction.closureError {
+            return isRefusedForTheRows(inner)
+        }
+        return true
+    }
+
     public static func isRefusedByServer(_ error: any Error) -> Bool {
         if let psql = error as? PSQLError {
             if let server = psql.serverInfo {

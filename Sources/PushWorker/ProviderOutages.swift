@@ -161,6 +161,12 @@ final class ProviderOutages: Sendable {
         return self.states.withLock { $0[Key(job), default: ProviderHealth()].takeWave(wanted, at: now) }
     }
 
+    /// How many of `job`'s provider's first wave are free now (`nil`: no wave), taking none.
+    func firstWave(_ job: PushJob) -> Int? {
+        let now = self.clock.now
+        return self.states.withLock { $0[Key(job), default: ProviderHealth()].firstWave(at: now) }
+    }
+
     /// `count` requests of `job`'s provider's first wave ended (answered or withdrawn).
     func waveEnded(_ job: PushJob, count: Int) {
         self.states.withLock { $0[Key(job)]?.waveEnded(count) }

@@ -56,7 +56,7 @@ extension PushWorkerService {
             return []
         } catch {
             self.databaseFailed(error)
-            guard QueueError.isRefusedByServer(error) else {
+            guard QueueError.isRefusedForTheRows(error) else {
                 self.logger.error(
                     "could not fan out recipients' jobs; they are claimed again when their lease ends",
                     metadata: ["push.jobs": "\(parents.count)", "push.error": "\(QueueError.summary(of: error))"]

@@ -111,23 +111,34 @@ extension PushWorkerService {
         // meanwhile, their answers say so before the rest are written, and those are withdrawn
         // (``ProviderHealth/firstWave(at:)``). The rest waits for the wave's answers 1 s at most: a slow
         // provider is not a down one (a down one answers 5xx at once). A batch given no part of the wave waits
-        // that second, then goes.
-        if !pastWave, let granted = self.outages.takeWave(first, wanting: group.count) {
+        // until the wave ends (then asks again) or the provider is heard from, that second at most, then goes.
+        // A rate-limited group is paced by its limit already, and its requests have a latest time to keep.
+        if !pastWave, group.allSatisfy({ $0.latest == nil }),
+            let granted = self.outages.takeWave(first, wanting: group.count)
+        {
             guard granted < group.count else {
                 // All of it is the wave.
                 await self.send(group, pastWave: true)
                 self.outages.waveEnded(first, count: granted)
                 return
             }
-            let (wave, rest) = (Array(group.prefix(granted)), Array(group.dropFirst(granted)))
             let clock = self.clock
+            guard granted > 0 else {
+                let deadline = clock.now + ProviderHealth.firstWaveWait
+                while clock.now < deadline {
+                    try? await clock.sleep(for: .milliseconds(20))
+                    if self.outages.firstWave(first) != 0 { break }
+                }
+                // Room in the wave again, or heard from (no wave): asked again; still none after the second: sent.
+                await self.send(group, pastWave: self.outages.firstWave(first) == 0)
+                return
+            }
+            let (wave, rest) = (Array(group.prefix(granted)), Array(group.dropFirst(granted)))
             await withTaskGroup(of: Bool.self) { tasks in
-                if !wave.isEmpty {
-                    tasks.addTask {
-                        await self.send(wave, pastWave: true)
-                        self.outages.waveEnded(first, count: wave.count)
-                        return true
-                    }
+                tasks.addTask {
+                    await self.send(wave, pastWave: true)
+                    self.outages.waveEnded(first, count: wave.count)
+                    return true
                 }
                 tasks.addTask {
                     try? await clock.sleep(for: ProviderHealth.firstWaveWait)

@@ -64,7 +64,8 @@ WITH targets AS (
             OR j.parent_id = ANY (ARRAY(
                 SELECT r.id FROM push.jobs AS r
                  WHERE :coalesce_key::text IS NOT NULL AND r.coalesce_key = :coalesce_key
-                   AND r.recipient IS NOT NULL AND (:topic::text IS NULL OR r.topic = :topic))))
+                   AND r.recipient IS NOT NULL AND r.state IN ('pending', 'running', 'fanned_out')
+                   AND (:topic::text IS NULL OR r.topic = :topic))))
        AND j.state IN ('pending', 'running')
      FOR NO KEY UPDATE
 ), cancelled AS (

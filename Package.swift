@@ -67,6 +67,7 @@ let package = Package(
                 .embedInCode("Statements/outcome_input_rows.sql"),
                 .embedInCode("Statements/dead_letter_columns.sql"),
                 .embedInCode("Statements/dead_conflict.sql"),
+                .embedInCode("Statements/webhook_delivery_body.sql"),
                 .embedInCode("Statements/back_to_pending.sql"),
                 .embedInCode("Statements/workers.sql"),
                 .embedInCode("Statements/session.sql"),

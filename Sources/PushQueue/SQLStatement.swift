@@ -164,6 +164,7 @@ struct SQLStatement: Sendable {
         "outcome_input_rows": PackageResources.outcome_input_rows_sql,
         "dead_letter_columns": PackageResources.dead_letter_columns_sql,
         "dead_conflict": PackageResources.dead_conflict_sql,
+        "webhook_delivery_body": PackageResources.webhook_delivery_body_sql,
         "back_to_pending": PackageResources.back_to_pending_sql,
         "workers": PackageResources.workers_sql,
         "controls": PackageResources.controls_sql,

@@ -447,12 +447,11 @@ WITH RECURSIVE {{pending_credentials}}, credentials AS (
 ), superseded_hooks AS (
     -- Webhooks that take `superseded` (schema 11): a delivery per job this claim retired, in this statement.
     INSERT INTO push.webhook_deliveries (webhook_id, event, job_id, body)
-    SELECT h.id, 'superseded', e.id,
-           jsonb_build_object('job_id', e.id, 'apns_id', e.apns_id, 'platform', e.platform, 'topic', e.topic,
-                              'state', 'superseded', 'status', NULL, 'reason', 'Superseded',
-                              'trap_ids', to_jsonb(e.trap_ids), 'at', now(), 'event', 'superseded')
+    SELECT h.id, 'superseded', e.id, {{webhook_delivery_body}}
       FROM push.webhooks AS h
-      JOIN (SELECT * FROM superseded UNION ALL SELECT * FROM below) AS e
+      JOIN (SELECT s.*, 'superseded' AS state, NULL::smallint AS status, 'Superseded' AS reason,
+                   'superseded' AS event
+              FROM (SELECT * FROM superseded UNION ALL SELECT * FROM below) AS s) AS e
         ON h.topic IS NULL OR h.topic = e.topic
      WHERE h.disabled_at IS NULL AND 'superseded' = ANY (h.events)
     RETURNING 1

@@ -16,12 +16,12 @@ WITH superseded AS (
 ), hooks AS (
     -- Webhooks that take `superseded` (schema 11), as the claim's own superseding does.
     INSERT INTO push.webhook_deliveries (webhook_id, event, job_id, body)
-    SELECT h.id, 'superseded', e.id,
-           jsonb_build_object('job_id', e.id, 'apns_id', e.apns_id, 'platform', e.platform,
-                              'topic', e.topic, 'state', 'superseded', 'status', NULL,
-                              'reason', 'Superseded', 'trap_ids', to_jsonb(e.trap_ids), 'at', now(),
-                              'event', 'superseded')
-      FROM push.webhooks AS h JOIN superseded AS e ON h.topic IS NULL OR h.topic = e.topic
+    SELECT h.id, 'superseded', e.id, {{webhook_delivery_body}}
+      FROM push.webhooks AS h
+      JOIN (SELECT s.*, 'superseded' AS state, NULL::smallint AS status, 'Superseded' AS reason,
+                   'superseded' AS event
+              FROM superseded AS s) AS e
+        ON h.topic IS NULL OR h.topic = e.topic
      WHERE h.disabled_at IS NULL AND 'superseded' = ANY (h.events)
     RETURNING 1
 )
@@ -238,17 +238,13 @@ WITH done AS (
 ), deliveries AS (
     -- Webhooks take this outcome too, in the same statement (the normal write's rule).
     INSERT INTO push.webhook_deliveries (webhook_id, event, job_id, body)
-    SELECT h.id, e.event, e.id,
-           jsonb_build_object('job_id', e.id, 'apns_id', e.apns_id, 'platform', e.platform,
-                              'topic', e.topic, 'state', e.event, 'status', e.status,
-                              'reason', e.reason, 'trap_ids', to_jsonb(e.trap_ids), 'at', now(),
-                              'event', e.event)
+    SELECT h.id, e.event, e.id, {{webhook_delivery_body}}
       FROM push.webhooks AS h
-      JOIN (SELECT id, 'delivered' AS event, apns_id, platform, topic, 200 AS status,
+      JOIN (SELECT id, 'delivered' AS event, 'delivered' AS state, apns_id, platform, topic, 200 AS status,
                    NULL::text AS reason, trap_ids
               FROM done
             UNION ALL
-            SELECT id, 'dead', apns_id, platform, topic, :status::int, :reason::text, trap_ids
+            SELECT id, 'dead', 'dead', apns_id, platform, topic, :status::int, :reason::text, trap_ids
               FROM moved) AS e
         ON e.event = ANY (h.events) AND (h.topic IS NULL OR h.topic = e.topic)
      WHERE h.disabled_at IS NULL
@@ -404,15 +400,13 @@ WITH parents AS MATERIALIZED (
 ), deliveries AS (
     -- Webhooks that take `dead` or `superseded` hear of these in this statement.
     INSERT INTO push.webhook_deliveries (webhook_id, event, job_id, body)
-    SELECT h.id, e.event, e.id,
-           jsonb_build_object('job_id', e.id, 'apns_id', e.apns_id, 'platform', e.platform,
-                              'topic', e.topic, 'state', e.event, 'status', NULL, 'reason', e.reason,
-                              'trap_ids', to_jsonb(e.trap_ids), 'at', now(), 'event', e.event)
+    SELECT h.id, e.event, e.id, {{webhook_delivery_body}}
       FROM push.webhooks AS h
-      JOIN (SELECT id, 'superseded' AS event, apns_id, platform, topic, 'Superseded' AS reason, trap_ids
+      JOIN (SELECT id, 'superseded' AS event, 'superseded' AS state, apns_id, platform, topic,
+                   NULL::smallint AS status, 'Superseded' AS reason, trap_ids
               FROM ended WHERE state = 'superseded'
             UNION ALL
-            SELECT id, 'dead', apns_id, platform, topic, 'NoDevice', trap_ids FROM moved) AS e
+            SELECT id, 'dead', 'dead', apns_id, platform, topic, NULL, 'NoDevice', trap_ids FROM moved) AS e
         ON e.event = ANY (h.events) AND (h.topic IS NULL OR h.topic = e.topic)
      WHERE h.disabled_at IS NULL
     RETURNING 1

@@ -80,13 +80,13 @@ WITH seen AS (
 ), deliveries AS (
     -- Webhooks that take `dead` hear of these too, in this statement.
     INSERT INTO push.webhook_deliveries (webhook_id, event, job_id, body)
-    SELECT h.id, 'dead', m.id,
-           jsonb_build_object('job_id', m.id, 'apns_id', m.apns_id, 'platform', m.platform,
-                              'topic', m.topic, 'state', 'dead', 'status', m.status,
-                              'reason', 'CredentialsMissing',
-                              'trap_ids', to_jsonb(push.merge_trap_ids(m.trap_ids, '{MS028}')),
-                              'at', now(), 'event', 'dead')
-      FROM push.webhooks AS h JOIN moved AS m ON h.topic IS NULL OR h.topic = m.topic
+    SELECT h.id, 'dead', e.id, {{webhook_delivery_body}}
+      FROM push.webhooks AS h
+      JOIN (SELECT m.id, m.apns_id, m.platform, m.topic, 'dead' AS state, m.status,
+                   'CredentialsMissing' AS reason, push.merge_trap_ids(m.trap_ids, '{MS028}') AS trap_ids,
+                   'dead' AS event
+              FROM moved AS m) AS e
+        ON h.topic IS NULL OR h.topic = e.topic
      WHERE h.disabled_at IS NULL AND 'dead' = ANY (h.events)
     RETURNING 1
 )

@@ -99,10 +99,7 @@ WITH updated AS (
     SELECT id, events, topic FROM push.webhooks WHERE disabled_at IS NULL
 ), deliveries AS (
     INSERT INTO push.webhook_deliveries (webhook_id, event, job_id, body)
-    SELECT h.id, e.event, e.id,
-           jsonb_build_object('job_id', e.id, 'apns_id', e.apns_id, 'platform', e.platform, 'topic', e.topic,
-                              'state', e.state, 'status', e.status, 'reason', e.reason,
-                              'trap_ids', to_jsonb(e.trap_ids), 'at', now(), 'event', e.event)
+    SELECT h.id, e.event, e.id, {{webhook_delivery_body}}
       FROM hooks AS h
       JOIN (SELECT u.id, 'delivered' AS event, u.apns_id, u.platform, u.topic, 'delivered' AS state, u.status,
                    u.reason, u.trap_ids

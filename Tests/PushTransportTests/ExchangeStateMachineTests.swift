@@ -151,13 +151,15 @@ struct ExchangeStateMachineTests {
     }
 
     @Test(
-        "deadlines: the head times out (unknown, reset), the timer moves to the next; a late timer or a recent stall gives one grace period"
+        "deadlines: the head gets a last look, then times out (unknown, reset), the timer moves to the next; a late timer or a recent stall gives one grace period"
     )
     func deadlines() {
         var machine = Machine(peer: "APNs")
         let (a, _) = self.opened(&machine, 1, at: self.t0)
         let (b, _) = self.opened(&machine, 2, at: self.t0 + .seconds(4))
-        let first = machine.deadlineFired(now: self.t0 + self.timeout, lastStall: nil)
+        let due = machine.deadlineFired(now: self.t0 + self.timeout, lastStall: nil)
+        #expect(due.completions.isEmpty && due.armTimer == self.t0 + self.timeout + .milliseconds(300), "a last look")
+        let first = machine.deadlineFired(now: self.t0 + self.timeout + .milliseconds(300), lastStall: nil)
         #expect(first.resets == [a] && first.completions.map(\.slot) == [1])
         #expect(
             first.completions.allSatisfy {
@@ -198,10 +200,30 @@ struct ExchangeStateMachineTests {
         #expect(thawed.completions.isEmpty, "490 ms late: a stall, not a timeout")
         let read = machine.headers(d, status: 200, headers: Self.status(200), endStream: true, now: thawed.armTimer!)
         #expect(read?.slot == 4)
-        // A timer a few milliseconds late (a busy loop) is on time.
+        // A timer a few milliseconds late (a busy loop) is on time: a last look, then the timeout.
         let (e, _) = self.opened(&machine, 5, at: self.t0 + .seconds(70))
         let busy = machine.deadlineFired(now: self.t0 + .milliseconds(80_020), lastStall: nil)
-        #expect(busy.resets == [e])
+        #expect(busy.completions.isEmpty && busy.armTimer == self.t0 + .milliseconds(80_320))
+        #expect(machine.deadlineFired(now: self.t0 + .milliseconds(80_320), lastStall: nil).resets == [e])
+
+        // Thawed just before the deadline, with a backlog: the timer fires on time and the stall detector has
+        // not said so yet. The last look finds the stall, and the stream gets the grace; its 200 is read.
+        let (f, _) = self.opened(&machine, 6, at: self.t0 + .seconds(90))
+        let onTime = machine.deadlineFired(now: self.t0 + .seconds(100), lastStall: nil)
+        #expect(onTime.completions.isEmpty)
+        let looked = machine.deadlineFired(
+            now: self.t0 + .milliseconds(100_300),
+            lastStall: self.t0 + .milliseconds(100_050)
+        )
+        #expect(looked.completions.isEmpty && looked.armTimer == self.t0 + .milliseconds(102_300))
+        let late200 = machine.headers(
+            f,
+            status: 200,
+            headers: Self.status(200),
+            endStream: true,
+            now: self.t0 + .seconds(101)
+        )
+        #expect(late200?.slot == 6, "the answer read in the grace is the answer")
     }
 
     @Test(
@@ -422,6 +444,8 @@ struct FrameExchangeTests {
         channel.embeddedEventLoop.advanceTime(by: .seconds(9))
         #expect(collected.results.count == 1)
         channel.embeddedEventLoop.advanceTime(by: .seconds(1))
+        #expect(collected.results.count == 1, "due: a last look first")
+        channel.embeddedEventLoop.advanceTime(by: .milliseconds(300))
         #expect(collected.results.count == 3)
         for index in [0, 2] {
             guard case .failure(let error) = collected.results[index] else {
@@ -455,6 +479,33 @@ struct FrameExchangeTests {
         )
         #expect((try? collected.results[0]?.get())?.status == 200)
         #expect(try self.outbound(channel).allSatisfy { if case .rstStream = $0.payload { false } else { true } })
+        _ = try? channel.finish()
+    }
+
+    @Test(
+        "a deadline on time: the stream's 200 read in the last look (a thawed loop's backlog ran first) is the answer, not a timeout"
+    )
+    func lastLook() throws {
+        let (channel, exchange, batch, collected) = try self.setUp(lastStall: { nil })
+        exchange.start(headers: Self.request, body: [], timeout: .seconds(1), slot: .init(batch: batch, index: 0))
+        exchange.start(headers: Self.request, body: [], timeout: .seconds(1), slot: .init(batch: batch, index: 1))
+        exchange.flushWrites()
+        channel.embeddedEventLoop.advanceTime(by: .seconds(1))
+        #expect(collected.results.isEmpty, "due, not yet timed out")
+        try channel.writeInbound(
+            HTTP2Frame(streamID: 1, payload: .headers(.init(headers: [":status": "200"], endStream: true)))
+        )
+        channel.embeddedEventLoop.advanceTime(by: .milliseconds(299))
+        #expect((try? collected.results[0]?.get())?.status == 200)
+        #expect(collected.results[1] == nil)
+        channel.embeddedEventLoop.advanceTime(by: .milliseconds(1))
+        guard case .failure(let error) = collected.results[1] else {
+            Issue.record("the unanswered stream times out after its last look")
+            return
+        }
+        #expect(error.code == .timeout && error.mayHaveBeenProcessed)
+        let resets = try self.outbound(channel).filter { if case .rstStream = $0.payload { true } else { false } }
+        #expect(resets.map(\.streamID) == [3])
         _ = try? channel.finish()
     }
 

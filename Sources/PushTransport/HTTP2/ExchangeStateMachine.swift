@@ -16,9 +16,9 @@ import NIOHTTP2
 /// - streams above a GOAWAY's last-stream-id were not processed; so were streams refused before they
 ///   were written (after a GOAWAY, or with stream ids used up) and `REFUSED_STREAM` resets;
 /// - everything else that ends without an answer is an unknown outcome (`mayHaveBeenProcessed`);
-/// - deadlines run in opening order (one timeout per connection); a timer that fires late, or just after
-///   a process-wide stall, gives the overdue streams one grace period, as their answers may be unread in
-///   the socket.
+/// - deadlines run in order; a deadline never ends a stream at the instant it falls due: the stream gets
+///   a last look (its answer may be unread in the socket while the event loop runs a backlog of tasks),
+///   and a timer that fires late, or after a process-wide stall, gives it one grace period.
 struct ExchangeStateMachine<Waiter> {
     /// One request that ended.
     struct Completion {
@@ -65,12 +65,22 @@ struct ExchangeStateMachine<Waiter> {
     static var stallThreshold: TimeAmount { .milliseconds(200) }
     /// How long overdue streams may still be answered after a stall.
     static var stallGrace: TimeAmount { .seconds(2) }
+    /// How long a stream whose deadline fell due on time waits before it ends as a timeout. An event loop
+    /// runs its due timers in the same pass as its tasks, before it reads its sockets again: a worker
+    /// thawed just before a deadline, with a backlog of tasks, fires it while the 200 the peer wrote during
+    /// the freeze sits unread (a fleet seed resent 15 delivered pushes that way). The last look lets one
+    /// more read pass happen, and lets the stall detector (a thread on a quarter-second tick) say whether
+    /// the process was frozen, which earns the stream the full grace.
+    static var lastLook: TimeAmount { .milliseconds(300) }
 
     private var nextStreamID: Int32
     private var exchanges: [HTTP2StreamID: Exchange] = [:]
     /// Streams in opening order with their deadlines (one timeout per connection, so deadline order too);
-    /// `extended`: moved once already for a stall.
-    private var deadlines = CircularBuffer<(streamID: HTTP2StreamID, at: NIODeadline, extended: Bool)>()
+    /// Where a stream's deadline stands: as opened, given its last look, or extended once for a stall.
+    private enum DeadlinePhase { case opened, lastLook, extended }
+    private typealias Deadline = (streamID: HTTP2StreamID, at: NIODeadline, phase: DeadlinePhase)
+    /// Open streams by deadline, earliest first.
+    private var deadlines = CircularBuffer<Deadline>()
     private var timerArmed = false
     private(set) var goAwayLast: HTTP2StreamID?
     private(set) var closed = false
@@ -115,8 +125,10 @@ struct ExchangeStateMachine<Waiter> {
         self.nextStreamID += 2
         self.exchanges[streamID] = Exchange(slot: waiter, opened: now, timeout: timeout)
         let at = now + timeout
-        self.deadlines.append((streamID, at, false))
-        if self.timerArmed { return .write(streamID, armTimer: nil) }
+        let wasHead = self.deadlines.first?.at
+        self.insert([(streamID, at, .opened)])
+        // The timer is armed for the head; a shorter timeout than the rest (or a first stream) re-arms it.
+        if self.timerArmed, let wasHead, wasHead <= at { return .write(streamID, armTimer: nil) }
         self.timerArmed = true
         return .write(streamID, armTimer: at)
     }
@@ -248,42 +260,57 @@ struct ExchangeStateMachine<Waiter> {
     mutating func deadlineFired(now: NIODeadline, lastStall: NIODeadline?) -> Expiry {
         var expiry = Expiry()
         self.dropFinishedDeadlines()
+        guard let head = self.deadlines.first, head.at <= now else {
+            expiry.armTimer = self.rearm()
+            return expiry
+        }
         // The timer fired late: this process was stalled (SIGSTOP, a VM pause, a throttled container), and
         // the answers the peer sent meanwhile may be waiting unread in the socket. A deadline that passed
         // while nothing here could run is no evidence against the request: each overdue stream gets one
         // grace period in which its answer can be read. Timing them out now would send delivered pushes
         // again. A deadline falling due just after such a stall gets the same grace: after a long freeze the
         // event loop has a backlog to read before it reaches this socket.
-        let stalledRecently = lastStall.map { now - $0 < Self.stallGrace } ?? false
-        if let head = self.deadlines.first, !head.extended, now - head.at > Self.stallThreshold || stalledRecently {
-            let graceFrom = max(now, lastStall ?? now)
-            for index in self.deadlines.indices where self.deadlines[index].at <= now && !self.deadlines[index].extended
-            {
-                self.deadlines[index].at = graceFrom + Self.stallGrace
-                self.deadlines[index].extended = true
-            }
-            expiry.armTimer = self.rearm()
-            return expiry
-        }
-        while let head = self.deadlines.first, head.at <= now || self.exchanges[head.streamID] == nil {
+        let stalled = now - head.at > Self.stallThreshold || lastStall.map { now - $0 < Self.stallGrace } ?? false
+        let graceFrom = max(now, lastStall ?? now)
+        var moved: [Deadline] = []
+        while let due = self.deadlines.first, due.at <= now {
             self.deadlines.removeFirst()
-            guard let exchange = self.exchanges[head.streamID] else { continue }
-            let failure = TransportError(
-                code: .timeout,
-                mayHaveBeenProcessed: true,
-                message: "no response within \(Duration.nanoseconds(exchange.timeout.nanoseconds))"
-            )
-            // Reset either way: a stream whose 200 was read but whose END_STREAM never came is delivered.
-            if let completion = self.end(head.streamID, failing: failure, now: now) {
-                expiry.completions.append(completion)
-                expiry.resets.append(head.streamID)
+            guard let exchange = self.exchanges[due.streamID] else { continue }
+            switch due.phase {
+            case .opened where stalled, .lastLook where stalled:
+                moved.append((due.streamID, graceFrom + Self.stallGrace, .extended))
+            case .opened:
+                moved.append((due.streamID, now + Self.lastLook, .lastLook))
+            case .lastLook, .extended:
+                let failure = TransportError(
+                    code: .timeout,
+                    mayHaveBeenProcessed: true,
+                    message: "no response within \(Duration.nanoseconds(exchange.timeout.nanoseconds))"
+                )
+                // Reset either way: a stream whose 200 was read but whose END_STREAM never came is delivered.
+                if let completion = self.end(due.streamID, failing: failure, now: now) {
+                    expiry.completions.append(completion)
+                    expiry.resets.append(due.streamID)
+                }
             }
         }
+        self.insert(moved)
         expiry.armTimer = self.rearm()
         return expiry
     }
 
     // MARK: Internals
+
+    /// Puts deadlines (all at one instant, or one) in their place, keeping the earliest first.
+    private mutating func insert(_ moved: [Deadline]) {
+        guard let at = moved.first?.at else { return }
+        if let last = self.deadlines.last, last.at > at {
+            let index = self.deadlines.firstIndex { $0.at > at } ?? self.deadlines.endIndex
+            self.deadlines.insert(contentsOf: moved, at: index)
+        } else {
+            self.deadlines.append(contentsOf: moved)
+        }
+    }
 
     private mutating func dropFinishedDeadlines() {
         while let head = self.deadlines.first, self.exchanges[head.streamID] == nil { self.deadlines.removeFirst() }

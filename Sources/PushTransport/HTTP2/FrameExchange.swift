@@ -239,6 +239,7 @@ final class FrameExchange: ChannelInboundHandler {
 
     private func arm(at deadline: NIODeadline, context: ChannelHandlerContext) {
         let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        self.timer?.cancel()
         self.timer = context.eventLoop.scheduleTask(deadline: deadline) {
             let (exchange, context) = loopBound.value
             exchange.deadlineFired(context: context)

@@ -134,12 +134,24 @@ enum JobsSQL: StatementFile {
     static let lockSuperseded = named("lock_superseded", "ids")
     static let assessRevive = named("assess_revive", "ids")
     static let revive = named("revive", "ids")
-    static let fanOut = named("fan_out", "ids", "attempts", "worker_id", "no_device_sentence")
+    static let fanOut = named(
+        "fan_out",
+        "ids",
+        "attempts",
+        "worker_id",
+        "no_device_sentence",
+        "claim_limit",
+        "lease_seconds",
+        "excluded_environments",
+        "excluded_pairs",
+        "excluded_topics"
+    )
+    static let claimedChildren = named("claimed_children", "ids", "worker_id")
 
     static let all = [
         supersedeClaimed, untilNextDue, release, extendLeases, pruneFinished, forgetAPNsIDs, forgetRetiredAPNsIDs,
         forgetCoalesceMarks, show, children, stats, gauges, overview, outcomesByMinute, writeUnwritable,
         markInternalInsert,
-        lockSuperseded, assessRevive, revive, fanOut,
+        lockSuperseded, assessRevive, revive, fanOut, claimedChildren,
     ]
 }

@@ -24,10 +24,30 @@ struct ClaimCapacity: Sendable {
         return min(room, self.batchSize)
     }
 
+    /// Of `inFlight`, the children a fan-out claimed that wait for room to be sent: at most `concurrency`
+    /// sends are started, whatever a fan-out held at once.
+    private(set) var deferred = 0
+
     /// A claim returned these jobs.
     mutating func claimed(_ ids: [Int64]) {
         self.inFlight += ids.count
         self.held.formUnion(ids)
+    }
+
+    /// A fan-out claimed these children: held and counted from now (the claimer waits for them as for any
+    /// claim's), sent as ``startDeferred(upTo:)`` lets them.
+    mutating func claimedDeferred(_ ids: [Int64]) {
+        self.claimed(ids)
+        self.deferred += ids.count
+    }
+
+    /// How many of `wanted` deferred children may start their sends now: as many as keep the sends started
+    /// and not finished within `concurrency`.
+    mutating func startDeferred(upTo wanted: Int) -> Int {
+        let sending = self.inFlight - self.deferred
+        let started = max(min(wanted, self.deferred, self.concurrency - sending), 0)
+        self.deferred -= started
+        return started
     }
 
     /// One send finished (its outcome is handed to the recorder).

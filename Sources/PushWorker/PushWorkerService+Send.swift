@@ -60,9 +60,9 @@ extension PushWorkerService {
     ///
     /// - Parameter latest: for each job, the latest time a rate-limited one may still be written.
     func send(_ jobs: [PushJob], claimedAt: Date, latest: [ContinuousClock.Instant?]? = nil) async {
-        // Recipients' jobs are not sent: they become one child job per device.
+        // Recipients' jobs are not sent: they become one child job per device, those claimed at once sent
+        // beside this batch.
         let parents = jobs.filter { $0.recipient != nil }
-        if !parents.isEmpty { await self.fanOut(parents) }
         var groups: [[(prepared: JobProcessor.Prepared, latest: ContinuousClock.Instant?)]] = []
         var groupOf: [SendGroup: Int] = [:]
         for (position, job) in jobs.enumerated() where job.recipient == nil {
@@ -82,6 +82,9 @@ extension PushWorkerService {
             }
         }
         await withDiscardingTaskGroup { sends in
+            if !parents.isEmpty {
+                sends.addTask { await self.fanOut(parents) }
+            }
             for group in groups {
                 sends.addTask { await self.send(group) }
             }
@@ -190,11 +193,12 @@ extension PushWorkerService {
         self.recorder.add(outcome)
         // The claim loop waits for room for a batch (and a drain for the last send): woken only when there is,
         // not by every answer. Each wake-up with no room cost a task group, a timer and a thread switch a job.
-        let wakes = self.state.withLock { state in
+        let (wakes, deferred) = self.state.withLock { state in
             state.capacity.sendFinished()
-            return state.shuttingDown || state.capacity.claimLimit() != nil
+            return (state.shuttingDown || state.capacity.claimLimit() != nil, state.capacity.deferred > 0)
         }
         if wakes { self.sendEnded.signal() }
+        if deferred { self.deferredRoom.signal() }
     }
 }
 

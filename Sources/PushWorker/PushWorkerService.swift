@@ -31,6 +31,8 @@ public final class PushWorkerService: Service, Sendable {
     let scheduler: SendScheduler
     /// Signalled when a send ends or an outcome is written: claim capacity may have come free.
     let sendEnded = WakeSignal()
+    /// Signalled when a send ends while a fan-out's children wait for room to go out.
+    let deferredRoom = WakeSignal()
     let metrics = WorkerMetrics()
     let recorder: OutcomeWriter
     let lastDatabaseSuccess: Mutex<ContinuousClock.Instant>

@@ -225,4 +225,70 @@ struct FanOutTests {
             #expect(targets.map(\.0) == ["user:7", "user:8"] && targets.map(\.1) == [old, moved], "\(targets)")
         }
     }
+
+    @Test(
+        "children claimed at once: up to the limit, running for the worker as attempt 1 and read as a claim reads them; a keyed parent's, a paused or limited topic's stay pending"
+    )
+    func claimedAtOnce() async throws {
+        try await TestPostgres.withDatabase { db in
+            for (index, token) in Self.tokens.enumerated() {
+                try await DevicesTests.upsert(db, recipient: "user:\(index % 2)", token: token)
+            }
+            let first = try await Self.parent(db, recipient: "user:0")
+            let second = try await Self.parent(db, recipient: "user:1")
+            var claimed = try await db.queue.claim(limit: 10, workerID: "w", lease: .seconds(60))
+            #expect(claimed.map(\.id) == [first, second])
+            // Room for three of the four children.
+            let batch = try await db.queue.fanOut(claimed, workerID: "w", claimingUpTo: 3, lease: .seconds(60))
+            #expect(batch.parents.map(\.state) == ["fanned_out", "fanned_out"])
+            #expect(batch.claimed.count == 3 && batch.claimed.allSatisfy { $0.attempts == 1 && $0.recipient == nil })
+            #expect(Set(batch.claimed.map(\.id)).isSubset(of: Set(batch.parents.flatMap(\.children))))
+            let rows = try await db.client.query(
+                "SELECT state, attempts, locked_by, locked_until > now() FROM push.jobs WHERE parent_id IS NOT NULL ORDER BY id"
+            ).decode((String, Int16, String?, Bool?).self).collect()
+            #expect(rows.filter { $0.0 == "running" }.allSatisfy { $0.1 == 1 && $0.2 == "w" && $0.3 == true })
+            #expect(rows.map(\.0).sorted() == ["pending", "running", "running", "running"])
+            #expect(rows.filter { $0.0 == "pending" }.allSatisfy { $0.1 == 0 && $0.2 == nil })
+            // The claim never returns a held child; the pending one is claimed as any job.
+            let rest = try await db.queue.claim(limit: 10, workerID: "v", lease: .seconds(60))
+            #expect(rest.count == 1 && !batch.claimed.map(\.id).contains(rest[0].id))
+
+            // Nothing claimed at once for a keyed parent, nor under a pause or a rate limit of the topic.
+            try await db.execute(
+                "INSERT INTO push.rate_limits (topic, per_second, burst) VALUES ('com.example.app', 100, 10)"
+            )
+            _ = try await Self.parent(db, recipient: "user:0")
+            claimed = try await db.queue.claim(limit: 10, workerID: "w", lease: .seconds(60))
+            let limited = try await db.queue.fanOut(claimed, workerID: "w", claimingUpTo: 100, lease: .seconds(60))
+            #expect(limited.claimed.isEmpty && limited.parents.first?.children.count == 2)
+            try await db.execute("DELETE FROM push.rate_limits")
+            try await db.execute("INSERT INTO push.pauses (credential, reason) VALUES ('default', 'maintenance')")
+            _ = try await Self.parent(db, recipient: "user:1")
+            try await db.execute("DELETE FROM push.pauses")
+            claimed = try await db.queue.claim(limit: 10, workerID: "w", lease: .seconds(60))
+            try await db.execute("INSERT INTO push.pauses (credential, reason) VALUES ('default', 'maintenance')")
+            let paused = try await db.queue.fanOut(claimed, workerID: "w", claimingUpTo: 100, lease: .seconds(60))
+            #expect(paused.claimed.isEmpty && paused.parents.first?.children.count == 2, "paused after the claim")
+            try await db.execute("DELETE FROM push.pauses")
+            _ = try await Self.parent(db, recipient: "user:0", key: "score")
+            claimed = try await db.queue.claim(limit: 10, workerID: "w", lease: .seconds(60)).filter {
+                $0.recipient != nil
+            }
+            let keyed = try await db.queue.fanOut(claimed, workerID: "w", claimingUpTo: 100, lease: .seconds(60))
+            #expect(keyed.claimed.isEmpty && keyed.parents.first?.children.count == 2)
+            // Nor a child of an environment the worker avoids now (APNs production down), as its claim would.
+            _ = try await Self.parent(db, recipient: "user:1")
+            claimed = try await db.queue.claim(limit: 10, workerID: "w", lease: .seconds(60)).filter {
+                $0.recipient != nil
+            }
+            let avoided = try await db.queue.fanOut(
+                claimed,
+                workerID: "w",
+                claimingUpTo: 100,
+                lease: .seconds(60),
+                excluding: ClaimExclusions(environments: ["production"])
+            )
+            #expect(avoided.claimed.isEmpty && avoided.parents.first?.children.count == 2)
+        }
+    }
 }

@@ -36,6 +36,29 @@ struct ClaimCapacityTests {
         #expect(capacity.claimLimit() == 1)
     }
 
+    @Test(
+        "a fan-out's children held at once go out as room comes free: sends started never exceed the concurrency, and the claimer waits for them"
+    )
+    func deferredChildren() {
+        var capacity = ClaimCapacity(concurrency: 10, batchSize: 4)
+        capacity.claimed([1, 2, 3, 4, 5, 6])
+        capacity.claimedDeferred(Array(100..<120))
+        #expect(capacity.claimLimit() == nil, "26 held against 10: no claim")
+        #expect(capacity.startDeferred(upTo: 20) == 4, "6 sending: room for 4")
+        #expect(capacity.startDeferred(upTo: 16) == 0)
+        capacity.sendFinished()
+        capacity.sendFinished()
+        #expect(capacity.startDeferred(upTo: 16) == 2)
+        for _ in 0..<8 { capacity.sendFinished() }
+        #expect(capacity.startDeferred(upTo: 14) == 8, "2 sending: room for 8")
+        #expect(capacity.startDeferred(upTo: 6) == 0 && capacity.deferred == 6)
+        for _ in 0..<10 { capacity.sendFinished() }
+        #expect(capacity.startDeferred(upTo: 6) == 6 && capacity.deferred == 0)
+        for _ in 0..<6 { capacity.sendFinished() }
+        capacity.released([1, 2, 3, 4, 5, 6] + Array(100..<120))
+        #expect(capacity.inFlight == 0 && capacity.claimLimit() == 4)
+    }
+
     @Test("pauses double up to the cap, end by themselves, and a success ends the streak (on the injected clock)")
     func pauses() {
         let clock = ManualClock()

@@ -41,6 +41,15 @@ struct ClaimCapacity: Sendable {
         self.deferred += ids.count
     }
 
+    /// Deferred children that will not be sent (the worker stops, or they were claimed across a switch):
+    /// no longer counted or held.
+    mutating func abandonDeferred(_ ids: [Int64]) {
+        let count = min(ids.count, self.deferred)
+        self.deferred -= count
+        self.inFlight = max(self.inFlight - count, 0)
+        self.released(ids)
+    }
+
     /// How many of `wanted` deferred children may start their sends now: as many as keep the sends started
     /// and not finished within `concurrency`.
     mutating func startDeferred(upTo wanted: Int) -> Int {

@@ -68,13 +68,17 @@ extension PushWorkerService {
                     return true
                 }
                 guard current else {
-                    // Not sent; returned to pending now if the claim went through to the database in use (the
-                    // same server after a renewed password), else they were never claimed there.
-                    let held = self.state.withLock { Array($0.capacity.held) }
-                    let released = try? await self.queue.releaseUnheld(workerID: configuration.workerID, holding: held)
+                    // Not sent; returned to pending now, uncounted, if the claim went through to the database in
+                    // use (the same server after a renewed password), else they were never claimed there. By
+                    // their own ids: "every job this worker does not hold" would also catch a fan-out's children
+                    // between its commit and its hold.
+                    let released = try? await self.queue.release(
+                        jobs.map { (id: $0.id, attempt: $0.attempts) },
+                        workerID: configuration.workerID
+                    )
                     self.logger.notice(
                         "a claim answered across a switch to a new primary; its jobs are not sent, and are pending again",
-                        metadata: ["push.jobs": "\(jobs.count)", "push.released": "\(released?.count ?? 0)"]
+                        metadata: ["push.jobs": "\(jobs.count)", "push.released": "\(released ?? 0)"]
                     )
                     continue
                 }

@@ -15,11 +15,12 @@ extension PushWorkerService {
     /// tried alone, and one refused alone becomes a dead letter naming the refusal: tried again as it is, it
     /// would fail for ever and hold up the others of its batch.
     func fanOut(_ parents: [PushJob]) async {
-        // At most twice `--concurrency` children held at once by a fan-out, none while a switch to a new
-        // primary is under way or the heartbeat is stale; a child of a provider, credential or topic the
-        // worker avoids now is left out, as its claim would leave it. The rest wait, pending, for a claim.
+        // Up to twice `--concurrency` jobs held by this worker in all, none while a switch to a new primary is
+        // under way or the heartbeat is stale; a child of a provider, credential or topic the worker avoids
+        // now is left out, as its claim would leave it. The rest wait, pending, for a claim.
         let (limit, epoch) = self.state.withLock { state in
-            (state.switching || state.shuttingDown ? 0 : state.capacity.concurrency * 2, state.switchEpoch)
+            let room = state.capacity.concurrency * 2 - (state.capacity.held.count - parents.count)
+            return (state.switching || state.shuttingDown ? 0 : max(room, 0), state.switchEpoch)
         }
         let (refused, claimed) = await self.fanOutOrIsolate(
             parents,
@@ -54,11 +55,10 @@ extension PushWorkerService {
         }
         if wakes { self.sendEnded.signal() }
         guard current else {
-            // Claimed across a switch to a new primary: not sent, and pending again, as a claim's jobs would be.
-            if !claimed.isEmpty {
-                let held = self.state.withLock { Array($0.capacity.held) }
-                _ = try? await self.queue.releaseUnheld(workerID: self.configuration.workerID, holding: held)
-            }
+            // Claimed across a switch to a new primary: not sent, and pending again, uncounted, by their own
+            // ids (releasing "what this worker does not hold" would catch another statement's jobs between
+            // its commit and its hold).
+            await self.release(claimed)
             return
         }
         guard !claimed.isEmpty else { return }
@@ -77,6 +77,24 @@ extension PushWorkerService {
                 sends.addTask { await self.send(chunk, claimedAt: claimedAt) }
             }
         }
+        guard !rest.isEmpty else { return }
+        // The worker stops (its grace is over) before these went out: pending again, uncounted, at once.
+        let unsent = Array(rest)
+        self.state.withLock { $0.capacity.abandonDeferred(unsent.map(\.id)) }
+        await self.release(unsent)
+    }
+
+    /// Claimed jobs never sent back to pending as if never claimed (the attempt not counted).
+    private func release(_ jobs: [PushJob]) async {
+        guard !jobs.isEmpty else { return }
+        let released = try? await self.queue.release(
+            jobs.map { (id: $0.id, attempt: $0.attempts) },
+            workerID: self.configuration.workerID
+        )
+        self.logger.notice(
+            "children of a fan-out not sent: pending again",
+            metadata: ["push.jobs": "\(jobs.count)", "push.released": "\(released ?? 0)"]
+        )
     }
 
     /// One fan-out statement for `parents`; returns those Postgres refuses alone, with its words, and the

@@ -57,6 +57,11 @@ struct ClaimCapacityTests {
         for _ in 0..<6 { capacity.sendFinished() }
         capacity.released([1, 2, 3, 4, 5, 6] + Array(100..<120))
         #expect(capacity.inFlight == 0 && capacity.claimLimit() == 4)
+        // Children never sent (the worker stops): no longer counted nor held.
+        capacity.claimedDeferred([200, 201, 202])
+        #expect(capacity.startDeferred(upTo: 1) == 1)
+        capacity.abandonDeferred([201, 202])
+        #expect(capacity.deferred == 0 && capacity.inFlight == 1 && capacity.held == [200])
     }
 
     @Test("pauses double up to the cap, end by themselves, and a success ends the streak (on the injected clock)")

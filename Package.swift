@@ -93,6 +93,7 @@ let package = Package(
                 .embedInCode("Migrations/0016_rate_formula.sql"),
                 .embedInCode("Migrations/0017_devices.sql"),
                 .embedInCode("Migrations/0018_recipients.sql"),
+                .embedInCode("Migrations/0019_activities.sql"),
                 .embedInCode("Statements/controls.sql"),
                 .embedInCode("Statements/available_now.sql"),
                 .embedInCode("Statements/jobs.sql"),
@@ -103,6 +104,7 @@ let package = Package(
                 .embedInCode("Statements/token_replaceable.sql"),
                 .embedInCode("Statements/earliest_pending_run_at.sql"),
                 .embedInCode("Statements/shown_history.sql"),
+                .embedInCode("Statements/activities.sql"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -93,6 +93,12 @@ public struct PushJob: Sendable, Hashable {
     /// The producer did not know the build (`environment = 'auto'`): production first, then once to
     /// development on BadDeviceToken (``DecidedOutcome/repairingEnvironment(of:)``).
     public var autoEnvironment: Bool
+    /// The Live Activity (`push.activities`, with `topic`) an event job belongs to: routed when claimed to the
+    /// activity's tokens or channel as child jobs (``ActivityRouting``), never sent itself.
+    public var activityID: String?
+
+    /// Whether the job is never sent itself: a recipient's (fanned out) or a Live Activity's event (routed).
+    public var isParent: Bool { self.recipient != nil || self.activityID != nil }
 
     /// Creates a job value; every field is as stored in `push.jobs`.
     public init(
@@ -125,9 +131,11 @@ public struct PushJob: Sendable, Hashable {
         lastAttemptAt: Date? = nil,
         lastOutcome: String? = nil,
         recipient: String? = nil,
-        autoEnvironment: Bool = false
+        autoEnvironment: Bool = false,
+        activityID: String? = nil
     ) {
         self.autoEnvironment = autoEnvironment
+        self.activityID = activityID
         self.lastOutcome = lastOutcome
         self.recipient = recipient
         self.traceFirstSpan = traceFirstSpan

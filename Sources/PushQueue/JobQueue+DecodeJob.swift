@@ -45,7 +45,8 @@ extension JobQueue {
             lastAttemptAt: try c.next(Date?.self),
             lastOutcome: try c.next(String?.self),
             recipient: try c.next(String?.self),
-            autoEnvironment: try c.next(Bool.self)
+            autoEnvironment: try c.next(Bool.self),
+            activityID: try c.next(String?.self)
         )
     }
 }

@@ -27,6 +27,7 @@ public struct Migration: Sendable, Hashable {
         ("0016_rate_formula.sql", PackageResources._016_rate_formula_sql),
         ("0017_devices.sql", PackageResources._017_devices_sql),
         ("0018_recipients.sql", PackageResources._018_recipients_sql),
+        ("0019_activities.sql", PackageResources._019_activities_sql),
     ]
     .map { name, bytes in
         // The version is the number the file name starts with.

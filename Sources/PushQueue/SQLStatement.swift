@@ -179,6 +179,7 @@ struct SQLStatement: Sendable {
         "shown_history": PackageResources.shown_history_sql,
         "session": PackageResources.session_sql,
         "devices": PackageResources.devices_sql,
+        "activities": PackageResources.activities_sql,
         "dead_letter_filter": PackageResources.dead_letter_filter_sql,
         "dead_letter_replay_candidate": PackageResources.dead_letter_replay_candidate_sql,
         "dead_letter_replay_rank": PackageResources.dead_letter_replay_rank_sql,

@@ -63,9 +63,11 @@ extension PushWorkerService {
         // Recipients' jobs are not sent: they become one child job per device, those claimed at once sent
         // beside this batch.
         let parents = jobs.filter { $0.recipient != nil }
+        // Live Activity events are not sent either: each is routed to its activity's tokens or channel.
+        let events = jobs.filter { $0.activityID != nil }
         var groups: [[(prepared: JobProcessor.Prepared, latest: ContinuousClock.Instant?)]] = []
         var groupOf: [SendGroup: Int] = [:]
-        for (position, job) in jobs.enumerated() where job.recipient == nil {
+        for (position, job) in jobs.enumerated() where !job.isParent {
             let prepared = self.processor.prepare(job, databaseNow: self.databaseNow(of: job, claimedAt: claimedAt))
             guard prepared.request != nil else {
                 self.settle(prepared, with: nil)
@@ -84,6 +86,9 @@ extension PushWorkerService {
         await withDiscardingTaskGroup { sends in
             if !parents.isEmpty {
                 sends.addTask { await self.fanOut(parents) }
+            }
+            if !events.isEmpty {
+                sends.addTask { await self.routeActivities(events) }
             }
             for group in groups {
                 sends.addTask { await self.send(group) }

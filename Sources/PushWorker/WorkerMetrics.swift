@@ -64,6 +64,10 @@ public struct WorkerMetrics: Sendable {
     private let retries = Counter(label: "push_retries_total")
     /// Claims that found a rate limit's schedule full: `push_rate_limited_claims_total`.
     let rateLimitedClaims = Counter(label: "push_rate_limited_claims_total")
+    /// Priority-10 Live Activity updates sent at priority 5 past their topic's hourly budget (trap MS015).
+    func activityUpdatesDemoted(topic: String, count: Int) {
+        Counter(label: "push_activity_updates_demoted_total", dimensions: [("topic", topic)]).increment(by: count)
+    }
     /// Rate-limited requests withdrawn because they would have left too long after their slot:
     /// `push_late_limited_sends_total` (each is claimed again for a new slot).
     let lateLimitedSends = Counter(label: "push_late_limited_sends_total")

@@ -178,7 +178,7 @@ struct ProducerPropertyTests {
         let rows = (0..<total).map { _ in Self.row(&g, sharedAPNsIDs: shared) }
         let knownRules: Set<String> = [
             "topic_must_be_a_non_empty_bundle_id", "topic_must_be_a_bundle_id_up_to_255_bytes",
-            "exactly_one_of_device_token_channel_id_or_recipient", "device_token_must_not_be_empty",
+            "exactly_one_of_device_token_channel_id_recipient_or_activity_id", "device_token_must_not_be_empty",
             "channel_id_must_not_be_empty", "payload_must_be_a_json_object", "push_type_must_be_a_known_apns_push_type",
             "priority_must_be_10_5_or_1", "background_push_priority_must_be_5_or_1",
             "environment_must_be_production_or_development", "credential_must_not_be_empty",

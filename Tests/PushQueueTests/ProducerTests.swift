@@ -51,11 +51,11 @@ struct ProducerTests {
         ),
         (
             "('com.example.app', repeat('ab', 64 / length('ab')), 'Y2hhbm5lbA==', '{}', 'alert', NULL, 'production', NULL)",
-            "exactly_one_of_device_token_channel_id_or_recipient"
+            "exactly_one_of_device_token_channel_id_recipient_or_activity_id"
         ),
         (
             "('com.example.app', NULL, NULL, '{}', 'alert', NULL, 'production', NULL)",
-            "exactly_one_of_device_token_channel_id_or_recipient"
+            "exactly_one_of_device_token_channel_id_recipient_or_activity_id"
         ),
         (
             "('com.example.app', repeat('ab', 64 / length('ab')), NULL, '{}', 'alert', 7, 'production', NULL)",

@@ -52,13 +52,13 @@ struct SQLStatementTests {
     /// Every named statement of the tables' files, as their Swift side declares them.
     static let named =
         WorkersSQL.all + ControlsSQL.all + JobsSQL.all + WebhooksSQL.all + ProviderTokensSQL.all + DeadJobsSQL.all
-        + MigrationsSQL.all + SessionSQL.all + DevicesSQL.all
+        + MigrationsSQL.all + SessionSQL.all + DevicesSQL.all + ActivitiesSQL.all
 
     @Test("every statement of a table's file is declared in Swift, once, and each file holds only those")
     func everyNamedStatementDeclared() {
         for file in [
             "workers", "controls", "jobs", "webhooks", "provider_tokens", "dead_jobs", "migrations", "session",
-            "devices",
+            "devices", "activities",
         ] {
             let declared = Self.named.filter { $0.file == file }.compactMap(\.name)
             #expect(Set(declared).count == declared.count, "\(file).sql: a statement declared twice")

@@ -7,6 +7,7 @@ ON CONFLICT (id) DO UPDATE SET
     platform = excluded.platform, provider_message_id = excluded.provider_message_id,
     traceparent = excluded.traceparent, trace_first_span = excluded.trace_first_span,
     recipient = excluded.recipient, parent_id = excluded.parent_id, auto_environment = excluded.auto_environment,
+    activity_id = excluded.activity_id,
     expires_at = excluded.expires_at, run_at = excluded.run_at, apns_id = excluded.apns_id,
     max_attempts = excluded.max_attempts, attempts = excluded.attempts,
     transport_retries = excluded.transport_retries, status = excluded.status, reason = excluded.reason,

@@ -97,7 +97,8 @@ WITH candidates AS MATERIALIZED (
     INSERT INTO push.jobs (
         id, topic, device_token, channel_id, payload, push_type, priority, environment, credential,
         collapse_id, expires_at, run_at, apns_id, max_attempts, created_at, history, deliver_once,
-        coalesce_key, platform, traceparent, trace_first_span, recipient, parent_id, auto_environment)
+        coalesce_key, platform, traceparent, trace_first_span, recipient, parent_id, auto_environment,
+        activity_id)
     OVERRIDING SYSTEM VALUE
     -- In id order, so that renumbered jobs of one key keep their order (nextval is volatile: evaluated after
     -- the sort).
@@ -111,7 +112,7 @@ WITH candidates AS MATERIALIZED (
                'previous_apns_id', apns_id, 'attempts_before', attempts)
                || CASE WHEN c.renumber THEN jsonb_build_object('previous_id', m.id) ELSE '{}' END),
            deliver_once, coalesce_key, platform, traceparent, trace_first_span, recipient, parent_id,
-           auto_environment
+           auto_environment, activity_id
       FROM moved AS m JOIN ranked AS c USING (id)
      ORDER BY m.id
     RETURNING id, coalesce((history->-1->>'previous_id')::bigint, id) AS dead_id, apns_id,

@@ -4,4 +4,4 @@ j.environment, j.credential, j.collapse_id, j.deliver_once, j.expires_at, j.run_
 j.trap_ids, j.created_at, j.first_attempt_at, j.transport_retries, clock_timestamp() AS db_now, j.coalesce_key,
 j.platform, j.traceparent, j.trace_first_span, j.last_attempt_at,
 j.history->-1->>'outcome' AS last_outcome, j.recipient,
-j.auto_environment
+j.auto_environment, j.activity_id

@@ -239,7 +239,7 @@ WITH done AS (
            created_at, first_attempt_at, now(), NULL, now(), :sentence::text,
            history || jsonb_build_array(:entry::jsonb || jsonb_build_object('at', now(), 'worker', :worker_id::text)),
            deliver_once, coalesce_key, platform, provider_message_id, traceparent, trace_first_span, recipient,
-           parent_id, auto_environment
+           parent_id, auto_environment, activity_id
       FROM moved
     {{dead_conflict}}
     RETURNING id
@@ -302,14 +302,15 @@ WITH moved AS (
     INSERT INTO push.jobs (
         topic, device_token, channel_id, payload, push_type, priority, environment, credential,
         collapse_id, expires_at, run_at, apns_id, max_attempts, created_at, history, deliver_once,
-        coalesce_key, platform, traceparent, trace_first_span, recipient, parent_id, auto_environment)
+        coalesce_key, platform, traceparent, trace_first_span, recipient, parent_id, auto_environment,
+        activity_id)
     SELECT topic, device_token, channel_id, payload, push_type, priority, environment, credential,
            collapse_id, expires_at, now(), apns_id, max_attempts, created_at,
            history || jsonb_build_array(jsonb_build_object(
                'outcome', 'revived', 'at', now(), 'previous_id', id,
                'superseded_by', superseded_by)),
            deliver_once, coalesce_key, platform, traceparent, trace_first_span, recipient, parent_id,
-           auto_environment
+           auto_environment, activity_id
       FROM moved ORDER BY id
     RETURNING id, apns_id
 )
@@ -432,7 +433,7 @@ WITH parents AS MATERIALIZED (
            format(:no_device_sentence::text, recipient, topic, platform),
            push.append_history(history, jsonb_build_object('outcome', 'dead', 'at', now(), 'reason', 'NoDevice')),
            deliver_once, coalesce_key, platform, provider_message_id, traceparent, trace_first_span, recipient,
-           parent_id, auto_environment
+           parent_id, auto_environment, activity_id
       FROM moved
     {{dead_conflict}}
     RETURNING id

@@ -100,7 +100,7 @@ SELECT id, topic, device_token, channel_id, payload, push_type, priority, enviro
             ELSE 'no running worker has a signing key for credential ''' || credential || ''' (MS028): name it in a worker''s --config or APNS_* settings, then replay this job.' END,
        push.append_history(history, jsonb_build_object('outcome', 'dead', 'at', now(), 'reason', 'CredentialsMissing')),
        deliver_once, coalesce_key, platform, provider_message_id, traceparent, trace_first_span, recipient, parent_id,
-       auto_environment
+       auto_environment, activity_id
   FROM moved
 {{dead_conflict}}
 RETURNING id

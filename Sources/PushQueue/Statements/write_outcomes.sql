@@ -69,7 +69,7 @@ WITH updated AS (
            coalesce(first_attempt_at, CASE WHEN sent THEN at END), CASE WHEN sent THEN at ELSE last_attempt_at END,
            lat, now(), error, push.append_history(history, entry), deliver_once, coalesce_key, platform,
            provider_message_id, traceparent, coalesce(trace_first_span, NULLIF(span, '')), recipient, parent_id,
-           auto_environment
+           auto_environment, activity_id
       FROM moved
     {{dead_conflict}}
     RETURNING id

@@ -1,0 +1,210 @@
+import Foundation
+
+/// One Live Activity event as a job carries it: `aps.event`, `aps.timestamp` (seconds since 1970) and, for
+/// an end, `aps.dismissal-date`.
+public struct ActivityEvent: Sendable, Hashable {
+    public enum Kind: String, Sendable, Hashable { case start, update, end }
+
+    public var jobID: Int64
+    public var kind: Kind
+    public var timestamp: Int64
+    /// The job's `priority` (`nil`: APNs' default for a Live Activity, 5): only a priority-10 update draws on
+    /// the budget.
+    public var priority: Int?
+    /// An end's `aps.dismissal-date`, seconds since 1970.
+    public var dismissalDate: Int64?
+
+    public init(jobID: Int64, kind: Kind, timestamp: Int64, priority: Int? = nil, dismissalDate: Int64? = nil) {
+        self.jobID = jobID
+        self.kind = kind
+        self.timestamp = timestamp
+        self.priority = priority
+        self.dismissalDate = dismissalDate
+    }
+
+    /// Reads the event of a job's payload, or says what is wrong with it and how to fix it.
+    public static func read(jobID: Int64, payload: String, priority: Int?) -> Result<ActivityEvent, ActivityEventError>
+    {
+        guard let envelope = try? JSONDecoder().decode(Envelope.self, from: Data(payload.utf8)), let aps = envelope.aps
+        else {
+            return .failure(
+                ActivityEventError(
+                    "the payload has no aps object: a Live Activity event is {\"aps\":{\"event\":…,\"timestamp\":…}}"
+                )
+            )
+        }
+        guard let name = aps.event, let kind = Kind(rawValue: name) else {
+            return .failure(ActivityEventError("aps.event must be start, update or end"))
+        }
+        guard let timestamp = Self.seconds(aps.timestamp) else {
+            return .failure(
+                ActivityEventError("aps.timestamp must be the event's time in whole seconds since 1970 (an integer)")
+            )
+        }
+        return .success(
+            ActivityEvent(
+                jobID: jobID,
+                kind: kind,
+                timestamp: timestamp,
+                priority: priority,
+                dismissalDate: Self.seconds(aps.dismissalDate)
+            )
+        )
+    }
+
+    private static func seconds(_ value: Double?) -> Int64? {
+        guard let value, value.isFinite, value >= 0, value < 1e11, value == value.rounded() else { return nil }
+        return Int64(value)
+    }
+
+    /// The fields of `aps` the routing reads; each one of another JSON type reads as absent.
+    private struct Envelope: Decodable {
+        struct APS: Decodable {
+            var event: String?
+            var timestamp: Double?
+            var dismissalDate: Double?
+
+            enum CodingKeys: String, CodingKey {
+                case event, timestamp
+                case dismissalDate = "dismissal-date"
+            }
+
+            init(from decoder: any Decoder) throws {
+                let container = try decoder.container(keyedBy: CodingKeys.self)
+                self.event = try? container.decode(String.self, forKey: .event)
+                self.timestamp = try? container.decode(Double.self, forKey: .timestamp)
+                self.dismissalDate = try? container.decode(Double.self, forKey: .dismissalDate)
+            }
+        }
+
+        var aps: APS?
+
+        init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            self.aps = try? container.decode(APS.self, forKey: .aps)
+        }
+
+        enum CodingKeys: String, CodingKey { case aps }
+    }
+}
+
+/// Why a job's payload is not a Live Activity event the worker can route.
+public struct ActivityEventError: Error, Sendable, Hashable {
+    public var sentence: String
+    public init(_ sentence: String) { self.sentence = sentence }
+}
+
+/// A Live Activity's row as the routing locked it.
+public struct ActivityRecord: Sendable, Hashable {
+    public enum State: String, Sendable, Hashable { case requested, started, ended }
+
+    public var state: State
+    /// The newest timestamp routed, if any.
+    public var lastTimestamp: Int64?
+    /// A request of the last routed event may be in flight: a child is running, or a claim holds it.
+    public var busy: Bool
+    /// Children of the last routed event not yet sent (waiting for a retry): a newer event supersedes them.
+    public var unsentChildren: [Int64]
+    /// Priority-10 updates routed in the current hour, and the topic's budget for an hour.
+    public var budgetUsed: Int
+    public var budgetPerHour: Int
+
+    public init(
+        state: State,
+        lastTimestamp: Int64?,
+        busy: Bool,
+        unsentChildren: [Int64] = [],
+        budgetUsed: Int = 0,
+        budgetPerHour: Int = 12
+    ) {
+        self.state = state
+        self.lastTimestamp = lastTimestamp
+        self.busy = busy
+        self.unsentChildren = unsentChildren
+        self.budgetUsed = budgetUsed
+        self.budgetPerHour = budgetPerHour
+    }
+}
+
+/// What becomes of one claimed event.
+public enum ActivityVerdict: Sendable, Hashable {
+    /// Sent: to the recipient's push-to-start tokens (a start) or the activity's token or channel; `demoted`:
+    /// a priority-10 update past the hour's budget, sent at priority 5 with trap MS015.
+    case route(demoted: Bool)
+    /// Never sent: `StaleTimestamp` (not newer than an event routed, or than `by`, routed now) or
+    /// `ActivityEnded` (the activity's end was routed).
+    case superseded(reason: String, by: Int64?)
+    /// The previous event's request may be in flight: claimed again shortly, uncounted, so that a device never
+    /// receives an older timestamp after a newer one.
+    case wait
+}
+
+/// The rules of a Live Activity's life, as one pure decision per activity and claim: iOS drops an update
+/// older than one it showed and anything after an end, silently, so the worker sends neither.
+public enum ActivityRouting {
+    /// What the routing does to an activity and the events of it a claim holds.
+    public struct Decision: Sendable, Hashable {
+        public var verdicts: [Int64: ActivityVerdict]
+        /// The event sent, if any.
+        public var routed: ActivityEvent?
+        /// The activity's state once it is.
+        public var state: ActivityRecord.State
+        /// Priority-10 updates of the hour once it is.
+        public var budgetUsed: Int
+        /// Children of an older event, unsent, that the routed one supersedes (StaleTimestamp).
+        public var supersededChildren: [Int64]
+    }
+
+    /// The budget when a topic sets none (`push-worker activities budget`).
+    public static let defaultBudgetPerHour = 12
+
+    public static func decide(_ record: ActivityRecord, events: [ActivityEvent]) -> Decision {
+        var decision = Decision(
+            verdicts: [:],
+            routed: nil,
+            state: record.state,
+            budgetUsed: record.budgetUsed,
+            supersededChildren: []
+        )
+        if record.state == .ended {
+            for event in events { decision.verdicts[event.jobID] = .superseded(reason: "ActivityEnded", by: nil) }
+            return decision
+        }
+        var fresh: [ActivityEvent] = []
+        for event in events {
+            if let last = record.lastTimestamp, event.timestamp <= last {
+                decision.verdicts[event.jobID] = .superseded(reason: "StaleTimestamp", by: nil)
+            } else {
+                fresh.append(event)
+            }
+        }
+        guard !fresh.isEmpty else { return decision }
+        guard !record.busy else {
+            for event in fresh { decision.verdicts[event.jobID] = .wait }
+            return decision
+        }
+        // The newest end, if one is here (nothing after it may be sent); else the newest event.
+        let newest: (ActivityEvent, ActivityEvent) -> Bool = {
+            ($0.timestamp, $0.jobID) < ($1.timestamp, $1.jobID)
+        }
+        let winner = fresh.filter { $0.kind == .end }.max(by: newest) ?? fresh.max(by: newest)!
+        for event in fresh where event.jobID != winner.jobID {
+            // Older than the event sent: stale once it is. Newer than an end: judged after the end.
+            decision.verdicts[event.jobID] =
+                event.timestamp <= winner.timestamp ? .superseded(reason: "StaleTimestamp", by: winner.jobID) : .wait
+        }
+        var demoted = false
+        if winner.kind == .update && winner.priority == 10 {
+            if record.budgetUsed >= record.budgetPerHour {
+                demoted = true
+            } else {
+                decision.budgetUsed += 1
+            }
+        }
+        decision.verdicts[winner.jobID] = .route(demoted: demoted)
+        decision.routed = winner
+        decision.state = winner.kind == .end ? .ended : .started
+        decision.supersededChildren = record.unsentChildren
+        return decision
+    }
+}

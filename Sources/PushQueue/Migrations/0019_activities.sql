@@ -1,0 +1,83 @@
+-- Schema 19: Live Activities as rows with a life. A producer names an activity (`push.activities`: topic and
+-- its own activity_id, with the recipient whose push-to-start tokens start it, or a broadcast channel) and
+-- enqueues its events as jobs that name `activity_id` instead of a token: `start`, `update` and `end` in
+-- the payload's `aps.event`, with `aps.timestamp`. When a worker claims such a job it routes it, under the
+-- activity's row lock: a start to the recipient's push-to-start tokens, an update or an end to the activity's
+-- own token (push.devices kind `activity`) or its channel, as child jobs (`parent_id`), the parent ending
+-- `fanned_out`. An event whose timestamp is not newer than the last one routed ends superseded with reason
+-- StaleTimestamp, every event after the activity's end ActivityEnded, and no event is routed while the
+-- previous event's request is in flight: the timestamps a device receives only grow. Priority-10 updates
+-- past the topic's hourly budget (push.activity_budgets, 12 by default) go at priority 5 with trap MS015.
+
+CREATE TABLE IF NOT EXISTS push.activities (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    topic text NOT NULL,
+    activity_id text NOT NULL,
+    recipient text,
+    channel_id text,
+    state text NOT NULL DEFAULT 'requested',
+    -- The newest aps.timestamp routed (seconds since 1970), its event, when, and the jobs that carry it.
+    last_timestamp bigint,
+    last_event text,
+    last_routed_at timestamptz,
+    children bigint[] NOT NULL DEFAULT '{}',
+    ended_at timestamptz,
+    dismissal_at timestamptz,
+    -- Priority-10 updates routed in the hour that began at budget_hour.
+    budget_hour timestamptz,
+    budget_used integer NOT NULL DEFAULT 0,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT one_activity_per_topic_and_activity_id UNIQUE (topic, activity_id),
+    CONSTRAINT activity_state_must_be_requested_started_or_ended CHECK (state IN ('requested', 'started', 'ended')),
+    CONSTRAINT activity_id_must_be_1_to_255_bytes_no_control_characters
+        CHECK (octet_length(activity_id) BETWEEN 1 AND 255 AND activity_id !~ '[[:cntrl:]]'),
+    CONSTRAINT activity_recipient_must_be_1_to_255_bytes_no_control_characters
+        CHECK (recipient IS NULL OR (octet_length(recipient) BETWEEN 1 AND 255 AND recipient !~ '[[:cntrl:]]')),
+    CONSTRAINT activity_channel_id_must_be_base64_up_to_128_characters
+        CHECK (channel_id IS NULL OR channel_id ~ '^[A-Za-z0-9+/=_-]{1,128}$'),
+    CONSTRAINT activity_topic_must_be_a_bundle_id
+        CHECK (octet_length(topic) BETWEEN 1 AND 255 AND left(topic, 1) NOT IN ('.', '-', '_')
+               AND ltrim(topic, 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-_') = '')
+);
+
+COMMENT ON TABLE push.activities IS
+    'Live Activities: one row per (topic, activity_id), inserted by producers (or by the first job naming it); state, last_timestamp and children kept by the worker as it routes the activity''s events';
+
+-- Each topic's hourly budget of priority-10 updates per activity (`push-worker activities budget`).
+CREATE TABLE IF NOT EXISTS push.activity_budgets (
+    topic text PRIMARY KEY,
+    per_hour integer NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT activity_budget_must_be_1_to_10000_an_hour CHECK (per_hour BETWEEN 1 AND 10000)
+);
+
+ALTER TABLE push.jobs ADD COLUMN IF NOT EXISTS activity_id text;
+ALTER TABLE push.dead_jobs ADD COLUMN IF NOT EXISTS activity_id text;
+
+ALTER TABLE push.jobs
+    DROP CONSTRAINT IF EXISTS exactly_one_of_device_token_channel_id_or_recipient,
+    DROP CONSTRAINT IF EXISTS exactly_one_of_device_token_channel_id_recipient_or_activity_id,
+    ADD CONSTRAINT exactly_one_of_device_token_channel_id_recipient_or_activity_id
+        CHECK (num_nonnulls(device_token, channel_id, recipient, activity_id) = 1) NOT VALID,
+    DROP CONSTRAINT IF EXISTS activity_jobs_must_be_liveactivity_with_1_to_255_byte_ids,
+    ADD CONSTRAINT activity_jobs_must_be_liveactivity_with_1_to_255_byte_ids
+        CHECK (activity_id IS NULL
+               OR (push_type = 'liveactivity' AND platform = 'apns'
+                   AND octet_length(activity_id) BETWEEN 1 AND 255 AND activity_id !~ '[[:cntrl:]]')) NOT VALID;
+
+COMMENT ON CONSTRAINT exactly_one_of_device_token_channel_id_recipient_or_activity_id ON push.jobs IS
+    'a job goes to one device_token, one broadcast channel_id, every live device of one recipient (push.devices), or one Live Activity (push.activities)';
+COMMENT ON CONSTRAINT activity_jobs_must_be_liveactivity_with_1_to_255_byte_ids ON push.jobs IS
+    'a job naming activity_id is an APNs Live Activity event: push_type liveactivity, platform apns';
+
+-- Checked without blocking producers; `push-worker migrate` runs what follows outside a transaction, one
+-- statement at a time (psql: without -1).
+-- push:outside-transaction
+-- An activity's events in order (`push-worker activities show`).
+CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_activity_idx ON push.jobs (topic, activity_id, id)
+    WHERE activity_id IS NOT NULL;
+ALTER TABLE push.jobs VALIDATE CONSTRAINT exactly_one_of_device_token_channel_id_recipient_or_activity_id;
+ALTER TABLE push.jobs VALIDATE CONSTRAINT activity_jobs_must_be_liveactivity_with_1_to_255_byte_ids;
+
+-- Recorded, so that `push-worker migrate` after applying this file by hand knows it ran.
+INSERT INTO push.schema_migrations (version, name) VALUES (19, '0019_activities.sql') ON CONFLICT (version) DO NOTHING;

@@ -241,6 +241,7 @@ extension APNsSimulator {
             reason: answer.reason
         )
         self.state.withLock { $0.requests.append(request) }
+        self.deliverToLiveActivity(request)
     }
 }
 

@@ -6,6 +6,9 @@ struct SimulatorState {
     var scripts: [String: SimulatorBehaviour] = [:]
     /// Device tokens' builds (``APNsSimulator/register(token:environment:)``).
     var tokenEnvironments: [String: String] = [:]
+    /// Live Activity tokens and what their device showed last (``APNsSimulator/registerLiveActivity(token:kind:)``).
+    var liveActivityTokens: [String: LiveActivityDevice] = [:]
+    var droppedByDevice: [DroppedPush] = []
     var scriptCounts: [String: Int] = [:]
     var requests: [RecordedRequest] = []
     var connections: [Int: any Channel] = [:]

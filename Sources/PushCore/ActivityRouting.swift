@@ -105,6 +105,9 @@ public struct ActivityRecord: Sendable, Hashable {
     public var busy: Bool
     /// Children of the last routed event not yet sent (waiting for a retry): a newer event supersedes them.
     public var unsentChildren: [Int64]
+    /// The timestamp of an end of this activity still in the queue, not among the claimed events (enqueued,
+    /// or claimed by another worker): nothing as new as it may go first, or the device would drop the end.
+    public var waitingEnd: Int64?
     /// Priority-10 updates routed in the current hour, and the topic's budget for an hour.
     public var budgetUsed: Int
     public var budgetPerHour: Int
@@ -114,9 +117,11 @@ public struct ActivityRecord: Sendable, Hashable {
         lastTimestamp: Int64?,
         busy: Bool,
         unsentChildren: [Int64] = [],
+        waitingEnd: Int64? = nil,
         budgetUsed: Int = 0,
         budgetPerHour: Int = 12
     ) {
+        self.waitingEnd = waitingEnd
         self.state = state
         self.lastTimestamp = lastTimestamp
         self.busy = busy
@@ -131,8 +136,8 @@ public enum ActivityVerdict: Sendable, Hashable {
     /// Sent: to the recipient's push-to-start tokens (a start) or the activity's token or channel; `demoted`:
     /// a priority-10 update past the hour's budget, sent at priority 5 with trap MS015.
     case route(demoted: Bool)
-    /// Never sent: `StaleTimestamp` (not newer than an event routed, or than `by`, routed now) or
-    /// `ActivityEnded` (the activity's end was routed).
+    /// Never sent: `StaleTimestamp` (an update or end not newer than an event routed, or than `by`, routed
+    /// now) or `ActivityEnded` (the activity's end was routed).
     case superseded(reason: String, by: Int64?)
     /// The previous event's request may be in flight: claimed again shortly, uncounted, so that a device never
     /// receives an older timestamp after a newer one.
@@ -172,26 +177,39 @@ public enum ActivityRouting {
         }
         var fresh: [ActivityEvent] = []
         for event in events {
-            if let last = record.lastTimestamp, event.timestamp <= last {
+            // A start goes to push-to-start tokens, where it makes a new activity: no timestamp shown there
+            // to be older than. An update or an end goes to the activity's own token.
+            if event.kind != .start, let last = record.lastTimestamp, event.timestamp <= last {
                 decision.verdicts[event.jobID] = .superseded(reason: "StaleTimestamp", by: nil)
             } else {
                 fresh.append(event)
             }
+        }
+        // An end waiting elsewhere in the queue goes before anything as new as it.
+        if let end = record.waitingEnd {
+            for event in fresh where event.timestamp >= end { decision.verdicts[event.jobID] = .wait }
+            fresh.removeAll { $0.timestamp >= end }
         }
         guard !fresh.isEmpty else { return decision }
         guard !record.busy else {
             for event in fresh { decision.verdicts[event.jobID] = .wait }
             return decision
         }
-        // The newest end, if one is here (nothing after it may be sent); else the newest event.
+        // The newest end, if one is here (nothing after it may be sent); else the first start (it makes the
+        // activity the updates are for); else the newest update.
         let newest: (ActivityEvent, ActivityEvent) -> Bool = {
             ($0.timestamp, $0.jobID) < ($1.timestamp, $1.jobID)
         }
-        let winner = fresh.filter { $0.kind == .end }.max(by: newest) ?? fresh.max(by: newest)!
+        let winner =
+            fresh.filter { $0.kind == .end }.max(by: newest)
+            ?? fresh.filter { $0.kind == .start }.min { $0.jobID < $1.jobID }
+            ?? fresh.max(by: newest)!
         for event in fresh where event.jobID != winner.jobID {
-            // Older than the event sent: stale once it is. Newer than an end: judged after the end.
+            // An update older than the event sent: stale once it is. Anything newer, and other starts: judged
+            // in a later round (after the end: ended).
             decision.verdicts[event.jobID] =
-                event.timestamp <= winner.timestamp ? .superseded(reason: "StaleTimestamp", by: winner.jobID) : .wait
+                event.kind != .start && event.timestamp <= winner.timestamp
+                ? .superseded(reason: "StaleTimestamp", by: winner.jobID) : .wait
         }
         var demoted = false
         if winner.kind == .update && winner.priority == 10 {
@@ -203,6 +221,8 @@ public enum ActivityRouting {
         }
         decision.verdicts[winner.jobID] = .route(demoted: demoted)
         decision.routed = winner
+        // A late start (older than the updates shown) never lowers the mark the activity's token is held to.
+        decision.routed?.timestamp = max(winner.timestamp, record.lastTimestamp ?? winner.timestamp)
         decision.state = winner.kind == .end ? .ended : .started
         decision.supersededChildren = record.unsentChildren
         return decision

@@ -85,23 +85,32 @@ extension JobQueue {
                 var budgetUsed: Int
                 var perHour: Int
                 var children: [Int64]
+                var lastEvent: String?
+                var waitingEnd: (id: Int64, timestamp: Int64)?
             }
             var locked: [String: Locked] = [:]
             let rows = try await connection.query(
                 ActivitiesSQL.lock.query {
                     $0.bind("topics", topics)
                     $0.bind("activity_ids", activityIDs)
+                    $0.bind("held_ids", jobs.map(\.id))
                 },
                 logger: logger
             )
-            for try await row in rows.decode((Int64, String, String, String, Int64?, Int32, Int32, [Int64]).self) {
+            for try await row in rows.decode(
+                (Int64, String, String, String, Int64?, Int32, Int32, [Int64], String?, Int64?, String?).self
+            ) {
+                // An end whose timestamp cannot be read is refused when claimed: nothing to hold back for it.
+                let waitingEnd = row.9.flatMap { id in row.10.flatMap { Int64($0) }.map { (id, $0) } }
                 locked[Self.activityKey(row.1, row.2)] = Locked(
                     id: row.0,
                     state: row.3,
                     lastTimestamp: row.4,
                     budgetUsed: Int(row.5),
                     perHour: Int(row.6),
-                    children: row.7
+                    children: row.7,
+                    lastEvent: row.8,
+                    waitingEnd: waitingEnd
                 )
             }
             let children = locked.values.flatMap(\.children)
@@ -147,7 +156,10 @@ extension JobQueue {
                     state: state,
                     lastTimestamp: activity.lastTimestamp,
                     busy: !Set(activity.children).intersection(unfinished).subtracting(lockedPending).isEmpty,
-                    unsentChildren: activity.children.filter { lockedPending.contains($0) },
+                    // A start's children go to push-to-start tokens: an update does not replace them.
+                    unsentChildren: activity.lastEvent == "update"
+                        ? activity.children.filter { lockedPending.contains($0) } : [],
+                    waitingEnd: activity.waitingEnd?.timestamp,
                     budgetUsed: activity.budgetUsed,
                     budgetPerHour: activity.perHour
                 )
@@ -338,7 +350,7 @@ enum ActivitiesSQL: StatementFile {
     static let file = "activities"
 
     static let ensure = named("ensure", "topics", "activity_ids")
-    static let lock = named("lock", "topics", "activity_ids")
+    static let lock = named("lock", "topics", "activity_ids", "held_ids")
     static let lockUnsentChildren = named("lock_unsent_children", "ids")
     static let unfinishedChildren = named("unfinished_children", "ids")
     static let route = named(

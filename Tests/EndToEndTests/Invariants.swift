@@ -16,6 +16,7 @@ enum Invariants {
         diedWorkers: Set<String>,
         rejectedBeforeSend: Bool = false,
         unexplainedSecondSendsAllowed: Int = 0,
+        oneJobPerToken: Bool = true,
         context: String = "",
         count: (String) async throws -> Int64,
         texts: (String) async throws -> [String]
@@ -38,12 +39,32 @@ enum Invariants {
             """
         )
         #expect(unexplained == 0, "every dead letter has an APNs-given reason or names its exhausted budget \(context)")
-        var apnsIDs: [String: Set<String>] = [:]
-        for request in simulator.requests {
-            // apns-id, or an FCM message's data.push_id.
-            if let token = request.deviceToken { apnsIDs[token, default: []].insert(request.notificationID ?? "") }
+        if oneJobPerToken {
+            var apnsIDs: [String: Set<String>] = [:]
+            for request in simulator.requests {
+                // apns-id, or an FCM message's data.push_id.
+                if let token = request.deviceToken { apnsIDs[token, default: []].insert(request.notificationID ?? "") }
+            }
+            #expect(
+                apnsIDs.values.allSatisfy { $0.count == 1 },
+                "one apns-id per job across all its requests \(context)"
+            )
+        } else {
+            // Many jobs to one token (a Live Activity's): every request carries the apns_id of a job of its token.
+            let known = Set(
+                try await texts(
+                    "SELECT lower(apns_id::text) || '/' || coalesce(device_token, channel_id, '') FROM push.jobs UNION ALL SELECT lower(apns_id::text) || '/' || coalesce(device_token, channel_id, '') FROM push.dead_jobs"
+                )
+            )
+            let strays = simulator.requests.filter { request in
+                guard let token = request.deviceToken else { return false }
+                return !known.contains("\(request.notificationID ?? "")/\(token)")
+            }
+            #expect(
+                strays.isEmpty,
+                "every request carries the apns_id of a job of its token \(context): \(strays.count)"
+            )
         }
-        #expect(apnsIDs.values.allSatisfy { $0.count == 1 }, "one apns-id per job across all its requests \(context)")
         let faults = simulator.faultCounters
         #expect(
             faults.answeredAboveGoAway == 0,

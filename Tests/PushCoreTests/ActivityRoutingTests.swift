@@ -72,6 +72,31 @@ struct ActivityRoutingTests {
     }
 
     @Test(
+        "an end still in the queue elsewhere (enqueued, or claimed by another worker): events as new as it wait for it, older ones go"
+    )
+    func endWaitingElsewhere() {
+        let decision = ActivityRouting.decide(
+            ActivityRecord(state: .started, lastTimestamp: 100, busy: false, waitingEnd: 200),
+            events: [Self.event(1, .update, 150), Self.event(2, .update, 250), Self.event(3, .update, 200)]
+        )
+        #expect(decision.routed?.jobID == 1)
+        #expect(decision.verdicts[2] == .wait && decision.verdicts[3] == .wait)
+    }
+
+    @Test(
+        "a late start (older than the updates shown) is still sent, to push-to-start tokens, and never lowers the mark; a start goes before the updates claimed with it"
+    )
+    func lateStart() {
+        let late = ActivityRouting.decide(
+            ActivityRecord(state: .started, lastTimestamp: 500, busy: false),
+            events: [Self.event(1, .start, 100), Self.event(2, .update, 90), Self.event(3, .update, 600)]
+        )
+        #expect(late.routed?.jobID == 1 && late.routed?.timestamp == 500, "routed, the mark kept at 500")
+        #expect(late.verdicts[2] == .superseded(reason: "StaleTimestamp", by: nil))
+        #expect(late.verdicts[3] == .wait, "after the start")
+    }
+
+    @Test(
         "priority-10 updates past the hour's budget go at priority 5 (demoted); starts, ends and priority 5 do not count"
     )
     func budget() {

@@ -158,6 +158,31 @@ struct ActivitiesTests {
     }
 
     @Test(
+        "an end claimed by another worker, not yet routed: newer updates claimed here wait for it (the device would drop an end older than what it shows); older ones go"
+    )
+    func endClaimedElsewhere() async throws {
+        try await TestPostgres.withDatabase { db in
+            try await Self.register(db, token: Self.activityToken, kind: "activity", activity: "order-1")
+            let end = try await Self.event(db, "end", 200)
+            let other = try await db.queue.claim(limit: 10, workerID: "v", lease: .seconds(60))
+            #expect(other.map(\.id) == [end])
+            let older = try await Self.event(db, "update", 150)
+            let newer = try await Self.event(db, "update", 250)
+            var result = try await Self.claimAndRoute(db)
+            #expect(result.routed.keys.sorted() == [older] && result.waiting == [newer])
+            // The end is routed by its worker once the older update's child is sent; then the newer one ends.
+            try await db.execute("UPDATE push.jobs SET state = 'delivered' WHERE parent_id = \(older)")
+            result = try await db.queue.routeActivities(other, workerID: "v")
+            #expect(result.routed.keys.sorted() == [end])
+            try await db.execute(
+                "UPDATE push.jobs SET state = 'pending', attempts = attempts - 1, locked_by = NULL, locked_until = NULL WHERE id = \(newer)"
+            )
+            result = try await Self.claimAndRoute(db)
+            #expect(result.superseded == [newer: "ActivityEnded"])
+        }
+    }
+
+    @Test(
         "budget: 40 priority-10 updates in an hour with a budget of 12: 12 at priority 10, 28 at priority 5 with MS015, none refused"
     )
     func budgetDemotion() async throws {

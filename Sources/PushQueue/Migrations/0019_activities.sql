@@ -76,6 +76,9 @@ COMMENT ON CONSTRAINT activity_jobs_must_be_liveactivity_with_1_to_255_byte_ids 
 -- An activity's events in order (`push-worker activities show`).
 CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_activity_idx ON push.jobs (topic, activity_id, id)
     WHERE activity_id IS NOT NULL;
+-- An activity's end still in the queue (the routing holds back what is newer than it, wherever it is claimed).
+CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_activity_end_waiting_idx ON push.jobs (topic, activity_id, id)
+    WHERE activity_id IS NOT NULL AND state IN ('pending', 'running') AND (payload -> 'aps' ->> 'event') = 'end';
 ALTER TABLE push.jobs VALIDATE CONSTRAINT exactly_one_of_device_token_channel_id_recipient_or_activity_id;
 ALTER TABLE push.jobs VALIDATE CONSTRAINT activity_jobs_must_be_liveactivity_with_1_to_255_byte_ids;
 

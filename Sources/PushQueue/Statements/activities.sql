@@ -13,15 +13,22 @@ ON CONFLICT (topic, activity_id) DO NOTHING
 
 -- name: lock
 -- The activities of the (:topics, :activity_ids) pairs, locked in id order (two workers routing events of the
--- same activities take them one after the other), with their budget this hour and their last event's children.
+-- same activities take them one after the other), with their budget this hour, their last event and its
+-- children, and their oldest end still in the queue that none of :held_ids is (its id and aps.timestamp).
 SELECT a.id, a.topic, a.activity_id, a.state, a.last_timestamp,
        CASE WHEN a.budget_hour > now() - interval '1 hour' THEN a.budget_used ELSE 0 END,
        coalesce((SELECT b.per_hour FROM push.activity_budgets AS b WHERE b.topic = a.topic), 12),
-       a.children
+       a.children, a.last_event, e.id, e.ts
   FROM push.activities AS a
+  LEFT JOIN LATERAL (
+    SELECT j.id, j.payload -> 'aps' ->> 'timestamp' AS ts
+      FROM push.jobs AS j
+     WHERE j.topic = a.topic AND j.activity_id = a.activity_id AND j.state IN ('pending', 'running')
+       AND (j.payload -> 'aps' ->> 'event') = 'end' AND NOT (j.id = ANY (:held_ids::bigint[]))
+     ORDER BY j.id LIMIT 1) AS e ON true
  WHERE (a.topic, a.activity_id) IN (SELECT * FROM unnest(:topics::text[], :activity_ids::text[]))
  ORDER BY a.id
-   FOR NO KEY UPDATE
+   FOR NO KEY UPDATE OF a
 
 -- name: lock_unsent_children
 -- Of the children :ids, those still pending that this transaction can lock: no claim takes them until it
@@ -103,7 +110,8 @@ WITH parents_superseded AS (
     SELECT parent_id, array_agg(id ORDER BY id) AS ids FROM children GROUP BY parent_id
 ), routed AS (
     UPDATE push.jobs AS j
-       SET state = 'fanned_out', children = k.ids, first_attempt_at = coalesce(j.first_attempt_at, now()),
+       SET state = 'fanned_out', children = k.ids, reason = NULL,
+           first_attempt_at = coalesce(j.first_attempt_at, now()),
            last_attempt_at = now(), locked_by = NULL, locked_until = NULL,
            history = push.append_history(j.history, jsonb_build_object('outcome', 'fanned_out', 'at', now(),
                'children', cardinality(k.ids), 'event', w.event))

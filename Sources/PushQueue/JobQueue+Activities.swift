@@ -331,6 +331,21 @@ extension QueueOperations {
         return events
     }
 
+    /// Enqueues an end for activity `id` (the content-state given, or its last routed event's), dismissed
+    /// `dismissAfter` from now; `nil` when the activity is already ended.
+    public func endActivity(id: Int64, contentState: String?, dismissAfter: Duration) async throws -> Int64? {
+        let rows = try await self.client.query(
+            ActivitiesSQL.enqueueEnd.query {
+                $0.bind("dismiss_after_seconds", dismissAfter.components.seconds)
+                $0.bind("content_state", contentState)
+                $0.bind("id", id)
+            },
+            logger: self.logger
+        )
+        for try await job in rows.decode(Int64.self) { return job }
+        return nil
+    }
+
     /// Sets `topic`'s hourly budget of priority-10 updates per activity; returns it.
     public func setActivityBudget(topic: String, perHour: Int) async throws -> Int {
         let rows = try await self.client.query(
@@ -378,6 +393,9 @@ enum ActivitiesSQL: StatementFile {
     static let show = named("show", "id", "topic", "activity_id")
     static let events = named("events", "topic", "activity_id")
     static let setBudget = named("set_budget", "topic", "per_hour")
+    static let enqueueEnd = named("enqueue_end", "dismiss_after_seconds", "content_state", "id")
 
-    static let all = [ensure, lock, lockUnsentChildren, unfinishedChildren, route, list, show, events, setBudget]
+    static let all = [
+        ensure, lock, lockUnsentChildren, unfinishedChildren, route, list, show, events, setBudget, enqueueEnd,
+    ]
 }

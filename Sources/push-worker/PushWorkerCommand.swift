@@ -32,6 +32,7 @@ struct PushWorkerCommand: AsyncParsableCommand {
             LimitsCommand.self,
             WebhooksCommand.self,
             DevicesCommand.self,
+            ActivitiesCommand.self,
             ConsoleCommand.self,
             SimulatorCommand.self,
             HealthcheckCommand.self,

@@ -141,6 +141,23 @@ struct LiveActivityDaemonTests {
                 count: { try await f.db.int64(PostgresQuery(unsafeSQL: $0)) },
                 texts: { try await f.db.client.query(PostgresQuery(unsafeSQL: $0)).decode(String.self).collect() }
             )
+            // What an operator sees.
+            let listed = try await f.cli(["activities"])
+            print("activities:\n\(listed.output)")
+            #expect(listed.status == 0 && listed.output.contains("race") && listed.output.contains("ended"))
+            let shown = try await f.cli(["activities", "show", "race", "--topic", "com.example.app"])
+            print(
+                "activities show race (first and last lines):\n\(shown.output.split(separator: "\n").prefix(12).joined(separator: "\n"))\n…\n\(shown.output.split(separator: "\n").suffix(3).joined(separator: "\n"))"
+            )
+            #expect(shown.status == 0 && shown.output.contains("events 1052") && shown.output.contains("ActivityEnded"))
+            let afterEnd = try await f.db.int64(
+                "SELECT max(id) FROM push.jobs WHERE activity_id = 'race' AND reason = 'ActivityEnded'"
+            )
+            let described = try await f.cli(["describe", "\(afterEnd)"])
+            print("describe \(afterEnd) (an update after the end):\n\(described.output)")
+            #expect(described.output.contains("not sent, superseded ActivityEnded"))
+            let ended = try await f.cli(["activities", "end", "1"])
+            #expect(ended.status != 0 && ended.output.contains("already ended"), "\(ended.output)")
             print(
                 "live activity race seed \(seed): events \(outcomes.map { "\($0.0) \($0.1)" }.joined(separator: ", ")); the activity's token received \(toActivity.count) (\(toActivity.filter { $0.event == "update" }.count) updates, then the end), the push-to-start tokens \(toStart.count) starts; children \(children), \(demoted) at priority 5 past the budget (MS015); dropped by the device \(f.simulator.droppedByDevice.count); \(summary)"
             )

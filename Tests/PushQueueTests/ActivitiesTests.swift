@@ -183,6 +183,46 @@ struct ActivitiesTests {
     }
 
     @Test(
+        "activities end: an end newer than every event sent, with the last event's content-state and the dismissal asked; none for an ended activity"
+    )
+    func endByOperator() async throws {
+        try await TestPostgres.withDatabase { db in
+            try await Self.register(db, token: Self.activityToken, kind: "activity", activity: "order-1")
+            let future = Int(Date().timeIntervalSince1970) + 3600
+            let update = try await db.int64(
+                """
+                INSERT INTO push.jobs (topic, activity_id, push_type, payload) VALUES ('com.example.app', 'order-1',
+                'liveactivity', '{"aps":{"event":"update","timestamp":\(unescaped: String(future)),"content-state":{"eta":7}}}')
+                RETURNING id
+                """
+            )
+            _ = try await Self.claimAndRoute(db)
+            let activity = try #require(
+                try await db.queue.operations.activity(topic: "com.example.app", activityID: "order-1")
+            )
+            let end = try #require(
+                try await db.queue.operations.endActivity(
+                    id: activity.id,
+                    contentState: nil,
+                    dismissAfter: .seconds(60)
+                )
+            )
+            let payload = try await db.client.query(
+                "SELECT (payload->'aps'->>'timestamp')::bigint, payload->'aps'->'content-state'->>'eta', (payload->'aps'->>'dismissal-date')::bigint - extract(epoch FROM now())::bigint FROM push.jobs WHERE id = \(unescaped: String(end))"
+            ).decode((Int64, String, Int64).self).collect()
+            #expect(payload.first?.0 == Int64(future) + 1, "newer than the update sent")
+            #expect(payload.first?.1 == "7" && (59...61).contains(payload.first?.2 ?? 0))
+            try await db.execute("UPDATE push.jobs SET state = 'delivered' WHERE parent_id = \(update)")
+            let result = try await Self.claimAndRoute(db)
+            #expect(result.routed.keys.sorted() == [end])
+            #expect(
+                try await db.queue.operations.endActivity(id: activity.id, contentState: nil, dismissAfter: .zero)
+                    == nil
+            )
+        }
+    }
+
+    @Test(
         "budget: 40 priority-10 updates in an hour with a budget of 12: 12 at priority 10, 28 at priority 5 with MS015, none refused"
     )
     func budgetDemotion() async throws {

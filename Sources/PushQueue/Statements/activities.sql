@@ -183,3 +183,22 @@ SELECT j.id, j.payload -> 'aps' ->> 'event', j.payload -> 'aps' ->> 'timestamp',
 INSERT INTO push.activity_budgets AS b (topic, per_hour) VALUES (:topic::text, :per_hour::integer)
 ON CONFLICT (topic) DO UPDATE SET per_hour = excluded.per_hour, updated_at = now()
 RETURNING b.per_hour
+
+-- name: enqueue_end
+-- An end for activity :id, as `push-worker activities end` sends it: the content-state :content_state, or
+-- the last routed event's; timestamp now (newer than every event routed); dismissed :dismiss_after_seconds
+-- from now; priority 10. An activity already ended gets none. Returns the job's id.
+INSERT INTO push.jobs (topic, activity_id, push_type, priority, payload)
+SELECT a.topic, a.activity_id, 'liveactivity', 10,
+       jsonb_build_object('aps', jsonb_build_object(
+           'event', 'end',
+           'timestamp', greatest(extract(epoch FROM now())::bigint, coalesce(a.last_timestamp, 0) + 1),
+           'dismissal-date', extract(epoch FROM now())::bigint + :dismiss_after_seconds::bigint,
+           'content-state', coalesce(:content_state::jsonb,
+               (SELECT j.payload -> 'aps' -> 'content-state' FROM push.jobs AS j
+                 WHERE j.topic = a.topic AND j.activity_id = a.activity_id AND j.state = 'fanned_out'
+                 ORDER BY j.id DESC LIMIT 1),
+               '{}'::jsonb)))
+  FROM push.activities AS a
+ WHERE a.id = :id::bigint AND a.state <> 'ended'
+RETURNING id

@@ -19,6 +19,7 @@ struct ActivitiesCommand: AsyncParsableCommand {
               push-worker activities show 17                           # one activity's events in order
               push-worker activities show order-42 --topic com.example.app
               push-worker activities end 17                            # end it now, dismissed in 15 minutes
+              push-worker activities end order-42 --topic com.example.app
               push-worker activities budget --topic com.example.app --per-hour 60
             """,
         subcommands: [List.self, Show.self, End.self, Budget.self],
@@ -128,7 +129,8 @@ struct ActivitiesCommand: AsyncParsableCommand {
                 "End an activity now: an end event with its last content-state (or the one given), newer than every event sent."
         )
         @OptionGroup var database: DatabaseOptions
-        @Argument(help: "The activity's id in push.activities.") var id: Int64
+        @Argument(help: "The activity's id in push.activities, or its activity_id with --topic.") var activity: String
+        @Option(help: "The topic, when the activity is named by its activity_id.") var topic: String?
         @Option(
             name: .customLong("content-state"),
             help: "The final content-state, as JSON (default: the last event's, so the app can decode it)."
@@ -155,19 +157,37 @@ struct ActivitiesCommand: AsyncParsableCommand {
         }
 
         func run() async throws {
-            let job = try await self.database.withQueue { queue, _, _ in
-                try await queue.operations.endActivity(
-                    id: self.id,
-                    contentState: self.contentState,
-                    dismissAfter: .seconds(self.dismissAfter)
+            let id = self.topic == nil ? Int64(self.activity) : nil
+            if self.topic == nil && id == nil {
+                throw ValidationError(
+                    "\(self.activity) is not an activity's id: give the number `push-worker activities` shows, or --topic with the activity_id"
+                )
+            }
+            let (topic, name, state, dismiss) = (self.topic, self.activity, self.contentState, self.dismissAfter)
+            let (found, job) = try await self.database.withQueue { queue, _, _ -> (Activity?, Int64?) in
+                guard let found = try await queue.operations.activity(id: id, topic: topic, activityID: name) else {
+                    return (nil, nil)
+                }
+                let job = try await queue.operations.endActivity(
+                    id: found.id,
+                    contentState: state,
+                    dismissAfter: .seconds(dismiss)
+                )
+                return (found, job)
+            }
+            guard let found else {
+                throw CLIError(
+                    "no activity \(self.activity)\(self.topic.map { " of topic \($0)" } ?? ""): `push-worker activities` lists them"
                 )
             }
             guard let job else {
                 throw CLIError(
-                    "activity \(self.id) is already ended, or there is none: `push-worker activities show \(self.id)`"
+                    "activity \(found.id) (\(found.activityID)) is already ended: `push-worker activities show \(found.id)`"
                 )
             }
-            print("activity \(self.id): end enqueued as job \(job); it goes before anything newer")
+            print(
+                "activity \(found.id) (\(found.activityID)): end enqueued as job \(job); it goes before anything newer"
+            )
         }
     }
 

@@ -96,6 +96,10 @@ struct OperationsGuideTests {
                 let delivered = try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state = 'delivered'")
                 return dead == 3 && delivered == 1
             }
+            // The guide's Live Activity, for its `activities` commands (its own INSERT, later, is idempotent).
+            try await f.db.execute(
+                "INSERT INTO push.activities (topic, activity_id, recipient) VALUES ('com.example.app', 'order-42', 'user:42')"
+            )
             let deadID = try await f.db.int64("SELECT id FROM push.dead_jobs WHERE reason = 'PayloadTooLarge'")
             let jobID = try await f.db.int64("SELECT id FROM push.jobs WHERE state = 'delivered'")
             let port = try await f.metricsPort(worker)

@@ -158,6 +158,8 @@ public enum ActivityRouting {
         public var budgetUsed: Int
         /// Children of an older event, unsent, that the routed one supersedes (StaleTimestamp).
         public var supersededChildren: [Int64]
+        /// The timestamp the routed event's requests carry instead of its own (a late end), if any.
+        public var payloadTimestamp: Int64? = nil
     }
 
     /// The budget when a topic sets none (`push-worker activities budget`).
@@ -177,9 +179,10 @@ public enum ActivityRouting {
         }
         var fresh: [ActivityEvent] = []
         for event in events {
-            // A start goes to push-to-start tokens, where it makes a new activity: no timestamp shown there
-            // to be older than. An update or an end goes to the activity's own token.
-            if event.kind != .start, let last = record.lastTimestamp, event.timestamp <= last {
+            // Only an update can be stale. A start goes to push-to-start tokens, where it makes a new activity:
+            // no timestamp shown there to be older than. An end is never dropped (the activity would never end
+            // on the device): one not newer than the last event sent goes with a newer timestamp.
+            if event.kind == .update, let last = record.lastTimestamp, event.timestamp <= last {
                 decision.verdicts[event.jobID] = .superseded(reason: "StaleTimestamp", by: nil)
             } else {
                 fresh.append(event)
@@ -195,20 +198,21 @@ public enum ActivityRouting {
             for event in fresh { decision.verdicts[event.jobID] = .wait }
             return decision
         }
-        // The newest end, if one is here (nothing after it may be sent); else the first start (it makes the
-        // activity the updates are for); else the newest update.
+        // The first start, if one is here (it makes the activity the other events are for, and an end before
+        // it would leave the device an activity that never ends); else the newest end (nothing after it may be
+        // sent); else the newest update.
         let newest: (ActivityEvent, ActivityEvent) -> Bool = {
             ($0.timestamp, $0.jobID) < ($1.timestamp, $1.jobID)
         }
         let winner =
-            fresh.filter { $0.kind == .end }.max(by: newest)
-            ?? fresh.filter { $0.kind == .start }.min { $0.jobID < $1.jobID }
+            fresh.filter { $0.kind == .start }.min { $0.jobID < $1.jobID }
+            ?? fresh.filter { $0.kind == .end }.max(by: newest)
             ?? fresh.max(by: newest)!
         for event in fresh where event.jobID != winner.jobID {
-            // An update older than the event sent: stale once it is. Anything newer, and other starts: judged
-            // in a later round (after the end: ended).
+            // An update older than the event sent: stale once it is. Anything else (newer, an end behind a
+            // start, other starts): judged in a later round (after the end: ended).
             decision.verdicts[event.jobID] =
-                event.kind != .start && event.timestamp <= winner.timestamp
+                event.kind == .update && event.timestamp <= winner.timestamp
                 ? .superseded(reason: "StaleTimestamp", by: winner.jobID) : .wait
         }
         var demoted = false
@@ -221,10 +225,20 @@ public enum ActivityRouting {
         }
         decision.verdicts[winner.jobID] = .route(demoted: demoted)
         decision.routed = winner
-        // A late start (older than the updates shown) never lowers the mark the activity's token is held to.
-        decision.routed?.timestamp = max(winner.timestamp, record.lastTimestamp ?? winner.timestamp)
+        // A late start (older than the updates shown) never lowers the mark the activity's token is held to;
+        // a late end goes one second after it.
+        if let last = record.lastTimestamp, winner.timestamp <= last {
+            if winner.kind == .end {
+                decision.payloadTimestamp = last + 1
+                decision.routed?.timestamp = last + 1
+            } else {
+                decision.routed?.timestamp = last
+            }
+        }
         decision.state = winner.kind == .end ? .ended : .started
-        decision.supersededChildren = record.unsentChildren
+        // An update or an end replaces an older update's unsent child on the activity's token; a start goes to
+        // other tokens and leaves it to be sent (the activity keeps it among its children: nothing overtakes it).
+        decision.supersededChildren = winner.kind == .start ? [] : record.unsentChildren
         return decision
     }
 }

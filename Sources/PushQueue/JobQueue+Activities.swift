@@ -86,22 +86,19 @@ extension JobQueue {
                 var perHour: Int
                 var children: [Int64]
                 var lastEvent: String?
-                var waitingEnd: (id: Int64, timestamp: Int64)?
+                var waitingEnd: Int64?
             }
             var locked: [String: Locked] = [:]
             let rows = try await connection.query(
                 ActivitiesSQL.lock.query {
                     $0.bind("topics", topics)
                     $0.bind("activity_ids", activityIDs)
-                    $0.bind("held_ids", jobs.map(\.id))
                 },
                 logger: logger
             )
             for try await row in rows.decode(
-                (Int64, String, String, String, Int64?, Int32, Int32, [Int64], String?, Int64?, String?).self
+                (Int64, String, String, String, Int64?, Int32, Int32, [Int64], String?).self
             ) {
-                // An end whose timestamp cannot be read is refused when claimed: nothing to hold back for it.
-                let waitingEnd = row.9.flatMap { id in row.10.flatMap { Int64($0) }.map { (id, $0) } }
                 locked[Self.activityKey(row.1, row.2)] = Locked(
                     id: row.0,
                     state: row.3,
@@ -110,9 +107,27 @@ extension JobQueue {
                     perHour: Int(row.6),
                     children: row.7,
                     lastEvent: row.8,
-                    waitingEnd: waitingEnd
+                    waitingEnd: nil
                 )
             }
+            // Ends still in the queue, read after the lock. One whose timestamp cannot be read is refused when
+            // claimed: nothing to hold back for it.
+            let ends = try await connection.query(
+                ActivitiesSQL.waitingEnds.query {
+                    $0.bind("activity_rows", locked.values.map(\.id))
+                    $0.bind("held_ids", jobs.map(\.id))
+                },
+                logger: logger
+            )
+            var waitingEnds: [Int64: Int64] = [:]
+            for try await (activity, _, text) in ends.decode((Int64, Int64, String?).self) {
+                if let text, let seconds = Double(text), seconds.isFinite, seconds == seconds.rounded(),
+                    seconds >= 0, seconds < 1e11
+                {
+                    waitingEnds[activity] = Int64(seconds)
+                }
+            }
+            for (key, activity) in locked { locked[key]?.waitingEnd = waitingEnds[activity.id] }
             let children = locked.values.flatMap(\.children)
             var lockedPending: Set<Int64> = []
             var unfinished: Set<Int64> = []
@@ -144,7 +159,7 @@ extension JobQueue {
             }
             var superseded: [(id: Int64, attempt: Int16, reason: String, by: Int64?)] = []
             var stale: [(id: Int64, by: Int64)] = []
-            var winners: [(id: Int64, attempt: Int16, activity: Int64, demoted: Bool)] = []
+            var winners: [(id: Int64, attempt: Int16, activity: Int64, demoted: Bool, timestamp: Int64)] = []
             var activityRows:
                 [(id: Int64, winner: Int64, state: String, ts: Int64, event: String, used: Int32, dismissal: Int64?)] =
                     []
@@ -155,11 +170,13 @@ extension JobQueue {
                 let record = ActivityRecord(
                     state: state,
                     lastTimestamp: activity.lastTimestamp,
-                    busy: !Set(activity.children).intersection(unfinished).subtracting(lockedPending).isEmpty,
-                    // A start's children go to push-to-start tokens: an update does not replace them.
+                    // In flight: a child running or held by a claim; and a start's or an end's child not yet
+                    // sent (only an update's may be replaced by a newer event).
+                    busy: !Set(activity.children).intersection(unfinished)
+                        .subtracting(activity.lastEvent == "update" ? lockedPending : []).isEmpty,
                     unsentChildren: activity.lastEvent == "update"
                         ? activity.children.filter { lockedPending.contains($0) } : [],
-                    waitingEnd: activity.waitingEnd?.timestamp,
+                    waitingEnd: activity.waitingEnd,
                     budgetUsed: activity.budgetUsed,
                     budgetPerHour: activity.perHour
                 )
@@ -172,7 +189,7 @@ extension JobQueue {
                     case .wait:
                         result.waiting.append(id)
                     case .route(let demoted):
-                        winners.append((id, attempt, activity.id, demoted))
+                        winners.append((id, attempt, activity.id, demoted, decision.payloadTimestamp ?? -1))
                         if demoted, let topic = byID[id]?.topic { result.demoted[topic, default: 0] += 1 }
                     }
                 }
@@ -200,6 +217,7 @@ extension JobQueue {
                     $0.bind("winner_attempts", winners.map(\.attempt))
                     $0.bind("winner_activities", winners.map(\.activity))
                     $0.bind("winner_demoted", winners.map(\.demoted))
+                    $0.bind("winner_timestamps", winners.map(\.timestamp))
                     $0.bind("activity_rows", activityRows.map(\.id))
                     $0.bind("activity_winners", activityRows.map(\.winner))
                     $0.bind("activity_states", activityRows.map(\.state))
@@ -210,13 +228,29 @@ extension JobQueue {
                 },
                 logger: logger
             )
-            for try await (id, children, _) in routedRows.decode((Int64, [Int64], Int64).self) {
-                result.routed[id] = children
+            var noTarget: Set<Int64> = []
+            var supersededNow: Set<Int64> = []
+            for try await (id, children, what) in routedRows.decode((Int64, [Int64], String).self) {
+                switch what {
+                case "routed": result.routed[id] = children
+                case "no_target": noTarget.insert(id)
+                case "superseded": supersededNow.insert(id)
+                default: break
+                }
             }
-            for entry in superseded { result.superseded[entry.id] = entry.reason }
+            for entry in superseded {
+                if supersededNow.contains(entry.id) {
+                    result.superseded[entry.id] = entry.reason
+                } else if entry.by != nil {
+                    // Its winner was not routed (its fence failed, or it had nowhere to go): judged again.
+                    result.waiting.append(entry.id)
+                }
+            }
+            // A winner whose fence failed (cancelled, taken back) is not this worker's any more: left alone.
             for winner in winners where result.routed[winner.id] == nil {
                 guard let job = byID[winner.id] else { continue }
                 result.demoted[job.topic]? -= winner.demoted ? 1 : 0
+                guard noTarget.contains(winner.id) else { continue }
                 result.refused[winner.id] = ActivityRefusal(
                     reason: "NoDevice",
                     sentence:
@@ -365,7 +399,8 @@ enum ActivitiesSQL: StatementFile {
     static let file = "activities"
 
     static let ensure = named("ensure", "topics", "activity_ids")
-    static let lock = named("lock", "topics", "activity_ids", "held_ids")
+    static let lock = named("lock", "topics", "activity_ids")
+    static let waitingEnds = named("waiting_ends", "activity_rows", "held_ids")
     static let lockUnsentChildren = named("lock_unsent_children", "ids")
     static let unfinishedChildren = named("unfinished_children", "ids")
     static let route = named(
@@ -381,6 +416,7 @@ enum ActivitiesSQL: StatementFile {
         "winner_attempts",
         "winner_activities",
         "winner_demoted",
+        "winner_timestamps",
         "activity_rows",
         "activity_winners",
         "activity_states",
@@ -396,6 +432,7 @@ enum ActivitiesSQL: StatementFile {
     static let enqueueEnd = named("enqueue_end", "dismiss_after_seconds", "content_state", "id")
 
     static let all = [
-        ensure, lock, lockUnsentChildren, unfinishedChildren, route, list, show, events, setBudget, enqueueEnd,
+        ensure, lock, waitingEnds, lockUnsentChildren, unfinishedChildren, route, list, show, events, setBudget,
+        enqueueEnd,
     ]
 }

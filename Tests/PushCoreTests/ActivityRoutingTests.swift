@@ -72,6 +72,24 @@ struct ActivityRoutingTests {
     }
 
     @Test(
+        "an end is never stale: one not newer than the last event sent goes one second after it, so the activity ends; a start goes before an end, and leaves an older update's unsent child alone"
+    )
+    func lateEndAndStartBehindAChild() {
+        let late = ActivityRouting.decide(
+            ActivityRecord(state: .started, lastTimestamp: 300, busy: false),
+            events: [Self.event(1, .end, 300)]
+        )
+        #expect(late.routed?.jobID == 1 && late.payloadTimestamp == 301 && late.routed?.timestamp == 301)
+        #expect(late.state == .ended)
+        let start = ActivityRouting.decide(
+            ActivityRecord(state: .started, lastTimestamp: 300, busy: false, unsentChildren: [9]),
+            events: [Self.event(2, .start, 400), Self.event(3, .end, 500)]
+        )
+        #expect(start.routed?.jobID == 2 && start.supersededChildren.isEmpty, "the update's child is kept")
+        #expect(start.verdicts[3] == .wait, "the end goes after the start")
+    }
+
+    @Test(
         "an end still in the queue elsewhere (enqueued, or claimed by another worker): events as new as it wait for it, older ones go"
     )
     func endWaitingElsewhere() {

@@ -223,6 +223,71 @@ struct ActivitiesTests {
     }
 
     @Test(
+        "a start's child not yet sent (waiting for a retry) is in flight for the routing: the end waits for it, and then goes with a timestamp newer than the last event's if its own is not"
+    )
+    func startChildPending() async throws {
+        try await TestPostgres.withDatabase { db in
+            try await Self.register(db, token: Self.pushToStart, kind: "push_to_start")
+            try await Self.register(db, token: Self.activityToken, kind: "activity", activity: "order-1")
+            try await db.execute(
+                "INSERT INTO push.activities (topic, activity_id, recipient) VALUES ('com.example.app', 'order-1', 'user:1')"
+            )
+            let start = try await Self.event(db, "start", 100)
+            _ = try await Self.claimAndRoute(db)
+            try await db.execute("UPDATE push.jobs SET run_at = now() + interval '1 minute' WHERE parent_id = \(start)")
+            let update = try await Self.event(db, "update", 200)
+            var result = try await Self.claimAndRoute(db)
+            #expect(result.waiting == [update], "the start's child goes first")
+            try await db.execute("UPDATE push.jobs SET state = 'delivered' WHERE parent_id = \(start)")
+            try await db.execute(
+                "UPDATE push.jobs SET state = 'pending', attempts = attempts - 1, locked_by = NULL, locked_until = NULL WHERE id = \(update)"
+            )
+            result = try await Self.claimAndRoute(db)
+            #expect(result.routed.keys.sorted() == [update])
+            try await db.execute("UPDATE push.jobs SET state = 'delivered' WHERE parent_id = \(update)")
+            // An end committed late, with the update's own second: it still ends the activity, one second later.
+            let end = try await Self.event(db, "end", 200)
+            result = try await Self.claimAndRoute(db)
+            #expect(result.routed.keys.sorted() == [end])
+            let sent = try await db.int64(
+                "SELECT (payload->'aps'->>'timestamp')::bigint FROM push.jobs WHERE parent_id = \(end)"
+            )
+            #expect(sent == 201)
+            #expect(try await db.int64("SELECT count(*) FROM push.activities WHERE state = 'ended'") == 1)
+        }
+    }
+
+    @Test(
+        "a dead Live Activity request is not replayed (it would reach the device out of order): reported with the rule"
+    )
+    func deadChildNotReplayed() async throws {
+        try await TestPostgres.withDatabase { db in
+            try await Self.register(db, token: Self.activityToken, kind: "activity", activity: "order-1")
+            let update = try await Self.event(db, "update", 100)
+            let routed = try await Self.claimAndRoute(db)
+            let child = try #require(routed.routed[update]?.first)
+            let claimed = try await db.queue.claim(limit: 10, workerID: "v", lease: .seconds(60))
+            #expect(claimed.map(\.id) == [child])
+            _ = try await db.queue.writeOutcomes(
+                [
+                    JobOutcome(
+                        jobID: child,
+                        attempt: 1,
+                        disposition: .dead(sentence: "test"),
+                        attemptedAt: .now,
+                        status: 503,
+                        reason: "ServiceUnavailable"
+                    )
+                ],
+                workerID: "v"
+            )
+            let result = try await db.queue.operations.replay(matching: .init(ids: [child]))
+            #expect(result.moved.isEmpty)
+            #expect(result.skippedInvalid.map(\.rule) == ["live_activity_requests_are_not_replayed_enqueue_a_new_event"])
+        }
+    }
+
+    @Test(
         "budget: 40 priority-10 updates in an hour with a budget of 12: 12 at priority 10, 28 at priority 5 with MS015, none refused"
     )
     func budgetDemotion() async throws {

@@ -13,22 +13,30 @@ ON CONFLICT (topic, activity_id) DO NOTHING
 
 -- name: lock
 -- The activities of the (:topics, :activity_ids) pairs, locked in id order (two workers routing events of the
--- same activities take them one after the other), with their budget this hour, their last event and its
--- children, and their oldest end still in the queue that none of :held_ids is (its id and aps.timestamp).
+-- same activities take them one after the other), with their budget this hour and their last event and its
+-- children.
 SELECT a.id, a.topic, a.activity_id, a.state, a.last_timestamp,
        CASE WHEN a.budget_hour > now() - interval '1 hour' THEN a.budget_used ELSE 0 END,
        coalesce((SELECT b.per_hour FROM push.activity_budgets AS b WHERE b.topic = a.topic), 12),
-       a.children, a.last_event, e.id, e.ts
+       a.children, a.last_event
   FROM push.activities AS a
-  LEFT JOIN LATERAL (
+ WHERE (a.topic, a.activity_id) IN (SELECT * FROM unnest(:topics::text[], :activity_ids::text[]))
+ ORDER BY a.id
+   FOR NO KEY UPDATE
+
+-- name: waiting_ends
+-- Of the activities :activity_rows (locked by this transaction: read after the lock, so an end committed
+-- while it waited is seen), the oldest end still pending or running that none of :held_ids is: its
+-- activity, id and aps.timestamp.
+SELECT a.id, e.id, e.ts
+  FROM push.activities AS a
+ CROSS JOIN LATERAL (
     SELECT j.id, j.payload -> 'aps' ->> 'timestamp' AS ts
       FROM push.jobs AS j
      WHERE j.topic = a.topic AND j.activity_id = a.activity_id AND j.state IN ('pending', 'running')
        AND (j.payload -> 'aps' ->> 'event') = 'end' AND NOT (j.id = ANY (:held_ids::bigint[]))
-     ORDER BY j.id LIMIT 1) AS e ON true
- WHERE (a.topic, a.activity_id) IN (SELECT * FROM unnest(:topics::text[], :activity_ids::text[]))
- ORDER BY a.id
-   FOR NO KEY UPDATE OF a
+     ORDER BY j.id LIMIT 1) AS e
+ WHERE a.id = ANY (:activity_rows::bigint[])
 
 -- name: lock_unsent_children
 -- Of the children :ids, those still pending that this transaction can lock: no claim takes them until it
@@ -49,33 +57,20 @@ SELECT id FROM push.jobs WHERE id = ANY (:ids::bigint[]) AND state IN ('pending'
 -- an update or an end the activity's channel if it has one, else its live tokens of kind activity; the
 -- child has the parent's payload and options, priority 5 and trap MS015 when demoted, the apns_id
 -- push.child_apns_id(parent's, token or channel); the parent ends fanned_out with their ids, and its
--- activity takes the event's state, timestamp and children (:activity_rows, one per routed event). A routed
--- event with no target is left running: the worker ends it NoDevice. Run with push.internal_insert on
--- (mark_internal_insert). Returns (parent id, children) for the events routed.
-WITH parents_superseded AS (
-    UPDATE push.jobs AS j
-       SET state = 'superseded', superseded_by = NULLIF(i.by, 0), reason = i.reason, attempts = j.attempts - 1,
-           locked_by = NULL, locked_until = NULL,
-           history = push.append_history(j.history,
-               jsonb_strip_nulls(jsonb_build_object('outcome', 'superseded', 'at', now(), 'reason', i.reason,
-                                                    'by', NULLIF(i.by, 0))))
-      FROM unnest(:superseded_ids::bigint[], :superseded_attempts::smallint[], :superseded_reasons::text[],
-                  :superseded_by::bigint[]) AS i (id, attempt, reason, by)
-     WHERE j.id = i.id AND j.attempts = i.attempt AND j.locked_by = :worker_id AND j.state = 'running'
-    RETURNING j.id, j.apns_id, j.platform, j.topic, j.trap_ids, j.reason
-), children_superseded AS (
-    UPDATE push.jobs AS j
-       SET state = 'superseded', superseded_by = i.by, reason = 'StaleTimestamp', locked_by = NULL,
-           locked_until = NULL
-      FROM unnest(:stale_children::bigint[], :stale_by::bigint[]) AS i (id, by)
-     WHERE j.id = i.id AND j.state = 'pending'
-    RETURNING j.id, j.apns_id, j.platform, j.topic, j.trap_ids, j.reason
-), winners AS MATERIALIZED (
-    SELECT j.id, j.topic, j.payload, j.push_type, j.priority, j.environment, j.credential, j.collapse_id,
+-- activity takes the event's state, timestamp and children (:activity_rows, one per routed event). An end
+-- the routing gave a newer timestamp (:winner_timestamps, -1: as it is) carries it. A routed event with no
+-- target is left running (the worker ends it NoDevice), and what it would have superseded is left alone.
+-- Run with push.internal_insert on (mark_internal_insert). Returns (id, children, what): routed events,
+-- fenced ones with no target, superseded events.
+WITH winners AS MATERIALIZED (
+    SELECT j.id, j.topic, j.push_type, j.priority, j.environment, j.credential, j.collapse_id,
            j.expires_at, j.apns_id, j.max_attempts, j.deliver_once, j.traceparent, w.demoted,
+           -- An end not newer than what the device shows goes with the timestamp the routing gave it.
+           CASE WHEN w.ts < 0 THEN j.payload ELSE jsonb_set(j.payload, '{aps,timestamp}', to_jsonb(w.ts)) END
+               AS payload,
            j.payload -> 'aps' ->> 'event' AS event, a.recipient, a.channel_id, a.activity_id
       FROM unnest(:winner_ids::bigint[], :winner_attempts::smallint[], :winner_activities::bigint[],
-                  :winner_demoted::boolean[]) AS w (id, attempt, activity, demoted)
+                  :winner_demoted::boolean[], :winner_timestamps::bigint[]) AS w (id, attempt, activity, demoted, ts)
       JOIN push.jobs AS j
         ON j.id = w.id AND j.attempts = w.attempt AND j.locked_by = :worker_id AND j.state = 'running'
       JOIN push.activities AS a ON a.id = w.activity
@@ -121,7 +116,12 @@ WITH parents_superseded AS (
 ), activities AS (
     UPDATE push.activities AS a
        SET state = i.state, last_timestamp = i.ts, last_event = i.event, last_routed_at = now(),
-           children = r.children, budget_used = i.budget_used,
+           -- A start keeps an older update's children not yet sent: they stay in flight for the next rounds.
+           children = CASE WHEN i.event = 'start'
+                           THEN r.children || ARRAY(SELECT c.id FROM push.jobs AS c
+                                                     WHERE c.id = ANY (a.children) AND c.state IN ('pending', 'running'))
+                           ELSE r.children END,
+           budget_used = i.budget_used,
            budget_hour = CASE WHEN a.budget_hour > now() - interval '1 hour' THEN a.budget_hour ELSE now() END,
            ended_at = CASE WHEN i.state = 'ended' THEN now() ELSE a.ended_at END,
            -- iOS keeps an ended activity on the lock screen up to four hours unless the end says otherwise.
@@ -134,6 +134,26 @@ WITH parents_superseded AS (
       JOIN routed AS r ON r.id = i.winner
      WHERE a.id = i.id
     RETURNING a.id
+), parents_superseded AS (
+    UPDATE push.jobs AS j
+       SET state = 'superseded', superseded_by = NULLIF(i.by, 0), reason = i.reason, attempts = j.attempts - 1,
+           locked_by = NULL, locked_until = NULL,
+           history = push.append_history(j.history,
+               jsonb_strip_nulls(jsonb_build_object('outcome', 'superseded', 'at', now(), 'reason', i.reason,
+                                                    'by', NULLIF(i.by, 0))))
+      FROM unnest(:superseded_ids::bigint[], :superseded_attempts::smallint[], :superseded_reasons::text[],
+                  :superseded_by::bigint[]) AS i (id, attempt, reason, by)
+     WHERE j.id = i.id AND j.attempts = i.attempt AND j.locked_by = :worker_id AND j.state = 'running'
+       -- Superseded by an event routed now: only if it was (its fence held and it had somewhere to go).
+       AND (i.by = 0 OR i.by IN (SELECT id FROM routed))
+    RETURNING j.id, j.apns_id, j.platform, j.topic, j.trap_ids, j.reason
+), children_superseded AS (
+    UPDATE push.jobs AS j
+       SET state = 'superseded', superseded_by = i.by, reason = 'StaleTimestamp', locked_by = NULL,
+           locked_until = NULL
+      FROM unnest(:stale_children::bigint[], :stale_by::bigint[]) AS i (id, by)
+     WHERE j.id = i.id AND j.state = 'pending' AND i.by IN (SELECT id FROM routed)
+    RETURNING j.id, j.apns_id, j.platform, j.topic, j.trap_ids, j.reason
 ), deliveries AS (
     -- Webhooks that take `superseded` hear of these in this statement.
     INSERT INTO push.webhook_deliveries (webhook_id, event, job_id, body)
@@ -146,7 +166,14 @@ WITH parents_superseded AS (
      WHERE h.disabled_at IS NULL AND 'superseded' = ANY (h.events)
     RETURNING 1
 )
-SELECT r.id, r.children, (SELECT count(*) FROM activities) FROM routed AS r
+SELECT r.id, r.children, 'routed' FROM routed AS r
+UNION ALL
+-- Fenced, but nowhere to send it: the worker makes it a dead letter (NoDevice).
+SELECT w.id, '{}'::bigint[], 'no_target' FROM winners AS w WHERE w.id NOT IN (SELECT id FROM routed)
+UNION ALL
+SELECT s.id, '{}'::bigint[], 'superseded' FROM parents_superseded AS s
+UNION ALL
+SELECT 0, '{}'::bigint[], 'activities ' || (SELECT count(*) FROM activities)
 
 -- name: list
 -- Activities of :topic (when given), the newest first, at most :limit: each with its state, last event and

@@ -37,9 +37,9 @@ public struct Activity: Sendable, Hashable, Codable {
     public var endedAt: Date?
     public var dismissalAt: Date?
     public var createdAt: Date
-    /// Priority-10 updates routed this hour, and the topic's budget (`show` only).
-    public var budgetUsed: Int?
-    public var budgetPerHour: Int?
+    /// Priority-10 updates routed this hour, and the topic's budget.
+    public var budgetUsed: Int
+    public var budgetPerHour: Int
 }
 
 /// One event job of an activity, in enqueue order.
@@ -276,28 +276,7 @@ extension QueueOperations {
             logger: self.logger
         )
         var activities: [Activity] = []
-        for try await row in rows.decode(
-            (Int64, String, String, String?, String?, String, String?, Int64?, Date?, Date?, Date?, Date).self
-        ) {
-            activities.append(
-                Activity(
-                    id: row.0,
-                    topic: row.1,
-                    activityID: row.2,
-                    recipient: row.3,
-                    channelID: row.4,
-                    state: row.5,
-                    lastEvent: row.6,
-                    lastTimestamp: row.7,
-                    lastRoutedAt: row.8,
-                    endedAt: row.9,
-                    dismissalAt: row.10,
-                    createdAt: row.11,
-                    budgetUsed: nil,
-                    budgetPerHour: nil
-                )
-            )
-        }
+        for try await row in rows { activities.append(try Self.decodeActivity(row)) }
         return activities
     }
 
@@ -311,27 +290,7 @@ extension QueueOperations {
             },
             logger: self.logger
         )
-        for try await row in rows.decode(
-            (Int64, String, String, String?, String?, String, String?, Int64?, Date?, Date?, Date?, Date, Int32, Int32)
-                .self
-        ) {
-            return Activity(
-                id: row.0,
-                topic: row.1,
-                activityID: row.2,
-                recipient: row.3,
-                channelID: row.4,
-                state: row.5,
-                lastEvent: row.6,
-                lastTimestamp: row.7,
-                lastRoutedAt: row.8,
-                endedAt: row.9,
-                dismissalAt: row.10,
-                createdAt: row.11,
-                budgetUsed: Int(row.12),
-                budgetPerHour: Int(row.13)
-            )
-        }
+        for try await row in rows { return try Self.decodeActivity(row) }
         return nil
     }
 
@@ -363,6 +322,27 @@ extension QueueOperations {
             )
         }
         return events
+    }
+
+    /// An activity from a row of `list` or `show` (the same columns, by position).
+    static func decodeActivity(_ row: PostgresRow) throws -> Activity {
+        var c = RowCursor(row)
+        return Activity(
+            id: try c.next(Int64.self),
+            topic: try c.next(String.self),
+            activityID: try c.next(String.self),
+            recipient: try c.next(String?.self),
+            channelID: try c.next(String?.self),
+            state: try c.next(String.self),
+            lastEvent: try c.next(String?.self),
+            lastTimestamp: try c.next(Int64?.self),
+            lastRoutedAt: try c.next(Date?.self),
+            endedAt: try c.next(Date?.self),
+            dismissalAt: try c.next(Date?.self),
+            createdAt: try c.next(Date.self),
+            budgetUsed: Int(try c.next(Int32.self)),
+            budgetPerHour: Int(try c.next(Int32.self))
+        )
     }
 
     /// Enqueues an end for activity `id` (the content-state given, or its last routed event's), dismissed

@@ -23,30 +23,22 @@ extension PushWorkerService {
             }
             self.databaseAnswered()
             let byID = Dictionary(events.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
-            for id in result.waiting {
+            // Handed to the outcome writer, unsent: waiting (requeued, uncounted) or refused (dead letters).
+            let unsent =
+                result.waiting.map { ($0, Decision.requeue(after: Self.activityWait), "ActivityInFlight") }
+                + result.refused.sorted { $0.key < $1.key }.map {
+                    ($0.key, Decision.dead(sentence: $0.value.sentence), $0.value.reason)
+                }
+            for (id, disposition, reason) in unsent {
                 guard let job = byID[id] else { continue }
                 recorded.insert(id)
                 self.recorder.add(
                     JobOutcome(
                         jobID: id,
                         attempt: job.attempts,
-                        disposition: .requeue(after: Self.activityWait),
+                        disposition: disposition,
                         attemptedAt: self.clock.now,
-                        reason: "ActivityInFlight",
-                        sent: false
-                    )
-                )
-            }
-            for (id, refusal) in result.refused.sorted(by: { $0.key < $1.key }) {
-                guard let job = byID[id] else { continue }
-                recorded.insert(id)
-                self.recorder.add(
-                    JobOutcome(
-                        jobID: id,
-                        attempt: job.attempts,
-                        disposition: .dead(sentence: refusal.sentence),
-                        attemptedAt: self.clock.now,
-                        reason: refusal.reason,
+                        reason: reason,
                         sent: false
                     )
                 )

@@ -111,7 +111,7 @@ struct ActivitiesCommand: AsyncParsableCommand {
                 print("  ended       \(formatDate(ended))  dismissed by \(formatDate(found.dismissalAt))")
             }
             print(
-                "  budget      \(found.budgetUsed ?? 0) of \(found.budgetPerHour ?? 12) priority-10 updates this hour (past it: priority 5, MS015)"
+                "  budget      \(found.budgetUsed) of \(found.budgetPerHour) priority-10 updates this hour (past it: priority 5, MS015)"
             )
             print("events \(events.count)")
             guard !events.isEmpty else { return }

@@ -261,10 +261,10 @@ extension DescribeCommand {
             print("  none now: it would end a dead letter NoDevice; register the token in push.devices")
         }
         for target in targets { print("  \(target)") }
-        if parsed.kind == .update && job.priority == 10, let used = activity.budgetUsed,
-            let budget = activity.budgetPerHour, used >= budget
-        {
-            print("  priority 5 with trap MS015: the activity used its \(budget) priority-10 updates this hour")
+        if parsed.kind == .update && job.priority == 10 && activity.budgetUsed >= activity.budgetPerHour {
+            print(
+                "  priority 5 with trap MS015: the activity used its \(activity.budgetPerHour) priority-10 updates this hour"
+            )
         }
     }
 

@@ -177,9 +177,11 @@ SELECT 0, '{}'::bigint[], 'activities ' || (SELECT count(*) FROM activities)
 
 -- name: list
 -- Activities of :topic (when given), the newest first, at most :limit: each with its state, last event and
--- timestamp, and how many of its events are waiting, sent and superseded.
+-- timestamp, and its budget this hour (the columns of `show`).
 SELECT a.id, a.topic, a.activity_id, a.recipient, a.channel_id, a.state, a.last_event, a.last_timestamp,
-       a.last_routed_at, a.ended_at, a.dismissal_at, a.created_at
+       a.last_routed_at, a.ended_at, a.dismissal_at, a.created_at,
+       CASE WHEN a.budget_hour > now() - interval '1 hour' THEN a.budget_used ELSE 0 END,
+       coalesce((SELECT b.per_hour FROM push.activity_budgets AS b WHERE b.topic = a.topic), 12)
   FROM push.activities AS a
  WHERE :topic::text IS NULL OR a.topic = :topic::text
  ORDER BY a.id DESC LIMIT :limit

@@ -19,8 +19,10 @@ extension APNsSimulator {
             else {
                 return .error(400, "BadRequest")
             }
-            let id = Data((0..<16).map { _ in UInt8.random(in: 0...255) }).base64EncodedString()
-            self.state.withLock { $0.channels[bundle, default: [:]][id] = policy }
+            // Apple allows an app 10,000 channels per environment.
+            guard let id = self.addChannel(bundle: bundle, policy: policy) else {
+                return .error(400, "CannotCreateChannelConfig")
+            }
             return SimulatorAnswer(status: 201, reason: nil, headers: [("apns-channel-id", id)])
         case ("GET", "all-channels"):
             let ids = self.state.withLock { $0.channels[bundle].map { Array($0.keys).sorted() } ?? [] }
@@ -51,4 +53,24 @@ extension APNsSimulator {
             return .error(405, "MethodNotAllowed")
         }
     }
+}
+
+extension APNsSimulator {
+    /// How many channels an app may hold (Apple: 10,000 per environment); past it a create is answered
+    /// 400 CannotCreateChannelConfig.
+    public static let channelLimit = 10_000
+
+    /// Creates a channel of `bundle` as a create request would; `nil` past ``channelLimit``.
+    @discardableResult
+    public func addChannel(bundle: String, policy: Int = 0) -> String? {
+        let id = Data((0..<16).map { _ in UInt8.random(in: 0...255) }).base64EncodedString()
+        return self.state.withLock { state -> String? in
+            guard (state.channels[bundle]?.count ?? 0) < Self.channelLimit else { return nil }
+            state.channels[bundle, default: [:]][id] = policy
+            return id
+        }
+    }
+
+    /// The channels `bundle` holds now.
+    public func channelCount(bundle: String) -> Int { self.state.withLock { $0.channels[bundle]?.count ?? 0 } }
 }

@@ -265,7 +265,61 @@ extension JobQueue {
     private static func activityKey(_ topic: String, _ activityID: String) -> String { topic + "\u{0}" + activityID }
 }
 
+/// The broadcast channel of an ended activity, due for deletion.
+public struct ActivityChannel: Sendable, Hashable {
+    public var activity: Int64
+    public var topic: String
+    public var channelID: String
+    public var environment: String
+    public var credential: String
+}
+
+extension JobQueue {
+    /// Up to `limit` channels of ended activities whose dismissal passed, leased to this worker for `lease`.
+    public func activityChannelsToDelete(limit: Int, lease: Duration) async throws -> [ActivityChannel] {
+        let rows = try await self.client.query(
+            ActivitiesSQL.channelsToDelete.query {
+                $0.bind("lease_seconds", Double(lease.components.seconds))
+                $0.bind("limit", Int64(max(limit, 0)))
+            },
+            logger: self.logger
+        )
+        var channels: [ActivityChannel] = []
+        for try await (id, topic, channel, environment, credential) in rows.decode(
+            (Int64, String, String, String, String).self
+        ) {
+            channels.append(
+                ActivityChannel(
+                    activity: id,
+                    topic: topic,
+                    channelID: channel,
+                    environment: environment,
+                    credential: credential
+                )
+            )
+        }
+        return channels
+    }
+
+    /// Records the channels of `activities` deleted.
+    public func activityChannelsDeleted(_ activities: [Int64]) async throws {
+        guard !activities.isEmpty else { return }
+        try await self.client.query(
+            ActivitiesSQL.channelsDeleted.query { $0.bind("ids", activities) },
+            logger: self.logger
+        )
+    }
+}
+
 extension QueueOperations {
+    /// Channels of activities in use (not deleted), by environment: Apple allows an app 10,000 per environment.
+    public func activityChannelCounts() async throws -> [String: Int] {
+        let rows = try await self.client.query(ActivitiesSQL.channelCounts.query(), logger: self.logger)
+        var counts: [String: Int] = [:]
+        for try await (environment, count) in rows.decode((String, Int64).self) { counts[environment] = Int(count) }
+        return counts
+    }
+
     /// Activities of `topic` (when given), the newest first.
     public func activities(topic: String? = nil, limit: Int = 100) async throws -> [Activity] {
         let rows = try await self.client.query(
@@ -410,9 +464,12 @@ enum ActivitiesSQL: StatementFile {
     static let events = named("events", "topic", "activity_id")
     static let setBudget = named("set_budget", "topic", "per_hour")
     static let enqueueEnd = named("enqueue_end", "dismiss_after_seconds", "content_state", "id")
+    static let channelsToDelete = named("channels_to_delete", "lease_seconds", "limit")
+    static let channelsDeleted = named("channels_deleted", "ids")
+    static let channelCounts = named("channel_counts")
 
     static let all = [
         ensure, lock, waitingEnds, lockUnsentChildren, unfinishedChildren, route, list, show, events, setBudget,
-        enqueueEnd,
+        enqueueEnd, channelsToDelete, channelsDeleted, channelCounts,
     ]
 }

@@ -1,5 +1,7 @@
 import Foundation
+import PushCore
 import PushQueue
+import PushTransport
 
 /// The worker's timers: its heartbeat (with lease extension and the reaping of workers that are gone)
 /// and maintenance (pruning, unsignable jobs, gauges).
@@ -154,6 +156,7 @@ extension PushWorkerService {
                         metadata: ["push.jobs": "\(unsignable)"]
                     )
                 }
+                try await self.deleteEndedActivityChannels()
                 if self.clock.now - lastPrune >= self.configuration.pruneInterval {
                     lastPrune = self.clock.now
                     let pruned = try await self.queue.pruneDelivered(olderThan: self.configuration.retention)
@@ -169,6 +172,46 @@ extension PushWorkerService {
                     metadata: ["push.error": "\(QueueError.summary(of: error))"]
                 )
             }
+        }
+    }
+
+    /// Deletes the broadcast channels of ended Live Activities whose dismissal passed (an app may hold
+    /// 10,000 channels per environment, and Apple never deletes one), 500 a tick, each leased so that two workers
+    /// do not both delete it; one APNs no longer knows counts as deleted. Records the channels still in use.
+    func deleteEndedActivityChannels() async throws {
+        let due = try await self.queue.activityChannelsToDelete(limit: 500, lease: .seconds(120))
+        var deleted: [Int64] = []
+        for channel in due {
+            do {
+                try await self.apns.deleteChannel(
+                    channel.channelID,
+                    bundleID: channel.topic,
+                    environment: APNsEnvironment(rawValue: channel.environment) ?? .production,
+                    credential: channel.credential
+                )
+                deleted.append(channel.activity)
+            } catch let error as ChannelManagementError where error.status == 404 || error.status == 410 {
+                deleted.append(channel.activity)
+            } catch {
+                // Left leased: tried again once the lease ends.
+                self.logger.warning(
+                    "could not delete an ended Live Activity's channel; trying again in a minute",
+                    metadata: [
+                        "push.topic": "\(channel.topic)", "push.activity": "\(channel.activity)",
+                        "push.error": "\(error)",
+                    ]
+                )
+            }
+        }
+        try await self.queue.activityChannelsDeleted(deleted)
+        if !deleted.isEmpty {
+            self.logger.info(
+                "deleted the channels of ended Live Activities",
+                metadata: ["push.channels": "\(deleted.count)"]
+            )
+        }
+        for (environment, count) in try await self.queue.operations.activityChannelCounts() {
+            self.metrics.activityChannels(environment: environment, count: count)
         }
     }
 

@@ -23,6 +23,10 @@ public struct WorkerMetrics: Sendable {
     let connections = Gauge(label: "push_apns_connections")
     let jwtMints = Gauge(label: "push_jwt_mints")
     let pausedCredentials = Gauge(label: "push_paused_credentials")
+    /// Broadcast channels of Live Activities not yet deleted, by environment (Apple allows 10,000 an app).
+    func activityChannels(environment: String, count: Int) {
+        Gauge(label: "push_activity_channels", dimensions: [("environment", environment)]).record(count)
+    }
     /// `push_provider_down{platform,scope}`: 1 while this worker takes an APNs environment or an FCM
     /// credential for down (``ProviderOutages``), 0 once it answers again; made on the first change.
     static func providerDown(platform: Platform, scope: String) -> Gauge {

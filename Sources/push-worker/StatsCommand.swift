@@ -18,6 +18,7 @@ struct StatsCommand: AsyncParsableCommand {
             let stats = try await queue.operations.stats()
             let pauses = try await queue.pauses(countingJobs: true)
             let limits = try await queue.operations.rateLimits()
+            let channels = try await queue.operations.activityChannelCounts()
             if json {
                 printJSON(StatsJSON(stats: stats, pauses: pauses, rateLimits: limits))
                 return
@@ -52,6 +53,12 @@ struct StatsCommand: AsyncParsableCommand {
                 print(
                     "  \(limit.scope)   \(formatRate(limit.perSecond))/s, burst \(limit.burst), \(limit.available) claimable now"
                 )
+            }
+            // Apple allows an app 10,000 broadcast channels per environment; ended activities' are deleted after
+            // their dismissal.
+            if !channels.isEmpty {
+                let counts = channels.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value) of 10,000" }
+                print("activity channels  \(counts.joined(separator: "   "))")
             }
         }
     }

@@ -289,6 +289,31 @@ struct ActivitiesTests {
     }
 
     @Test(
+        "channels of ended activities: due once the dismissal passed, leased to one worker at a time, counted until deleted"
+    )
+    func channelCleanup() async throws {
+        try await TestPostgres.withDatabase { db in
+            try await db.execute(
+                """
+                INSERT INTO push.activities (topic, activity_id, channel_id, state, dismissal_at) VALUES
+                ('com.example.app', 'a', 'Y2hhbm5lbC1h', 'ended', now() - interval '1 minute'),
+                ('com.example.app', 'b', 'Y2hhbm5lbC1i', 'ended', now() + interval '1 hour'),
+                ('com.example.app', 'c', 'Y2hhbm5lbC1j', 'started', NULL)
+                """
+            )
+            #expect(try await db.queue.operations.activityChannelCounts() == ["production": 3])
+            let due = try await db.queue.activityChannelsToDelete(limit: 10, lease: .seconds(60))
+            #expect(due.map(\.channelID) == ["Y2hhbm5lbC1h"], "only the one dismissed")
+            #expect(
+                try await db.queue.activityChannelsToDelete(limit: 10, lease: .seconds(60)).isEmpty,
+                "leased: another worker does not take it"
+            )
+            try await db.queue.activityChannelsDeleted(due.map(\.activity))
+            #expect(try await db.queue.operations.activityChannelCounts() == ["production": 2])
+        }
+    }
+
+    @Test(
         "budget: 40 priority-10 updates in an hour with a budget of 12: 12 at priority 10, 28 at priority 5 with MS015, none refused"
     )
     func budgetDemotion() async throws {

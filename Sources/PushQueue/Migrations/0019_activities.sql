@@ -15,6 +15,9 @@ CREATE TABLE IF NOT EXISTS push.activities (
     activity_id text NOT NULL,
     recipient text,
     channel_id text,
+    -- The APNs environment and credential of the activity's channel (to delete it after the end).
+    environment text NOT NULL DEFAULT 'production',
+    credential text NOT NULL DEFAULT 'default',
     state text NOT NULL DEFAULT 'requested',
     -- The newest aps.timestamp routed (seconds since 1970), its event, when, and the jobs that carry it.
     last_timestamp bigint,
@@ -23,6 +26,9 @@ CREATE TABLE IF NOT EXISTS push.activities (
     children bigint[] NOT NULL DEFAULT '{}',
     ended_at timestamptz,
     dismissal_at timestamptz,
+    -- The channel deleted (after the dismissal), and a worker's lease on deleting it.
+    channel_deleted_at timestamptz,
+    channel_cleanup_until timestamptz,
     -- Priority-10 updates routed in the hour that began at budget_hour.
     budget_hour timestamptz,
     budget_used integer NOT NULL DEFAULT 0,
@@ -35,6 +41,8 @@ CREATE TABLE IF NOT EXISTS push.activities (
         CHECK (recipient IS NULL OR (octet_length(recipient) BETWEEN 1 AND 255 AND recipient !~ '[[:cntrl:]]')),
     CONSTRAINT activity_channel_id_must_be_base64_up_to_128_characters
         CHECK (channel_id IS NULL OR channel_id ~ '^[A-Za-z0-9+/=_-]{1,128}$'),
+    CONSTRAINT activity_environment_must_be_production_or_development
+        CHECK (environment IN ('production', 'development')),
     CONSTRAINT activity_topic_must_be_a_bundle_id
         CHECK (octet_length(topic) BETWEEN 1 AND 255 AND left(topic, 1) NOT IN ('.', '-', '_')
                AND ltrim(topic, 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-_') = '')
@@ -42,6 +50,11 @@ CREATE TABLE IF NOT EXISTS push.activities (
 
 COMMENT ON TABLE push.activities IS
     'Live Activities: one row per (topic, activity_id), inserted by producers (or by the first job naming it); state, last_timestamp and children kept by the worker as it routes the activity''s events';
+
+-- The channels of ended activities whose dismissal passed, for the workers to delete (Apple allows an app
+-- 10,000 channels per environment); and those in use, for the count.
+CREATE INDEX IF NOT EXISTS activities_channels_to_delete_idx ON push.activities (dismissal_at)
+    WHERE state = 'ended' AND channel_id IS NOT NULL AND channel_deleted_at IS NULL;
 
 -- Each topic's hourly budget of priority-10 updates per activity (`push-worker activities budget`).
 CREATE TABLE IF NOT EXISTS push.activity_budgets (

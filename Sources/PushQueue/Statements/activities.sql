@@ -231,3 +231,27 @@ SELECT a.topic, a.activity_id, 'liveactivity', 10,
   FROM push.activities AS a
  WHERE a.id = :id::bigint AND a.state <> 'ended'
 RETURNING id
+
+-- name: channels_to_delete
+-- Up to :limit channels of ended activities whose dismissal passed, leased to the caller for :lease_seconds
+-- (another worker skips them meanwhile; a worker that dies leaves them to the next after the lease).
+UPDATE push.activities AS a
+   SET channel_cleanup_until = now() + make_interval(secs => :lease_seconds)
+ WHERE a.id IN (
+    SELECT x.id FROM push.activities AS x
+     WHERE x.state = 'ended' AND x.channel_id IS NOT NULL AND x.channel_deleted_at IS NULL
+       AND x.dismissal_at <= now() AND (x.channel_cleanup_until IS NULL OR x.channel_cleanup_until < now())
+     ORDER BY x.dismissal_at LIMIT :limit
+       FOR UPDATE SKIP LOCKED)
+RETURNING a.id, a.topic, a.channel_id, a.environment, a.credential
+
+-- name: channels_deleted
+-- The channels of activities :ids are deleted (or APNs no longer knows them).
+UPDATE push.activities SET channel_deleted_at = now(), channel_cleanup_until = NULL
+ WHERE id = ANY (:ids::bigint[]) AND channel_deleted_at IS NULL
+
+-- name: channel_counts
+-- Channels of activities not deleted, by environment: what counts against Apple's 10,000 an app.
+SELECT environment, count(*) FROM push.activities
+ WHERE channel_id IS NOT NULL AND channel_deleted_at IS NULL
+ GROUP BY environment ORDER BY environment

@@ -108,6 +108,8 @@ public struct ActivityRecord: Sendable, Hashable {
     /// The timestamp of an end of this activity still in the queue, not among the claimed events (enqueued,
     /// or claimed by another worker): nothing as new as it may go first, or the device would drop the end.
     public var waitingEnd: Int64?
+    /// The activity asked for a broadcast channel the worker has not created yet: its updates and end wait.
+    public var channelPending: Bool
     /// Priority-10 updates routed in the current hour, and the topic's budget for an hour.
     public var budgetUsed: Int
     public var budgetPerHour: Int
@@ -118,10 +120,12 @@ public struct ActivityRecord: Sendable, Hashable {
         busy: Bool,
         unsentChildren: [Int64] = [],
         waitingEnd: Int64? = nil,
+        channelPending: Bool = false,
         budgetUsed: Int = 0,
         budgetPerHour: Int = 12
     ) {
         self.waitingEnd = waitingEnd
+        self.channelPending = channelPending
         self.state = state
         self.lastTimestamp = lastTimestamp
         self.busy = busy
@@ -192,6 +196,11 @@ public enum ActivityRouting {
         if let end = record.waitingEnd {
             for event in fresh where event.timestamp >= end { decision.verdicts[event.jobID] = .wait }
             fresh.removeAll { $0.timestamp >= end }
+        }
+        // Updates and ends go through the channel the activity asked for, once it exists; a start does not.
+        if record.channelPending {
+            for event in fresh where event.kind != .start { decision.verdicts[event.jobID] = .wait }
+            fresh.removeAll { $0.kind != .start }
         }
         guard !fresh.isEmpty else { return decision }
         guard !record.busy else {

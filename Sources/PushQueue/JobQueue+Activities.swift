@@ -87,6 +87,7 @@ extension JobQueue {
                 var children: [Int64]
                 var lastEvent: String?
                 var waitingEnd: Int64?
+                var channelPending: Bool
             }
             var locked: [String: Locked] = [:]
             let rows = try await connection.query(
@@ -97,7 +98,7 @@ extension JobQueue {
                 logger: logger
             )
             for try await row in rows.decode(
-                (Int64, String, String, String, Int64?, Int32, Int32, [Int64], String?).self
+                (Int64, String, String, String, Int64?, Int32, Int32, [Int64], String?, Bool).self
             ) {
                 locked[Self.activityKey(row.1, row.2)] = Locked(
                     id: row.0,
@@ -107,7 +108,8 @@ extension JobQueue {
                     perHour: Int(row.6),
                     children: row.7,
                     lastEvent: row.8,
-                    waitingEnd: nil
+                    waitingEnd: nil,
+                    channelPending: row.9
                 )
             }
             // Ends still in the queue, read after the lock. One whose timestamp cannot be read is refused when
@@ -177,6 +179,7 @@ extension JobQueue {
                     unsentChildren: activity.lastEvent == "update"
                         ? activity.children.filter { lockedPending.contains($0) } : [],
                     waitingEnd: activity.waitingEnd,
+                    channelPending: activity.channelPending,
                     budgetUsed: activity.budgetUsed,
                     budgetPerHour: activity.perHour
                 )
@@ -265,6 +268,16 @@ extension JobQueue {
     private static func activityKey(_ topic: String, _ activityID: String) -> String { topic + "\u{0}" + activityID }
 }
 
+/// An activity waiting for the channel it asked for.
+public struct ActivityChannelRequest: Sendable, Hashable {
+    public var activity: Int64
+    public var topic: String
+    public var environment: String
+    public var credential: String
+    /// Apple's message-storage policy: 0 none, 1 the most recent message.
+    public var storage: Int
+}
+
 /// The broadcast channel of an ended activity, due for deletion.
 public struct ActivityChannel: Sendable, Hashable {
     public var activity: Int64
@@ -299,6 +312,43 @@ extension JobQueue {
             )
         }
         return channels
+    }
+
+    /// Up to `limit` activities that asked for a channel and have none, leased to this worker for `lease`.
+    public func activityChannelsToCreate(limit: Int, lease: Duration) async throws -> [ActivityChannelRequest] {
+        let rows = try await self.client.query(
+            ActivitiesSQL.channelsToCreate.query {
+                $0.bind("lease_seconds", Double(lease.components.seconds))
+                $0.bind("limit", Int64(max(limit, 0)))
+            },
+            logger: self.logger
+        )
+        var requests: [ActivityChannelRequest] = []
+        for try await (id, topic, environment, credential, storage) in rows.decode(
+            (Int64, String, String, String, Int32).self
+        ) {
+            requests.append(
+                ActivityChannelRequest(
+                    activity: id,
+                    topic: topic,
+                    environment: environment,
+                    credential: credential,
+                    storage: Int(storage)
+                )
+            )
+        }
+        return requests
+    }
+
+    /// Records activity `id`'s new channel.
+    public func activityChannelCreated(_ id: Int64, channelID: String) async throws {
+        try await self.client.query(
+            ActivitiesSQL.channelCreated.query {
+                $0.bind("channel_id", channelID)
+                $0.bind("id", id)
+            },
+            logger: self.logger
+        )
     }
 
     /// Records the channels of `activities` deleted.
@@ -467,9 +517,11 @@ enum ActivitiesSQL: StatementFile {
     static let channelsToDelete = named("channels_to_delete", "lease_seconds", "limit")
     static let channelsDeleted = named("channels_deleted", "ids")
     static let channelCounts = named("channel_counts")
+    static let channelsToCreate = named("channels_to_create", "lease_seconds", "limit")
+    static let channelCreated = named("channel_created", "channel_id", "id")
 
     static let all = [
         ensure, lock, waitingEnds, lockUnsentChildren, unfinishedChildren, route, list, show, events, setBudget,
-        enqueueEnd, channelsToDelete, channelsDeleted, channelCounts,
+        enqueueEnd, channelsToDelete, channelsDeleted, channelCounts, channelsToCreate, channelCreated,
     ]
 }

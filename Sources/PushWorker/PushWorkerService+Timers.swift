@@ -156,6 +156,7 @@ extension PushWorkerService {
                         metadata: ["push.jobs": "\(unsignable)"]
                     )
                 }
+                try await self.createActivityChannels()
                 try await self.deleteEndedActivityChannels()
                 if self.clock.now - lastPrune >= self.configuration.pruneInterval {
                     lastPrune = self.clock.now
@@ -170,6 +171,31 @@ extension PushWorkerService {
                 self.logger.warning(
                     "maintenance query failed; will retry",
                     metadata: ["push.error": "\(QueueError.summary(of: error))"]
+                )
+            }
+        }
+    }
+
+    /// Creates the broadcast channels Live Activities asked for (`wants_channel`), each leased so that two
+    /// workers do not both create one; their updates and end wait for it. A worker that dies between Apple's
+    /// answer and the row's update leaves a channel no activity names (it counts against Apple's limit).
+    func createActivityChannels() async throws {
+        for request in try await self.queue.activityChannelsToCreate(limit: 100, lease: .seconds(60)) {
+            do {
+                let channel = try await self.apns.createChannel(
+                    bundleID: request.topic,
+                    environment: APNsEnvironment(rawValue: request.environment) ?? .production,
+                    credential: request.credential,
+                    storage: APNsClient.MessageStoragePolicy(rawValue: request.storage) ?? .noStorage
+                )
+                try await self.queue.activityChannelCreated(request.activity, channelID: channel)
+            } catch {
+                self.logger.warning(
+                    "could not create a Live Activity's channel; its updates wait, and it is tried again in a minute",
+                    metadata: [
+                        "push.topic": "\(request.topic)", "push.activity": "\(request.activity)",
+                        "push.error": "\(error)",
+                    ]
                 )
             }
         }

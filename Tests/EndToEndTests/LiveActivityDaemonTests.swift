@@ -165,33 +165,36 @@ struct LiveActivityDaemonTests {
     }
 
     @Test(
-        "500 activities with broadcast channels, ended: each end goes to its channel, and every channel is deleted once the end's dismissal date passes; stats counts them"
+        "500 activities with broadcast channels (250 given, 250 asked of the worker), ended: the asked channels created, each end goes to its channel, and every channel is deleted once the end's dismissal date passes; stats counts them"
     )
     func channelsDeletedAfterDismissal() async throws {
         try await DaemonFixture.run { f in
             let bundle = "com.example.app"
             var values: [String] = []
-            for n in 1...500 {
+            for n in 1...250 {
                 let channel = try #require(f.simulator.addChannel(bundle: bundle))
-                values.append("('\(bundle)', 'match-\(n)', '\(channel)')")
+                values.append("('\(bundle)', 'match-\(n)', '\(channel)', false)")
             }
+            for n in 251...500 { values.append("('\(bundle)', 'match-\(n)', NULL, true)") }
             try await f.db.execute(
-                "INSERT INTO push.activities (topic, activity_id, channel_id) VALUES \(values.joined(separator: ", "))"
+                "INSERT INTO push.activities (topic, activity_id, channel_id, wants_channel) VALUES \(values.joined(separator: ", "))"
             )
-            let before = f.simulator.channelCount(bundle: bundle)
             let stats = try await f.cli(["stats"])
-            #expect(stats.output.contains("activity channels  production 500 of 10,000"), "\(stats.output)")
+            #expect(stats.output.contains("activity channels  production 250 of 10,000"), "\(stats.output)")
             let now = Int64(Date().timeIntervalSince1970)
             try await f.db.execute(
                 """
                 INSERT INTO push.jobs (topic, activity_id, push_type, payload)
                 SELECT '\(bundle)', 'match-' || n, 'liveactivity',
                        jsonb_build_object('aps', jsonb_build_object('event', 'end', 'timestamp', \(now),
-                                          'dismissal-date', \(now + 2), 'content-state', jsonb_build_object('score', n)))
+                                          'dismissal-date', \(now + 3), 'content-state', jsonb_build_object('score', n)))
                   FROM generate_series(1, 500) AS n
                 """
             )
             let worker = try f.startWorker("w1")
+            try await f.waitUntil(.seconds(90), "the asked channels created") {
+                try await f.db.int64("SELECT count(*) FROM push.activities WHERE channel_id IS NULL") == 0
+            }
             try await f.waitUntil(.seconds(90), "every channel of an ended activity deleted") {
                 try await f.db.int64(
                     "SELECT count(*) FROM push.activities WHERE channel_deleted_at IS NULL"
@@ -201,13 +204,21 @@ struct LiveActivityDaemonTests {
             #expect(worker.wait() == 0, "\(worker.output.suffix(2000))")
             let after = f.simulator.channelCount(bundle: bundle)
             let ends = f.simulator.requests.filter { $0.path.hasPrefix("/4/broadcasts/apps/") && $0.status == 200 }
-            #expect(before == 500 && after == 0)
-            #expect(ends.count == 500, "each end to its channel: \(ends.count)")
+            let channels = Set(ends.compactMap { $0.headers["apns-channel-id"] })
+            let named = Set(
+                try await f.db.client.query("SELECT channel_id FROM push.activities").decode(String.self).collect()
+            )
+            let created = f.simulator.requests.filter { $0.method == "POST" && $0.path.hasSuffix("/channels") }
+            #expect(
+                created.filter { $0.status == 201 }.count == 250 && after == 0,
+                "created \(created.count), after \(after)"
+            )
+            #expect(ends.count == 500 && channels == named, "each end to its own channel: \(ends.count)")
             #expect(try await f.db.int64("SELECT count(*) FROM push.activities WHERE state = 'ended'") == 500)
             let statsAfter = try await f.cli(["stats"])
             #expect(!statsAfter.output.contains("activity channels"), "\(statsAfter.output)")
             print(
-                "channels of 500 ended activities: \(before) before, \(after) after their dismissal; \(ends.count) ends sent to channels"
+                "channels of 500 activities (250 given, 250 asked for): 250 before, \(created.count) created by the worker, \(after) left after their dismissal; \(ends.count) ends sent, each to its own channel"
             )
         }
     }

@@ -90,6 +90,17 @@ struct ActivityRoutingTests {
     }
 
     @Test(
+        "a channel asked for and not created yet: updates and ends wait for it, a start goes (to push-to-start tokens)"
+    )
+    func channelPending() {
+        let decision = ActivityRouting.decide(
+            ActivityRecord(state: .requested, lastTimestamp: nil, busy: false, channelPending: true),
+            events: [Self.event(1, .update, 10), Self.event(2, .start, 5), Self.event(3, .end, 20)]
+        )
+        #expect(decision.routed?.jobID == 2 && decision.verdicts[1] == .wait && decision.verdicts[3] == .wait)
+    }
+
+    @Test(
         "an end still in the queue elsewhere (enqueued, or claimed by another worker): events as new as it wait for it, older ones go"
     )
     func endWaitingElsewhere() {

@@ -15,7 +15,11 @@ CREATE TABLE IF NOT EXISTS push.activities (
     activity_id text NOT NULL,
     recipient text,
     channel_id text,
-    -- The APNs environment and credential of the activity's channel (to delete it after the end).
+    -- A channel the worker creates for the activity (its updates and end go through it), with Apple's
+    -- message-storage policy (0: none, 1: the most recent message); the channel's APNs environment and
+    -- credential (to create it, and delete it after the end).
+    wants_channel boolean NOT NULL DEFAULT false,
+    channel_storage integer NOT NULL DEFAULT 0,
     environment text NOT NULL DEFAULT 'production',
     credential text NOT NULL DEFAULT 'default',
     state text NOT NULL DEFAULT 'requested',
@@ -41,6 +45,7 @@ CREATE TABLE IF NOT EXISTS push.activities (
         CHECK (recipient IS NULL OR (octet_length(recipient) BETWEEN 1 AND 255 AND recipient !~ '[[:cntrl:]]')),
     CONSTRAINT activity_channel_id_must_be_base64_up_to_128_characters
         CHECK (channel_id IS NULL OR channel_id ~ '^[A-Za-z0-9+/=_-]{1,128}$'),
+    CONSTRAINT activity_channel_storage_must_be_0_or_1 CHECK (channel_storage IN (0, 1)),
     CONSTRAINT activity_environment_must_be_production_or_development
         CHECK (environment IN ('production', 'development')),
     CONSTRAINT activity_topic_must_be_a_bundle_id
@@ -51,6 +56,9 @@ CREATE TABLE IF NOT EXISTS push.activities (
 COMMENT ON TABLE push.activities IS
     'Live Activities: one row per (topic, activity_id), inserted by producers (or by the first job naming it); state, last_timestamp and children kept by the worker as it routes the activity''s events';
 
+-- Activities waiting for the channel they asked for.
+CREATE INDEX IF NOT EXISTS activities_channels_to_create_idx ON push.activities (id)
+    WHERE wants_channel AND channel_id IS NULL AND state <> 'ended';
 -- The channels of ended activities whose dismissal passed, for the workers to delete (Apple allows an app
 -- 10,000 channels per environment); and those in use, for the count.
 CREATE INDEX IF NOT EXISTS activities_channels_to_delete_idx ON push.activities (dismissal_at)

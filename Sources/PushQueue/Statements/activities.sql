@@ -13,12 +13,12 @@ ON CONFLICT (topic, activity_id) DO NOTHING
 
 -- name: lock
 -- The activities of the (:topics, :activity_ids) pairs, locked in id order (two workers routing events of the
--- same activities take them one after the other), with their budget this hour and their last event and its
--- children.
+-- same activities take them one after the other), with their budget this hour, their last event and its
+-- children, and whether the channel they asked for is still to be created.
 SELECT a.id, a.topic, a.activity_id, a.state, a.last_timestamp,
        CASE WHEN a.budget_hour > now() - interval '1 hour' THEN a.budget_used ELSE 0 END,
        coalesce((SELECT b.per_hour FROM push.activity_budgets AS b WHERE b.topic = a.topic), 12),
-       a.children, a.last_event
+       a.children, a.last_event, a.wants_channel AND a.channel_id IS NULL
   FROM push.activities AS a
  WHERE (a.topic, a.activity_id) IN (SELECT * FROM unnest(:topics::text[], :activity_ids::text[]))
  ORDER BY a.id
@@ -255,3 +255,21 @@ UPDATE push.activities SET channel_deleted_at = now(), channel_cleanup_until = N
 SELECT environment, count(*) FROM push.activities
  WHERE channel_id IS NOT NULL AND channel_deleted_at IS NULL
  GROUP BY environment ORDER BY environment
+
+-- name: channels_to_create
+-- Up to :limit activities that asked for a channel and have none yet (not ended), leased to the caller for
+-- :lease_seconds: their topic, environment, credential and storage policy.
+UPDATE push.activities AS a
+   SET channel_cleanup_until = now() + make_interval(secs => :lease_seconds)
+ WHERE a.id IN (
+    SELECT x.id FROM push.activities AS x
+     WHERE x.wants_channel AND x.channel_id IS NULL AND x.state <> 'ended'
+       AND (x.channel_cleanup_until IS NULL OR x.channel_cleanup_until < now())
+     ORDER BY x.id LIMIT :limit
+       FOR UPDATE SKIP LOCKED)
+RETURNING a.id, a.topic, a.environment, a.credential, a.channel_storage
+
+-- name: channel_created
+-- Activity :id's channel is :channel_id (created by the caller); its events waiting for it go now.
+UPDATE push.activities SET channel_id = :channel_id::text, channel_cleanup_until = NULL
+ WHERE id = :id::bigint AND channel_id IS NULL

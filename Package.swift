@@ -190,6 +190,7 @@ let package = Package(
                 .embedInCode("Templates/dead.mustache"),
                 .embedInCode("Templates/letter.mustache"),
                 .embedInCode("Templates/job.mustache"),
+                .embedInCode("Templates/activity.mustache"),
                 .embedInCode("Templates/replay.mustache"),
                 .embedInCode("Templates/purge.mustache"),
                 .embedInCode("Templates/login.mustache"),

@@ -127,6 +127,9 @@ public struct ConsoleServer: Sendable {
         group.get("dead/:id") { request, context in
             try await pages.deadLetter(request, id: context.parameters.get("id", as: Int64.self))
         }
+        group.get("activities/:id") { request, context in
+            try await pages.activity(request, id: context.parameters.get("id", as: Int64.self))
+        }
         group.get("jobs") { request, _ in try await pages.findJob(request) }
         group.get("jobs/:id") { request, context in
             try await pages.job(request, id: context.parameters.get("id", as: Int64.self))

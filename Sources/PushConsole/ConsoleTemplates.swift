@@ -24,6 +24,7 @@ enum ConsoleTemplates {
         "message": text(PackageResources.message_mustache),
         "describe": text(PackageResources.describe_mustache),
         "history": text(PackageResources.history_mustache),
+        "activity": text(PackageResources.activity_mustache),
     ]
 
     /// `Templates/console.css`.

@@ -238,3 +238,19 @@ struct MessageView {
 
 /// The sign-in page reads only the layout's model.
 struct LoginView {}
+
+// MARK: a Live Activity
+
+struct ActivityView {
+    struct Event {
+        let job: String
+        let event: String
+        let timestamp: String
+        let priority: String
+        let state: String
+        let outcome: String
+    }
+    let facts: [DetailView.Fact]
+    let events: [Event]
+    let hasEvents: Bool
+}

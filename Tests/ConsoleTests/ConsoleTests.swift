@@ -129,6 +129,50 @@ import Testing
         }
     }
 
+    @Test(
+        "a Live Activity's page: its state, target and budget, every event in order with what became of it, each linking to its job; the overview counts its channel against Apple's 10,000"
+    )
+    func activityPage() async throws {
+        try await TestPostgres.withDatabase { db in
+            let token = String(repeating: "c3", count: 32)
+            try await db.execute(
+                "INSERT INTO push.devices (recipient, topic, token, kind, activity_id) VALUES ('user:9', 'com.example.app', '\(token)', 'activity', 'order-7')"
+            )
+            try await db.execute(
+                "INSERT INTO push.activities (topic, activity_id, recipient) VALUES ('com.example.app', 'order-7', 'user:9')"
+            )
+            try await db.execute(
+                "INSERT INTO push.activities (topic, activity_id, channel_id) VALUES ('com.example.app', 'match-1', 'Y2hhbm5lbC0x')"
+            )
+            var ids: [Int64] = []
+            for (event, ts) in [("update", 100), ("update", 90)] {
+                ids.append(
+                    try await db.int64(
+                        "INSERT INTO push.jobs (topic, activity_id, push_type, payload) VALUES ('com.example.app', 'order-7', 'liveactivity', '{\"aps\":{\"event\":\"\(unescaped: event)\",\"timestamp\":\(unescaped: String(ts))}}') RETURNING id"
+                    )
+                )
+            }
+            let claimed = try await db.queue.claim(limit: 10, workerID: "w", lease: .seconds(60))
+            _ = try await db.queue.routeActivities(claimed, workerID: "w")
+            let first = ids[0]
+            try await withConsole(db) { port in
+                let reader = try await viewer(port: port)
+                let page = try await http("GET", port: port, "/activities/1", headers: reader)
+                #expect(page.status == 200)
+                #expect(page.body.contains("<dt>State</dt><dd>started</dd>"))
+                #expect(page.body.contains("<dt>Target</dt><dd>recipient user:9</dd>"))
+                #expect(page.body.contains("sent: 0 of 1 delivered"))
+                #expect(page.body.contains("StaleTimestamp"))
+                #expect(page.body.contains("/jobs/\(first)\">\(first)</a>"))
+                #expect(!page.body.contains(token))
+                let missing = try await http("GET", port: port, "/activities/99", headers: reader)
+                #expect(missing.status == 404)
+                let overview = try await http("GET", port: port, "/", headers: reader)
+                #expect(overview.body.contains("Live Activity channels (production, of 10,000)"))
+            }
+        }
+    }
+
     @Test("an Android job's page names the platform and shows the FCM request, never the registration token")
     func fcmJobPage() async throws {
         try await TestPostgres.withDatabase { db in

@@ -340,12 +340,25 @@ extension JobQueue {
         return requests
     }
 
-    /// Records activity `id`'s new channel.
-    public func activityChannelCreated(_ id: Int64, channelID: String) async throws {
-        try await self.client.query(
+    /// Records activity `id`'s new channel; `false` when another worker recorded one first (delete this one).
+    public func activityChannelCreated(_ id: Int64, channelID: String) async throws -> Bool {
+        let rows = try await self.client.query(
             ActivitiesSQL.channelCreated.query {
                 $0.bind("channel_id", channelID)
                 $0.bind("id", id)
+            },
+            logger: self.logger
+        )
+        for try await _ in rows.decode(Int64.self) { return true }
+        return false
+    }
+
+    /// APNs refused to create activity `id`'s channel (`error`): it asks for none any more.
+    public func activityChannelRefused(_ id: Int64, error: String) async throws {
+        try await self.client.query(
+            ActivitiesSQL.channelRefused.query {
+                $0.bind("id", id)
+                $0.bind("error", error)
             },
             logger: self.logger
         )
@@ -519,9 +532,11 @@ enum ActivitiesSQL: StatementFile {
     static let channelCounts = named("channel_counts")
     static let channelsToCreate = named("channels_to_create", "lease_seconds", "limit")
     static let channelCreated = named("channel_created", "channel_id", "id")
+    static let channelRefused = named("channel_refused", "id", "error")
 
     static let all = [
         ensure, lock, waitingEnds, lockUnsentChildren, unfinishedChildren, route, list, show, events, setBudget,
         enqueueEnd, channelsToDelete, channelsDeleted, channelCounts, channelsToCreate, channelCreated,
+        channelRefused,
     ]
 }

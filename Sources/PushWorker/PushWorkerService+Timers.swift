@@ -156,8 +156,6 @@ extension PushWorkerService {
                         metadata: ["push.jobs": "\(unsignable)"]
                     )
                 }
-                try await self.createActivityChannels()
-                try await self.deleteEndedActivityChannels()
                 if self.clock.now - lastPrune >= self.configuration.pruneInterval {
                     lastPrune = self.clock.now
                     let pruned = try await self.queue.pruneDelivered(olderThan: self.configuration.retention)
@@ -176,11 +174,31 @@ extension PushWorkerService {
         }
     }
 
+    /// Live Activities' broadcast channels, on the maintenance timer in a loop of their own (APNs calls never
+    /// delay reaping or pruning): created for those that ask, deleted for those ended and dismissed.
+    func activityChannelsLoop() async {
+        while !Task.isCancelled {
+            try? await self.clock.sleep(for: self.configuration.reaperInterval)
+            if Task.isCancelled { return }
+            do {
+                try await self.createActivityChannels()
+                try await self.deleteEndedActivityChannels()
+            } catch {
+                self.logger.warning(
+                    "Live Activity channel maintenance failed; will retry",
+                    metadata: ["push.error": "\(QueueError.summary(of: error))"]
+                )
+            }
+        }
+    }
+
     /// Creates the broadcast channels Live Activities asked for (`wants_channel`), each leased so that two
-    /// workers do not both create one; their updates and end wait for it. A worker that dies between Apple's
-    /// answer and the row's update leaves a channel no activity names (it counts against Apple's limit).
+    /// workers do not both create one; their updates and end wait for it. One APNs refuses (past Apple's
+    /// 10,000, broadcast not enabled for the key) is asked for no more: the activity's updates go by its
+    /// tokens, or end NoDevice. A worker that dies between Apple's answer and the row's update leaves a
+    /// channel no activity names (it counts against Apple's limit).
     func createActivityChannels() async throws {
-        for request in try await self.queue.activityChannelsToCreate(limit: 100, lease: .seconds(60)) {
+        for request in try await self.queue.activityChannelsToCreate(limit: 100, lease: .seconds(120)) {
             do {
                 let channel = try await self.apns.createChannel(
                     bundleID: request.topic,
@@ -188,7 +206,24 @@ extension PushWorkerService {
                     credential: request.credential,
                     storage: APNsClient.MessageStoragePolicy(rawValue: request.storage) ?? .noStorage
                 )
-                try await self.queue.activityChannelCreated(request.activity, channelID: channel)
+                if try await !self.queue.activityChannelCreated(request.activity, channelID: channel) {
+                    // Another worker recorded one first: this one would count against the limit for nothing.
+                    try? await self.apns.deleteChannel(
+                        channel,
+                        bundleID: request.topic,
+                        environment: APNsEnvironment(rawValue: request.environment) ?? .production,
+                        credential: request.credential
+                    )
+                }
+            } catch let error as ChannelManagementError where (400..<500).contains(error.status) {
+                try await self.queue.activityChannelRefused(request.activity, error: error.description)
+                self.logger.error(
+                    "APNs refused a Live Activity's channel; its updates go by its tokens instead",
+                    metadata: [
+                        "push.topic": "\(request.topic)", "push.activity": "\(request.activity)",
+                        "push.error": "\(error)",
+                    ]
+                )
             } catch {
                 self.logger.warning(
                     "could not create a Live Activity's channel; its updates wait, and it is tried again in a minute",
@@ -216,12 +251,13 @@ extension PushWorkerService {
                     credential: channel.credential
                 )
                 deleted.append(channel.activity)
-            } catch let error as ChannelManagementError where error.status == 404 || error.status == 410 {
+            } catch let error as ChannelManagementError where [400, 404, 410].contains(error.status) {
+                // APNs does not know it (BadChannelId, ChannelNotRegistered): nothing left to delete.
                 deleted.append(channel.activity)
             } catch {
                 // Left leased: tried again once the lease ends.
                 self.logger.warning(
-                    "could not delete an ended Live Activity's channel; trying again in a minute",
+                    "could not delete an ended Live Activity's channel; trying again in two minutes",
                     metadata: [
                         "push.topic": "\(channel.topic)", "push.activity": "\(channel.activity)",
                         "push.error": "\(error)",
@@ -236,8 +272,10 @@ extension PushWorkerService {
                 metadata: ["push.channels": "\(deleted.count)"]
             )
         }
-        for (environment, count) in try await self.queue.operations.activityChannelCounts() {
-            self.metrics.activityChannels(environment: environment, count: count)
+        // Every environment, so a count that fell to none does not stay at its last value.
+        let counts = try await self.queue.operations.activityChannelCounts()
+        for environment in ["production", "development"] {
+            self.metrics.activityChannels(environment: environment, count: counts[environment] ?? 0)
         }
     }
 

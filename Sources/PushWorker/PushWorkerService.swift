@@ -318,6 +318,7 @@ public final class PushWorkerService: Service, Sendable {
                 }
             }
             background.addTask { await self.maintenanceLoop() }
+            background.addTask { await self.activityChannelsLoop() }
             background.addTask { await self.heartbeatLoop() }
             if self.configuration.onPrimaryLost != nil {
                 background.addTask { await self.primaryLostWatch() }

@@ -298,18 +298,27 @@ struct ActivitiesTests {
                 INSERT INTO push.activities (topic, activity_id, channel_id, state, dismissal_at) VALUES
                 ('com.example.app', 'a', 'Y2hhbm5lbC1h', 'ended', now() - interval '1 minute'),
                 ('com.example.app', 'b', 'Y2hhbm5lbC1i', 'ended', now() + interval '1 hour'),
-                ('com.example.app', 'c', 'Y2hhbm5lbC1j', 'started', NULL)
+                ('com.example.app', 'c', 'Y2hhbm5lbC1j', 'started', NULL),
+                ('com.example.app', 'd', 'Y2hhbm5lbC1j', 'ended', now() - interval '1 minute')
                 """
             )
-            #expect(try await db.queue.operations.activityChannelCounts() == ["production": 3])
+            // An ended, dismissed activity whose end is still to go out (a retry): its channel stays.
+            let pendingEnd = try await db.int64(
+                "INSERT INTO push.jobs (topic, channel_id, push_type, payload) VALUES ('com.example.app', 'Y2hhbm5lbC1l', 'liveactivity', '{\"aps\":{\"event\":\"end\",\"timestamp\":1}}') RETURNING id"
+            )
+            try await db.execute(
+                "INSERT INTO push.activities (topic, activity_id, channel_id, state, dismissal_at, children) VALUES ('com.example.app', 'e', 'Y2hhbm5lbC1l', 'ended', now() - interval '1 minute', ARRAY[\(pendingEnd)]::bigint[])"
+            )
+            #expect(try await db.queue.operations.activityChannelCounts() == ["production": 4], "channels, not rows")
             let due = try await db.queue.activityChannelsToDelete(limit: 10, lease: .seconds(60))
-            #expect(due.map(\.channelID) == ["Y2hhbm5lbC1h"], "only the one dismissed")
+            // Not b (not dismissed yet), c's (c has not ended, d shares it), nor e's (its end not sent).
+            #expect(due.map(\.channelID) == ["Y2hhbm5lbC1h"], "only the one dismissed, free and sent")
             #expect(
                 try await db.queue.activityChannelsToDelete(limit: 10, lease: .seconds(60)).isEmpty,
                 "leased: another worker does not take it"
             )
             try await db.queue.activityChannelsDeleted(due.map(\.activity))
-            #expect(try await db.queue.operations.activityChannelCounts() == ["production": 2])
+            #expect(try await db.queue.operations.activityChannelCounts() == ["production": 3])
         }
     }
 

@@ -68,7 +68,8 @@ WITH winners AS MATERIALIZED (
            -- An end not newer than what the device shows goes with the timestamp the routing gave it.
            CASE WHEN w.ts < 0 THEN j.payload ELSE jsonb_set(j.payload, '{aps,timestamp}', to_jsonb(w.ts)) END
                AS payload,
-           j.payload -> 'aps' ->> 'event' AS event, a.recipient, a.channel_id, a.activity_id
+           j.payload -> 'aps' ->> 'event' AS event, a.recipient, a.channel_id, a.activity_id,
+           a.environment AS channel_environment, a.credential AS channel_credential
       FROM unnest(:winner_ids::bigint[], :winner_attempts::smallint[], :winner_activities::bigint[],
                   :winner_demoted::boolean[], :winner_timestamps::bigint[]) AS w (id, attempt, activity, demoted, ts)
       JOIN push.jobs AS j
@@ -87,14 +88,16 @@ WITH winners AS MATERIALIZED (
                 OR (w.event <> 'start' AND w.channel_id IS NULL AND d.kind = 'activity'
                     AND d.activity_id = w.activity_id))
         UNION ALL
-        SELECT NULL, w.channel_id, w.environment WHERE w.event <> 'start' AND w.channel_id IS NOT NULL
+        -- The channel lives in the activity's environment, under its credential.
+        SELECT NULL, w.channel_id, w.channel_environment WHERE w.event <> 'start' AND w.channel_id IS NOT NULL
     ) AS t
 ), children AS (
     INSERT INTO push.jobs (
         topic, device_token, channel_id, payload, push_type, priority, environment, credential, collapse_id,
         expires_at, apns_id, max_attempts, deliver_once, platform, traceparent, parent_id, trap_ids)
     SELECT w.topic, t.token, t.channel, w.payload, w.push_type, CASE WHEN w.demoted THEN 5 ELSE w.priority END,
-           t.environment, w.credential, w.collapse_id, w.expires_at,
+           t.environment, CASE WHEN t.channel IS NOT NULL THEN w.channel_credential ELSE w.credential END,
+           w.collapse_id, w.expires_at,
            push.child_apns_id(w.apns_id, coalesce(t.token, t.channel)), w.max_attempts, w.deliver_once, 'apns',
            w.traceparent, w.id, CASE WHEN w.demoted THEN ARRAY['MS015'] ELSE '{}'::text[] END
       FROM targets AS t JOIN winners AS w ON w.id = t.parent
@@ -241,18 +244,23 @@ UPDATE push.activities AS a
     SELECT x.id FROM push.activities AS x
      WHERE x.state = 'ended' AND x.channel_id IS NOT NULL AND x.channel_deleted_at IS NULL
        AND x.dismissal_at <= now() AND (x.channel_cleanup_until IS NULL OR x.channel_cleanup_until < now())
+       -- Not while the end's requests may still go out (a retry, a pause), nor while another activity that has
+       -- not ended sends through the same channel.
+       AND NOT EXISTS (SELECT 1 FROM push.jobs AS c WHERE c.id = ANY (x.children) AND c.state IN ('pending', 'running'))
+       AND NOT EXISTS (SELECT 1 FROM push.activities AS o WHERE o.channel_id = x.channel_id AND o.state <> 'ended')
      ORDER BY x.dismissal_at LIMIT :limit
        FOR UPDATE SKIP LOCKED)
 RETURNING a.id, a.topic, a.channel_id, a.environment, a.credential
 
 -- name: channels_deleted
--- The channels of activities :ids are deleted (or APNs no longer knows them).
+-- The channels of activities :ids are deleted (or APNs no longer knows them): every activity naming one of them.
 UPDATE push.activities SET channel_deleted_at = now(), channel_cleanup_until = NULL
- WHERE id = ANY (:ids::bigint[]) AND channel_deleted_at IS NULL
+ WHERE channel_id IN (SELECT channel_id FROM push.activities WHERE id = ANY (:ids::bigint[]))
+   AND channel_deleted_at IS NULL
 
 -- name: channel_counts
 -- Channels of activities not deleted, by environment: what counts against Apple's 10,000 an app.
-SELECT environment, count(*) FROM push.activities
+SELECT environment, count(DISTINCT channel_id) FROM push.activities
  WHERE channel_id IS NOT NULL AND channel_deleted_at IS NULL
  GROUP BY environment ORDER BY environment
 
@@ -270,6 +278,14 @@ UPDATE push.activities AS a
 RETURNING a.id, a.topic, a.environment, a.credential, a.channel_storage
 
 -- name: channel_created
--- Activity :id's channel is :channel_id (created by the caller); its events waiting for it go now.
+-- Activity :id's channel is :channel_id (created by the caller); its events waiting for it go now. No row:
+-- another worker recorded one first (the caller deletes its own).
 UPDATE push.activities SET channel_id = :channel_id::text, channel_cleanup_until = NULL
  WHERE id = :id::bigint AND channel_id IS NULL
+RETURNING id
+
+-- name: channel_refused
+-- APNs refused to create activity :id's channel (:error): it asks for none any more, and its updates and end
+-- go by its tokens (or end NoDevice, naming the fix).
+UPDATE push.activities SET wants_channel = false, channel_cleanup_until = NULL
+ WHERE id = :id::bigint AND channel_id IS NULL AND :error::text IS NOT NULL

@@ -81,8 +81,10 @@ enum Invariants {
             // Only across a worker's death: the job was held by a worker that died. apns-ids are UUIDs
             // the simulator saw, so they can stand in the statement's text.
             let ids = twice.filter { $0.allSatisfy { $0.isHexDigit || $0 == "-" } }.joined(separator: ",")
+            // A job that ended a dead letter (its budget spent after the answers it never read) keeps its
+            // history there.
             let histories = try await texts(
-                "SELECT history::text FROM push.jobs WHERE apns_id::text = ANY ('{\(ids)}')"
+                "SELECT history::text FROM push.jobs WHERE apns_id::text = ANY ('{\(ids)}') UNION ALL SELECT history::text FROM push.dead_jobs WHERE apns_id::text = ANY ('{\(ids)}')"
             )
             explained =
                 histories.filter { history in diedWorkers.contains { history.contains("\"worker\": \"\($0)\"") } }.count

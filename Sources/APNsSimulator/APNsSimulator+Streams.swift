@@ -2,6 +2,7 @@ import Foundation
 import NIOCore
 import NIOHPACK
 import NIOHTTP2
+import Synchronization
 
 /// What the simulator does with one request.
 struct SimulatorAnswer {
@@ -34,7 +35,18 @@ extension APNsSimulator {
             state.openStreams += 1
             state.maxOpenStreams = max(state.maxOpenStreams, state.openStreams)
         }
-        defer { self.state.withLock { $0.openStreams -= 1 } }
+        // A stream counts as closed once its answer is about to be written: the client may open its next one as
+        // soon as it reads it, before this task has ended (counted at the task's end, a limit of 2 read as 3).
+        let counted = Mutex(true)
+        let closeCount = {
+            if counted.withLock({ open in
+                defer { open = false }
+                return open
+            }) {
+                self.state.withLock { $0.openStreams -= 1 }
+            }
+        }
+        defer { closeCount() }
         do {
             try await stream.executeThenClose { inbound, outbound in
                 var headers = HPACKHeaders()
@@ -156,6 +168,7 @@ extension APNsSimulator {
                             if reset { state.faults.okThenResets += 1 }
                             return reset
                         }
+                    closeCount()
                     try await outbound.write(
                         .headers(.init(headers: responseHeaders, endStream: answer.body.isEmpty && !okThenReset))
                     )

@@ -108,6 +108,9 @@ public struct ActivityRecord: Sendable, Hashable {
     /// The timestamp of an end of this activity still in the queue, not among the claimed events (enqueued,
     /// or claimed by another worker): nothing as new as it may go first, or the device would drop the end.
     public var waitingEnd: Int64?
+    /// The job id of a start of this activity still in the queue, not among the claimed events: no end
+    /// enqueued after it may go first (the start would then be dropped as after the end).
+    public var waitingStart: Int64?
     /// The activity asked for a broadcast channel the worker has not created yet: its updates and end wait.
     public var channelPending: Bool
     /// Priority-10 updates routed in the current hour, and the topic's budget for an hour.
@@ -120,11 +123,13 @@ public struct ActivityRecord: Sendable, Hashable {
         busy: Bool,
         unsentChildren: [Int64] = [],
         waitingEnd: Int64? = nil,
+        waitingStart: Int64? = nil,
         channelPending: Bool = false,
         budgetUsed: Int = 0,
         budgetPerHour: Int = 12
     ) {
         self.waitingEnd = waitingEnd
+        self.waitingStart = waitingStart
         self.channelPending = channelPending
         self.state = state
         self.lastTimestamp = lastTimestamp
@@ -196,6 +201,13 @@ public enum ActivityRouting {
         if let end = record.waitingEnd {
             for event in fresh where event.timestamp >= end { decision.verdicts[event.jobID] = .wait }
             fresh.removeAll { $0.timestamp >= end }
+        }
+        // A start enqueued before an end and still in the queue elsewhere goes first.
+        if let start = record.waitingStart {
+            for event in fresh where event.kind == .end && event.jobID > start {
+                decision.verdicts[event.jobID] = .wait
+            }
+            fresh.removeAll { $0.kind == .end && $0.jobID > start }
         }
         // Updates and ends go through the channel the activity asked for, once it exists; a start does not.
         if record.channelPending {

@@ -87,6 +87,7 @@ extension JobQueue {
                 var children: [Int64]
                 var lastEvent: String?
                 var waitingEnd: Int64?
+                var waitingStart: Int64?
                 var channelPending: Bool
             }
             var locked: [String: Locked] = [:]
@@ -109,6 +110,7 @@ extension JobQueue {
                     children: row.7,
                     lastEvent: row.8,
                     waitingEnd: nil,
+                    waitingStart: nil,
                     channelPending: row.9
                 )
             }
@@ -122,14 +124,19 @@ extension JobQueue {
                 logger: logger
             )
             var waitingEnds: [Int64: Int64] = [:]
-            for try await (activity, _, text) in ends.decode((Int64, Int64, String?).self) {
+            var waitingStarts: [Int64: Int64] = [:]
+            for try await (activity, _, text, start) in ends.decode((Int64, Int64?, String?, Int64?).self) {
                 if let text, let seconds = Double(text), seconds.isFinite, seconds == seconds.rounded(),
                     seconds >= 0, seconds < 1e11
                 {
                     waitingEnds[activity] = Int64(seconds)
                 }
+                waitingStarts[activity] = start
             }
-            for (key, activity) in locked { locked[key]?.waitingEnd = waitingEnds[activity.id] }
+            for (key, activity) in locked {
+                locked[key]?.waitingEnd = waitingEnds[activity.id]
+                locked[key]?.waitingStart = waitingStarts[activity.id]
+            }
             let children = locked.values.flatMap(\.children)
             var lockedPending: Set<Int64> = []
             var unfinished: Set<Int64> = []
@@ -179,6 +186,7 @@ extension JobQueue {
                     unsentChildren: activity.lastEvent == "update"
                         ? activity.children.filter { lockedPending.contains($0) } : [],
                     waitingEnd: activity.waitingEnd,
+                    waitingStart: activity.waitingStart,
                     channelPending: activity.channelPending,
                     budgetUsed: activity.budgetUsed,
                     budgetPerHour: activity.perHour

@@ -100,6 +100,21 @@ struct ActivityRoutingTests {
         #expect(decision.routed?.jobID == 2 && decision.verdicts[1] == .wait && decision.verdicts[3] == .wait)
     }
 
+    @Test("a start enqueued before an end and claimed elsewhere: the end waits for it; updates go")
+    func startWaitingElsewhere() {
+        let decision = ActivityRouting.decide(
+            ActivityRecord(state: .requested, lastTimestamp: nil, busy: false, waitingStart: 5),
+            events: [Self.event(9, .end, 300), Self.event(7, .update, 200)]
+        )
+        #expect(decision.routed?.jobID == 7 && decision.verdicts[9] == .wait)
+        // An update newer than the held end waits with it: it must not reach the device before the end.
+        let newer = ActivityRouting.decide(
+            ActivityRecord(state: .requested, lastTimestamp: nil, busy: false, waitingStart: 5),
+            events: [Self.event(9, .end, 300), Self.event(10, .update, 301)]
+        )
+        #expect(newer.routed == nil && newer.verdicts == [9: .wait, 10: .wait])
+    }
+
     @Test(
         "an end still in the queue elsewhere (enqueued, or claimed by another worker): events as new as it wait for it, older ones go"
     )

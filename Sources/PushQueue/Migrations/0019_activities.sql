@@ -100,6 +100,9 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_activity_idx ON push.jobs (topic, a
 -- An activity's end still in the queue (the routing holds back what is newer than it, wherever it is claimed).
 CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_activity_end_waiting_idx ON push.jobs (topic, activity_id, id)
     WHERE activity_id IS NOT NULL AND state IN ('pending', 'running') AND (payload -> 'aps' ->> 'event') = 'end';
+-- An activity's start still in the queue (no end enqueued after it goes first, wherever it is claimed).
+CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_activity_start_waiting_idx ON push.jobs (topic, activity_id, id)
+    WHERE activity_id IS NOT NULL AND state IN ('pending', 'running') AND (payload -> 'aps' ->> 'event') = 'start';
 ALTER TABLE push.jobs VALIDATE CONSTRAINT exactly_one_of_device_token_channel_id_recipient_or_activity_id;
 ALTER TABLE push.jobs VALIDATE CONSTRAINT activity_jobs_must_be_liveactivity_with_1_to_255_byte_ids;
 

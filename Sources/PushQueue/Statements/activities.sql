@@ -25,18 +25,24 @@ SELECT a.id, a.topic, a.activity_id, a.state, a.last_timestamp,
    FOR NO KEY UPDATE
 
 -- name: waiting_ends
--- Of the activities :activity_rows (locked by this transaction: read after the lock, so an end committed
--- while it waited is seen), the oldest end still pending or running that none of :held_ids is: its
--- activity, id and aps.timestamp.
-SELECT a.id, e.id, e.ts
+-- Of the activities :activity_rows (locked by this transaction: read after the lock, so an event committed
+-- while it waited is seen), the oldest end and the oldest start still pending or running that none of
+-- :held_ids is: the activity, the end's id and aps.timestamp, the start's id.
+SELECT a.id, e.id, e.ts, s.id
   FROM push.activities AS a
- CROSS JOIN LATERAL (
+  LEFT JOIN LATERAL (
     SELECT j.id, j.payload -> 'aps' ->> 'timestamp' AS ts
       FROM push.jobs AS j
      WHERE j.topic = a.topic AND j.activity_id = a.activity_id AND j.state IN ('pending', 'running')
        AND (j.payload -> 'aps' ->> 'event') = 'end' AND NOT (j.id = ANY (:held_ids::bigint[]))
-     ORDER BY j.id LIMIT 1) AS e
- WHERE a.id = ANY (:activity_rows::bigint[])
+     ORDER BY j.id LIMIT 1) AS e ON true
+  LEFT JOIN LATERAL (
+    SELECT j.id
+      FROM push.jobs AS j
+     WHERE j.topic = a.topic AND j.activity_id = a.activity_id AND j.state IN ('pending', 'running')
+       AND (j.payload -> 'aps' ->> 'event') = 'start' AND NOT (j.id = ANY (:held_ids::bigint[]))
+     ORDER BY j.id LIMIT 1) AS s ON true
+ WHERE a.id = ANY (:activity_rows::bigint[]) AND (e.id IS NOT NULL OR s.id IS NOT NULL)
 
 -- name: lock_unsent_children
 -- Of the children :ids, those still pending that this transaction can lock: no claim takes them until it

@@ -202,12 +202,15 @@ public enum ActivityRouting {
             for event in fresh where event.timestamp >= end { decision.verdicts[event.jobID] = .wait }
             fresh.removeAll { $0.timestamp >= end }
         }
-        // A start enqueued before an end and still in the queue elsewhere goes first.
-        if let start = record.waitingStart {
-            for event in fresh where event.kind == .end && event.jobID > start {
+        // A start enqueued before an end and still in the queue elsewhere goes first; the end, held back for
+        // it, still goes before anything as new as it.
+        if let start = record.waitingStart,
+            let heldEnd = fresh.filter({ $0.kind == .end && $0.jobID > start }).map(\.timestamp).min()
+        {
+            for event in fresh where (event.kind == .end && event.jobID > start) || event.timestamp >= heldEnd {
                 decision.verdicts[event.jobID] = .wait
             }
-            fresh.removeAll { $0.kind == .end && $0.jobID > start }
+            fresh.removeAll { ($0.kind == .end && $0.jobID > start) || $0.timestamp >= heldEnd }
         }
         // Updates and ends go through the channel the activity asked for, once it exists; a start does not.
         if record.channelPending {

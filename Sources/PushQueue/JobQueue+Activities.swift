@@ -300,7 +300,7 @@ extension JobQueue {
     public func activityChannelsToDelete(limit: Int, lease: Duration) async throws -> [ActivityChannel] {
         let rows = try await self.client.query(
             ActivitiesSQL.channelsToDelete.query {
-                $0.bind("lease_seconds", Double(lease.components.seconds))
+                $0.bind("lease_seconds", lease.seconds)
                 $0.bind("limit", Int64(max(limit, 0)))
             },
             logger: self.logger
@@ -326,7 +326,7 @@ extension JobQueue {
     public func activityChannelsToCreate(limit: Int, lease: Duration) async throws -> [ActivityChannelRequest] {
         let rows = try await self.client.query(
             ActivitiesSQL.channelsToCreate.query {
-                $0.bind("lease_seconds", Double(lease.components.seconds))
+                $0.bind("lease_seconds", lease.seconds)
                 $0.bind("limit", Int64(max(limit, 0)))
             },
             logger: self.logger

@@ -48,7 +48,6 @@ extension JobQueue {
         let logger = self.logger
         let ids = jobs.map(\.id)
         let attempts = jobs.map { Int16(clamping: $0.attempts) }
-        let leaseSeconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
         return try await self.client.withTransaction(logger: logger) { connection in
             // The children are the worker's own insert: their derived apns_id passes the producers' trigger.
             try await connection.query(JobsSQL.markInternalInsert.query(), logger: logger)
@@ -59,7 +58,7 @@ extension JobQueue {
                     $0.bind("worker_id", workerID)
                     $0.bind("no_device_sentence", Self.noDeviceSentence)
                     $0.bind("claim_limit", Int32(clamping: max(limit, 0)))
-                    $0.bind("lease_seconds", leaseSeconds)
+                    $0.bind("lease_seconds", lease.seconds)
                     $0.bind("excluded_environments", excluding.environments)
                     $0.bind("excluded_pairs", excluding.endpoints.map(\.description))
                     $0.bind("excluded_topics", excluding.topics.map(\.description))

@@ -199,10 +199,11 @@ extension PushWorkerService {
     /// channel no activity names (it counts against Apple's limit).
     func createActivityChannels() async throws {
         for request in try await self.queue.activityChannelsToCreate(limit: 100, lease: .seconds(120)) {
+            let environment = APNsEnvironment(rawValue: request.environment) ?? .production
             do {
                 let channel = try await self.apns.createChannel(
                     bundleID: request.topic,
-                    environment: APNsEnvironment(rawValue: request.environment) ?? .production,
+                    environment: environment,
                     credential: request.credential,
                     storage: APNsClient.MessageStoragePolicy(rawValue: request.storage) ?? .noStorage
                 )
@@ -211,7 +212,7 @@ extension PushWorkerService {
                     try? await self.apns.deleteChannel(
                         channel,
                         bundleID: request.topic,
-                        environment: APNsEnvironment(rawValue: request.environment) ?? .production,
+                        environment: environment,
                         credential: request.credential
                     )
                 }

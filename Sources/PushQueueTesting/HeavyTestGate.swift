@@ -8,40 +8,57 @@ import Testing
 /// width there) starved each other's timed exchanges past their deadlines (a 10 s request timeout missed, a
 /// simulator that read nothing for 2 s). Light tests (unit, one database) run beside them as before.
 ///
-/// `PUSH_HEAVY_TESTS=N` sets the number (default 3: the heavy tests mostly wait on timers, children and
-/// sockets; at 3 the machine's two cores were busy a third of the run, and five runs passed). A heavy test inside another (a fixture in a fixture)
-/// runs on its parent's permit.
+/// `PUSH_HEAVY_TESTS=N` sets the number (default 4: the heavy tests mostly wait on timers, children and
+/// sockets, and run the release `push-worker` when it is current; at 4 the two cores were busy two thirds of
+/// the run; at 5 a light transport test's 5 s deadlines and a fleet seed's rate floor failed under the load).
+/// A heavy test inside another (a fixture in a fixture) runs on its parent's permit.
+///
+/// Waiting tests are served longest first (`expected`: about how long the test takes alone), then in arrival
+/// order: the run's last minutes are short tests filling the permits, not one long test started last while the
+/// other permits stand idle (longest-processing-time-first scheduling).
 public enum HeavyTestGate {
     @TaskLocal static var holdsPermit = false
 
     private struct State {
         var free: Int
-        /// Waiting tests in arrival order, each with the permits it needs (the head is served first).
-        var waiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
+        /// Waiting tests, longest expected first and then in arrival order, each with the permits it needs (the
+        /// head is served first).
+        var waiters: [(count: Int, expected: Duration, continuation: CheckedContinuation<Void, Never>)] = []
     }
 
     /// The number of permits.
-    public static let permits = max(1, ProcessInfo.processInfo.environment["PUSH_HEAVY_TESTS"].flatMap(Int.init) ?? 3)
+    public static let permits = max(1, ProcessInfo.processInfo.environment["PUSH_HEAVY_TESTS"].flatMap(Int.init) ?? 4)
 
     /// `PUSH_HEAVY_TESTS_TRACE=1` prints each heavy test's wait for its permit and how long it held it.
     static let trace = ProcessInfo.processInfo.environment["PUSH_HEAVY_TESTS_TRACE"] == "1"
 
     private static let state = Mutex(State(free: Self.permits))
 
+    /// When the first heavy test arrived (the trace's origin).
+    private static let firstUse = ContinuousClock.now
+
     /// Runs `body` once a permit is free; `exclusive`: once every permit is, so no other heavy test runs
     /// beside it (the failover formation: under a neighbour's load pg_auto_failover let its primary commit
     /// without the standby, and the planned switchover lost the commits of 821 claims and outcomes).
-    public static func run<T>(exclusive: Bool = false, _ body: () async throws -> T) async throws -> T {
+    /// `expected`: about how long the test takes alone; longer ones are let in first.
+    public static func run<T>(
+        exclusive: Bool = false,
+        expected: Duration = .seconds(5),
+        _ body: () async throws -> T
+    ) async throws -> T {
         if Self.holdsPermit { return try await body() }
         let count = exclusive ? Self.permits : 1
+        _ = Self.firstUse
         let arrived = ContinuousClock.now
-        await Self.acquire(count)
+        await Self.acquire(count, expected: expected)
         let granted = ContinuousClock.now
         defer {
             Self.release(count)
             if Self.trace {
                 let name = Test.current?.displayName ?? Test.current?.name ?? "?"
-                print("heavy test: waited \(granted - arrived), held \(ContinuousClock.now - granted): \(name)")
+                print(
+                    "heavy test: waited \(granted - arrived), held \(ContinuousClock.now - granted) (from \(granted - Self.firstUse)): \(name)"
+                )
             }
         }
         return try await Self.$holdsPermit.withValue(true) { try await body() }
@@ -51,14 +68,21 @@ public enum HeavyTestGate {
     /// slow set-up of an exclusive test (a formation of clusters) overlaps the drain of the tests still
     /// running, instead of the permits standing idle while it waits for all of them. One test at most may
     /// use it (two would each hold one permit and wait for the other's).
+    ///
+    /// It is let in after every other waiting test: the tests it waits for are then the run's last, short
+    /// ones. Let in among the long ones, the permits stood idle while the longest of them finished (a
+    /// minute with three permits idle, 2026-11-29).
     public static func run<P: Sendable, T>(
         preparing prepare: @escaping @Sendable () async throws -> P,
         exclusive body: (P) async throws -> T
     ) async throws -> T {
         if Self.holdsPermit { return try await body(try await prepare()) }
         let arrived = ContinuousClock.now
-        await Self.acquire(1)
-        let rest = Task { await Self.acquire(Self.permits - 1) }
+        // The run's first heavy tests arrive within its first seconds: behind them, not before them (a permit
+        // granted at once would hold a prepared formation idle for the whole run).
+        try? await Task.sleep(until: Self.firstUse + .seconds(3))
+        await Self.acquire(1, expected: .zero)
+        let rest = Task { await Self.acquire(Self.permits - 1, expected: .zero) }
         let prepared: Result<P, any Error>
         do {
             prepared = .success(try await Self.$holdsPermit.withValue(true) { try await prepare() })
@@ -80,14 +104,16 @@ public enum HeavyTestGate {
         return try await Self.$holdsPermit.withValue(true) { try await body(value) }
     }
 
-    private static func acquire(_ count: Int) async {
+    private static func acquire(_ count: Int, expected: Duration) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let granted = Self.state.withLock { state -> Bool in
                 if state.waiters.isEmpty && state.free >= count {
                     state.free -= count
                     return true
                 }
-                state.waiters.append((count, continuation))
+                // After every waiter expected to take as long or longer: longest first, then arrival order.
+                let at = state.waiters.firstIndex { $0.expected < expected } ?? state.waiters.endIndex
+                state.waiters.insert((count, expected, continuation), at: at)
                 return false
             }
             if granted { continuation.resume() }

@@ -29,7 +29,9 @@ import Testing
     )
     func everyPageRendersInChromiumWithoutConsoleErrors() async throws {
         // A browser: at most two heavy tests at once (HeavyTestGate).
-        try await HeavyTestGate.run { try await self.everyPageRendersInChromiumWithoutConsoleErrorsNow() }
+        try await HeavyTestGate.run(expected: .seconds(15)) {
+            try await self.everyPageRendersInChromiumWithoutConsoleErrorsNow()
+        }
     }
 
     private func everyPageRendersInChromiumWithoutConsoleErrorsNow() async throws {

@@ -5,7 +5,7 @@ import PushQueue
 import Testing
 
 /// APNs features end to end with the real binary: what the simulator recorded, and each job's final row.
-@Suite("APNs features: deliver-once, broadcasts, describe of dead letters", .serialized)
+@Suite("APNs features: deliver-once, broadcasts, describe of dead letters")
 struct APNsFeatureTests {
     static let update = #"{"aps":{"timestamp":1700000000,"event":"update","content-state":{"score":1}}}"#
 
@@ -13,7 +13,7 @@ struct APNsFeatureTests {
         "deliver_once and broadcasts: apns-expiration 0; a no-storage channel refuses any other; describe shows it"
     )
     func deliverOnceAndBroadcasts() async throws {
-        try await DaemonFixture.run { f in
+        try await DaemonFixture.run(expected: .seconds(30)) { f in
             let endpoint = ["--apns-endpoint", "https://localhost:\(f.simulator.port)", "--apns-ca-file", f.caFile]
             let noStorage = try await f.cli(["channels", "create", "--bundle-id", "com.example.app"] + endpoint)
             let stored = try await f.cli(

@@ -8,7 +8,7 @@ import Testing
 /// Certificate credentials and HTTPS proxies, end to end with the real binary: what the simulator recorded
 /// (no authorization header, the certificate's topic; the requests that came through the proxy) and each
 /// job's final row.
-@Suite("Certificates and proxies", .serialized)
+@Suite("Certificates and proxies")
 struct CertificateProxyTests {
     /// Writes `text` to `path` with `mode`.
     static func write(_ text: String, _ path: String, mode: Int = 0o600) throws {

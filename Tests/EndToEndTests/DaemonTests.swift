@@ -7,11 +7,11 @@ import PushQueue
 import PushQueueTesting
 import Testing
 
-@Suite("push-worker run, end to end: the real binary, real Postgres, the simulator over TLS", .serialized)
+@Suite("push-worker run, end to end: the real binary, real Postgres, the simulator over TLS")
 struct DaemonTests {
     @Test("outcomes: delivered, 410, 429 with Retry-After, 503 budgets by priority, pre-send rejections")
     func outcomes() async throws {
-        try await DaemonFixture.run { f in
+        try await DaemonFixture.run(expected: .seconds(25)) { f in
             let t = (
                 ok: DaemonFixture.token(1), gone: DaemonFixture.token(2), throttled: DaemonFixture.token(3),
                 failing10: DaemonFixture.token(4), failing5: DaemonFixture.token(5), big: DaemonFixture.token(6),

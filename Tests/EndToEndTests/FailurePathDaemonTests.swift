@@ -10,13 +10,13 @@ import Testing
 
 /// The worker's own failures, with the real binary: an outcome Postgres refuses, a drain that must
 /// withdraw unsent requests, a Postgres outage longer than the lease.
-@Suite("push-worker run: outcomes that cannot be written, clean shutdown, its own Postgres outage", .serialized)
+@Suite("push-worker run: outcomes that cannot be written, clean shutdown, its own Postgres outage")
 struct FailurePathDaemonTests {
     @Test(
         "one outcome Postgres refuses never wedges the worker: the rest are delivered, that job is dead-lettered with Postgres' message, the metrics say so"
     )
     func poisonOutcome() async throws {
-        try await DaemonFixture.run { f in
+        try await DaemonFixture.run(expected: .seconds(15)) { f in
             // Any statement writing this token to push.invalid_tokens fails (an operator's trigger, a
             // constraint this build does not know): the batch it rides in is refused as a whole.
             let poison = DaemonFixture.token(4_242)
@@ -148,6 +148,7 @@ struct FailurePathDaemonTests {
     func outage(_ kind: OutageKind, _ outage: Duration) async throws {
         try await OwnClusterFixture.run(
             "pg-outage",
+            expected: .seconds(25),
             simulator: { configuration in
                 configuration.faults.slowShare = 1
                 configuration.faults.slowLatency = .seconds(2)

@@ -8,7 +8,7 @@ import Testing
 /// The real binary against a simulator as hostile as Apple: GOAWAY that leaves higher streams
 /// unanswered, dropped connections, stream resets, throttling, slow answers, a worker killed mid-run.
 /// Every test ends by asserting the invariants (``FaultTests/assertInvariants``).
-@Suite("push-worker run under hostile APNs and FCM faults, a third of the jobs Android", .serialized)
+@Suite("push-worker run under hostile APNs and FCM faults, a third of the jobs Android")
 struct FaultTests {
     /// `PUSH_LONG_TESTS=1` runs the long forms (10,000 jobs, more seeds).
     static let long = !(ProcessInfo.processInfo.environment["PUSH_LONG_TESTS"] ?? "").isEmpty
@@ -28,6 +28,7 @@ struct FaultTests {
     func storm(jobs count: Int, goAwayEvery: Int) async throws {
         try await DaemonFixture.run(
             fcm: true,
+            expected: .seconds(12),
             simulator: { configuration in
                 configuration.faults.goAwayEvery = goAwayEvery
                 configuration.faults.dropEvery = 501
@@ -63,72 +64,74 @@ struct FaultTests {
         }
     }
 
-    @Test(
-        "randomized fault schedules (seeded): GOAWAY, drops, RSTs, 429/5xx, slow answers, kill -9 of one of two workers"
-    )
-    func randomSchedules() async throws {
-        let seeds: [UInt64]
+    /// The schedules' seeds: `PUSH_FAULT_SEEDS=a,b` replays them; one drawn and seed 7 by default; ten drawn
+    /// in the long form. Each is a test case of its own, so the seeds run side by side.
+    static let faultSeeds: [UInt64] = {
         if let given = ProcessInfo.processInfo.environment["PUSH_FAULT_SEEDS"] {
-            seeds = given.split(separator: ",").compactMap { UInt64($0) }
-        } else {
-            seeds =
-                Self.long ? (1...10).map { _ in UInt64.random(in: 1...999_999) } : [UInt64.random(in: 1...999_999), 7]
+            return given.split(separator: ",").compactMap { UInt64($0) }
         }
-        for seed in seeds {
-            print("fault schedule seed \(seed) (PUSH_FAULT_SEEDS=\(seed) replays it)")
-            var random = SeededGenerator(seed: seed ^ 0xA5A5)
-            let killAfter = Int64.random(in: 300...1_500, using: &random)
-            try await DaemonFixture.run(
-                fcm: true,
-                simulator: { configuration in
-                    var r = SeededGenerator(seed: seed)
-                    configuration.faults.goAwayEvery = Int.random(in: 80...400, using: &r)
-                    configuration.faults.dropEvery = Int.random(in: 90...500, using: &r)
-                    configuration.faults.resetFirstAttempts = Double.random(in: 0...0.03, using: &r)
-                    configuration.faults.throttleShare = Double.random(in: 0...0.04, using: &r)
-                    configuration.faults.serverErrorShare = Double.random(in: 0...0.04, using: &r)
-                    configuration.faults.slowShare = Double.random(in: 0...0.05, using: &r)
-                    configuration.faults.goAwayGrace = .milliseconds(Int64.random(in: 100...2_000, using: &r))
-                    configuration.faults.seed = seed
-                }
-            ) { f in
-                let count = 1_200
-                try await f.db.execute(Self.mixedInsert(1...count, priorities: true))
-                let a = try f.startWorker(
-                    "a",
-                    ["--log-level", "error", "--base-delay-ms", "50", "--max-delay-ms", "500"]
-                )
-                let b = try f.startWorker(
-                    "b",
-                    ["--log-level", "error", "--base-delay-ms", "50", "--max-delay-ms", "500"]
-                )
-                try await Task.sleep(for: .milliseconds(killAfter))
-                kill(a.pid, SIGKILL)
-                a.reap()
-                do {
-                    try await f.waitUntil(.seconds(240), "every job terminal (seed \(seed))") {
-                        try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state NOT IN ('delivered')") == 0
-                    }
-                } catch {
-                    // Say which jobs are stuck and what the surviving worker said.
-                    let stuck = try await f.db.client.query(
-                        """
-                        SELECT row_to_json(j)::text FROM (
-                          SELECT id, state, attempts, transport_retries, run_at - now() AS due_in, locked_by,
-                                 locked_until - now() AS lease_left, reason, history
-                            FROM push.jobs WHERE state <> 'delivered' ORDER BY id LIMIT 5) j
-                        """
-                    ).decode(String.self).collect()
-                    Issue.record(
-                        "seed \(seed): stuck jobs: \(stuck.joined(separator: "\n"))\nworker b:\n\(b.output.suffix(4000))"
-                    )
-                    throw error
-                }
-                b.signal(SIGTERM)
-                #expect(b.wait() == 0, "seed \(seed)")
-                let summary = try await Self.assertInvariants(f, jobs: count, diedWorkers: ["a"], seed: seed)
-                print("seed \(seed): \(summary)")
+        return Self.long ? (1...10).map { _ in UInt64.random(in: 1...999_999) } : [UInt64.random(in: 1...999_999), 7]
+    }()
+
+    @Test(
+        "randomized fault schedules (seeded): GOAWAY, drops, RSTs, 429/5xx, slow answers, kill -9 of one of two workers",
+        arguments: Self.faultSeeds
+    )
+    func randomSchedules(seed: UInt64) async throws {
+        print("fault schedule seed \(seed) (PUSH_FAULT_SEEDS=\(seed) replays it)")
+        var random = SeededGenerator(seed: seed ^ 0xA5A5)
+        let killAfter = Int64.random(in: 300...1_500, using: &random)
+        try await DaemonFixture.run(
+            fcm: true,
+            expected: .seconds(25),
+            simulator: { configuration in
+                var r = SeededGenerator(seed: seed)
+                configuration.faults.goAwayEvery = Int.random(in: 80...400, using: &r)
+                configuration.faults.dropEvery = Int.random(in: 90...500, using: &r)
+                configuration.faults.resetFirstAttempts = Double.random(in: 0...0.03, using: &r)
+                configuration.faults.throttleShare = Double.random(in: 0...0.04, using: &r)
+                configuration.faults.serverErrorShare = Double.random(in: 0...0.04, using: &r)
+                configuration.faults.slowShare = Double.random(in: 0...0.05, using: &r)
+                configuration.faults.goAwayGrace = .milliseconds(Int64.random(in: 100...2_000, using: &r))
+                configuration.faults.seed = seed
             }
+        ) { f in
+            let count = 1_200
+            try await f.db.execute(Self.mixedInsert(1...count, priorities: true))
+            let a = try f.startWorker(
+                "a",
+                ["--log-level", "error", "--base-delay-ms", "50", "--max-delay-ms", "500"]
+            )
+            let b = try f.startWorker(
+                "b",
+                ["--log-level", "error", "--base-delay-ms", "50", "--max-delay-ms", "500"]
+            )
+            try await Task.sleep(for: .milliseconds(killAfter))
+            kill(a.pid, SIGKILL)
+            a.reap()
+            do {
+                try await f.waitUntil(.seconds(240), "every job terminal (seed \(seed))") {
+                    try await f.db.int64("SELECT count(*) FROM push.jobs WHERE state NOT IN ('delivered')") == 0
+                }
+            } catch {
+                // Say which jobs are stuck and what the surviving worker said.
+                let stuck = try await f.db.client.query(
+                    """
+                    SELECT row_to_json(j)::text FROM (
+                      SELECT id, state, attempts, transport_retries, run_at - now() AS due_in, locked_by,
+                             locked_until - now() AS lease_left, reason, history
+                        FROM push.jobs WHERE state <> 'delivered' ORDER BY id LIMIT 5) j
+                    """
+                ).decode(String.self).collect()
+                Issue.record(
+                    "seed \(seed): stuck jobs: \(stuck.joined(separator: "\n"))\nworker b:\n\(b.output.suffix(4000))"
+                )
+                throw error
+            }
+            b.signal(SIGTERM)
+            #expect(b.wait() == 0, "seed \(seed)")
+            let summary = try await Self.assertInvariants(f, jobs: count, diedWorkers: ["a"], seed: seed)
+            print("seed \(seed): \(summary)")
         }
     }
 
@@ -138,6 +141,7 @@ struct FaultTests {
     func killRecovery() async throws {
         try await DaemonFixture.run(
             fcm: true,
+            expected: .seconds(25),
             simulator: { configuration in
                 configuration.faults.slowShare = 1
                 configuration.faults.slowLatency = .seconds(3)

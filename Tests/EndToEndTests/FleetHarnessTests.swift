@@ -21,38 +21,41 @@ import Testing
 ///
 /// Quick by default (2 fixed seeds, 3,000 jobs); `PUSH_LONG_TESTS=1`: 20 drawn seeds of 100,000 jobs;
 /// `PUSH_FLEET_SEEDS=a,b` replays seeds.
-@Suite("The fleet under neighbour events from a printed seed", .serialized)
+@Suite("The fleet under neighbour events from a printed seed")
 struct FleetHarnessTests {
     static let long = FaultTests.long
 
-    @Test(
-        "fleet harness: open producer transaction, frozen worker, limits, pauses, late keyed commits, revived superseded jobs, kill -9, a provider outage, a hot device, a read-only primary behind one name"
-    )
-    func fleet() async throws {
-        let seeds: [UInt64]
+    /// The seeds: `PUSH_FLEET_SEEDS=a,b` replays them; two fixed ones by default (one kills a worker), so a red
+    /// run replays; 20 drawn in the long form. Each is a test case of its own, so the seeds run side by side.
+    static let seeds: [UInt64] = {
         if let given = ProcessInfo.processInfo.environment["PUSH_FLEET_SEEDS"] {
-            seeds = given.split(separator: ",").compactMap { UInt64($0) }
-        } else {
-            // Quick form: two fixed seeds (one kills a worker), so a red run replays; the long form draws.
-            seeds = Self.long ? (1...20).map { _ in UInt64.random(in: 1...999_999) } : [11, 64_141]
+            return given.split(separator: ",").compactMap { UInt64($0) }
         }
-        print("fleet harness seeds: \(seeds.map(String.init).joined(separator: ","))")
-        for seed in seeds {
-            print("fleet seed \(seed) (PUSH_FLEET_SEEDS=\(seed) replays it)")
-            try await Self.run(seed: seed, jobs: Self.long ? 100_000 : 3_000)
-        }
+        return Self.long ? (1...20).map { _ in UInt64.random(in: 1...999_999) } : [11, 64_141]
+    }()
+
+    @Test(
+        "fleet harness: open producer transaction, frozen worker, limits, pauses, late keyed commits, revived superseded jobs, kill -9, a provider outage, a hot device, a read-only primary behind one name",
+        arguments: Self.seeds
+    )
+    func fleet(seed: UInt64) async throws {
+        print("fleet seed \(seed) (PUSH_FLEET_SEEDS=\(seed) replays it)")
+        try await Self.run(seed: seed, jobs: Self.long ? 100_000 : 3_000)
     }
 
     @Test(
         "one worker of two frozen 12 s (SIGSTOP) with its requests in flight, answered while it was frozen: no apns-id answered 200 twice, every job delivered"
     )
     func frozenWorker() async throws {
-        try await DaemonFixture.run(simulator: { configuration in
-            // Every answer takes 2 s: the requests are in flight when the worker freezes, and answered then.
-            configuration.faults.slowShare = 1
-            configuration.faults.slowLatency = .seconds(2)
-            configuration.faults.okThenResetShare = 0.05
-        }) { f in
+        try await DaemonFixture.run(
+            expected: .seconds(15),
+            simulator: { configuration in
+                // Every answer takes 2 s: the requests are in flight when the worker freezes, and answered then.
+                configuration.faults.slowShare = 1
+                configuration.faults.slowLatency = .seconds(2)
+                configuration.faults.okThenResetShare = 0.05
+            }
+        ) { f in
             let count = 1_000
             try await f.insertAlerts(count)
             let options = ["--log-level", "error", "--concurrency", "500", "--request-timeout-ms", "5000"]
@@ -206,7 +209,7 @@ struct FleetHarnessTests {
         print("seed \(seed): \(plan)")
         // FCM too: every fourth backlog job is Android, sent with the FCM credential `default`
         // (FCM_SERVICE_ACCOUNT_PATH) beside the ten APNs credentials of the config file.
-        try await DaemonFixture.run(fcm: true) { f in
+        try await DaemonFixture.run(fcm: true, expected: .seconds(60)) { f in
             // Ten configured credentials, all with the fixture's key; most of the backlog is c0's.
             var credentials: [String: [String: String]] = [:]
             for n in 0..<10 {

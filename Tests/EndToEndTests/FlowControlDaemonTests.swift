@@ -6,7 +6,7 @@ import PushQueue
 import Testing
 
 /// The fleet-wide controls end to end, with the real binary and the simulator's request record.
-@Suite("Flow control: coalescing, dead tokens, pauses, rate limits, fair share", .serialized)
+@Suite("Flow control: coalescing, dead tokens, pauses, rate limits, fair share")
 struct FlowControlDaemonTests {
     static func stop(_ workers: [ChildProcess.Running]) {
         for worker in workers { worker.signal(SIGTERM) }

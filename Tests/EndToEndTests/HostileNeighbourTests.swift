@@ -187,10 +187,13 @@ struct HostileNeighbourTests {
     )
     func duplicateWorkerID() async throws {
         // Every answer takes 3 s: the first worker holds running jobs when the second starts.
-        try await DaemonFixture.run(simulator: { configuration in
-            configuration.faults.slowShare = 1
-            configuration.faults.slowLatency = .seconds(3)
-        }) { f in
+        try await DaemonFixture.run(
+            expected: .seconds(25),
+            simulator: { configuration in
+                configuration.faults.slowShare = 1
+                configuration.faults.slowLatency = .seconds(3)
+            }
+        ) { f in
             try await f.insertAlerts(50)
             let first = try f.startWorker("same", ["--log-level", "error"])
             defer {

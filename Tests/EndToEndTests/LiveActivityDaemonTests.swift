@@ -11,7 +11,7 @@ import Testing
 /// with ActivityKit push notifications"): APNs answers 200 to everything, and the device drops silently a start
 /// sent to an activity's token, an update or end sent to a push-to-start token, a timestamp not newer than
 /// the one it shows, and anything after the end. Those drops are what this test counts.
-@Suite("Live Activities end to end: raced updates, a late start, an end, and nothing after it", .serialized)
+@Suite("Live Activities end to end: raced updates, a late start, an end, and nothing after it")
 struct LiveActivityDaemonTests {
     @Test(
         "one activity raced by 1,000 updates from 4 producers across 3 workers, a late start, an end, then 50 more updates: the activity's token receives strictly increasing timestamps and nothing after the end, the start goes to push-to-start tokens only, the device drops nothing; the invariants"
@@ -168,7 +168,7 @@ struct LiveActivityDaemonTests {
         "500 activities with broadcast channels (250 given, 250 asked of the worker), ended: the asked channels created, each end goes to its channel, and every channel is deleted once the end's dismissal date passes; stats counts them"
     )
     func channelsDeletedAfterDismissal() async throws {
-        try await DaemonFixture.run { f in
+        try await DaemonFixture.run(expected: .seconds(20)) { f in
             let bundle = "com.example.app"
             var values: [String] = []
             for n in 1...250 {

@@ -6,7 +6,7 @@ import PushQueueTesting
 import Testing
 
 /// libpq's multi-host DATABASE_URL against a real primary and a real streaming standby (pg_basebackup).
-@Suite(.serialized) struct MultiHostTests {
+@Suite struct MultiHostTests {
     static let bin = "/usr/lib/postgresql/15/bin"
 
     /// Runs a server binary, as `postgres` when the test runs as root.
@@ -100,6 +100,7 @@ import Testing
         // Every answer takes 2 s: the answers of the 20 requests come back while the server is read-only.
         try await OwnClusterFixture.run(
             "demoted",
+            expected: .seconds(12),
             simulator: { configuration in
                 configuration.faults.slowShare = 1
                 configuration.faults.slowLatency = .seconds(2)
@@ -155,6 +156,7 @@ import Testing
     func killedPrimaryFailover() async throws {
         try await OwnClusterFixture.run(
             "failover",
+            expected: .seconds(15),
             simulator: { configuration in
                 configuration.faults.slowShare = 1
                 configuration.faults.slowLatency = .milliseconds(200)

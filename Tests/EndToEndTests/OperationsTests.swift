@@ -6,7 +6,7 @@ import PushQueueTesting
 import Testing
 
 /// What deploy/ relies on: systemd's notify protocol, the schema check a fleet starts with.
-@Suite("operations: systemd notify, migrations check", .serialized)
+@Suite("operations: systemd notify, migrations check")
 struct OperationsTests {
     @Test("Type=notify: READY=1 once the schema is checked, WATCHDOG=1 pings, STOPPING=1 on SIGTERM")
     func systemdNotify() async throws {

@@ -5,13 +5,13 @@ import PushQueueTesting
 import Testing
 
 /// "Provider outages burn nothing", with the real binary: APNs answers 503 to every request for a while.
-@Suite("push-worker run: a provider outage", .serialized)
+@Suite("push-worker run: a provider outage")
 struct OutageDaemonTests {
     @Test(
         "APNs answers 503 to everything for 12 s: no job dead, every job delivered after it, at most a probe a second while down, the metric and the log say so"
     )
     func apnsOutageBurnsNothing() async throws {
-        try await DaemonFixture.run { f in
+        try await DaemonFixture.run(expected: .seconds(15)) { f in
             f.simulator.setOutage(503)
             try await f.db.execute(
                 """

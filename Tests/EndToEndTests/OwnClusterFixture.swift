@@ -21,11 +21,12 @@ struct OwnClusterFixture: Sendable {
 
     static func run(
         _ label: String,
+        expected: Duration = .seconds(5),
         simulator configure: @Sendable (inout APNsSimulator.Configuration) -> Void = { _ in },
         _ body: @Sendable (OwnClusterFixture) async throws -> Void
     ) async throws {
-        // A cluster of its own and workers: at most two such tests at once (HeavyTestGate).
-        try await HeavyTestGate.run { try await Self.runNow(label, simulator: configure, body) }
+        // A cluster of its own and workers: at most a few such tests at once (HeavyTestGate), longest first.
+        try await HeavyTestGate.run(expected: expected) { try await Self.runNow(label, simulator: configure, body) }
     }
 
     private static func runNow(

@@ -5,7 +5,7 @@ import PushQueue
 import Testing
 
 /// The daemon through a real PgBouncer (Debian's) in transaction mode, as many users run Postgres.
-@Suite(.serialized) struct PoolerTests {
+@Suite struct PoolerTests {
     static var pgbouncer: String? {
         ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"].first { FileManager.default.isExecutableFile(atPath: $0) }
     }

@@ -11,7 +11,7 @@ import Testing
 ///
 /// Seeded: the seed is printed; `PUSH_PROPERTY_SEED=N` replays one, `PUSH_PROPERTY_ROWS=N` (default 1,500)
 /// sets how many rows are tried (the long mode: 20000).
-@Suite("The producer contract, property-tested with random rows", .serialized)
+@Suite("The producer contract, property-tested with random rows")
 struct ProducerPropertyTests {
     /// SplitMix64: small, seedable, the same sequence on every platform.
     struct Generator: RandomNumberGenerator {

@@ -11,7 +11,7 @@ import Testing
 /// true from the answers. The simulator plays both APNs environments, told apart by host as Apple's are
 /// (api.push.apple.com / api.sandbox.push.apple.com): `localhost` is production, `127.0.0.1` development,
 /// and a token registered as a development build is answered 400 BadDeviceToken by production.
-@Suite("Recipients end to end: fan-out, the environment repaired, the registry kept true", .serialized)
+@Suite("Recipients end to end: fan-out, the environment repaired, the registry kept true")
 struct RecipientDaemonTests {
     @Test(
         "a recipient with 3 tokens: one 410s, one is a sandbox build under auto, one is live: 2 delivered (one after one extra request to development, same apns-id, the device now development), 1 dead with its invalid-token row and its device invalidated"
@@ -167,11 +167,14 @@ struct RecipientDaemonTests {
         "1,000 recipients (10,000 with PUSH_LONG_TESTS=1) x 3 devices, the fanning worker killed -9 mid-fan-out, another finishes: children = live devices exactly, none twice, the invariants"
     )
     func killMidFanOut() async throws {
-        try await DaemonFixture.run(simulator: { configuration in
-            configuration.faults.slowShare = 1
-            configuration.faults.slowLatency = .milliseconds(300)
-            configuration.faults.seed = 7
-        }) { f in
+        try await DaemonFixture.run(
+            expected: .seconds(15),
+            simulator: { configuration in
+                configuration.faults.slowShare = 1
+                configuration.faults.slowLatency = .milliseconds(300)
+                configuration.faults.seed = 7
+            }
+        ) { f in
             // PUSH_LONG_TESTS=1: the 10,000 recipients.
             let recipients = ProcessInfo.processInfo.environment["PUSH_LONG_TESTS"] == "1" ? 10_000 : 1_000
             // Three live devices each, and one invalidated device each that must get no child.

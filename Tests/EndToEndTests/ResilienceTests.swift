@@ -8,11 +8,11 @@ import PushQueue
 import PushQueueTesting
 import Testing
 
-@Suite("push-worker run survives GOAWAY, dropped connections and a Postgres restart", .serialized)
+@Suite("push-worker run survives GOAWAY, dropped connections and a Postgres restart")
 struct ResilienceTests {
     @Test("GOAWAY and dropped connections mid-burst: every job ends terminal, none lost, one apns_id per job")
     func goAwayAndDrops() async throws {
-        try await DaemonFixture.run { f in
+        try await DaemonFixture.run(expected: .seconds(25)) { f in
             let count = 1_500
             try await f.db.execute(
                 """

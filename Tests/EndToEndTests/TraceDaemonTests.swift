@@ -99,7 +99,7 @@ struct TraceDaemonTests {
         "a job retried once makes two spans, the first a child of the producer's span, the retry a child linked to it; across a kill -9 the survivor's retry links to the dead worker's first attempt, an attempt in flight at the death leaves no span, and an untraced job none"
     )
     func spansAcrossRetryAndKill() async throws {
-        try await DaemonFixture.run { f in
+        try await DaemonFixture.run(expected: .seconds(12)) { f in
             let collector = try await SpanCollector.start(in: f.directory)
             defer { collector.stop() }
             let (retried, hanging, untraced) = (DaemonFixture.token(1), DaemonFixture.token(2), DaemonFixture.token(4))

@@ -103,7 +103,7 @@ struct WebhookDaemonTests {
     func droppingReceiver() async throws {
         let seed = Self.seed
         print("webhook receiver seed \(seed) (PUSH_WEBHOOK_SEED=\(seed) repeats it)")
-        try await DaemonFixture.run { f in
+        try await DaemonFixture.run(expected: .seconds(25)) { f in
             let secret = try Self.secret(in: f.directory)
             let receiver = try await WebhookReceiver.start(in: f.directory, secretFile: secret, seed: seed, delay: 3)
             defer { receiver.stop() }
@@ -280,7 +280,7 @@ struct WebhookDaemonTests {
         "kill -9 with deliveries in flight: none lost, a delivery taken twice only when it was in flight at the death, with the same Push-Delivery-Id"
     )
     func killWithDeliveriesInFlight() async throws {
-        try await DaemonFixture.run { f in
+        try await DaemonFixture.run(expected: .seconds(20)) { f in
             let secret = try Self.secret(in: f.directory)
             let receiver = try await WebhookReceiver.start(in: f.directory, secretFile: secret, seed: 1, delay: 0.4)
             defer { receiver.stop() }

@@ -8,14 +8,18 @@ import Testing
 /// width there) starved each other's timed exchanges past their deadlines (a 10 s request timeout missed, a
 /// simulator that read nothing for 2 s). Light tests (unit, one database) run beside them as before.
 ///
-/// `PUSH_HEAVY_TESTS=N` sets the number (default 4: the heavy tests mostly wait on timers, children and
-/// sockets, and run the release `push-worker` when it is current; at 4 the two cores were busy two thirds of
-/// the run; at 5 a light transport test's 5 s deadlines and a fleet seed's rate floor failed under the load).
+/// `PUSH_HEAVY_TESTS=N` sets the number (default 4 with the release `push-worker`, 3 with the debug one: the
+/// heavy tests mostly wait on timers, children and sockets; at 4 with the release build the two cores were
+/// busy two thirds of the run; at 5 a light transport test's 5 s deadlines and a fleet seed's rate floor
+/// failed under the load).
 /// A heavy test inside another (a fixture in a fixture) runs on its parent's permit.
 ///
 /// Waiting tests are served longest first (`expected`: about how long the test takes alone), then in arrival
 /// order: the run's last minutes are short tests filling the permits, not one long test started last while the
-/// other permits stand idle (longest-processing-time-first scheduling).
+/// other permits stand idle (longest-processing-time-first scheduling). Tests that mostly wait (a 15 s
+/// Postgres outage, a 30 s steady stream: `mostlyWaiting`) go before every other: the run's first minute is
+/// also some 300 light tests using both cores, which a waiting test does not mind and a busy one (the fleet
+/// seeds: three workers and thousands of jobs) is slowed by, a third longer when started with them.
 public enum HeavyTestGate {
     @TaskLocal static var holdsPermit = false
 
@@ -27,7 +31,15 @@ public enum HeavyTestGate {
     }
 
     /// The number of permits.
-    public static let permits = max(1, ProcessInfo.processInfo.environment["PUSH_HEAVY_TESTS"].flatMap(Int.init) ?? 4)
+    public static let permits = max(
+        1,
+        ProcessInfo.processInfo.environment["PUSH_HEAVY_TESTS"].flatMap(Int.init)
+            ?? (ReleaseBuild.pushWorker.release ? 4 : Self.debugPermits)
+    )
+
+    /// The default with the debug `push-worker` (about four times the release build's CPU): as before the
+    /// release build was used, when 4 starved timed exchanges.
+    static let debugPermits = 3
 
     /// `PUSH_HEAVY_TESTS_TRACE=1` prints each heavy test's wait for its permit and how long it held it.
     static let trace = ProcessInfo.processInfo.environment["PUSH_HEAVY_TESTS_TRACE"] == "1"
@@ -40,17 +52,19 @@ public enum HeavyTestGate {
     /// Runs `body` once a permit is free; `exclusive`: once every permit is, so no other heavy test runs
     /// beside it (the failover formation: under a neighbour's load pg_auto_failover let its primary commit
     /// without the standby, and the planned switchover lost the commits of 821 claims and outcomes).
-    /// `expected`: about how long the test takes alone; longer ones are let in first.
+    /// `expected`: about how long the test takes alone; longer ones are let in first. `mostlyWaiting`: it
+    /// spends most of that on timers, not CPU; such tests are let in before all others.
     public static func run<T>(
         exclusive: Bool = false,
         expected: Duration = .seconds(5),
+        mostlyWaiting: Bool = false,
         _ body: () async throws -> T
     ) async throws -> T {
         if Self.holdsPermit { return try await body() }
         let count = exclusive ? Self.permits : 1
         _ = Self.firstUse
         let arrived = ContinuousClock.now
-        await Self.acquire(count, expected: expected)
+        await Self.acquire(count, expected: mostlyWaiting ? expected + .seconds(86_400) : expected)
         let granted = ContinuousClock.now
         defer {
             Self.release(count)
@@ -78,9 +92,10 @@ public enum HeavyTestGate {
     ) async throws -> T {
         if Self.holdsPermit { return try await body(try await prepare()) }
         let arrived = ContinuousClock.now
-        // The run's first heavy tests arrive within its first seconds: behind them, not before them (a permit
-        // granted at once would hold a prepared formation idle for the whole run).
-        try? await Task.sleep(until: Self.firstUse + .seconds(3))
+        // The run's first heavy tests arrive within its first seconds (later if the test cluster's initdb holds
+        // the concurrency pool's threads): behind them, not before them (a permit granted at once would hold a
+        // prepared formation idle for the whole run). Run alone, the test starts 10 s late.
+        try? await Task.sleep(until: Self.firstUse + .seconds(10))
         await Self.acquire(1, expected: .zero)
         let rest = Task { await Self.acquire(Self.permits - 1, expected: .zero) }
         let prepared: Result<P, any Error>
@@ -105,6 +120,9 @@ public enum HeavyTestGate {
     }
 
     private static func acquire(_ count: Int, expected: Duration) async {
+        // Nothing to wait for (the exclusive test's rest with a single permit): queued, it would wait behind
+        // tests that need the permit it holds.
+        guard count > 0 else { return }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let granted = Self.state.withLock { state -> Bool in
                 if state.waiters.isEmpty && state.free >= count {

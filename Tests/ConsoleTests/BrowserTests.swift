@@ -28,7 +28,7 @@ import Testing
         )
     )
     func everyPageRendersInChromiumWithoutConsoleErrors() async throws {
-        // A browser: at most two heavy tests at once (HeavyTestGate).
+        // A browser: at most a few heavy tests at once (HeavyTestGate).
         try await HeavyTestGate.run(expected: .seconds(15)) {
             try await self.everyPageRendersInChromiumWithoutConsoleErrorsNow()
         }

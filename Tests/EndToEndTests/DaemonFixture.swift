@@ -51,40 +51,25 @@ struct DaemonFixture: Sendable {
         }
     }
 
-    /// The push-worker executable the end-to-end tests run, chosen once: `PUSH_WORKER_BINARY` if set (to run a
-    /// test against another build, e.g. the one before a change); else the release build (the README's test
-    /// command builds it first) when it is newer than every file it is built from, as production runs it and
-    /// at a fifth of the debug build's CPU, which keeps the heavy tests' timed exchanges clear of each other;
-    /// else the debug build next to the test bundle, which `swift test` has just built.
-    static let binary: String = {
-        if let other = ProcessInfo.processInfo.environment["PUSH_WORKER_BINARY"], !other.isEmpty { return other }
-        let debugDirectory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        let debug = debugDirectory.appendingPathComponent("push-worker").path
-        let release = debugDirectory.deletingLastPathComponent().appendingPathComponent("release/push-worker").path
-        switch ReleaseBuild.staleness(of: release, packageNear: debugDirectory.path) {
-        case nil:
-            print("end-to-end tests run the release build \(release)")
-            return release
-        case let reason?:
-            print(
-                "end-to-end tests run the debug build \(debug): \(reason) (swift build -c release --product push-worker makes it current)"
-            )
-            return debug
-        }
-    }()
+    /// The push-worker executable the end-to-end tests run (``ReleaseBuild/pushWorker``).
+    static var binary: String { ReleaseBuild.pushWorker.path }
 
     /// - Parameters:
     ///   - fcm: the simulator serves FCM too, and every worker gets its service account
     ///     (`FCM_SERVICE_ACCOUNT_PATH`, `--fcm-endpoint`, `--fcm-ca-file`).
     ///   - expected: about how long the test takes alone (``HeavyTestGate`` lets the longest in first).
+    ///   - mostlyWaiting: it spends most of that on timers (an outage, a freeze, a steady stream): let in first.
     static func run<T: Sendable>(
         fcm: Bool = false,
         expected: Duration = .seconds(5),
+        mostlyWaiting: Bool = false,
         simulator configure: @Sendable (inout APNsSimulator.Configuration) -> Void = { _ in },
         _ body: @Sendable (DaemonFixture) async throws -> T
     ) async throws -> T {
         // Workers, a simulator and Postgres driven hard: at most a few such tests at once (HeavyTestGate).
-        try await HeavyTestGate.run(expected: expected) { try await Self.runNow(fcm: fcm, simulator: configure, body) }
+        try await HeavyTestGate.run(expected: expected, mostlyWaiting: mostlyWaiting) {
+            try await Self.runNow(fcm: fcm, simulator: configure, body)
+        }
     }
 
     private static func runNow<T: Sendable>(

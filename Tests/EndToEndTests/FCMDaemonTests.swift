@@ -87,7 +87,12 @@ struct FCMDaemonTests {
         "short-lived access tokens (12 s), two workers sharing them through Postgres, a steady stream for 30 s: every token renewed ahead of its expiry, none sent expired (no 401), no pool called unreachable"
     )
     func shortLivedAccessTokens() async throws {
-        try await DaemonFixture.run(fcm: true, expected: .seconds(35), simulator: { $0.accessTokenLifetime = 12 }) {
+        try await DaemonFixture.run(
+            fcm: true,
+            expected: .seconds(35),
+            mostlyWaiting: true,
+            simulator: { $0.accessTokenLifetime = 12 }
+        ) {
             f in
             let a = try f.startWorker("a", ["--log-level", "warning"])
             let b = try f.startWorker("b", ["--log-level", "warning"])

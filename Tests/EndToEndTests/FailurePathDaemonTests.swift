@@ -149,6 +149,7 @@ struct FailurePathDaemonTests {
         try await OwnClusterFixture.run(
             "pg-outage",
             expected: .seconds(25),
+            mostlyWaiting: true,
             simulator: { configuration in
                 configuration.faults.slowShare = 1
                 configuration.faults.slowLatency = .seconds(2)

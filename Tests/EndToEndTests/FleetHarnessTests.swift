@@ -49,6 +49,7 @@ struct FleetHarnessTests {
     func frozenWorker() async throws {
         try await DaemonFixture.run(
             expected: .seconds(15),
+            mostlyWaiting: true,
             simulator: { configuration in
                 // Every answer takes 2 s: the requests are in flight when the worker freezes, and answered then.
                 configuration.faults.slowShare = 1

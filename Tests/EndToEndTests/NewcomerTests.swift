@@ -26,7 +26,7 @@ import Testing
         "README's five minutes, as written, from an empty directory with nothing configured: every command exits 0, the pushes are delivered, the Android one through FCM"
     )
     func fiveMinutes() async throws {
-        // A worker and its embedded cluster: at most two heavy tests at once (HeavyTestGate).
+        // A worker and its embedded cluster: at most a few heavy tests at once (HeavyTestGate).
         try await HeavyTestGate.run { try await self.fiveMinutesNow() }
     }
 

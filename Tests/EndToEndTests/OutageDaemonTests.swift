@@ -11,7 +11,7 @@ struct OutageDaemonTests {
         "APNs answers 503 to everything for 12 s: no job dead, every job delivered after it, at most a probe a second while down, the metric and the log say so"
     )
     func apnsOutageBurnsNothing() async throws {
-        try await DaemonFixture.run(expected: .seconds(15)) { f in
+        try await DaemonFixture.run(expected: .seconds(15), mostlyWaiting: true) { f in
             f.simulator.setOutage(503)
             try await f.db.execute(
                 """

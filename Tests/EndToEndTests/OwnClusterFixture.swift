@@ -22,11 +22,14 @@ struct OwnClusterFixture: Sendable {
     static func run(
         _ label: String,
         expected: Duration = .seconds(5),
+        mostlyWaiting: Bool = false,
         simulator configure: @Sendable (inout APNsSimulator.Configuration) -> Void = { _ in },
         _ body: @Sendable (OwnClusterFixture) async throws -> Void
     ) async throws {
         // A cluster of its own and workers: at most a few such tests at once (HeavyTestGate), longest first.
-        try await HeavyTestGate.run(expected: expected) { try await Self.runNow(label, simulator: configure, body) }
+        try await HeavyTestGate.run(expected: expected, mostlyWaiting: mostlyWaiting) {
+            try await Self.runNow(label, simulator: configure, body)
+        }
     }
 
     private static func runNow(

@@ -124,7 +124,14 @@ extension PushWorkerService {
                 emptyWalks = 0
                 // Not a full batch: sleep until a NOTIFY, the earliest scheduled job, or the poll timer.
                 var timeout = configuration.pollInterval
-                if let untilNext = try? await self.queue.untilNextDue(), untilNext > .zero {
+                // Under the statement deadline as the claim is: a read left waiting on a connection that never
+                // answers would hold the claim loop, and with it every claim, without a word.
+                let queue = self.queue
+                if let untilNext = try? await withDeadline(
+                    configuration.statementDeadline,
+                    "the next due time",
+                    { try await queue.untilNextDue() }
+                ), untilNext > .zero {
                     timeout = min(timeout, untilNext + .milliseconds(1))
                 }
                 // A rate limit's bucket ran dry: claim again when it holds a token.

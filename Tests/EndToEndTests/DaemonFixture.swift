@@ -217,8 +217,29 @@ struct DaemonFixture: Sendable {
             (try? await self.db.client.query(
                 "SELECT platform || ' ' || state || ' ' || coalesce(reason, '-') || ' attempts ' || attempts || ': ' || count(*) FROM push.jobs GROUP BY platform, state, reason, attempts ORDER BY 1"
             ).decode(String.self).collect()) ?? []
+        // The first jobs still unfinished, the workers' heartbeats and what their sessions do: a worker that
+        // stopped claiming (heartbeat stale, a statement stuck) reads differently from a job left out of claims.
+        let unfinished =
+            (try? await self.db.client.query(
+                "SELECT concat_ws(' ', id, state, 'attempts', attempts, 'due in', round(extract(epoch FROM run_at - now())::numeric, 1), 'locked by', coalesce(locked_by, '-')) FROM push.jobs WHERE state IN ('pending', 'running') ORDER BY id LIMIT 5"
+            ).decode(String.self).collect()) ?? []
+        let heartbeats =
+            (try? await self.db.client.query(
+                "SELECT concat_ws(' ', worker_id, 'last heartbeat', round(extract(epoch FROM now() - heartbeat_at)::numeric, 1), 's ago', CASE WHEN stopped_at IS NOT NULL THEN 'stopped' END) FROM push.workers ORDER BY 1"
+            ).decode(String.self).collect()) ?? []
+        let sessions =
+            (try? await self.db.client.query(
+                "SELECT concat_ws(' ', application_name, state, coalesce(wait_event_type || ':' || wait_event, '-'), round(extract(epoch FROM now() - query_start)::numeric, 1), left(regexp_replace(query, '\\s+', ' ', 'g'), 60)) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() ORDER BY 1"
+            ).decode(String.self).collect()) ?? []
         Issue.record(
-            "timed out waiting for: \(what)\njobs: \(states.joined(separator: "; "))\n\(self.children.report())"
+            """
+            timed out waiting for: \(what)
+            jobs: \(states.joined(separator: "; "))
+            unfinished: \(unfinished.joined(separator: "; "))
+            workers: \(heartbeats.joined(separator: "; "))
+            sessions: \(sessions.joined(separator: "; "))
+            \(self.children.report())
+            """
         )
         throw CancellationError()
     }

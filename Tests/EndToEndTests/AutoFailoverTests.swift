@@ -492,6 +492,10 @@ struct AutoFailoverFormation: Sendable {
     func session(of pgdata: String) -> pid_t? {
         guard let text = try? String(contentsOfFile: pgdata + "/postmaster.pid", encoding: .utf8),
             let pid = Int32(text.split(separator: "\n").first ?? ""),
+            // Still this node's postmaster: the file outlives a killed server, and its pid may since be another
+            // process's (pids wrap at 32,768 here, and a run forks thousands of backends), whose group would die.
+            let command = try? String(contentsOfFile: "/proc/\(pid)/cmdline", encoding: .utf8),
+            command.contains(pgdata),
             let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
             let close = stat.lastIndex(of: ")")
         else { return nil }

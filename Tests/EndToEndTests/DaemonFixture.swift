@@ -212,32 +212,33 @@ struct DaemonFixture: Sendable {
             if try await condition() { return }
             try await Task.sleep(for: .milliseconds(100))
         }
-        // What the jobs and the workers were doing, so a timeout says where things stood.
-        let states =
-            (try? await self.db.client.query(
-                "SELECT platform || ' ' || state || ' ' || coalesce(reason, '-') || ' attempts ' || attempts || ': ' || count(*) FROM push.jobs GROUP BY platform, state, reason, attempts ORDER BY 1"
-            ).decode(String.self).collect()) ?? []
-        // The first jobs still unfinished, the workers' heartbeats and what their sessions do: a worker that
-        // stopped claiming (heartbeat stale, a statement stuck) reads differently from a job left out of claims.
-        let unfinished =
-            (try? await self.db.client.query(
-                "SELECT concat_ws(' ', id, state, 'attempts', attempts, 'due in', round(extract(epoch FROM run_at - now())::numeric, 1), 'locked by', coalesce(locked_by, '-')) FROM push.jobs WHERE state IN ('pending', 'running') ORDER BY id LIMIT 5"
-            ).decode(String.self).collect()) ?? []
-        let heartbeats =
-            (try? await self.db.client.query(
-                "SELECT concat_ws(' ', worker_id, 'last heartbeat', round(extract(epoch FROM now() - heartbeat_at)::numeric, 1), 's ago', CASE WHEN stopped_at IS NOT NULL THEN 'stopped' END) FROM push.workers ORDER BY 1"
-            ).decode(String.self).collect()) ?? []
-        let sessions =
-            (try? await self.db.client.query(
-                "SELECT concat_ws(' ', application_name, state, coalesce(wait_event_type || ':' || wait_event, '-'), round(extract(epoch FROM now() - query_start)::numeric, 1), left(regexp_replace(query, '\\s+', ' ', 'g'), 60)) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() ORDER BY 1"
-            ).decode(String.self).collect()) ?? []
+        // What the jobs and the workers were doing, so a timeout says where things stood: the jobs by state; the
+        // first still unfinished, the workers' heartbeats and what their sessions do (a worker that stopped
+        // claiming, its heartbeat stale or a statement stuck, reads differently from a job left out of claims).
+        let db = self.db
+        func lines(_ sql: String) async -> String {
+            let rows = try? await db.client.query(PostgresQuery(unsafeSQL: sql)).decode(String.self).collect()
+            return (rows ?? []).joined(separator: "; ")
+        }
+        let states = await lines(
+            "SELECT platform || ' ' || state || ' ' || coalesce(reason, '-') || ' attempts ' || attempts || ': ' || count(*) FROM push.jobs GROUP BY platform, state, reason, attempts ORDER BY 1"
+        )
+        let unfinished = await lines(
+            "SELECT concat_ws(' ', id, state, 'attempts', attempts, 'due in', round(extract(epoch FROM run_at - now())::numeric, 1), 'locked by', coalesce(locked_by, '-')) FROM push.jobs WHERE state IN ('pending', 'running') ORDER BY id LIMIT 5"
+        )
+        let heartbeats = await lines(
+            "SELECT concat_ws(' ', worker_id, 'last heartbeat', round(extract(epoch FROM now() - heartbeat_at)::numeric, 1), 's ago', CASE WHEN stopped_at IS NOT NULL THEN 'stopped' END) FROM push.workers ORDER BY 1"
+        )
+        let sessions = await lines(
+            "SELECT concat_ws(' ', application_name, state, coalesce(wait_event_type || ':' || wait_event, '-'), round(extract(epoch FROM now() - query_start)::numeric, 1), left(regexp_replace(query, '\\s+', ' ', 'g'), 60)) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() ORDER BY 1"
+        )
         Issue.record(
             """
             timed out waiting for: \(what)
-            jobs: \(states.joined(separator: "; "))
-            unfinished: \(unfinished.joined(separator: "; "))
-            workers: \(heartbeats.joined(separator: "; "))
-            sessions: \(sessions.joined(separator: "; "))
+            jobs: \(states)
+            unfinished: \(unfinished)
+            workers: \(heartbeats)
+            sessions: \(sessions)
             \(self.children.report())
             """
         )

@@ -69,6 +69,7 @@ final class ProviderOutages: Sendable {
         // for it. Its 5xx still counts, and so does the probe's answer, however slow (a provider coming back is
         // often slow): dropped, the provider would stay down on this worker with its probe never ended.
         let stale = !serverError && (attempt.outcome.latencyMs ?? 0) > Self.staleAnswer
+        var doubted = false
         let (counted, change, wait) = self.states.withLock { states -> (Bool, ProviderHealth.Change?, Duration?) in
             if stale && states[key]?.isProbe(job.id) != true { return (false, nil, nil) }
             let change = states[key, default: ProviderHealth()].record(
@@ -94,12 +95,24 @@ final class ProviderOutages: Sendable {
             if health.mayBeDown(at: now, since: since, afterDoubt: job.lastOutcome == "requeue"),
                 Self.local(job.firstAttemptAt, of: attempt).map({ now - $0 < ProviderHealth.doubtfulSpan }) ?? true
             {
+                doubted = true
                 return (true, change, ProviderHealth.doubtfulWait)
             }
             return (true, change, nil)
         }
         guard counted else { return attempt }
         if let change { self.changed(key, change) }
+        if let wait, doubted {
+            // Not down, but nothing shows the provider worked since this job's last attempt: its 5xx may be the
+            // first of an outage. Said once per job and attempt (the down state has its own line).
+            self.logger.info(
+                "\(key.description) may be down: no answer since this job's previous request; its 5xx uses no attempt, sent again in \(wait)",
+                metadata: [
+                    "push.job_id": "\(job.id)", "push.apns_id": "\(job.apnsID.uuidString.lowercased())",
+                    "push.status": "\(status)",
+                ]
+            )
+        }
         if let wait { return Self.requeued(attempt, after: wait) }
         return job.platform == .fcm ? self.recordQuota(attempt, at: now) : attempt
     }

@@ -27,7 +27,7 @@ public enum HeavyTestGate {
         var free: Int
         /// Waiting tests, longest expected first and then in arrival order, each with the permits it needs (the
         /// head is served first).
-        var waiters: [(count: Int, expected: Duration, continuation: CheckedContinuation<Void, Never>)] = []
+        var waiters: [(count: Int, order: Order, continuation: CheckedContinuation<Void, Never>)] = []
     }
 
     /// The number of permits.
@@ -64,7 +64,7 @@ public enum HeavyTestGate {
         let count = exclusive ? Self.permits : 1
         _ = Self.firstUse
         let arrived = ContinuousClock.now
-        await Self.acquire(count, expected: mostlyWaiting ? expected + .seconds(86_400) : expected)
+        await Self.acquire(count, Order(mostlyWaiting: mostlyWaiting, expected: expected))
         let granted = ContinuousClock.now
         defer {
             Self.release(count)
@@ -96,8 +96,8 @@ public enum HeavyTestGate {
         // the concurrency pool's threads): behind them, not before them (a permit granted at once would hold a
         // prepared formation idle for the whole run). Run alone, the test starts 10 s late.
         try? await Task.sleep(until: Self.firstUse + .seconds(10))
-        await Self.acquire(1, expected: .zero)
-        let rest = Task { await Self.acquire(Self.permits - 1, expected: .zero) }
+        await Self.acquire(1, .last)
+        let rest = Task { await Self.acquire(Self.permits - 1, .last) }
         let prepared: Result<P, any Error>
         do {
             prepared = .success(try await Self.$holdsPermit.withValue(true) { try await prepare() })
@@ -119,7 +119,21 @@ public enum HeavyTestGate {
         return try await Self.$holdsPermit.withValue(true) { try await body(value) }
     }
 
-    private static func acquire(_ count: Int, expected: Duration) async {
+    /// Where a waiting test goes in the queue: those that mostly wait first, then the longest expected.
+    struct Order: Sendable {
+        var mostlyWaiting: Bool
+        var expected: Duration
+
+        /// After every other waiter (the exclusive test).
+        static let last = Order(mostlyWaiting: false, expected: .zero)
+
+        /// Whether a test with this order is let in before one with `other`.
+        func precedes(_ other: Order) -> Bool {
+            self.mostlyWaiting != other.mostlyWaiting ? self.mostlyWaiting : self.expected > other.expected
+        }
+    }
+
+    private static func acquire(_ count: Int, _ order: Order) async {
         // Nothing to wait for (the exclusive test's rest with a single permit): queued, it would wait behind
         // tests that need the permit it holds.
         guard count > 0 else { return }
@@ -129,9 +143,9 @@ public enum HeavyTestGate {
                     state.free -= count
                     return true
                 }
-                // After every waiter expected to take as long or longer: longest first, then arrival order.
-                let at = state.waiters.firstIndex { $0.expected < expected } ?? state.waiters.endIndex
-                state.waiters.insert((count, expected, continuation), at: at)
+                // Before the first waiter it precedes: after those that go as early, so arrival order breaks ties.
+                let at = state.waiters.firstIndex { order.precedes($0.order) } ?? state.waiters.endIndex
+                state.waiters.insert((count, order, continuation), at: at)
                 return false
             }
             if granted { continuation.resume() }

@@ -20,8 +20,9 @@ public enum ProviderAnswer: Sendable {
     case fcm(FCMResponse)
 }
 
-/// What a worker sends through, one per platform: APNs' client and FCM's implement it, and the worker holds
-/// them by ``platform`` (as APNSwift's `APNSClientProtocol` gives every transport one `send`).
+/// What a worker sends through, one per platform: the send engine with APNs' provider and with FCM's
+/// implements it (``APNsClient/sender`` and ``FCMClient/sender``), and the worker holds them by ``platform``
+/// (as APNSwift's `APNSClientProtocol` gives every transport one `send`).
 public protocol PushSender: Sendable {
     /// The platform whose requests it sends.
     var platform: Platform { get }
@@ -53,10 +54,45 @@ public protocol PushSender: Sendable {
     ) async
 }
 
-extension PushSender {
-    /// A typed client's `sendBatch` (APNs' requests, FCM's messages): through the worker's own path, this
-    /// protocol's `sendBatch`, its answers unwrapped (an answer of another kind, which a sender never gives, is
-    /// a failure).
+extension PushClient: PushSender {
+    var platform: Platform { self.provider.platform }
+
+    var credentialNames: [String] {
+        Set(self.authenticators.keys).union(self.certificateContexts.keys).sorted()
+    }
+
+    func warmUp(credentials: [String], timeout: Duration) async {
+        await self.warmUp(credentials: credentials, endpoint: self.provider.warmUpEndpoint, timeout: timeout)
+    }
+
+    /// The worker's way in: the provider routes the batch (its endpoint, each request on the wire), and the
+    /// engine sends it. The seam is this engine, so it adds no step to a job's path.
+    func sendBatch(
+        _ requests: [ProviderRequest],
+        credential: String,
+        mayWrite: @escaping @Sendable () -> Bool,
+        withdraws: (@Sendable (_ index: Int) -> Bool)?,
+        onResult: @escaping @Sendable (_ index: Int, _ result: Result<ProviderAnswer, any Error>) -> Void
+    ) async {
+        let provider = self.provider
+        switch provider.route(requests, credential: credential) {
+        case .failure(let error):
+            for index in requests.indices { onResult(index, .failure(error)) }
+        case .success(let routed):
+            await self.sendBatch(
+                routed.requests,
+                endpoint: routed.endpoint,
+                credential: credential,
+                mayWrite: mayWrite,
+                withdraws: withdraws
+            ) { index, result in
+                onResult(index, result.map(provider.answer))
+            }
+        }
+    }
+
+    /// A typed client's `sendBatch` (APNs' requests, FCM's messages): the worker's own path, its answers
+    /// unwrapped (an answer of another kind, which the engine never gives, is a failure).
     func sendBatch<Answer>(
         wrapping requests: [ProviderRequest],
         credential: String,
@@ -65,6 +101,7 @@ extension PushSender {
         unwrap: @escaping @Sendable (ProviderAnswer) -> Answer?,
         onResult: @escaping @Sendable (_ index: Int, _ result: Result<Answer, any Error>) -> Void
     ) async {
+        let peerName = self.provider.peerName
         await self.sendBatch(requests, credential: credential, mayWrite: mayWrite, withdraws: withdraws) {
             index,
             result in
@@ -76,103 +113,11 @@ extension PushSender {
                             TransportError(
                                 code: .connectionReset,
                                 mayHaveBeenProcessed: true,
-                                message: "\(self.platform.providerName) gave an answer of another provider's kind"
+                                message: "\(peerName) gave an answer of another provider's kind"
                             )
                         )
                 }
             )
-        }
-    }
-
-    /// `requests` as this platform's own, or `nil` once each has failed: a sender takes one platform's
-    /// requests (the worker groups them by platform), and a batch holding another's is sent not at all.
-    func own<Request>(
-        _ requests: [ProviderRequest],
-        _ pick: (ProviderRequest) -> Request?,
-        onResult: @Sendable (_ index: Int, _ result: Result<ProviderAnswer, any Error>) -> Void
-    ) -> [Request]? {
-        var own: [Request] = []
-        own.reserveCapacity(requests.count)
-        for request in requests {
-            guard let mine = pick(request) else {
-                let error = TransportError(
-                    code: .credentialsMissing,
-                    mayHaveBeenProcessed: false,
-                    message:
-                        "a \(request.platform.providerName) request reached the \(self.platform.providerName) sender: its batch was not sent"
-                )
-                for index in requests.indices { onResult(index, .failure(error)) }
-                return nil
-            }
-            own.append(mine)
-        }
-        return own
-    }
-}
-
-extension APNsClient: PushSender {
-    public var platform: Platform { .apns }
-
-    /// Straight to the engine, as the typed `sendBatch` does: the seam adds no step to a job's path.
-    public func sendBatch(
-        _ requests: [ProviderRequest],
-        credential: String,
-        mayWrite: @escaping @Sendable () -> Bool,
-        withdraws: (@Sendable (_ index: Int) -> Bool)?,
-        onResult: @escaping @Sendable (_ index: Int, _ result: Result<ProviderAnswer, any Error>) -> Void
-    ) async {
-        guard
-            let own: [APNsRequest] = self.own(
-                requests,
-                { request in if case .apns(let apns) = request { apns } else { nil } },
-                onResult: onResult
-            ),
-            let environment = own.first?.environment
-        else { return }
-        await self.engine.sendBatch(
-            own.map { OutgoingRequest(method: $0.method, path: $0.path, headers: $0.headers, body: $0.body) },
-            endpoint: self.endpoint(for: environment),
-            credential: credential,
-            mayWrite: mayWrite,
-            withdraws: withdraws
-        ) { index, result in
-            onResult(index, result.map { ProviderAnswer.apns($0) })
-        }
-    }
-}
-
-extension FCMClient: PushSender {
-    public var platform: Platform { .fcm }
-
-    /// Straight to the engine, as the typed `sendBatch` does: the seam adds no step to a job's path.
-    public func sendBatch(
-        _ requests: [ProviderRequest],
-        credential: String,
-        mayWrite: @escaping @Sendable () -> Bool,
-        withdraws: (@Sendable (_ index: Int) -> Bool)?,
-        onResult: @escaping @Sendable (_ index: Int, _ result: Result<ProviderAnswer, any Error>) -> Void
-    ) async {
-        guard
-            let own: [FCMMessage] = self.own(
-                requests,
-                { request in if case .fcm(let message) = request { message } else { nil } },
-                onResult: onResult
-            ),
-            !own.isEmpty
-        else { return }
-        guard let project = self.project(of: credential) else {
-            let error = FCMProvider().missingCredential(credential)
-            for index in own.indices { onResult(index, .failure(error)) }
-            return
-        }
-        await self.engine.sendBatch(
-            own.map { self.outgoing($0, project: project) },
-            endpoint: self.endpoint,
-            credential: credential,
-            mayWrite: mayWrite,
-            withdraws: withdraws
-        ) { index, result in
-            onResult(index, result.map { ProviderAnswer.fcm($0) })
         }
     }
 }

@@ -4,33 +4,23 @@ import PushCore
 import PushQueue
 import PushTransport
 
-/// Turns one claimed job into its outcome: build the request, send, decide (``Decision/decide``),
-/// hand over. The only I/O is the send itself; the only interpretation of it is PushCore's.
+/// Makes claimed jobs ready to send: each one's request (``RequestBuilder``, ``FCMMessageBuilder``) or the
+/// reason nothing is sent, with its retry policy; and the shapes a job takes on its way (``Prepared``,
+/// ``Attempt``). No I/O; the worker's `settle` decides what came back.
 struct JobProcessor: Sendable {
     /// APNs' client: which environments a certificate credential covers (checked before sending).
     let client: APNsClient
     let retry: RetryPolicy.Configuration
-    let transportBudget: Int
     /// ``RetryPolicy/killSwitchVariable``, read once.
     let killSwitch: Bool
-    let logger: Logger
-    /// The process's clock: when an attempt started, how long it took, what a `Retry-After` date means.
+    /// The process's clock: when an attempt started.
     let clock: any PushClock
 
-    init(
-        client: APNsClient,
-        retry: RetryPolicy.Configuration,
-        transportBudget: Int,
-        environment: [String: String],
-        clock: any PushClock,
-        logger: Logger
-    ) {
+    init(client: APNsClient, retry: RetryPolicy.Configuration, environment: [String: String], clock: any PushClock) {
         self.clock = clock
         self.client = client
         self.retry = retry
-        self.transportBudget = transportBudget
         self.killSwitch = RetryPolicy.killSwitchIsSet(in: environment)
-        self.logger = logger
     }
 
     /// A claimed job made ready: its request, or the reason nothing is sent. Indirect: boxed once, so the
@@ -128,111 +118,5 @@ struct JobProcessor: Sendable {
         } catch {
             return .refuse(claimed, error)
         }
-    }
-
-    /// Decides a prepared job's outcome from its send's result (`nil`: it was refused before sending).
-    func decide(_ prepared: Prepared, with result: Result<ProviderAnswer, any Error>?) -> Attempt {
-        let claimed = prepared.claimed
-        let job = claimed.job
-        let started = claimed.started
-        let policy = claimed.policy
-        let warnings = claimed.warnings
-        var status: Int?
-        var response: APNsResponse?
-        var fcmResponse: FCMResponse?
-        let sendOutcome: SendOutcome
-        switch result {
-        case .success(.apns(let answer)):
-            response = answer
-            status = answer.status
-            sendOutcome = .response(
-                status: answer.status,
-                reason: answer.reason,
-                retryAfter: answer.status == 429 ? RetryAfter.parse(answer.retryAfter, now: self.clock.wallNow) : nil
-            )
-        case .success(.fcm(let answer)):
-            fcmResponse = answer
-            status = answer.status
-            sendOutcome = answer.sendOutcome(at: self.clock.wallNow)
-        case .failure(let error as TransportError):
-            sendOutcome = .transport(error.fault, reason: error.reason)
-        case .failure:
-            sendOutcome = .transport(.unknownOutcome, reason: "TransportError")
-        case nil:
-            if case .refuse(_, let rejection) = prepared {
-                sendOutcome = .rejected(rejection)
-            } else {
-                sendOutcome = .rejected(
-                    PreSendRejection(reason: "InvalidJob", trapID: nil, message: "the job could not be prepared.")
-                )
-            }
-        }
-        var decided = Decision.decide(
-            sendOutcome,
-            attempt: job.attempts,
-            transportRetries: job.transportRetries,
-            policy: policy,
-            transportBudget: self.transportBudget,
-            platform: job.platform
-        )
-        // Only APNs' own answer repairs the environment (a token refused before sending is not the build's).
-        if case .response = sendOutcome { decided = decided.repairingEnvironment(of: job) }
-        let sent: Bool
-        switch sendOutcome {
-        case .response, .fcm: sent = true
-        case .transport(let fault, _): sent = fault == .unknownOutcome
-        case .rejected: sent = false
-        }
-        let outcome = JobOutcome(
-            jobID: job.id,
-            attempt: job.attempts,
-            disposition: decided.decision,
-            attemptedAt: started,
-            status: status,
-            reason: decided.reason,
-            // Warnings first: they describe the payload the attempt carried, whatever APNs answered.
-            trapIDs: warnings.map(\.trapID) + (decided.trapID.map { [$0] } ?? []),
-            // A broadcast's answer carries apns-request-id instead: the same column keeps it. An FCM job's
-            // message name goes to provider_message_id (the statement picks the column by platform).
-            apnsUniqueID: response?.apnsUniqueID ?? response?.requestID ?? fcmResponse?.messageName,
-            latencyMs: sent
-                ? Int(
-                    ((response?.latency ?? fcmResponse?.latency ?? (self.clock.now - started)).seconds * 1000)
-                        .rounded()
-                ) : nil,
-            sent: sent,
-            invalidatesToken: decided.invalidatesToken,
-            apnsTimestampMs: response?.timestampMs,
-            switchesEnvironment: decided.switchesEnvironment
-        )
-        if !warnings.isEmpty {
-            self.logger.debug(
-                "payload warnings",
-                metadata: [
-                    "push.job_id": "\(job.id)",
-                    "push.traps": "\(warnings.map(\.trapID.rawValue).joined(separator: ","))",
-                ]
-            )
-        }
-        if decided.unknownReason || { if case .rejected = sendOutcome { return true } else { return false } }() {
-            var logger = self.logger
-            logger[metadataKey: "push.job_id"] = "\(job.id)"
-            logger[metadataKey: "push.apns_id"] = "\(job.apnsID.uuidString.lowercased())"
-            logger[metadataKey: "push.token_fp"] = "\(job.tokenFingerprint)"
-            if decided.unknownReason {
-                logger.warning(
-                    "unknown \(job.platform.providerName) reason; retrying with the normal budget",
-                    metadata: ["push.status": "\(status ?? 0)", "push.reason": "\(decided.reason ?? "-")"]
-                )
-            } else {
-                logger.info(
-                    "job refused before sending",
-                    metadata: [
-                        "push.reason": "\(decided.reason ?? "-")", "push.trap": "\(decided.trapID?.rawValue ?? "-")",
-                    ]
-                )
-            }
-        }
-        return Attempt(job: job, outcome: outcome, decided: decided)
     }
 }

@@ -177,34 +177,6 @@ extension PushWorkerService {
             self.settle(group[index].prepared, with: result)
         }
     }
-
-    /// A prepared job's send ended (`nil`: refused before sending): the attempt is decided, then its effects on
-    /// this worker (provider health, reactions), its metrics and the outcome writer; the send no longer counts.
-    func settle(_ prepared: JobProcessor.Prepared, with result: Result<ProviderAnswer, any Error>?) {
-        if case .success(.apns(let response)) = result { self.skew.observe(response) }
-        // A 5xx while its provider is down goes back uncounted (``ProviderOutages``).
-        let attempt = self.outages.record(self.processor.decide(prepared, with: result))
-        self.reactions.react(to: attempt)
-        self.metrics.count(attempt.outcome, platform: attempt.job.platform)
-        var outcome = attempt.outcome
-        if let tracing = self.tracing, attempt.job.traceparent != nil {
-            outcome.traceSpan = tracing.record(
-                attempt,
-                worker: self.configuration.workerID,
-                started: outcome.attemptedAt,
-                now: self.clock.now
-            )
-        }
-        self.recorder.add(outcome)
-        // The claim loop waits for room for a batch (and a drain for the last send): woken only when there is,
-        // not by every answer. Each wake-up with no room cost a task group, a timer and a thread switch a job.
-        let (wakes, deferred) = self.state.withLock { state in
-            state.capacity.sendFinished()
-            return (state.shuttingDown || state.capacity.claimLimit() != nil, state.capacity.deferred > 0)
-        }
-        if wakes { self.sendEnded.signal() }
-        if deferred { self.deferredRoom.signal() }
-    }
 }
 
 /// The ids of jobs cancelled while a worker may hold them, oldest first.

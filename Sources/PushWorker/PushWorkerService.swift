@@ -105,8 +105,8 @@ public final class PushWorkerService: Service, Sendable {
         self.lastDatabaseSuccess = Mutex(clock.now)
         self.queue = queue
         self.apns = client
-        var senders: [Platform: any PushSender] = [.apns: client]
-        if let fcm { senders[.fcm] = fcm }
+        var senders: [Platform: any PushSender] = [.apns: client.sender]
+        if let fcm { senders[.fcm] = fcm.sender }
         self.senders = senders
         self.listener = listener
         self.logger = logger
@@ -114,10 +114,8 @@ public final class PushWorkerService: Service, Sendable {
         self.processor = JobProcessor(
             client: client,
             retry: configuration.retry,
-            transportBudget: configuration.transportBudget,
             environment: ProcessInfo.processInfo.environment,
-            clock: clock,
-            logger: logger
+            clock: clock
         )
         self.reactions = ProviderReactions(
             configuration: configuration,

@@ -86,12 +86,17 @@ import Testing
             let watching = Task { await supervisor.watch() }
             defer { watching.cancel() }
 
+            let started = ContinuousClock.now
+            func since() -> String {
+                let elapsed = (ContinuousClock.now - started).components
+                return String(format: "%.1f s", Double(elapsed.seconds) + Double(elapsed.attoseconds) / 1e18)
+            }
             try await Self.waitFor("the push schema on the primary", supervisor) {
                 try psql("SELECT count(*) FROM push.schema_migrations") == "\(Migration.all.count)"
             }
             // PUSH_LONG_TESTS=1: a backlog of 50,000 jobs a phase (the failover lands in a third of it).
             let perPhase = ProcessInfo.processInfo.environment["PUSH_LONG_TESTS"] == "1" ? 50_000 : 1_500
-            var figures: [String] = []
+            var figures: [String] = ["the workers up and the schema migrated at \(since())"]
             var secondSends = 0
             for (phase, prefix) in [
                 ("planned failover (pg_autoctl perform failover)", "a"), ("primary killed (-9, keeper too)", "b"),
@@ -109,6 +114,7 @@ import Testing
                     (Int(try psql("SELECT count(*) FROM push.jobs WHERE state = 'delivered' AND \(mine)")) ?? 0)
                         > perPhase / 3
                 }
+                var steps = "a third delivered at \(since())"
                 let livesBefore = supervisor.handOvers
                 let failedAt = Date()
                 if prefix == "a" {
@@ -118,10 +124,12 @@ import Testing
                     try formation.shortenDemoteTimeout()
                     try formation.killPrimary()
                 }
+                steps += ", the failover begun by \(since())"
                 try await Self.waitFor("every job of phase \(prefix) terminal on the new primary", supervisor, patience)
                 {
                     try psql("SELECT count(*) FROM push.jobs WHERE state IN ('pending', 'running') AND \(mine)") == "0"
                 }
+                steps += ", every job terminal at \(since())"
                 let delivered =
                     Int(try psql("SELECT count(*) FROM push.jobs WHERE state = 'delivered' AND \(mine)")) ?? 0
                 let dead = Int(try psql("SELECT count(*) FROM push.dead_jobs WHERE \(mine)")) ?? 0
@@ -174,7 +182,7 @@ import Testing
                 #expect(okTwice <= 2 * 40, "at most the jobs in flight answered 200 twice in phase \(prefix)")
                 secondSends += okTwice
                 figures.append(
-                    "\(phase): \(perPhase) jobs, \(requests.count) requests, \(sentTwice) sent twice (\(okTwice) answered 200 twice), \(delivered) delivered, \(dead) dead, 0 lost; \(supervisor.handOvers - livesBefore) worker hand-overs (exit 75); no outcome written for \(String(format: "%.1f", gap.length)) s, the first on the new primary \(String(format: "%.1f", gap.end - failedAt.timeIntervalSince1970)) s after the failover began"
+                    "\(phase): \(perPhase) jobs, \(requests.count) requests, \(sentTwice) sent twice (\(okTwice) answered 200 twice), \(delivered) delivered, \(dead) dead, 0 lost; \(supervisor.handOvers - livesBefore) worker hand-overs (exit 75); no outcome written for \(String(format: "%.1f", gap.length)) s, the first on the new primary \(String(format: "%.1f", gap.end - failedAt.timeIntervalSince1970)) s after the failover began; \(steps)"
                 )
             }
             watching.cancel()
@@ -195,6 +203,7 @@ import Testing
                 durability.first?.contains("synchronous replication") == true,
                 "the first worker names the synchronous standby: \(durability.first ?? "no durability line")"
             )
+            figures.append("the invariants checked at \(since())")
             for line in figures { print(line) }
             print("invariants: \(summary)")
             print("durability lines, first and last:\n\(durability.first ?? "")\n\(durability.last ?? "")")

@@ -383,19 +383,30 @@ struct FrameExchangeTests {
         var released = 0
     }
 
+    /// Collects the answers the exchange hands over.
+    final class Sink: AnswerSink, @unchecked Sendable {
+        let collected: Collected
+        init(_ collected: Collected) { self.collected = collected }
+        var isCancelled: Bool { false }
+        func expect(_ count: Int, on exchange: FrameExchange.Handle) {}
+        func deliver(_ index: Int, _ result: Result<HTTP2Answer, TransportError>) {
+            self.collected.results[index] = result
+        }
+    }
+
     final class Stall: @unchecked Sendable {
         var at: NIODeadline?
     }
 
     func setUp(
         lastStall: @escaping () -> NIODeadline? = { nil }
-    ) throws -> (EmbeddedChannel, FrameExchange, RequestBatch, Collected) {
+    ) throws -> (EmbeddedChannel, FrameExchange, Sink, Collected) {
         let collected = Collected()
         let exchange = FrameExchange(peer: "APNs", lastStall: lastStall)
         exchange.slotsReleased = { collected.released += $0 }
         let channel = EmbeddedChannel(handler: exchange)
         try channel.connect(to: .init(ipAddress: "127.0.0.1", port: 443)).wait()
-        let batch = RequestBatch { _, index, result in collected.results[index] = result }
+        let batch = Sink(collected)
         return (channel, exchange, batch, collected)
     }
 

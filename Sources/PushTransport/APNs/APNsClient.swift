@@ -163,7 +163,11 @@ public final class APNsClient: Sendable {
         }
         self.certificateEnvironments = certificates.mapValues(\.environments)
         self.engine = PushClient(
-            provider: APNsProvider(),
+            provider: APNsProvider(
+                endpointOverride: configuration.endpointOverride,
+                developmentEndpointOverride: configuration.developmentEndpointOverride,
+                applePort: configuration.applePort
+            ),
             configuration: configuration.pool,
             authenticators: caches.mapValues { $0 },
             tlsContext: tlsContext,
@@ -188,10 +192,10 @@ public final class APNsClient: Sendable {
     public func tokenCache(for credential: String) -> ProviderTokenCache? { self.tokenCaches[credential] }
 
     /// Where a request for `environment` goes.
-    func endpoint(for environment: APNsEnvironment) -> APNsEndpoint {
-        (environment == .development ? self.configuration.developmentEndpointOverride : nil)
-            ?? self.configuration.endpointOverride ?? .apple(environment, port: self.configuration.applePort)
-    }
+    func endpoint(for environment: APNsEnvironment) -> APNsEndpoint { self.engine.provider.endpoint(for: environment) }
+
+    /// What the worker sends APNs jobs through: the engine itself, with APNs' provider.
+    public var sender: any PushSender { self.engine }
 
     /// Sends a job's request with `credential`'s key and returns APNs' answer: a batch of one, on the same
     /// path as ``sendBatch(_:credential:mayWrite:withdraws:onResult:)``.
@@ -253,7 +257,7 @@ public final class APNsClient: Sendable {
         withdraws: (@Sendable (_ index: Int) -> Bool)? = nil,
         onResult: @escaping @Sendable (_ index: Int, _ result: Result<APNsResponse, any Error>) -> Void
     ) async {
-        await self.sendBatch(
+        await self.engine.sendBatch(
             wrapping: requests.map { ProviderRequest.apns($0) },
             credential: credential,
             mayWrite: mayWrite,
@@ -270,7 +274,7 @@ public final class APNsClient: Sendable {
     /// warms up before its first claim, so jobs it claims are not held back by TCP and TLS set-up (and a
     /// rate limit's spacing survives into the requests).
     public func warmUp(credentials: [String], timeout: Duration) async {
-        await self.engine.warmUp(credentials: credentials, endpoint: self.endpoint(for: .production), timeout: timeout)
+        await self.engine.warmUp(credentials: credentials, timeout: timeout)
     }
 
     /// Provider tokens this process has minted, across credentials (the `jwt_mints` metric).

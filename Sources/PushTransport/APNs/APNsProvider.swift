@@ -3,9 +3,41 @@ import PushCore
 
 /// APNs as a provider of the shared HTTP/2 engine: its answers (``APNsResponse``), what they do to the
 /// connection (the ``APNsReason`` table's `connection` column), which request headers change on every
-/// request, and the sentence for a credential with nothing configured.
+/// request, where each environment's requests go, and the sentence for a credential with nothing configured.
 struct APNsProvider: PushProvider {
+    /// One endpoint for both environments (a stand-in); `nil` for Apple's hosts.
+    var endpointOverride: APNsEndpoint? = nil
+    /// The development environment's own endpoint; `nil` uses ``endpointOverride``.
+    var developmentEndpointOverride: APNsEndpoint? = nil
+    /// The port of Apple's send hosts (443 or 2197).
+    var applePort = 443
+
     var peerName: String { "APNs" }
+
+    var platform: Platform { .apns }
+
+    /// Where a request for `environment` goes.
+    func endpoint(for environment: APNsEnvironment) -> APNsEndpoint {
+        (environment == .development ? self.developmentEndpointOverride : nil)
+            ?? self.endpointOverride ?? .apple(environment, port: self.applePort)
+    }
+
+    /// The production endpoint (an override, if set, serves every environment).
+    var warmUpEndpoint: PushEndpoint { self.endpoint(for: .production) }
+
+    /// A batch is one environment's (the worker groups them so): the first request's names the endpoint.
+    func route(_ requests: [ProviderRequest], credential: String) -> Result<RoutedBatch, TransportError> {
+        self.own(requests) { request in if case .apns(let apns) = request { apns } else { nil } }.map { own in
+            RoutedBatch(
+                endpoint: self.endpoint(for: own.first?.environment ?? .production),
+                requests: own.map {
+                    OutgoingRequest(method: $0.method, path: $0.path, headers: $0.headers, body: $0.body)
+                }
+            )
+        }
+    }
+
+    func answer(_ response: APNsResponse) -> ProviderAnswer { .apns(response) }
 
     /// `apns-id`, `apns-expiration` and `apns-request-id` are new on (almost) every request. (Plain
     /// comparisons: a set lookup hashes the name on every header of every request.)

@@ -80,28 +80,30 @@ public final class FCMClient: Sendable {
         let tlsContext = try PushClient<FCMProvider>.context(
             try PushClient<FCMProvider>.clientTLS(caFile: configuration.caFile, flag: "--fcm-ca-file")
         )
-        // The token exchange rides its own engine (no bearer token, no in-call rules) with the same TLS trust.
-        let exchanger = PushClient(
-            provider: FCMProvider(),
-            configuration: configuration.pool,
-            authenticators: [:],
-            tlsContext: tlsContext,
-            certificateContexts: [:],
-            group: group,
-            logger: logger
-        )
-        self.exchanger = exchanger
+        // The token exchange rides the same engine (a pool of its own per token endpoint, no bearer token, no
+        // in-call rules), through the same TLS trust and proxy; the caches reach it weakly (it holds them).
+        let exchanger = WeakEngine()
         var caches: [String: AccessTokenCache] = [:]
         for (name, account) in accounts {
             caches[name] = AccessTokenCache(account: account, store: tokenStore, clock: configuration.clock) {
                 account,
                 assertion in
-                try await Self.exchange(assertion, for: account, on: exchanger, clock: configuration.clock)
+                guard let engine = exchanger.engine else {
+                    throw TransportError(
+                        code: .shutdown,
+                        mayHaveBeenProcessed: false,
+                        message: "the FCM client was shut down"
+                    )
+                }
+                return try await Self.exchange(assertion, for: account, on: engine, clock: configuration.clock)
             }
         }
         self.tokenCaches = caches
         self.engine = PushClient(
-            provider: FCMProvider(),
+            provider: FCMProvider(
+                endpoint: configuration.endpointOverride ?? Self.googleEndpoint,
+                projects: accounts.mapValues(\.projectID)
+            ),
             configuration: configuration.pool,
             authenticators: caches.mapValues { $0 },
             tlsContext: tlsContext,
@@ -109,9 +111,18 @@ public final class FCMClient: Sendable {
             group: group,
             logger: logger
         )
+        exchanger.engine = self.engine
     }
 
-    private let exchanger: PushClient<FCMProvider>
+    /// The engine, held weakly by the access-token caches it holds.
+    private final class WeakEngine: @unchecked Sendable {
+        private let lock = NSLock()
+        private weak var held: PushClient<FCMProvider>?
+        var engine: PushClient<FCMProvider>? {
+            get { self.lock.withLock { self.held } }
+            set { self.lock.withLock { self.held = newValue } }
+        }
+    }
 
     /// The OAuth 2.0 JWT bearer grant (RFC 7523) at the account's `token_uri`.
     static func exchange(
@@ -186,18 +197,8 @@ public final class FCMClient: Sendable {
     /// The Firebase project a credential sends for.
     public func project(of credential: String) -> String? { self.accounts[credential]?.projectID }
 
-    /// Where sends go.
-    var endpoint: PushEndpoint { self.configuration.endpointOverride ?? Self.googleEndpoint }
-
-    /// The request a message goes out as (its URL path names the credential's project).
-    func outgoing(_ message: FCMMessage, project: String) -> OutgoingRequest {
-        OutgoingRequest(
-            method: "POST",
-            path: FCMMessage.path(project: project),
-            headers: [("content-type", "application/json")],
-            body: message.body
-        )
-    }
+    /// What the worker sends Android jobs through: the engine itself, with FCM's provider.
+    public var sender: any PushSender { self.engine }
 
     /// Sends one message with `credential`'s account: a batch of one.
     public func send(
@@ -219,7 +220,7 @@ public final class FCMClient: Sendable {
         withdraws: (@Sendable (_ index: Int) -> Bool)? = nil,
         onResult: @escaping @Sendable (_ index: Int, _ result: Result<FCMResponse, any Error>) -> Void
     ) async {
-        await self.sendBatch(
+        await self.engine.sendBatch(
             wrapping: messages.map { ProviderRequest.fcm($0) },
             credential: credential,
             mayWrite: mayWrite,
@@ -231,7 +232,7 @@ public final class FCMClient: Sendable {
 
     /// Opens one connection per credential, at most `timeout` in all.
     public func warmUp(credentials: [String], timeout: Duration) async {
-        await self.engine.warmUp(credentials: credentials, endpoint: self.endpoint, timeout: timeout)
+        await self.engine.warmUp(credentials: credentials, timeout: timeout)
     }
 
     /// Access tokens this process obtained, across credentials.
@@ -241,11 +242,10 @@ public final class FCMClient: Sendable {
     public var notProcessedCount: Int { self.engine.notProcessedCount }
 
     /// Connections open now, across pools.
-    public var openConnections: Int { self.engine.openConnections + self.exchanger.openConnections }
+    public var openConnections: Int { self.engine.openConnections }
 
     /// Closes every connection.
     public func shutdown() async {
         await self.engine.shutdown()
-        await self.exchanger.shutdown()
     }
 }

@@ -162,7 +162,39 @@ extension FCMResponse {
 /// FCM as a provider of the shared HTTP/2 engine: its answers (``FCMResponse``), what they do to the
 /// connection (``FCMReason``'s connection column), and the sentence for a credential with nothing configured.
 struct FCMProvider: PushProvider {
+    /// Where sends go.
+    var endpoint: PushEndpoint = FCMClient.googleEndpoint
+    /// The Firebase project each credential sends for (its service account's).
+    var projects: [String: String] = [:]
+
     var peerName: String { "FCM" }
+
+    var platform: Platform { .fcm }
+
+    var warmUpEndpoint: PushEndpoint { self.endpoint }
+
+    /// Each message as a POST to its credential's project.
+    func route(_ requests: [ProviderRequest], credential: String) -> Result<RoutedBatch, TransportError> {
+        self.own(requests) { request in if case .fcm(let message) = request { message } else { nil } }.flatMap {
+            own in
+            guard let project = self.projects[credential] else { return .failure(self.missingCredential(credential)) }
+            return .success(
+                RoutedBatch(
+                    endpoint: self.endpoint,
+                    requests: own.map { message in
+                        OutgoingRequest(
+                            method: "POST",
+                            path: FCMMessage.path(project: project),
+                            headers: [("content-type", "application/json")],
+                            body: message.body
+                        )
+                    }
+                )
+            )
+        }
+    }
+
+    func answer(_ response: FCMResponse) -> ProviderAnswer { .fcm(response) }
 
     /// FCM's request headers are the same on every request.
     func changesEveryRequest(_ headerName: String) -> Bool { false }

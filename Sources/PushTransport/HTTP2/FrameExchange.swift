@@ -6,7 +6,7 @@ import NIOHTTP2
 /// `NIOHTTP2Handler` (no stream channels, no task per request), in the shape of Pushy's
 /// `ApnsClientHandler`. It turns frames, write failures, timer firings and cancellations into events of an
 /// ``ExchangeStateMachine`` and carries out what the machine decides: writes a request's HEADERS and
-/// DATA, resets streams, arms the one deadline timer, hands each ended request to its ``RequestBatch``, gives
+/// DATA, resets streams, arms the one deadline timer, hands each ended request to its batch (``AnswerSink``), gives
 /// back the connection-level flow-control window, and closes a connection whose stream ids are spent.
 ///
 /// Lives on its channel's event loop; ``Handle`` is the thread-safe way in.
@@ -17,9 +17,9 @@ final class FrameExchange: ChannelInboundHandler {
     /// The connection-level receive window HTTP/2 starts with; topped up when it falls below half.
     static let connectionWindow = 65_535
 
-    /// Who gets a request's answer: a batch, at an index.
+    /// Who gets a request's answer: a batch (or a lone request's caller), at an index.
     struct Slot {
-        let batch: RequestBatch
+        let batch: any AnswerSink
         let index: Int
     }
 
@@ -198,7 +198,7 @@ final class FrameExchange: ChannelInboundHandler {
 
     /// The caller of `batch` gave up on it: every request of it still in flight here is reset and reported
     /// as an unknown outcome.
-    func cancel(_ batch: RequestBatch) {
+    func cancel(_ batch: any AnswerSink) {
         let completions = self.machine.cancel(where: { $0.batch === batch }, now: self.now)
         self.deliver(completions)
         for completion in completions {
@@ -270,20 +270,26 @@ extension FrameExchange {
     struct Handle: Sendable {
         let exchange: NIOLoopBound<FrameExchange>
         let eventLoop: any EventLoop
+        /// Which exchange it is, from any thread.
+        let id: ObjectIdentifier
 
         init(_ exchange: FrameExchange, eventLoop: any EventLoop) {
             self.exchange = NIOLoopBound(exchange, eventLoop: eventLoop)
             self.eventLoop = eventLoop
+            self.id = ObjectIdentifier(exchange)
         }
 
-        /// Writes a batch's requests (each holding a stream slot already) in one hop to the event loop, with
-        /// one flush; their answers go to `batch` as they come. A request the batch's caller gave up on
-        /// before the hop is withdrawn unsent.
+        /// Writes a batch's requests (each holding a stream slot of the connection's limiter already) in
+        /// one hop to the event loop, with one flush; their answers go to `batch` as they come, and the slots
+        /// back to the limiter once per read cycle. A request the batch's caller gave up on before the hop is
+        /// withdrawn unsent.
         func submit(
             _ requests: [(index: Int, headers: HPACKHeaders, body: [UInt8])],
-            to batch: RequestBatch,
+            to batch: any AnswerSink,
             timeout: Duration
         ) {
+            // The batch waits for these answers, and a cancellation resets them here.
+            batch.expect(requests.count, on: self)
             let exchange = self.exchange
             let timeout = TimeAmount.nanoseconds(timeout.nanoseconds)
             self.eventLoop.execute {
@@ -301,7 +307,7 @@ extension FrameExchange {
         }
 
         /// Resets every request of `batch` still in flight on this connection (an unknown outcome each).
-        func cancel(_ batch: RequestBatch) {
+        func cancel(_ batch: any AnswerSink) {
             let exchange = self.exchange
             self.eventLoop.execute { exchange.value.cancel(batch) }
         }

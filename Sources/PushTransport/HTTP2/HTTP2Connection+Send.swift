@@ -55,17 +55,11 @@ extension HTTP2Connection {
         // keeps its deadline (RST_STREAM past it: an unknown outcome), says of every failure whether the peer
         // may have processed the request, and gives the stream slot back. A cancelled caller resets the stream
         // (an unknown outcome) or withdraws the request if it has not reached the event loop.
-        let answer = Mutex<Result<HTTP2Answer, TransportError>?>(nil)
-        let batch = RequestBatch { _, _, result in answer.withLock { $0 = result } }
-        // The handler is in place before the request leaves this task: a cancellation from here on withdraws it
-        // if it has not reached the event loop, and resets it (an unknown outcome) if it has.
-        await withTaskCancellationHandler {
-            self.submit([(0, requestHeaders, body)], to: batch, deadline: deadline)
-            await batch.waitForAll()
-        } onCancel: {
-            batch.cancel()
-        }
-        guard let result = answer.withLock({ $0 }) else { throw TransportError.withdrawn }
+        let request = LoneRequest()
+        // Submitted before the wait: a cancellation from here on withdraws it if it has not reached the event
+        // loop, and resets it (an unknown outcome) if it has.
+        self.exchange.submit([(0, requestHeaders, body)], to: request, timeout: deadline)
+        guard let result = await request.answer() else { throw TransportError.withdrawn }
         return try result.get()
     }
 
@@ -102,18 +96,6 @@ extension HTTP2Connection {
             requestHeaders.add(name: "content-length", value: String(bodyCount), indexing: .nonIndexable)
         }
         return requestHeaders
-    }
-
-    /// Writes requests that hold stream slots (``StreamLimiter/acquire(upTo:)``) in one hop; answers go to
-    /// `batch`, and the slots come back through the exchange once per read cycle.
-    func submit(
-        _ requests: [(index: Int, headers: HPACKHeaders, body: [UInt8])],
-        to batch: RequestBatch,
-        deadline: Duration
-    ) {
-        self.touch(self.clock.now)
-        batch.expect(requests.count, on: self)
-        self.exchange.submit(requests, to: batch, timeout: deadline)
     }
 
     /// The exchange gave back `count` slots of batch requests that ended.

@@ -116,57 +116,13 @@ final class PushClient<Provider: PushProvider>: Sendable {
         }
         let authenticator = self.authenticators[credential]
         let pool = self.pool(for: PoolKey(endpoint: endpoint, credential: credential))
-        let provider = self.provider
-        // Which connection and token each request went out with: an answer the rules act on needs both.
-        let attempts = Mutex(
-            [(connection: HTTP2Connection, authorization: String?)?](repeating: nil, count: requests.count)
+        let batch = Batch(
+            count: requests.count,
+            engine: self,
+            pool: pool,
+            bearer: authenticator != nil,
+            onResult: onResult
         )
-        let rules = Mutex([InCallRules](repeating: InCallRules(), count: requests.count))
-        let batch = RequestBatch { batch, index, answer in
-            let result = answer.map(provider.parse)
-            if case .success = result { pool.succeeded() }
-            let sent = attempts.withLock { attempts in
-                defer { attempts[index] = nil }
-                return attempts[index]
-            }
-            let step: InCallRules.Step
-            switch result {
-            case .success(let response):
-                // What the answer does to the connection is its reason's row, acted on once per request; the
-                // same answer again is the job's.
-                let carriedToken = authenticator != nil && sent?.authorization != nil
-                step = rules.withLock {
-                    $0[index].answered(effect: provider.connectionEffect(of: response), carriedToken: carriedToken)
-                }
-            case .failure(let error):
-                // Certainly not processed: sent again at once, on another connection if this one is going.
-                // Past the resend limit the caller gives the job back to the queue, uncounted.
-                let notProcessed = error.fault == .notProcessed
-                if notProcessed { self.notProcessed.withLock { $0 += 1 } }
-                step = rules.withLock { $0[index].failed(notProcessed: notProcessed, cancelled: batch.isCancelled) }
-            }
-            switch (step, sent) {
-            case (.deliver, _), (.fail, _), (_, nil):
-                if case .success(let response) = result {
-                    sent?.connection.limiter.noteCredential(accepted: provider.credentialAccepted(by: response))
-                }
-                onResult(index, result.mapError { $0 })
-            case (_, let sent?):
-                batch.redo {
-                    await self.redo(
-                        step,
-                        index,
-                        sent: sent,
-                        answer: result,
-                        batch: batch,
-                        pool: pool,
-                        authenticator: authenticator,
-                        credential: credential,
-                        onResult: onResult
-                    )
-                }
-            }
-        }
         // A caller that gives up (a drain past its grace period) cancels the batch wherever this task waits:
         // requests in flight are reset, and the rest are withdrawn.
         await withTaskCancellationHandler {
@@ -175,10 +131,9 @@ final class PushClient<Provider: PushProvider>: Sendable {
                 batch: batch,
                 pool: pool,
                 authenticator: authenticator,
-                attempts: attempts,
+                credential: credential,
                 mayWrite: mayWrite,
-                withdraws: withdraws,
-                onResult: onResult
+                withdraws: withdraws
             )
             await batch.waitForAll()
         } onCancel: {
@@ -186,19 +141,19 @@ final class PushClient<Provider: PushProvider>: Sendable {
         }
     }
 
-    /// Does what the in-call rules said for a request's answer (`step`), in the batch's own loop: returns the
+    /// Counts requests the peer certainly did not process.
+    func countNotProcessed(_ count: Int) { self.notProcessed.withLock { $0 += count } }
+
+    /// Does what the in-call rules said for a request's answer, in the batch's own loop: returns the
     /// request's index to write it again, or `nil` once it has its result.
     private func redo(
-        _ step: InCallRules.Step,
-        _ index: Int,
-        sent: (connection: HTTP2Connection, authorization: String?),
-        answer: Result<Response, TransportError>,
-        batch: RequestBatch,
+        _ redo: Batch.Redo,
+        batch: Batch,
         pool: ConnectionPool,
         authenticator: (any RequestAuthenticator)?,
-        credential: String,
-        onResult: @escaping @Sendable (_ index: Int, _ result: Result<Response, any Error>) -> Void
+        credential: String
     ) async -> Int? {
+        let (step, index, sent, answer, onResult) = (redo.step, redo.index, redo.sent, redo.answer, batch.onResult)
         guard !batch.isCancelled && !Task.isCancelled else {
             // Nothing more goes out: the answer in hand was a refusal, so the job goes back uncounted.
             onResult(index, .failure(TransportError.withdrawn))
@@ -218,7 +173,7 @@ final class PushClient<Provider: PushProvider>: Sendable {
                         != nil
                 {
                     // On a new connection: the peer may count a token change on one connection as an update.
-                    self.notProcessed.withLock { $0 += 1 }
+                    self.countNotProcessed(1)
                     self.logger.warning(
                         "\(self.provider.peerName) took another worker's token for this credential first; sending with that one",
                         metadata: ["push.credential": "\(credential)"]
@@ -248,14 +203,14 @@ final class PushClient<Provider: PushProvider>: Sendable {
     /// to be, then writes again each one the in-call rules send back, until every request has its result.
     private func submit(
         _ requests: [OutgoingRequest],
-        batch: RequestBatch,
+        batch: Batch,
         pool: ConnectionPool,
         authenticator: (any RequestAuthenticator)?,
-        attempts: borrowing Mutex<[(connection: HTTP2Connection, authorization: String?)?]>,
+        credential: String,
         mayWrite: @escaping @Sendable () -> Bool,
-        withdraws: (@Sendable (_ index: Int) -> Bool)?,
-        onResult: @escaping @Sendable (_ index: Int, _ result: Result<Response, any Error>) -> Void
+        withdraws: (@Sendable (_ index: Int) -> Bool)?
     ) async {
+        let onResult = batch.onResult
         var waiting = Array(requests.indices)[...]
         var failedRounds = 0
         // A request the rules send again goes out on a new connection where the pool has room for one (the old
@@ -270,7 +225,13 @@ final class PushClient<Provider: PushProvider>: Sendable {
                 redos = [work]
             }
             for work in redos {
-                if let index = await work() {
+                if let index = await self.redo(
+                    work,
+                    batch: batch,
+                    pool: pool,
+                    authenticator: authenticator,
+                    credential: credential
+                ) {
                     waiting.append(index)
                     fresh = true
                 }
@@ -289,7 +250,7 @@ final class PushClient<Provider: PushProvider>: Sendable {
                         stop = TransportError.withdrawn
                     } else {
                         // Each waiting request was refused a stream, as each would have been on its own.
-                        self.notProcessed.withLock { $0 += waiting.count }
+                        self.countNotProcessed(waiting.count)
                         if !connection.isUsable { await pool.discard(connection) }
                         failedRounds += 1
                         stop =
@@ -308,7 +269,7 @@ final class PushClient<Provider: PushProvider>: Sendable {
                     // Told to go away meanwhile: not sent on it; the pool gives another.
                     connection.limiter.release(granted)
                     connection.closeIfRetiredAndIdle()
-                    self.notProcessed.withLock { $0 += granted }
+                    self.countNotProcessed(granted)
                     await pool.discard(connection)
                     failedRounds += 1
                     stop = failedRounds > InCallRules.maximumResends ? TransportError.notSentGoingAway : nil
@@ -329,10 +290,11 @@ final class PushClient<Provider: PushProvider>: Sendable {
                             }
                         }
                     }
-                    attempts.withLock { attempts in
-                        for index in chunk { attempts[index] = (connection, authorization) }
-                    }
-                    connection.submit(
+                    batch.sending(chunk, on: connection, authorization: authorization)
+                    // Straight to the connection's frame exchange: one hop to its event loop, one flush. (The
+                    // connection's idle clock needs no touch here: it reads busy while slots are held, and
+                    // the exchange touches it when it gives them back.)
+                    connection.exchange.submit(
                         chunk.map { index in
                             let request = requests[index]
                             return (
@@ -348,7 +310,7 @@ final class PushClient<Provider: PushProvider>: Sendable {
                             )
                         },
                         to: batch,
-                        deadline: self.configuration.requestTimeout
+                        timeout: self.configuration.requestTimeout
                     )
                     stop = nil
                 }

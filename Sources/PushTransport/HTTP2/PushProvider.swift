@@ -11,6 +11,19 @@ protocol PushProvider: Sendable {
     /// How errors and logs name the peer ("APNs").
     var peerName: String { get }
 
+    /// The platform whose requests it carries.
+    var platform: Platform { get }
+
+    /// Where a warm-up opens its connections.
+    var warmUpEndpoint: PushEndpoint { get }
+
+    /// Where a batch of one credential's requests goes and what each is on the wire, or why the batch cannot
+    /// go (another platform's request in it, a credential with no account): then each request fails with it.
+    func route(_ requests: [ProviderRequest], credential: String) -> Result<RoutedBatch, TransportError>
+
+    /// An answer as the worker reads it.
+    func answer(_ response: Response) -> ProviderAnswer
+
     /// Whether a request header's value is new on (almost) every request: sent literally, never put in
     /// the HPACK dynamic table, so it never evicts the headers that repeat.
     func changesEveryRequest(_ headerName: String) -> Bool
@@ -63,6 +76,39 @@ struct PoolConfiguration: Sendable {
     var httpsProxy: HTTPSProxy?
     /// The monotonic clock of the reconnect backoff.
     var clock: any PushClock = ContinuousClock()
+}
+
+/// A batch's requests as the shared transport sends them, and the endpoint they go to.
+struct RoutedBatch: Sendable {
+    var endpoint: PushEndpoint
+    var requests: [OutgoingRequest]
+}
+
+/// A batch's requests as one provider's own, or why none of it goes.
+typealias OwnRequests<Request> = Result<[Request], TransportError>
+
+extension PushProvider {
+    /// `requests` as this provider's own (`pick` gives each, or `nil` for another platform's), or the
+    /// error that fails the whole batch: the worker groups requests by platform, so a mixed batch is a bug,
+    /// and none of it is sent.
+    func own<Request>(_ requests: [ProviderRequest], _ pick: (ProviderRequest) -> Request?) -> OwnRequests<Request> {
+        var own: [Request] = []
+        own.reserveCapacity(requests.count)
+        for request in requests {
+            guard let mine = pick(request) else {
+                return .failure(
+                    TransportError(
+                        code: .credentialsMissing,
+                        mayHaveBeenProcessed: false,
+                        message:
+                            "a \(request.platform.providerName) request reached the \(self.platform.providerName) sender: its batch was not sent"
+                    )
+                )
+            }
+            own.append(mine)
+        }
+        return .success(own)
+    }
 }
 
 /// One request as the shared transport sends it; `headers` exclude pseudo-headers and `authorization`.

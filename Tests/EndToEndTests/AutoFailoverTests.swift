@@ -47,7 +47,7 @@ import Testing
         let credentials = try SimulatorCredentials.generate(in: directory + "/keys")
         var simulatorConfiguration = APNsSimulator.Configuration(keys: [credentials.keyID: credentials.trustedKey])
         simulatorConfiguration.faults.slowShare = 1
-        simulatorConfiguration.faults.slowLatency = .milliseconds(200)
+        simulatorConfiguration.faults.slowLatency = .milliseconds(100)
         let simulator = try APNsSimulator(configuration: simulatorConfiguration, logger: logger)
         try await simulator.run { simulator in
             let caFile = try simulator.writeCACertificate(to: directory + "/apns-ca.pem")
@@ -498,7 +498,11 @@ struct AutoFailoverFormation: Sendable {
     }
 
     /// The session (process group) of the `pg_autoctl run` serving `pgdata`: its Postgres is in it.
-    func session(of pgdata: String) -> pid_t? {
+    func session(of pgdata: String) -> pid_t? { self.postmaster(of: pgdata)?.session }
+
+    /// The postmaster serving `pgdata` and its session. Its own children are not in that session: each calls
+    /// `setsid` (``stop()`` kills them one by one).
+    func postmaster(of pgdata: String) -> (pid: pid_t, session: pid_t)? {
         guard let text = try? String(contentsOfFile: pgdata + "/postmaster.pid", encoding: .utf8),
             let pid = Int32(text.split(separator: "\n").first ?? ""),
             // Still this node's postmaster: the file outlives a killed server, and its pid may since be another
@@ -510,13 +514,27 @@ struct AutoFailoverFormation: Sendable {
         else { return nil }
         // Fields after "(comm)": state, ppid, pgrp.
         let fields = stat[stat.index(after: close)...].split(separator: " ")
-        return fields.count > 2 ? Int32(fields[2]) : nil
+        guard fields.count > 2, let session = Int32(fields[2]) else { return nil }
+        return (pid, session)
     }
 
-    /// The standby of a primary that died is promoted 5 s after it is noticed, not 30 s: its keeper died with
+    /// The processes whose parent is `pid`.
+    static func children(of pid: pid_t) -> [pid_t] {
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return entries.compactMap { entry -> pid_t? in
+            guard let child = Int32(entry),
+                let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
+                let close = stat.lastIndex(of: ")")
+            else { return nil }
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            return fields.count > 1 && Int32(fields[1]) == pid ? child : nil
+        }
+    }
+
+    /// The standby of a primary that died is promoted 2 s after it is noticed, not 30 s: its keeper died with
     /// it, so no demotion is pending and every acknowledged commit is on the synchronous standby already.
     func shortenDemoteTimeout() throws {
-        _ = try self.monitorSQL("ALTER SYSTEM SET pgautofailover.primary_demote_timeout = 5000")
+        _ = try self.monitorSQL("ALTER SYSTEM SET pgautofailover.primary_demote_timeout = 2000")
         _ = try self.monitorSQL("SELECT pg_reload_conf()")
     }
 
@@ -530,7 +548,11 @@ struct AutoFailoverFormation: Sendable {
 
     func stop() {
         for pgdata in self.nodes + [self.monitor] {
-            if let group = self.session(of: pgdata) { kill(-group, SIGKILL) }
+            guard let (pid, group) = self.postmaster(of: pgdata) else { continue }
+            // The postmaster's children first: each is a session of its own, and the monitor's health-check
+            // worker and logger outlived a killed postmaster (four pairs after four runs, 2026-11-29).
+            for child in Self.children(of: pid) { kill(child, SIGKILL) }
+            kill(-group, SIGKILL)
         }
         // The keepers of killed Postgres servers would restart them: their sessions went with the kill above.
         usleep(200_000)

@@ -6,7 +6,8 @@ import Testing
 
 @testable import PushTransport
 
-/// `APNsClient.sendBatch`, the worker's path for every job due now: many requests per hop, answers handed
+/// `APNsClient.sendBatch`: the worker's path for every job due now (the engine's `sendBatch`, which the worker
+/// reaches as `APNsClient.sender`), its answers unwrapped to APNs' own: many requests per hop, answers handed
 /// over on the event loop, and the same in-call rules as one `send` per request.
 @Suite("Batches: every request answered once, with the in-call rules of a single send")
 struct BatchTests {

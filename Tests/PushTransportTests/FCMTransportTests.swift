@@ -104,6 +104,60 @@ struct FCMTransportTests {
     }
 
     @Test(
+        "the worker's sender is the engine: a batch holding an APNs request is sent not at all, an unknown credential names what to set, and the token endpoint's connection is counted and closed with the rest"
+    )
+    func senderSeam() async throws {
+        try await Self.run { setup in
+            let sender = setup.client.sender
+            #expect(sender.platform == .fcm)
+            #expect(sender.credentialNames == ["default"])
+            let apns = try Fixture.alert(Fixture.token())
+            let results = Mutex([Int: Result<ProviderAnswer, any Error>]())
+            await sender.sendBatch(
+                [.fcm(try Self.message("tok:mixed")), .apns(apns)],
+                credential: "default",
+                mayWrite: { true },
+                withdraws: nil
+            ) { index, result in results.withLock { $0[index] = result } }
+            for index in 0..<2 {
+                guard case .failure(let error as TransportError) = results.withLock({ $0[index] }) else {
+                    Issue.record(
+                        "request \(index) of the mixed batch: \(String(describing: results.withLock { $0[index] }))"
+                    )
+                    continue
+                }
+                #expect(error.code == .credentialsMissing && !error.mayHaveBeenProcessed)
+                #expect(error.message.contains("a batch for the FCM sender held an APNs request"), "\(error.message)")
+            }
+            #expect(setup.simulator.requests.isEmpty, "nothing of the mixed batch was sent, not even a token exchange")
+            results.withLock { $0 = [:] }
+            await sender.sendBatch(
+                [.fcm(try Self.message("tok:nobody"))],
+                credential: "nobody",
+                mayWrite: { true },
+                withdraws: nil
+            ) { index, result in results.withLock { $0[index] = result } }
+            guard case .failure(let missing as TransportError) = results.withLock({ $0[0] }) else {
+                Issue.record("an unknown credential was not refused")
+                return
+            }
+            #expect(missing.code == .credentialsMissing)
+            #expect(missing.message.contains("service_account_path"), "\(missing.message)")
+            // A send opens the token endpoint's connection and the send endpoint's (one stand-in: two pools).
+            await sender.sendBatch(
+                [.fcm(try Self.message("tok:ok"))],
+                credential: "default",
+                mayWrite: { true },
+                withdraws: nil
+            ) { index, result in results.withLock { $0[index] = result } }
+            #expect(sender.openConnections == 2)
+            #expect(setup.client.openConnections == 2)
+            await setup.client.shutdown()
+            #expect(sender.openConnections == 0)
+        }
+    }
+
+    @Test(
         "an access token FCM refuses (401) is replaced once and the send goes through; the same answer twice is the job's"
     )
     func reMintOn401() async throws {

@@ -37,8 +37,8 @@ struct Outstanding {
     }
 }
 
-/// One request sent alone without the in-call rules (a PING-free probe, an OAuth token exchange): its
-/// answer, and the caller's wait for it.
+/// One request sent alone without the in-call rules (FCM's OAuth token exchange): its answer, and the
+/// caller's wait for it.
 final class LoneRequest: AnswerSink {
     private struct State {
         var outstanding = Outstanding()
@@ -62,10 +62,12 @@ final class LoneRequest: AnswerSink {
         done?.resume()
     }
 
-    /// Waits for the answer (`nil`: withdrawn before it was written). A cancelled caller resets the request
-    /// if it is in flight (an unknown outcome) and withdraws it if it has not reached the event loop.
-    func answer() async -> Result<HTTP2Answer, TransportError>? {
+    /// Runs `submit` (which hands the request to an exchange) and waits for the answer (`nil`: none came).
+    /// The cancellation handler is in place before the request leaves this task: a cancelled caller withdraws
+    /// it if it has not reached the event loop, and resets it (an unknown outcome) if it has.
+    func answer(submitting submit: () -> Void) async -> Result<HTTP2Answer, TransportError>? {
         await withTaskCancellationHandler {
+            submit()
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let finished = self.state.withLock { state -> Bool in
                     if state.outstanding.count == 0 { return true }

@@ -56,10 +56,12 @@ extension HTTP2Connection {
         // may have processed the request, and gives the stream slot back. A cancelled caller resets the stream
         // (an unknown outcome) or withdraws the request if it has not reached the event loop.
         let request = LoneRequest()
-        // Submitted before the wait: a cancellation from here on withdraws it if it has not reached the event
-        // loop, and resets it (an unknown outcome) if it has.
-        self.exchange.submit([(0, requestHeaders, body)], to: request, timeout: deadline)
-        guard let result = await request.answer() else { throw TransportError.withdrawn }
+        let exchange = self.exchange
+        guard
+            let result = await request.answer(submitting: {
+                exchange.submit([(0, requestHeaders, body)], to: request, timeout: deadline)
+            })
+        else { throw TransportError.withdrawn }
         return try result.get()
     }
 

@@ -101,7 +101,7 @@ extension PushProvider {
                         code: .credentialsMissing,
                         mayHaveBeenProcessed: false,
                         message:
-                            "a \(request.platform.providerName) request reached the \(self.platform.providerName) sender: its batch was not sent"
+                            "a batch for the \(self.platform.providerName) sender held an \(request.platform.providerName) request: none of it was sent"
                     )
                 )
             }

@@ -710,12 +710,13 @@ struct FleetHarnessTests {
                         "at most \(sent) left the workers in any \(Int(window)) s (bound \(bound)), \(arrived) reached the simulator"
                     )
                 }
-                // And it sends: a limited topic is not starved by a large unlimited backlog. At least 20 % of
+                // And it sends: a limited topic is not starved by a large unlimited backlog. At least 10 % of
                 // the rate over the window less its first second: a frozen worker holds the slots it claimed,
                 // and on 2 saturated cores a request that misses its slot by 150 ms is withdrawn (the 100k-job
-                // seeds measured 28-51 %; before the fix, 0-2 requests).
+                // seeds measured 28-51 %; on a machine 2.3 times slower, in the full suite, 14-16 %; before the
+                // fix, 0-2 requests).
                 let span = to.timeIntervalSince(from)
-                let floor = Int(0.2 * Double(plan.perSecond) * max(span - 1, 0))
+                let floor = Int(0.1 * Double(plan.perSecond) * max(span - 1, 0))
                 #expect(
                     times.count >= floor,
                     "seed \(seed): \(times.count) limited requests in the \(span) s window, at least \(floor) expected"

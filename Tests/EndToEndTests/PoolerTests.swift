@@ -89,11 +89,17 @@ import Testing
             #expect(refused.output.contains("--no-session-settings"), "\(refused.output)")
             #expect(refused.output.contains("pooler"), "\(refused.output)")
 
-            // Without: 2,000 jobs delivered through the pooler, none left running, one apns-id per job.
+            // Without: 2,000 jobs delivered through the pooler, none left running, one apns-id per job. A 30 s
+            // request deadline (the lease is 60 s): this test is about the pooler, and in the suite's first minute
+            // on a slow machine the in-process stand-in answered 14 s late, so a 10 s deadline sent jobs again as
+            // unknown outcomes, answered 200 twice (2026-11-29).
             try await f.insertAlerts(2_000)
             let worker = try f.startWorker(
                 "pooled",
-                ["--log-level", "error", "--no-session-settings", "--migrations", "check"],
+                [
+                    "--log-level", "error", "--no-session-settings", "--migrations", "check", "--request-timeout-ms",
+                    "30000",
+                ],
                 environment: environment
             )
             try await f.waitUntil(.seconds(120), "every job delivered through PgBouncer") {

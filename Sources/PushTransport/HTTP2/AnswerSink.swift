@@ -28,6 +28,13 @@ struct Outstanding {
         if !self.exchanges.contains(where: { $0.id == exchange.id }) { self.exchanges.append(exchange) }
     }
 
+    /// Parks the one waiter for the last answer; `false` when none is outstanding (the caller resumes it).
+    mutating func park(_ waiter: CheckedContinuation<Void, Never>) -> Bool {
+        guard self.count > 0 else { return false }
+        self.done = waiter
+        return true
+    }
+
     /// One fewer outstanding: the waiter to resume if it was the last.
     mutating func finishedOne() -> CheckedContinuation<Void, Never>? {
         self.count -= 1
@@ -69,12 +76,7 @@ final class LoneRequest: AnswerSink {
         await withTaskCancellationHandler {
             submit()
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let finished = self.state.withLock { state -> Bool in
-                    if state.outstanding.count == 0 { return true }
-                    state.outstanding.done = continuation
-                    return false
-                }
-                if finished { continuation.resume() }
+                if !self.state.withLock({ $0.outstanding.park(continuation) }) { continuation.resume() }
             }
         } onCancel: {
             self.cancel()

@@ -161,12 +161,7 @@ extension PushClient {
         func waitForAll() async {
             await withTaskCancellationHandler {
                 await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                    let finished = self.state.withLock { state -> Bool in
-                        if state.outstanding.count == 0 { return true }
-                        state.outstanding.done = continuation
-                        return false
-                    }
-                    if finished { continuation.resume() }
+                    if !self.state.withLock({ $0.outstanding.park(continuation) }) { continuation.resume() }
                 }
             } onCancel: {
                 self.cancel()
